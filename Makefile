@@ -1,0 +1,24 @@
+# chessgrpo: `make run` sets up and runs the main job; `make test` sets up and runs the tests.
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup run test bench doctor clean
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(BIN)/chessgrpo doctor
+	$(BIN)/chessgrpo engine eval --config configs/engine_eval.yaml
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/engine_throughput.py
+
+doctor: setup
+	$(BIN)/chessgrpo doctor
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,276 @@
+"""Typed configuration: plain dataclasses, YAML files, dotted command-line overrides.
+
+A command's configuration is a tree of dataclasses (see `EngineConfig`, `RunConfig` and the
+command configs built from them). `load_config` builds that tree from an optional YAML file plus
+overrides like ``engine.nodes=5000``. Every key is consumed: an unknown key or a value of the
+wrong type raises `ConfigError` naming the dotted key, so a typo never silently falls back to a
+default (one of the predecessor systems' failures). `save_config` writes the resolved tree into
+the run directory.
+
+We use a small layer over dataclasses + PyYAML instead of omegaconf: the type checks we need
+(Optional, Literal, lists, nested dataclasses) fit in one readable file and the dataclasses stay
+the single place where defaults and documentation live.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is malformed: unknown key, wrong type, bad syntax."""
+
+
+@dataclasses.dataclass
+class EngineConfig:
+    """How Stockfish is run for rewards, labels and evaluation."""
+
+    path: str | None = None
+    """Stockfish binary; None searches $CHESSGRPO_STOCKFISH, PATH and /usr/games."""
+    processes: int = 0
+    """Engine processes evaluated in parallel; 0 = one per CPU core."""
+    threads: int = 1
+    """UCI Threads per process. 1 keeps node-limited searches deterministic."""
+    hash_mb: int = 16
+    """UCI Hash per process in MiB."""
+    nodes: int | None = 10_000
+    """Node limit per search (the default limit kind: reproducible, unlike time)."""
+    depth: int | None = None
+    """Depth limit per search; used instead of nodes when set."""
+    timeout_s: float = 60.0
+    """A search taking longer than this counts as a hung engine: it is restarted and retried once."""
+    clear_hash: bool = True
+    """Send ucinewgame before each search so results do not depend on earlier searches."""
+    cache: bool = True
+    """Persistent SQLite cache of evaluations."""
+    cache_path: str = "runs/cache/evaluations.sqlite"
+    """Where the evaluation cache lives."""
+    syzygy_path: str | None = "../shared/data/syzygy"
+    """Directory (or os.pathsep-separated directories) of Syzygy tables; None disables."""
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Where a run writes its outputs."""
+
+    name: str = "default"
+    """Run name; outputs go to <out_dir>/<name>/."""
+    out_dir: str = "runs"
+    """Parent directory of run directories."""
+    seed: int = 0
+    """Seed for every random generator of the run."""
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.out_dir) / self.name
+
+
+@dataclasses.dataclass
+class EngineEvalConfig:
+    """`chessgrpo engine eval`: evaluate positions with the engine pool (a smoke job and a demo)."""
+
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="engine_eval"))
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    random_positions: int = 200
+    """Number of positions from seeded random playouts when no FEN/file is given."""
+    max_plies: int = 60
+    """Longest random playout used to make a position."""
+
+
+# --------------------------------------------------------------------------------------------
+# Building dataclasses from plain data
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "") -> T:
+    """Build dataclass `cls` from a nested dict, checking every key and type.
+
+    Missing keys take the dataclass defaults; unknown keys raise `ConfigError` naming the
+    dotted key and listing the valid ones.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        names = ", ".join(_dotted(prefix, k) for k in unknown)
+        raise ConfigError(f"unknown config key {names}; valid keys here: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(value, hints[name], _dotted(prefix, name))
+    return cls(**kwargs)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The plain-data form of a config dataclass (what `save_config` writes)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(dataclasses.asdict(config))
+
+
+def _dotted(prefix: str, key: object) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against type `tp`; convert only where lossless (int -> float, list -> tuple)."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        if value is None:
+            if type(None) in options:
+                return None
+            raise ConfigError(f"config key {key}: null is not allowed (expected {_type_name(tp)})")
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, key)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(f"config key {key}: {value!r} does not match {_type_name(tp)}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"config key {key}: {value!r} is not one of {list(allowed)}")
+        return value
+    if origin in (list, tuple) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key {key}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item_type = args[0] if args else Any
+        items = [_coerce(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if (origin is tuple or tp is tuple) else items
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value):
+            return value
+        return from_dict(tp, value, prefix=key)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"config key {key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"config key {key}: expected a string, got {value!r}")
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"config key {key}: {value!r} is not a {_type_name(tp)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Files and overrides
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b.c=value`` into (["a", "b", "c"], parsed value). Values are YAML scalars."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. engine.nodes=5000")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not p.isidentifier() for p in parts):
+        raise ConfigError(f"override {text!r}: {key!r} is not a dotted key like engine.nodes")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override {text!r}: cannot parse value: {error}") from None
+    return parts, value
+
+
+def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: type, text: str) -> None:
+    """Set data[parts] = value, using the dataclass tree to resolve types of string-ish values."""
+    node = data
+    current_cls: Any = cls
+    for depth, part in enumerate(parts):
+        names = {f.name for f in dataclasses.fields(current_cls)}
+        if part not in names:
+            raise ConfigError(
+                f"unknown config key {'.'.join(parts[: depth + 1])} (in override {text!r}); "
+                f"valid keys here: {', '.join(sorted(names))}"
+            )
+        field_type = get_type_hints(current_cls)[part]
+        if depth == len(parts) - 1:
+            # `run.name=123` means the string "123": YAML would read it as an int.
+            if _accepts_str(field_type) and not isinstance(value, str) and value is not None:
+                value = text.split("=", 1)[1].strip()
+            node[part] = value
+            return
+        if not dataclasses.is_dataclass(field_type):
+            raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} has no sub-keys")
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} is not a mapping")
+        node, current_cls = child, field_type
+
+
+def _accepts_str(tp: Any) -> bool:
+    if tp is str:
+        return True
+    if get_origin(tp) in (Union, types.UnionType):
+        return str in get_args(tp)
+    return False
+
+
+def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: typing.Sequence[str] = ()) -> T:
+    """Build a `cls` config from an optional YAML file and ``key=value`` overrides (applied last)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {error}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(path)!r}: top level must be a mapping")
+        data = loaded
+    for text in overrides:
+        parts, value = parse_override(text)
+        _apply_override(data, parts, value, cls, text)
+    return from_dict(cls, data)
+
+
+def save_config(config: Any, path: str | os.PathLike) -> Path:
+    """Write the resolved config as YAML (creating parent directories); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    tmp.replace(path)  # atomic: a crash never leaves a half-written config
+    return path
