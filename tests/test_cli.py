@@ -1,0 +1,66 @@
+"""The `chessgrpo` command, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+from helpers import SYZYGY_DIR
+
+
+def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_doctor_reports_versions_and_tables():
+    result = chessgrpo("doctor", f"engine.syzygy_path={SYZYGY_DIR}")
+    assert result.returncode == 0, result.stderr
+    for expected in ("python", "torch", "python-chess", "Stockfish 15.1", "35 WDL tables up to 4 pieces"):
+        assert expected in result.stdout
+
+
+def test_doctor_fails_clearly_without_stockfish(tmp_path):
+    result = chessgrpo("doctor", f"engine.path={tmp_path / 'missing'}")
+    assert result.returncode == 1
+    assert "MISSING" in result.stdout and "apt-get install stockfish" in result.stdout
+
+
+def test_engine_eval_json_and_run_directory(tmp_path):
+    result = chessgrpo(
+        "engine", "eval", "--json",
+        "--fen", "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1",
+        "--fen", "6k1/5ppp/8/8/8/8/5PPP/r5K1 w - - 0 1",
+        f"run.out_dir={tmp_path}", "run.name=smoke", "engine.nodes=1000", "engine.cache=false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["best_move"], r["win_probability"]) for r in rows] == [("a8a1", 1.0), (None, 0.0)]
+    saved = yaml.safe_load((tmp_path / "smoke" / "config.yaml").read_text())
+    assert saved["engine"]["nodes"] == 1000 and saved["engine"]["cache"] is False
+    assert len((tmp_path / "smoke" / "evaluations.jsonl").read_text().splitlines()) == 2
+
+
+def test_engine_eval_random_positions_with_cache(tmp_path):
+    args = [
+        "engine", "eval", f"run.out_dir={tmp_path}", "random_positions=12", "engine.nodes=500",
+        f"engine.cache_path={tmp_path / 'cache.sqlite'}",
+    ]  # fmt: skip
+    first, second = chessgrpo(*args), chessgrpo(*args)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "12 positions (12 searched, 0 from cache" in first.stdout
+    assert "12 positions (0 searched, 12 from cache, hit rate 100%)" in second.stdout
+
+
+def test_bad_inputs_give_one_clear_error(tmp_path):
+    unknown = chessgrpo("engine", "eval", "engine.nodez=5", f"run.out_dir={tmp_path}")
+    assert unknown.returncode == 2 and "unknown config key engine.nodez" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    injected = chessgrpo("engine", "eval", "--fen", "8/8/8/8/8/8/8/K6k w - - 0 1\nquit", f"run.out_dir={tmp_path}")
+    assert injected.returncode == 2 and "malformed FEN" in injected.stderr and "Traceback" not in injected.stderr
+    missing = chessgrpo("engine", "eval", "engine.path=/nonexistent/stockfish", f"run.out_dir={tmp_path}", "random_positions=1")
+    assert missing.returncode != 0 and "apt-get install stockfish" in missing.stderr
+    assert "Traceback" not in missing.stderr

@@ -1,0 +1,96 @@
+"""Typed configs: files, overrides, unknown keys and wrong types are errors naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chessgrpo.config import ConfigError, EngineConfig, EngineEvalConfig, load_config, save_config, to_dict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_without_file_or_overrides():
+    config = load_config(EngineEvalConfig)
+    assert config == EngineEvalConfig()
+    assert config.engine.nodes == 10_000 and config.engine.threads == 1
+
+
+def test_file_then_overrides_with_types(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("engine:\n  nodes: 5000\n  cache: false\nrandom_positions: 7\n")
+    config = load_config(EngineEvalConfig, path, ["engine.nodes=123", "engine.depth=null", "engine.timeout_s=5", "run.name=123"])
+    assert config.engine.nodes == 123
+    assert config.engine.cache is False
+    assert config.engine.depth is None
+    assert config.engine.timeout_s == 5.0 and isinstance(config.engine.timeout_s, float)
+    assert config.run.name == "123"  # a string key stays a string even when it looks like a number
+    assert config.random_positions == 7
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("engine.nodez=5", "engine.nodez"),
+        ("engin.nodes=5", "engin"),
+        ("engine.nodes=lots", "engine.nodes"),
+        ("engine.nodes=1.5", "engine.nodes"),
+        ("engine.cache=3", "engine.cache"),
+        ("engine.threads=null", "engine.threads"),
+        ("random_positions.x=1", "random_positions"),
+        ("nodes", "nodes"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, named):
+    with pytest.raises(ConfigError) as raised:
+        load_config(EngineEvalConfig, None, [override])
+    assert named in str(raised.value)
+
+
+def test_unknown_key_in_file_names_the_dotted_key(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("engine:\n  nodes: 5000\n  hash: 64\n")
+    with pytest.raises(ConfigError, match=r"engine\.hash"):
+        load_config(EngineEvalConfig, path)
+
+
+def test_wrong_type_in_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("engine: [1, 2]\n")
+    with pytest.raises(ConfigError, match="engine"):
+        load_config(EngineEvalConfig, path)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(EngineEvalConfig, tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine: {nodes: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(EngineEvalConfig, bad)
+
+
+def test_saved_config_loads_back_identically(tmp_path):
+    config = load_config(EngineEvalConfig, None, ["engine.nodes=777", "run.seed=3"])
+    path = save_config(config, tmp_path / "run" / "config.yaml")
+    assert yaml.safe_load(path.read_text())["engine"]["nodes"] == 777
+    assert load_config(EngineEvalConfig, path) == config
+
+
+def test_every_shipped_config_file_loads():
+    files = sorted((REPO / "configs").glob("*.yaml"))
+    assert files, "no configs shipped"
+    known = {"engine_eval.yaml": EngineEvalConfig}
+    for path in files:
+        if path.name in known:
+            load_config(known[path.name], path)
+
+
+def test_every_engine_key_is_documented_in_the_shipped_file():
+    text = (REPO / "configs" / "engine_eval.yaml").read_text()
+    for field in dataclasses.fields(EngineConfig):
+        assert f"  {field.name}:" in text, field.name
+    assert set(to_dict(EngineConfig())) == {f.name for f in dataclasses.fields(EngineConfig)}
