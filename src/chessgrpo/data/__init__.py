@@ -1,0 +1,1 @@
+"""Datasets: labelled-position Parquet shards (schema in `schema.py`), generation and import."""
