@@ -1,0 +1,25 @@
+"""Policies: the action-policy transformer (and, later, the chess language model)."""
+
+from chessgrpo.models.policy import (
+    MODEL_SIZES,
+    ActionPolicy,
+    PolicyConfig,
+    load_policy,
+    log_probs,
+    masked_entropy,
+    resolve_checkpoint,
+    sample_actions,
+    save_policy,
+)
+
+__all__ = [
+    "MODEL_SIZES",
+    "ActionPolicy",
+    "PolicyConfig",
+    "load_policy",
+    "log_probs",
+    "masked_entropy",
+    "resolve_checkpoint",
+    "sample_actions",
+    "save_policy",
+]

@@ -1,0 +1,248 @@
+"""The action policy: a small bidirectional transformer from 77 FEN tokens to 1968 move logits.
+
+Every row has exactly 77 real tokens (`chessgrpo.board.encode_fen`), so there is no padding and
+no attention mask; attention is bidirectional. Pre-norm blocks, learned positions, mean-pooled
+board representation, a linear head over `chessgrpo.board.ACTIONS`. No dropout by default.
+
+`log_probs` is the single function that turns logits into log-probabilities (temperature and
+legal-move mask applied); sampling, evaluation and every loss call it, so the behaviour policy
+and the learner can never disagree on the distribution (ARCHITECTURE invariant 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import chess
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
+
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "model_config.json"
+
+
+@dataclasses.dataclass
+class PolicyConfig:
+    """Shape of an `ActionPolicy`. Sizes by name: `PolicyConfig.from_size("tiny")`."""
+
+    n_layers: int = 2
+    """Transformer blocks."""
+    d_model: int = 64
+    """Width of the token representations."""
+    n_heads: int = 4
+    """Attention heads (d_model must be divisible by it)."""
+    d_ff: int = 0
+    """Hidden width of the MLP; 0 means 4 * d_model."""
+    dropout: float = 0.0
+    """Dropout in attention and MLP (training only; RL forwards always run without it)."""
+
+    @classmethod
+    def from_size(cls, size: str) -> "PolicyConfig":
+        if size not in MODEL_SIZES:
+            raise ValueError(f"unknown model size {size!r}; choose one of {sorted(MODEL_SIZES)}")
+        return cls(**MODEL_SIZES[size])
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(n_layers=2, d_model=64, n_heads=4),  # ~0.2M parameters: minutes on a laptop CPU
+    "small": dict(n_layers=8, d_model=256, n_heads=8),  # ~7M, close to searchless_chess's 9M
+    "medium": dict(n_layers=12, d_model=512, n_heads=8),  # ~39M
+}
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config: PolicyConfig):
+        super().__init__()
+        d_ff = config.d_ff or 4 * config.d_model
+        self.ln_attn = nn.LayerNorm(config.d_model)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.ln_mlp = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(nn.Linear(config.d_model, d_ff), nn.GELU(), nn.Linear(d_ff, config.d_model))
+        self.n_heads = config.n_heads
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.ln_attn(x)).split(width, dim=-1)
+        shape = (batch, length, self.n_heads, width // self.n_heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        # Bidirectional: every square sees every other; no padding exists, so no mask at all.
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.resid_dropout(self.proj(attended.transpose(1, 2).reshape(batch, length, width)))
+        return x + self.resid_dropout(self.mlp(self.ln_mlp(x)))
+
+
+class ActionPolicy(nn.Module):
+    """Logits over the 1968 actions for a batch of encoded positions ([B, 77] token ids)."""
+
+    def __init__(self, config: PolicyConfig | None = None):
+        super().__init__()
+        self.config = config or PolicyConfig()
+        d = self.config.d_model
+        self.token_embedding = nn.Embedding(VOCAB_SIZE, d)
+        self.position_embedding = nn.Parameter(torch.zeros(SEQUENCE_LENGTH, d))
+        self.blocks = nn.ModuleList(Block(self.config) for _ in range(self.config.n_layers))
+        self.ln_final = nn.LayerNorm(d)
+        self.head = nn.Linear(d, NUM_ACTIONS)
+        self.apply(self._init_weights)
+        nn.init.normal_(self.position_embedding, std=0.02)
+        # Scaled init of residual projections (GPT-2): keeps the residual stream's variance flat.
+        for block in self.blocks:
+            nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Raw (unmasked) logits [B, 1968]; mask and temperature belong to `log_probs`."""
+        if tokens.dim() != 2 or tokens.shape[1] != SEQUENCE_LENGTH:
+            raise ValueError(f"expected tokens of shape [B, {SEQUENCE_LENGTH}], got {tuple(tokens.shape)}")
+        x = self.token_embedding(tokens.long()) + self.position_embedding
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_final(x).mean(dim=1))
+
+    def inputs(self, boards: Sequence[chess.Board]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens [B, 77] long, legal mask [B, 1968] bool) on the model's device."""
+        tokens = torch.from_numpy(encode_fens(boards).astype(np.int64))
+        masks = torch.from_numpy(legal_masks(boards))
+        return tokens.to(self.device), masks.to(self.device)
+
+    @torch.no_grad()
+    def predict_moves(
+        self,
+        boards: Sequence[chess.Board],
+        *,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+        batch_size: int = 512,
+    ) -> list[chess.Move]:
+        """One legal move per board: argmax when temperature == 0, else a sample at that temperature.
+
+        Runs in eval mode (no dropout) and restores the previous mode.
+        """
+        if any(not any(board.generate_legal_moves()) for board in boards):
+            raise ValueError("predict_moves needs positions with at least one legal move")
+        was_training = self.training
+        self.eval()
+        moves: list[chess.Move] = []
+        try:
+            for start in range(0, len(boards), batch_size):
+                tokens, masks = self.inputs(boards[start : start + batch_size])
+                logits = self(tokens).float()
+                if temperature == 0.0:
+                    actions = logits.masked_fill(~masks, float("-inf")).argmax(dim=-1)
+                else:
+                    actions = sample_actions(logits, masks, temperature=temperature, generator=generator)
+                moves.extend(chess.Move.from_uci(ACTIONS[a]) for a in actions.tolist())
+        finally:
+            self.train(was_training)
+        return moves
+
+
+# ------------------------------------------------------------------------------------------------
+# The one way from logits to a distribution
+
+
+def log_probs(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probabilities of the masked, tempered policy: log_softmax(logits / T) over legal actions.
+
+    Illegal actions get -inf. Every sampler and every loss goes through this function.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for a distribution, got {temperature}")
+    if legal_mask.shape != logits.shape:
+        raise ValueError(f"mask shape {tuple(legal_mask.shape)} != logits shape {tuple(logits.shape)}")
+    if not bool(legal_mask.any(dim=-1).all()):
+        raise ValueError("a row of the legal mask has no legal action")
+    scaled = logits.float() / temperature
+    return scaled.masked_fill(~legal_mask, float("-inf")).log_softmax(dim=-1)
+
+
+def masked_entropy(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Exact entropy [B] (nats) of the masked, tempered distribution (0 * log 0 counts as 0)."""
+    logp = log_probs(logits, legal_mask, temperature)
+    plogp = torch.where(legal_mask, logp.exp() * logp, torch.zeros_like(logp))
+    return -plogp.sum(dim=-1)
+
+
+def sample_actions(
+    logits: torch.Tensor, legal_mask: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Sample one action per row from `log_probs` (no top-k/top-p truncation: it would bias ratios)."""
+    probs = log_probs(logits, legal_mask, temperature).exp()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Saving and loading
+
+
+def save_policy(model: ActionPolicy, directory: str | os.PathLike) -> Path:
+    """Write model.safetensors and model_config.json into `directory` (created if needed)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    save_file(state, str(directory / MODEL_FILE))
+    (directory / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(model.config), indent=2))
+    return directory
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint directory from a checkpoint dir, a run dir (-> checkpoints/latest), or a checkpoints dir."""
+    path = Path(path)
+    for candidate in (path, path / "latest", path / "checkpoints" / "latest"):
+        if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
+            return candidate.resolve()
+    raise FileNotFoundError(
+        f"no checkpoint at {str(path)!r}: expected {MODEL_FILE} and {CONFIG_FILE} there, "
+        "in its latest/ or in its checkpoints/latest/"
+    )
+
+
+def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> ActionPolicy:
+    """Load an `ActionPolicy` from a checkpoint or run directory (see `resolve_checkpoint`)."""
+    directory = resolve_checkpoint(path)
+    try:
+        raw = json.loads((directory / CONFIG_FILE).read_text())
+        config = PolicyConfig(**raw)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{directory / CONFIG_FILE} is not a valid policy config: {error}") from None
+    model = ActionPolicy(config)
+    try:
+        model.load_state_dict(load_file(str(directory / MODEL_FILE)))
+    except (RuntimeError, OSError) as error:
+        raise ValueError(f"{directory / MODEL_FILE} does not match its config: {error}") from None
+    return model.to(device).eval()

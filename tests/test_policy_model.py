@@ -1,0 +1,116 @@
+"""The action-policy transformer and the single logits -> log-probs function."""
+
+from __future__ import annotations
+
+import math
+
+import chess
+import numpy as np
+import pytest
+import torch
+
+from chessgrpo.board import ACTIONS, legal_mask, random_playout_positions
+from chessgrpo.models import (
+    ActionPolicy,
+    PolicyConfig,
+    load_policy,
+    log_probs,
+    masked_entropy,
+    resolve_checkpoint,
+    sample_actions,
+    save_policy,
+)
+
+
+def _mask(rows: list[list[int]], width: int = 6) -> torch.Tensor:
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        mask[i, row] = True
+    return mask
+
+
+def test_log_probs_hand_computed_with_mask_and_temperature():
+    logits = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    got = log_probs(logits, mask, temperature=2.0)
+    scaled = torch.tensor([0.5, 1.0, 1.5])
+    expected = scaled - torch.logsumexp(scaled, 0)
+    assert torch.allclose(got[0, :3], expected)
+    assert got[0, 3] == float("-inf")  # an illegal move has probability exactly 0
+
+
+def test_log_probs_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="temperature"):
+        log_probs(torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool), temperature=0.0)
+    with pytest.raises(ValueError, match="no legal action"):
+        log_probs(torch.zeros(1, 3), torch.zeros(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="shape"):
+        log_probs(torch.zeros(1, 3), torch.ones(1, 4, dtype=torch.bool))
+
+
+def test_masked_entropy_is_exact():
+    mask = _mask([[0, 1, 2], [4]])
+    logits = torch.zeros(2, 6)
+    logits[:, 5] = 50.0  # a huge illegal logit must not leak into the entropy
+    entropy = masked_entropy(logits, mask)
+    assert torch.allclose(entropy, torch.tensor([math.log(3), 0.0]))
+    skewed = torch.tensor([[math.log(1.0), math.log(3.0), 0, 0, 0, 0]])
+    p = torch.tensor([0.25, 0.75])
+    assert torch.allclose(masked_entropy(skewed, _mask([[0, 1]])), -(p * p.log()).sum().unsqueeze(0))
+
+
+def test_sampling_only_returns_legal_actions_at_the_right_rate():
+    logits = torch.tensor([[0.0, math.log(3.0), 9.0, 0.0]]).repeat(4000, 1)
+    mask = torch.tensor([[True, True, False, False]]).repeat(4000, 1)
+    actions = sample_actions(logits, mask, generator=torch.Generator().manual_seed(0))
+    assert set(actions.tolist()) <= {0, 1}
+    assert abs((actions == 1).float().mean().item() - 0.75) < 0.03
+
+
+def test_forward_shapes_and_predicted_moves_are_legal():
+    model = ActionPolicy(PolicyConfig.from_size("tiny"))
+    boards = random_playout_positions(40, seed=3)
+    tokens, masks = model.inputs(boards)
+    assert model(tokens).shape == (40, len(ACTIONS))
+    for board, move in zip(boards, model.predict_moves(boards)):
+        assert move in board.legal_moves
+    sampled = model.predict_moves(boards, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    assert all(move in board.legal_moves for board, move in zip(boards, sampled))
+    with pytest.raises(ValueError, match="shape"):
+        model(torch.zeros(2, 76, dtype=torch.long))
+
+
+def test_predict_moves_is_deterministic_even_with_dropout_configured():
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig(dropout=0.5))
+    model.train()
+    boards = random_playout_positions(20, seed=4)
+    assert model.predict_moves(boards) == model.predict_moves(boards)
+    assert model.training  # the caller's mode is restored
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2))
+    save_policy(model, tmp_path / "run" / "checkpoints" / "step_000010")
+    (tmp_path / "run" / "checkpoints" / "latest").symlink_to("step_000010")
+    loaded = load_policy(tmp_path / "run")
+    assert loaded.config == model.config
+    assert resolve_checkpoint(tmp_path / "run") == (tmp_path / "run" / "checkpoints" / "step_000010").resolve()
+    tokens, _ = model.inputs([chess.Board()])
+    assert torch.equal(loaded(tokens), model.eval()(tokens))
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_policy(tmp_path / "missing")
+
+
+def test_unknown_size_and_bad_shapes_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown model size"):
+        PolicyConfig.from_size("huge")
+    with pytest.raises(ValueError, match="divisible"):
+        PolicyConfig(d_model=30, n_heads=4)
+
+
+def test_mask_used_by_the_model_matches_the_board():
+    board = chess.Board("r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1")
+    model = ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2))
+    _, masks = model.inputs([board])
+    assert np.array_equal(masks[0].numpy(), legal_mask(board))
