@@ -94,3 +94,9 @@ def test_every_engine_key_is_documented_in_the_shipped_file():
     for field in dataclasses.fields(EngineConfig):
         assert f"  {field.name}:" in text, field.name
     assert set(to_dict(EngineConfig())) == {f.name for f in dataclasses.fields(EngineConfig)}
+
+
+def test_overriding_one_nested_key_keeps_the_parents_defaults_for_the_others():
+    config = load_config(EngineEvalConfig, None, ["run.out_dir=/tmp/elsewhere"])
+    assert config.run.name == "engine_eval"  # set by EngineEvalConfig's default_factory, not RunConfig's
+    assert config.run.out_dir == "/tmp/elsewhere"

@@ -90,11 +90,12 @@ class EngineEvalConfig:
 # Building dataclasses from plain data
 
 
-def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "") -> T:
+def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", base: T | None = None) -> T:
     """Build dataclass `cls` from a nested dict, checking every key and type.
 
-    Missing keys take the dataclass defaults; unknown keys raise `ConfigError` naming the
-    dotted key and listing the valid ones.
+    Keys missing from `data` keep the values of `base` (default: `cls()`), so a nested section's
+    defaults set by its parent (e.g. ``run: RunConfig(name="pretrain")``) survive an override of
+    one of its keys. Unknown keys raise `ConfigError` naming the dotted key and the valid ones.
     """
     if data is None:
         data = {}
@@ -106,10 +107,16 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "") ->
     if unknown:
         names = ", ".join(_dotted(prefix, k) for k in unknown)
         raise ConfigError(f"unknown config key {names}; valid keys here: {', '.join(sorted(fields))}")
+    if base is None:
+        try:
+            base = cls()
+        except TypeError:  # a dataclass with required fields: no base, every key must be given
+            base = None
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(value, hints[name], _dotted(prefix, name))
-    return cls(**kwargs)
+        child_base = getattr(base, name, None) if base is not None else None
+        kwargs[name] = _coerce(value, hints[name], _dotted(prefix, name), base=child_base)
+    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -133,7 +140,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
+def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
     """Check `value` against type `tp`; convert only where lossless (int -> float, list -> tuple)."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -166,7 +173,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if dataclasses.is_dataclass(value):
             return value
-        return from_dict(tp, value, prefix=key)
+        return from_dict(tp, value, prefix=key, base=base if isinstance(base, tp) else None)
     if tp is Any:
         return value
     if tp is bool:

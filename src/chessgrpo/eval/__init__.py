@@ -1,0 +1,48 @@
+"""Evaluation: offline move metrics, Lichess puzzles, baselines, and confidence intervals.
+
+Every metric is reported with an interval (`stats.Interval`) and beside two fixed baselines
+(a uniformly random player and Stockfish at a tiny node budget), so a number always has context.
+"""
+
+from chessgrpo.eval.offline import BLUNDER_THRESHOLD, MoveRecord, OfflineResult, evaluate_offline, move_values, score_moves
+from chessgrpo.eval.players import DEFAULT_BASELINE_NODES, Player, PolicyPlayer, RandomPlayer, StockfishPlayer
+from chessgrpo.eval.positions import LabelledPosition, load_eval_positions
+from chessgrpo.eval.puzzles import (
+    RATING_BUCKETS,
+    Puzzle,
+    PuzzleRecord,
+    PuzzleResult,
+    PuzzleSet,
+    parse_puzzle,
+    read_puzzles,
+    solve_puzzles,
+)
+from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
+
+__all__ = [
+    "BLUNDER_THRESHOLD",
+    "DEFAULT_BASELINE_NODES",
+    "RATING_BUCKETS",
+    "Interval",
+    "LabelledPosition",
+    "MoveRecord",
+    "OfflineResult",
+    "Player",
+    "PolicyPlayer",
+    "Puzzle",
+    "PuzzleRecord",
+    "PuzzleResult",
+    "PuzzleSet",
+    "RandomPlayer",
+    "StockfishPlayer",
+    "bootstrap_interval",
+    "evaluate_offline",
+    "load_eval_positions",
+    "move_values",
+    "paired_bootstrap_difference",
+    "parse_puzzle",
+    "read_puzzles",
+    "score_moves",
+    "solve_puzzles",
+    "wilson_interval",
+]

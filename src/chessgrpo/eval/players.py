@@ -1,0 +1,140 @@
+"""Players: anything that picks one move per position, batched.
+
+The evaluations (`offline`, `puzzles`) only see the `Player` protocol, so a trained policy and
+its baselines are measured by the same code:
+
+- `RandomPlayer`: a uniformly random legal move (seeded, reproducible). The floor.
+- `StockfishPlayer`: Stockfish's best move at a tiny node budget (`DEFAULT_BASELINE_NODES`).
+  Clearly weaker than the labels (searched at thousands of nodes) but far above random, so a
+  model's numbers can be placed between two fixed anchors.
+- `PolicyPlayer`: an action-policy model from `chessgrpo.models.policy` (argmax over legal
+  moves at temperature 0). Torch is imported only when one is built.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+
+import chess
+
+if TYPE_CHECKING:  # pragma: no cover
+    from chessgrpo.engine import EnginePool
+
+DEFAULT_BASELINE_NODES = 50
+"""Node budget of the Stockfish baseline.
+
+Stockfish 15.1 completes about depth 2 (40-100 nodes) before it first checks a node limit, so
+every budget up to ~50 is the same player: the weakest Stockfish there is. Measured against
+2000-node labels (268 self-play positions; 500 dev puzzles), it sits far above random and
+clearly below the labels, which is where a baseline is informative:
+
+| player         | top1  | ESL   | blunder rate | puzzle solve rate |
+|----------------|-------|-------|--------------|-------------------|
+| random         | 0.04  | 0.255 | 0.38         | 0.00              |
+| stockfish@50   | 0.50  | 0.034 | 0.07         | 0.69              |
+| stockfish@300  | 0.57  | 0.029 | 0.05         | 0.82              |
+| stockfish@2000 | 0.98  | 0.001 | 0.00         | 0.94              |
+"""
+
+
+@runtime_checkable
+class Player(Protocol):
+    """Chooses one legal move for each of a batch of positions."""
+
+    name: str
+
+    def choose_moves(self, boards: Sequence[chess.Board]) -> list[chess.Move]:
+        """One legal move per board, in order. Boards must have at least one legal move."""
+        ...
+
+
+def _require_moves(boards: Sequence[chess.Board]) -> None:
+    for board in boards:
+        if not any(board.generate_legal_moves()):
+            raise ValueError(f"position {board.fen()!r} has no legal moves; a player cannot move there")
+
+
+class RandomPlayer:
+    """A uniformly random legal move; the same seed and boards give the same moves."""
+
+    def __init__(self, seed: int = 0):
+        self.name = "random"
+        self._rng = random.Random(seed)
+
+    def choose_moves(self, boards: Sequence[chess.Board]) -> list[chess.Move]:
+        _require_moves(boards)
+        # python-chess generates legal moves in a fixed order, so the choice is reproducible.
+        return [self._rng.choice(list(board.legal_moves)) for board in boards]
+
+
+class StockfishPlayer:
+    """Stockfish's best move at a small node budget, searched by an `EnginePool` (and cached)."""
+
+    def __init__(self, pool: "EnginePool", nodes: int = DEFAULT_BASELINE_NODES):
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+        self.name = "stockfish"
+        self.pool = pool
+        self.nodes = nodes
+
+    def choose_moves(self, boards: Sequence[chess.Board]) -> list[chess.Move]:
+        _require_moves(boards)
+        evaluations = self.pool.evaluate(list(boards), nodes=self.nodes)
+        moves = []
+        for board, evaluation in zip(boards, evaluations):
+            if evaluation.best_move is None:
+                raise RuntimeError(f"Stockfish returned no move for {board.fen()!r}")
+            move = chess.Move.from_uci(evaluation.best_move)
+            if not board.is_legal(move):
+                raise RuntimeError(f"Stockfish returned illegal move {evaluation.best_move!r} for {board.fen()!r}")
+            moves.append(move)
+        return moves
+
+
+class PolicyPlayer:
+    """Moves from an action-policy model (`chessgrpo.models.policy.ActionPolicy`).
+
+    `temperature` 0 takes the most likely legal move; above 0 it samples (reproducibly when
+    `seed` is given). Boards are sent to the model in chunks of `batch_size`.
+    """
+
+    def __init__(self, policy: Any, temperature: float = 0.0, batch_size: int = 256, seed: int | None = None, name: str = "policy"):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        self.name = name
+        self.policy = policy
+        self.temperature = float(temperature)
+        self.batch_size = int(batch_size)
+        self._generator = None
+        if seed is not None and self.temperature > 0:
+            import torch
+
+            self._generator = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, *, device: str = "cpu", temperature: float = 0.0, batch_size: int = 256, seed: int | None = None
+    ) -> "PolicyPlayer":
+        """Load a checkpoint directory or a run directory (its latest checkpoint)."""
+        from chessgrpo.models.policy import load_policy  # lazy: torch and the model only when needed
+
+        policy = load_policy(path, device=device)
+        return cls(policy, temperature=temperature, batch_size=batch_size, seed=seed, name=str(path))
+
+    def choose_moves(self, boards: Sequence[chess.Board]) -> list[chess.Move]:
+        _require_moves(boards)
+        moves: list[chess.Move] = []
+        for start in range(0, len(boards), self.batch_size):
+            chunk = list(boards[start : start + self.batch_size])
+            predicted = self.policy.predict_moves(chunk, temperature=self.temperature, generator=self._generator)
+            if len(predicted) != len(chunk):
+                raise RuntimeError(f"policy returned {len(predicted)} moves for {len(chunk)} positions")
+            for board, move in zip(chunk, predicted):
+                if not board.is_legal(move):
+                    raise RuntimeError(f"policy chose illegal move {move.uci()} in {board.fen()!r}")
+            moves.extend(predicted)
+        return moves

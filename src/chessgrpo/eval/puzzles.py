@@ -1,0 +1,290 @@
+"""Lichess puzzles: first-move accuracy and full-line solve rate, overall and by rating bucket.
+
+The Lichess puzzle CSV (columns PuzzleId, FEN, Moves, Rating, ..., Themes, ...) gives the
+position *before* the opponent's setup move: ``Moves[0]`` is played first, then the solver is to
+move. Solver moves are ``Moves[1], Moves[3], ...``; the opponent's replies ``Moves[2], ...`` are
+played automatically.
+
+Scoring, as on Lichess:
+
+- a solver move is **correct** when it equals the solution move or delivers checkmate (any
+  mate is accepted, and a mate ends the puzzle as solved even if the line had more moves);
+- **first-move accuracy**: the first solver move is correct;
+- **solved**: every solver move is correct until the line ends or a mate is delivered.
+
+Rows are validated (FEN parses into a valid position, every move of `Moves` is legal in
+sequence, an even number of moves so the line ends with a solver move, an integer rating).
+A bad row is **skipped with a warning and counted** (`PuzzleSet.skipped`), so one corrupt row in
+a multi-million-row dump does not stop an evaluation; ``strict=True`` raises on it instead,
+naming the row. A file without the needed columns, or with no valid row, always raises.
+
+Rating buckets (`RATING_BUCKETS`): <1000, 1000-1399, 1400-1799, 1800-2199, >=2200; 400 points
+wide, roughly beginner / club / strong club / expert / master puzzles.
+
+Players are asked in batches: at each solver turn, every still-running puzzle is one position
+of a single `choose_moves` call.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import logging
+import random
+from pathlib import Path
+from typing import Callable, Sequence
+
+import chess
+
+from chessgrpo.board.validation import parse_board, parse_move
+from chessgrpo.eval.players import Player
+from chessgrpo.eval.stats import Interval, wilson_interval
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating")
+
+RATING_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
+    ("<1000", None, 1000),
+    ("1000-1399", 1000, 1400),
+    ("1400-1799", 1400, 1800),
+    ("1800-2199", 1800, 2200),
+    (">=2200", 2200, None),
+)
+"""(name, lowest rating included, highest rating excluded); None = unbounded."""
+
+
+def rating_bucket(rating: int) -> str:
+    for name, low, high in RATING_BUCKETS:
+        if (low is None or rating >= low) and (high is None or rating < high):
+            return name
+    raise AssertionError(rating)  # pragma: no cover - the buckets cover all integers
+
+
+@dataclasses.dataclass(frozen=True)
+class Puzzle:
+    """A validated puzzle: `board` is the solver's position (after the setup move)."""
+
+    id: str
+    rating: int
+    board: chess.Board
+    solution: tuple[chess.Move, ...]
+    """Moves[1:]: solver, opponent, solver, ... ending with a solver move."""
+    themes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedRow:
+    line: int
+    """Line number in the CSV file (the header is line 1)."""
+    puzzle_id: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PuzzleSet:
+    puzzles: tuple[Puzzle, ...]
+    skipped: tuple[SkippedRow, ...] = ()
+
+
+def parse_puzzle(row: dict[str, str]) -> Puzzle:
+    """A `Puzzle` from one CSV row (a dict of the Lichess columns); `ValueError` says what is wrong."""
+    puzzle_id = (row.get("PuzzleId") or "").strip()
+    if not puzzle_id:
+        raise ValueError("empty PuzzleId")
+    try:
+        rating = int((row.get("Rating") or "").strip())
+    except ValueError:
+        raise ValueError(f"puzzle {puzzle_id}: rating {row.get('Rating')!r} is not an integer") from None
+    try:
+        board = parse_board((row.get("FEN") or "").strip())
+    except ValueError as error:
+        raise ValueError(f"puzzle {puzzle_id}: {error}") from None
+    texts = (row.get("Moves") or "").split()
+    if len(texts) < 2 or len(texts) % 2:
+        raise ValueError(
+            f"puzzle {puzzle_id}: Moves must be the setup move then solver/opponent pairs ending with a solver move, "
+            f"got {len(texts)} moves"
+        )
+    moves = []
+    line = board.copy(stack=False)
+    for ply, text in enumerate(texts):
+        try:
+            move = parse_move(line, text)
+        except ValueError as error:
+            raise ValueError(f"puzzle {puzzle_id}: Moves[{ply}]: {error}") from None
+        moves.append(move)
+        line.push(move)
+        if line.is_game_over() and ply < len(texts) - 1:
+            raise ValueError(f"puzzle {puzzle_id}: the game is over after Moves[{ply}] but the line goes on")
+    board.push(moves[0])
+    themes = tuple((row.get("Themes") or "").split())
+    return Puzzle(id=puzzle_id, rating=rating, board=board.copy(stack=False), solution=tuple(moves[1:]), themes=themes)
+
+
+def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0, *, strict: bool = False) -> PuzzleSet:
+    """Validated puzzles from a Lichess puzzle CSV; `max_puzzles` sampled with `seed` (file order kept)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"puzzle file {str(path)!r} does not exist")
+    if max_puzzles is not None and max_puzzles < 1:
+        raise ValueError(f"max_puzzles must be >= 1 or None, got {max_puzzles!r}")
+    puzzles: list[Puzzle] = []
+    skipped: list[SkippedRow] = []
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"puzzle file {str(path)!r} lacks columns {missing} (expected the Lichess puzzle CSV)")
+            for row in reader:
+                line = reader.line_num
+                try:
+                    if None in row:  # more fields than the header
+                        raise ValueError(f"puzzle {row.get('PuzzleId')}: more fields than the header")
+                    puzzles.append(parse_puzzle(row))
+                except ValueError as error:
+                    if strict:
+                        raise ValueError(f"{path}:{line}: {error}") from None
+                    skipped.append(SkippedRow(line=line, puzzle_id=str(row.get("PuzzleId") or ""), reason=str(error)))
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f"puzzle file {str(path)!r} is not a readable CSV: {error}") from None
+    if skipped:
+        logger.warning(
+            "skipped %d malformed puzzle rows of %s (first: line %d: %s)", len(skipped), path, skipped[0].line, skipped[0].reason
+        )
+    if not puzzles:
+        raise ValueError(f"puzzle file {str(path)!r} holds no valid puzzle ({len(skipped)} rows skipped)")
+    if max_puzzles is not None and len(puzzles) > max_puzzles:
+        chosen = sorted(random.Random(seed).sample(range(len(puzzles)), max_puzzles))
+        puzzles = [puzzles[index] for index in chosen]
+    return PuzzleSet(puzzles=tuple(puzzles), skipped=tuple(skipped))
+
+
+# --------------------------------------------------------------------------------------------
+# Solving
+
+
+@dataclasses.dataclass(frozen=True)
+class PuzzleRecord:
+    id: str
+    rating: int
+    first_move_correct: bool
+    solved: bool
+    played: tuple[str, ...]
+    """The player's moves (UCI), up to and including the first wrong one."""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class PuzzleResult:
+    player: str
+    first_move_accuracy: Interval
+    solve_rate: Interval
+    by_rating: dict[str, dict[str, Interval]]
+    """bucket -> {"first_move_accuracy": Interval, "solve_rate": Interval}; empty buckets omitted."""
+    records: tuple[PuzzleRecord, ...]
+
+    def to_json(self, records: bool = False) -> dict:
+        out = {
+            "player": self.player,
+            "first_move_accuracy": self.first_move_accuracy.to_json(),
+            "solve_rate": self.solve_rate.to_json(),
+            "by_rating": {
+                bucket: {metric: interval.to_json() for metric, interval in metrics.items()}
+                for bucket, metrics in self.by_rating.items()
+            },
+        }
+        if records:
+            out["records"] = [record.to_json() for record in self.records]
+        return out
+
+
+def _gives_mate(board: chess.Board, move: chess.Move) -> bool:
+    board.push(move)
+    try:
+        return board.is_checkmate()
+    finally:
+        board.pop()
+
+
+@dataclasses.dataclass
+class _State:
+    puzzle: Puzzle
+    board: chess.Board
+    step: int = 0
+    played: list[str] = dataclasses.field(default_factory=list)
+    first_correct: bool | None = None
+    solved: bool | None = None
+
+
+def solve_puzzles(
+    player: Player,
+    puzzles: Sequence[Puzzle],
+    *,
+    confidence: float = 0.95,
+    progress: Callable[[int], None] | None = None,
+) -> PuzzleResult:
+    """Play every puzzle with `player` (batched by solver turn) and score it like Lichess."""
+    states = [_State(puzzle, puzzle.board.copy()) for puzzle in puzzles]
+    running = list(states)
+    while running:
+        moves = player.choose_moves([state.board.copy(stack=False) for state in running])
+        if len(moves) != len(running):
+            raise RuntimeError(f"player {player.name!r} returned {len(moves)} moves for {len(running)} positions")
+        still_running = []
+        for state, move in zip(running, moves):
+            if not state.board.is_legal(move):
+                raise RuntimeError(f"player {player.name!r} chose illegal move {move.uci()} in {state.board.fen()!r}")
+            expected = state.puzzle.solution[state.step]
+            mates = _gives_mate(state.board, move)
+            correct = move == expected or mates
+            state.played.append(move.uci())
+            if state.first_correct is None:
+                state.first_correct = correct
+            if not correct:
+                state.solved = False
+            elif mates or state.step + 1 == len(state.puzzle.solution):
+                state.solved = True
+            else:
+                state.board.push(move)
+                state.board.push(state.puzzle.solution[state.step + 1])
+                state.step += 2
+                still_running.append(state)
+                continue
+            if progress:
+                progress(1)
+        running = still_running
+    records = [
+        PuzzleRecord(
+            id=s.puzzle.id, rating=s.puzzle.rating, first_move_correct=bool(s.first_correct), solved=bool(s.solved), played=tuple(s.played)
+        )
+        for s in states
+    ]
+    return summarize_puzzles(player.name, records, confidence=confidence)
+
+
+def summarize_puzzles(player: str, records: Sequence[PuzzleRecord], *, confidence: float = 0.95) -> PuzzleResult:
+    """Wilson intervals of first-move accuracy and solve rate, overall and per rating bucket."""
+
+    def metrics(group: Sequence[PuzzleRecord]) -> dict[str, Interval]:
+        return {
+            "first_move_accuracy": wilson_interval(sum(r.first_move_correct for r in group), len(group), confidence),
+            "solve_rate": wilson_interval(sum(r.solved for r in group), len(group), confidence),
+        }
+
+    overall = metrics(records)
+    by_rating = {}
+    for name, _, _ in RATING_BUCKETS:
+        group = [r for r in records if rating_bucket(r.rating) == name]
+        if group:
+            by_rating[name] = metrics(group)
+    return PuzzleResult(
+        player=player,
+        first_move_accuracy=overall["first_move_accuracy"],
+        solve_rate=overall["solve_rate"],
+        by_rating=by_rating,
+        records=tuple(records),
+    )
