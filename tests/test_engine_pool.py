@@ -261,3 +261,15 @@ def test_cached_analysis_equals_fresh_analysis(tmp_path):
     assert again.cached and not fresh.cached
     assert again.lines == fresh.lines
     assert len(other_width.lines) == 2 and not other_width.cached
+
+
+def test_multipv_lines_are_distinct_complete_and_ordered(pool):
+    # Regression: mixing lines of different iteration blocks once listed the same move twice
+    # and out of order in ~10% of positions stopped mid-iteration by the node limit.
+    boards = random_playout_positions(150, seed=11, max_plies=80)
+    for board, analysis in zip(boards, pool.analyse_many(boards, multipv=5)):
+        moves = [line.move for line in analysis.lines]
+        values = [line.win_probability for line in analysis.lines]
+        assert len(moves) == len(set(moves)) == min(5, board.legal_moves.count()), board.fen()
+        assert values == sorted(values, reverse=True), board.fen()
+        assert all(chess.Move.from_uci(move) in board.legal_moves for move in moves)

@@ -62,8 +62,10 @@ class Evaluation:
     mate: int | None = None
     """Mate distance in moves: > 0 the side to move mates, < 0 it gets mated, 0 it is mated now."""
     best_move: str | None = None
-    """The engine's best move in UCI (None for terminal positions)."""
+    """Stockfish's `bestmove` in UCI (None for terminal positions). When the node limit stops
+    an iteration after a new best move failed high, this can differ from pv[0] (rare)."""
     pv: tuple[str, ...] = ()
+    """Principal variation of the scored line (the last iteration with an exact score)."""
     depth: int = 0
     nodes: int = 0
     terminal: str | None = None

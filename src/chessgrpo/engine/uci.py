@@ -166,19 +166,22 @@ class UciProcess:
         commands.append(f"go nodes {nodes}" if nodes is not None else f"go depth {depth}")
         self.send("\n".join(commands))
         deadline = time.monotonic() + timeout_s
-        last_info: dict[int, str] = {}
+        # Stockfish prints one block of lines (multipv 1..k) per iteration, and a last block when
+        # the node limit stops it mid-iteration. Ranks in that last block can carry bounds or
+        # scores from the previous depth, so lines are kept per block and `_final_lines` picks
+        # the last block whose lines are all exact (never mixing blocks: that duplicated moves).
+        blocks: list[list[str]] = []
         while True:
             line = self._read_line(deadline)
             if line.startswith("info") and " score " in line:
-                # Keep the raw text and parse only the last line of each rank: cheaper.
-                parsed_rank = _multipv_of(line)
-                if " lowerbound" not in line and " upperbound" not in line:
-                    last_info[parsed_rank] = line
+                rank = _multipv_of(line)
+                if rank == 1 or not blocks:
+                    blocks.append([])
+                blocks[-1].append(line)
             elif line.startswith("bestmove"):
                 parts = line.split()
                 best = parts[1] if len(parts) > 1 and parts[1] != "(none)" else None
-                lines = [parse_info(last_info[rank]) for rank in sorted(last_info)]
-                return SearchResult(best_move=best, lines=[entry for entry in lines if entry is not None])
+                return SearchResult(best_move=best, lines=_final_lines(blocks))
 
     def quit(self, timeout_s: float = 2.0) -> None:
         """Ask the engine to quit; kill it if it does not."""
@@ -202,6 +205,33 @@ class UciProcess:
                 stream.close()  # type: ignore[union-attr]
             except OSError:
                 pass
+
+
+def _score_key(line: SearchLine) -> float:
+    """Sort key, higher is better for the side to move: mates beat any cp, faster mates first."""
+    if line.mate is not None:
+        return 1e6 - line.mate if line.mate > 0 else -1e6 - line.mate
+    return float(line.cp if line.cp is not None else 0)
+
+
+def _final_lines(blocks: list[list[str]]) -> list[SearchLine]:
+    """The lines of the last block with every rank present and exact (no bound), best first.
+
+    Falls back to the exact lines of the last block that has any, so a search always yields a
+    score when Stockfish printed one.
+    """
+    widest = max((len(block) for block in blocks), default=0)
+    for block in reversed(blocks):
+        if len(block) == widest and not any(" lowerbound" in l or " upperbound" in l for l in block):
+            parsed = [parse_info(line) for line in block]
+            lines = [entry for entry in parsed if entry is not None]
+            if len(lines) == len(block):
+                return sorted(lines, key=_score_key, reverse=True)
+    for block in reversed(blocks):
+        lines = [entry for entry in (parse_info(line) for line in block) if entry is not None]
+        if lines:
+            return sorted(lines, key=_score_key, reverse=True)
+    return []
 
 
 def _multipv_of(line: str) -> int:
