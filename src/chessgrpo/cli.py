@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from typing import Sequence
 
@@ -21,8 +22,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*=")
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``key=value`` overrides may stand anywhere, also after options."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    stray = [token for token in extra if not _OVERRIDE.match(token)]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        if not hasattr(args, "overrides"):
+            parser.error(f"this command takes no key=value overrides: {' '.join(extra)}")
+        args.overrides = list(args.overrides or []) + extra
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

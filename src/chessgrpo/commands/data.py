@@ -1,9 +1,162 @@
-"""Placeholder: `chessgrpo data` is being written (owned by one engineer at a time)."""
+"""`chessgrpo data generate` and `chessgrpo data import-pgn`: labelled-position datasets.
+
+Settings come from `--config FILE`, then ``key=value`` overrides, then the flags (shortcuts for
+config keys: `--positions 5000` is ``positions=5000``). A flag and an override of the same key
+on one command line is an error rather than a silent choice.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
+from typing import Any
+
+from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.config import ConfigError, load_config, parse_override
+
+# Flag destination -> config key, per subcommand.
+_GENERATE_FLAGS = {"out": "out", "positions": "positions", "nodes": "nodes", "multipv": "multipv", "seed": "seed"}
+_IMPORT_FLAGS = {
+    "pgn": "pgn",
+    "out": "out",
+    "min_elo": "min_elo",
+    "max_games": "max_games",
+    "positions_per_game": "positions_per_game",
+    "nodes": "nodes",
+    "multipv": "multipv",
+    "seed": "seed",
+}
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:  # noqa: ARG001 - not registered yet
-    return None
+class _IntermixedParser(argparse.ArgumentParser):
+    """Accepts positionals between options (``import-pgn FILE --out DIR nodes=100``).
+
+    Plain argparse takes all positionals of a run of them at once, so overrides after an
+    option would be "unrecognized arguments"; the intermixed parse collects them wherever
+    they are.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._intermixing:  # parse_known_intermixed_args calls back into parse_known_args
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("data", help="labelled-position datasets: generate from engine games, import PGN")
+    data_commands = data.add_subparsers(
+        dest="data_command", required=True, metavar="SUBCOMMAND", parser_class=_IntermixedParser
+    )
+
+    generate = data_commands.add_parser(
+        "generate",
+        help="label positions from engine games (random openings, sampled moves) and random playouts",
+        description="Generate (or resume) a dataset of Stockfish-labelled positions as Parquet shards.",
+    )
+    add_config_arguments(generate)
+    generate.add_argument("--out", metavar="DIR", help="dataset directory (config key out)")
+    generate.add_argument("--positions", type=int, metavar="N", help="total positions wanted (config key positions)")
+    _add_labelling_flags(generate)
+    generate.set_defaults(handler=run_generate)
+
+    pgn = data_commands.add_parser(
+        "import-pgn",
+        help="label positions sampled from the games of a PGN file (.pgn, .pgn.gz, .pgn.zst)",
+        description="Import positions from real games (e.g. the Lichess database), labelled like `data generate`.",
+    )
+    pgn.add_argument("pgn", metavar="FILE", help="PGN file: .pgn, .pgn.gz or .pgn.zst (config key pgn)")
+    add_config_arguments(pgn)
+    pgn.add_argument("--out", metavar="DIR", help="dataset directory (config key out)")
+    pgn.add_argument("--min-elo", type=int, metavar="E", help="keep games where both players are rated >= E (min_elo)")
+    pgn.add_argument("--max-games", type=int, metavar="G", help="read at most G games (max_games)")
+    per_game = pgn.add_mutually_exclusive_group()
+    per_game.add_argument("--positions-per-game", type=int, metavar="K", help="positions sampled per game (positions_per_game)")
+    per_game.add_argument(
+        "--every-ply", dest="positions_per_game", action="store_const", const="every", help="take every position of each game"
+    )
+    _add_labelling_flags(pgn)
+    pgn.set_defaults(handler=run_import_pgn)
+
+
+def _add_labelling_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, metavar="K", help="node limit per labelling search (config key nodes)")
+    parser.add_argument("--multipv", type=int, metavar="M", help="top moves stored per position (config key multipv)")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed (config key seed)")
+
+
+def _load(cls: type, args: argparse.Namespace, flags: dict[str, str]) -> Any:
+    """The config from file and overrides, with the flags given on the command line applied last."""
+    config = load_config(cls, args.config, args.overrides)
+    overridden = {parse_override(text)[0][0] for text in args.overrides}
+    for dest, key in flags.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if key in overridden:
+            raise ConfigError(f"{key} is given twice: as a flag and as {key}=...; give it once")
+        setattr(config, key, None if value == "every" else value)
+    return config
+
+
+def _progress_bar(total: int | None, initial: int, description: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=description, unit="pos", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+
+def _format_counts(counts: dict[str, Any]) -> str:
+    splits = ", ".join(f"{name} {number}" for name, number in counts["splits"].items())
+    sources = ", ".join(f"{name} {number}" for name, number in counts["sources"].items())
+    return f"{splits}; {sources or 'no sources'}; {counts['shards']} shard(s) per split"
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Generate or resume a dataset; print what was added and where."""
+    from chessgrpo.data.generate import DatasetGenerator, GenerateConfig
+
+    config = _load(GenerateConfig, args, _GENERATE_FLAGS)
+    generator = DatasetGenerator(config)
+    if generator.complete:
+        print(f"dataset {config.out} already has {generator.existing} positions (asked for {config.positions}): nothing to do")
+        return 0
+    if generator.existing:
+        logging.getLogger(__name__).info("resuming %s: %d positions already stored", config.out, generator.existing)
+    with _progress_bar(config.positions, generator.existing, "labelling") as bar:
+        summary = generator.run(progress=bar.update)
+    rate = summary.added / max(summary.seconds, 1e-9)
+    print(
+        f"added {summary.added} positions to {summary.directory} ({summary.total} in total: {_format_counts(summary.counts)}) "
+        f"with {summary.engine} at nodes={config.nodes} multipv={config.multipv} in {summary.seconds:.1f}s "
+        f"({rate:.1f} positions/s, engine startup included)"
+    )
+    return 0
+
+
+def run_import_pgn(args: argparse.Namespace) -> int:
+    """Import (or resume importing) a PGN file; print game and position counts."""
+    from chessgrpo.data.pgn_import import ImportPgnConfig, PgnImporter
+
+    config = _load(ImportPgnConfig, args, _IMPORT_FLAGS)
+    # Malformed games are counted and reported below; python-chess would also log each one.
+    logging.getLogger("chess.pgn").setLevel(logging.CRITICAL)
+    importer = PgnImporter(config)
+    if importer.complete:
+        print(f"dataset {config.out} already holds the import of {config.pgn} ({importer.existing} positions): nothing to do")
+        return 0
+    with _progress_bar(None, importer.existing, "labelling") as bar:
+        summary = importer.run(progress=bar.update)
+    games = summary.games
+    print(
+        f"read {games.games_read} games ({games.games_used} used; skipped: {games.skipped_elo} by Elo, "
+        f"{games.skipped_malformed} malformed, {games.skipped_variant} variant, {games.skipped_empty} empty); "
+        f"added {summary.added} positions to {summary.directory} ({summary.total} in total: {_format_counts(summary.counts)}) "
+        f"in {summary.seconds:.1f}s"
+    )
+    return 0

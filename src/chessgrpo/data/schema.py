@@ -2,7 +2,9 @@
 
 A dataset is a directory::
 
+    DIR/config.yaml              the resolved config of the command that made it
     DIR/manifest.json            what made it (command, settings, counts), schema version
+    DIR/resume/                  generator state for resuming (engine games in flight)
     DIR/train/shard-00000.parquet
     DIR/test/shard-00000.parquet
 

@@ -1,0 +1,349 @@
+"""`chessgrpo data import-pgn`: positions from real games, labelled like generated ones.
+
+Reads PGN files as the Lichess database publishes them (``.pgn``, ``.pgn.gz``, ``.pgn.zst``;
+the compression is recognised by the file's first bytes), keeps games whose players both reach
+`min_elo`, samples `positions_per_game` positions from each game's mainline (reproducibly, by
+seed and game number), deduplicates them and labels them with the same code as `data generate`
+(`labelling.label_boards`), into the same shard layout.
+
+A malformed game (python-chess records an illegal or unparsable move in ``game.errors``) or a
+variant game is skipped and counted, never a crash. Shards are cut at game boundaries and the
+manifest records how many games they cover, so a killed import resumes after the last written
+shard (games before it are skipped with the fast `chess.pgn.skip_game`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import io
+import logging
+import random
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+import chess
+import chess.pgn
+import pyarrow as pa
+
+from chessgrpo.config import save_config, to_dict
+from chessgrpo.data import schema
+from chessgrpo.data.labelling import (
+    DataEngineConfig,
+    DatasetWriter,
+    LabelSettings,
+    Progress,
+    check_engine,
+    is_labelable,
+    label_boards,
+    labelling_engine,
+    now_iso,
+    prepare_output,
+    require,
+    validate_labelling,
+)
+from chessgrpo.engine.pool import EnginePool
+
+logger = logging.getLogger(__name__)
+
+PGN = "pgn"
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+@dataclasses.dataclass
+class ImportPgnConfig:
+    """`chessgrpo data import-pgn`: label positions sampled from the games of a PGN file."""
+
+    pgn: str = ""
+    """PGN file: .pgn, .pgn.gz or .pgn.zst (the positional FILE argument)."""
+    out: str = ""
+    """Dataset directory (required; `--out`). A rerun with the same settings resumes it."""
+    min_elo: int | None = None
+    """Keep only games where both WhiteElo and BlackElo are at least this; null keeps all games."""
+    max_games: int | None = None
+    """Stop after reading this many games (skipped ones included); null reads the whole file."""
+    positions_per_game: int | None = 10
+    """Positions sampled from each game's mainline; null takes every ply."""
+    nodes: int = 2000
+    """Node limit of each labelling search."""
+    multipv: int = 5
+    """Top moves stored per position."""
+    seed: int = 0
+    """Seed of the per-game position sampling."""
+    test_fraction: float = 0.05
+    """Share of positions in the test split (by position hash, see `schema.split_of`)."""
+    shard_size: int = 5000
+    """About this many positions per shard (shards end at game boundaries)."""
+    all_legal_values: bool = False
+    """Also store the value of every legal move (one extra search per legal move: slow)."""
+    engine: DataEngineConfig = dataclasses.field(default_factory=DataEngineConfig)
+    """Stockfish pool; leave engine.nodes and engine.depth null: `nodes` is the labelling limit."""
+
+    def validate(self) -> None:
+        """Raise `ConfigError` (or `FileNotFoundError` for a missing file) naming the bad setting."""
+        require(bool(self.pgn), "pgn", self.pgn, "give the PGN file to import")
+        require(bool(self.out), "out", self.out, "give the dataset directory with --out DIR (or out=DIR)")
+        if self.min_elo is not None:
+            require(self.min_elo >= 0, "min_elo", self.min_elo, "must be >= 0")
+        if self.max_games is not None:
+            require(self.max_games >= 1, "max_games", self.max_games, "must be >= 1")
+        if self.positions_per_game is not None:
+            require(self.positions_per_game >= 1, "positions_per_game", self.positions_per_game, "must be >= 1 (null = every ply)")
+        require(self.shard_size >= 1, "shard_size", self.shard_size, "must be >= 1")
+        validate_labelling(self.nodes, self.multipv, self.test_fraction, self.engine)
+        path = Path(self.pgn)
+        if not path.exists():
+            raise FileNotFoundError(f"PGN file {self.pgn!r} does not exist")
+        if not path.is_file():
+            raise ValueError(f"PGN file {self.pgn!r} is not a file")
+
+    @property
+    def label_settings(self) -> LabelSettings:
+        """How every position of this dataset is labelled."""
+        return LabelSettings(nodes=self.nodes, multipv=self.multipv, all_legal_values=self.all_legal_values)
+
+    def identity(self) -> dict[str, Any]:
+        """The settings every shard of a dataset must share (all but out, max_games, engine)."""
+        settings = to_dict(self)
+        for key in ("out", "max_games", "engine"):
+            settings.pop(key)
+        settings["pgn"] = str(Path(self.pgn).resolve())
+        return {"command": "import-pgn", **settings}
+
+
+@dataclasses.dataclass
+class GameCounts:
+    """What happened to the games read (cumulative over resumed runs)."""
+
+    games_read: int = 0
+    """Games parsed from the file, skipped ones included."""
+    games_used: int = 0
+    """Games that passed the filters (they may still add no new position)."""
+    skipped_elo: int = 0
+    """Games below min_elo or without a numeric WhiteElo/BlackElo while a filter is set."""
+    skipped_malformed: int = 0
+    """Games python-chess reported errors for (illegal or unparsable moves, bad FEN header)."""
+    skipped_variant: int = 0
+    """Games of another variant (Chess960, atomic, ...)."""
+    skipped_empty: int = 0
+    """Games without a single move."""
+
+
+@dataclasses.dataclass
+class ImportSummary:
+    """What an `import-pgn` run did."""
+
+    directory: Path
+    added: int
+    total: int
+    shards_written: int
+    seconds: float
+    games: GameCounts
+    counts: dict[str, Any]
+    engine: str | None = None
+    already_complete: bool = False
+
+
+@contextlib.contextmanager
+def open_pgn(path: str | Path) -> Iterator[TextIO]:
+    """Open a PGN file as text, decompressing gzip or zstd when its first bytes say so."""
+    path = Path(path)
+    try:
+        with path.open("rb") as probe:
+            magic = probe.read(4)
+        if magic.startswith(_GZIP_MAGIC):
+            raw: Any = gzip.open(path, "rb")
+        elif magic == _ZSTD_MAGIC:
+            raw = pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")  # no extra dependency
+        else:
+            raw = path.open("rb")
+    except OSError as error:
+        raise ValueError(f"cannot open PGN file {str(path)!r}: {error}") from None
+    # Undecodable bytes become U+FFFD: python-chess then reports the game as malformed.
+    handle = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace")
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def _elo(headers: chess.pgn.Headers, key: str) -> int | None:
+    try:
+        return int(headers.get(key, ""))
+    except ValueError:
+        return None
+
+
+def game_filter_reason(game: chess.pgn.Game, min_elo: int | None) -> str | None:
+    """Why a game is skipped ("elo", "malformed", "variant", "empty"), or None to keep it."""
+    if game.errors:
+        return "malformed"
+    board = game.board()
+    if type(board) is not chess.Board or board.chess960:
+        return "variant"
+    if not board.is_valid():
+        return "malformed"
+    if game.next() is None:
+        return "empty"
+    if min_elo is not None:
+        white, black = _elo(game.headers, "WhiteElo"), _elo(game.headers, "BlackElo")
+        if white is None or black is None or min(white, black) < min_elo:
+            return "elo"
+    return None
+
+
+def sample_positions(game: chess.pgn.Game, count: int | None, rng: random.Random) -> list[chess.Board]:
+    """Up to `count` distinct-ply labelable positions of the mainline (all when None), in game order."""
+    board = game.board()
+    positions = []
+    for move in game.mainline_moves():
+        positions.append(board.copy(stack=False))
+        board.push(move)
+    positions.append(board.copy(stack=False))
+    candidates = [position for position in positions if is_labelable(position)]
+    if count is None or len(candidates) <= count:
+        return candidates
+    return [candidates[i] for i in sorted(rng.sample(range(len(candidates)), count))]
+
+
+class PgnImporter:
+    """Import (or resume importing) a PGN file: ``PgnImporter(config).run(progress=bar.update)``."""
+
+    def __init__(self, config: ImportPgnConfig):
+        config.validate()
+        self.config = config
+        self.directory, self.manifest = prepare_output(config.out, config.identity())
+        self.writer = DatasetWriter(self.directory, config.test_fraction)
+        known = {field.name for field in dataclasses.fields(GameCounts)}
+        self.games = GameCounts(**{k: v for k, v in self.manifest.get("games", {}).items() if k in known})
+        self.end_of_file = bool(self.manifest.get("end_of_file", False))
+        self.earlier_seconds = float(self.manifest.get("wall_time_s", 0.0))
+
+    @property
+    def existing(self) -> int:
+        """Positions already stored."""
+        return self.writer.rows
+
+    @property
+    def complete(self) -> bool:
+        """True when the file is exhausted or `max_games` games have been read."""
+        limit = self.config.max_games
+        return self.end_of_file or (limit is not None and self.games.games_read >= limit)
+
+    def run(self, *, pool: EnginePool | None = None, progress: Progress | None = None) -> ImportSummary:
+        """Read, filter, sample, label and write; a complete import is left untouched."""
+        started = time.perf_counter()
+        before, shards_before = self.writer.rows, self.writer.next_shard
+        if self.complete:
+            return self._summary(before, shards_before, started, self.manifest.get("engine"), already_complete=True)
+        own_pool = pool is None
+        if pool is None:
+            pool = EnginePool.from_config(labelling_engine(self.config.engine, self.config.nodes))
+        try:
+            check_engine(self.manifest, self.directory, pool.engine_name)
+            save_config(self.config, self.directory / "config.yaml")
+            self._write_manifest(pool.engine_name, 0.0)
+            self._import(pool, started, progress)
+            self._write_manifest(pool.engine_name, time.perf_counter() - started)
+            return self._summary(before, shards_before, started, pool.engine_name)
+        finally:
+            if own_pool:
+                pool.close()
+
+    def _import(self, pool: EnginePool, started: float, progress: Progress | None) -> None:
+        config = self.config
+        pending: list[chess.Board] = []
+        counts = dataclasses.replace(self.games)  # advances past games whose positions are pending
+        try:
+            with open_pgn(config.pgn) as handle:
+                for _ in range(counts.games_read):  # resume: these games are in written shards
+                    if not chess.pgn.skip_game(handle):
+                        break
+                while config.max_games is None or counts.games_read < config.max_games:
+                    game = chess.pgn.read_game(handle)
+                    if game is None:
+                        self.end_of_file = True
+                        break
+                    pending.extend(self._positions_of(game, counts))
+                    if len(pending) >= config.shard_size:
+                        self._flush(pool, pending, counts, started, progress)
+                        pending = []
+        except (OSError, EOFError, zlib.error, pa.ArrowException) as error:  # truncated or corrupt compression
+            raise ValueError(f"cannot read PGN file {config.pgn!r}: {error}") from None
+        self._flush(pool, pending, counts, started, progress)
+        if self.end_of_file and self.games.games_used == 0 and self.writer.rows == 0:
+            raise ValueError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")
+
+    def _positions_of(self, game: chess.pgn.Game, counts: GameCounts) -> list[chess.Board]:
+        index = counts.games_read
+        counts.games_read += 1
+        reason = game_filter_reason(game, self.config.min_elo)
+        if reason is not None:
+            setattr(counts, f"skipped_{reason}", getattr(counts, f"skipped_{reason}") + 1)
+            return []
+        counts.games_used += 1
+        rng = random.Random(f"chessgrpo.data.pgn_import/{self.config.seed}/{index}")
+        positions = []
+        for board in sample_positions(game, self.config.positions_per_game, rng):
+            fen = board.fen()
+            if self.writer.is_new(fen):
+                self.writer.reserve(fen)
+                positions.append(board)
+        return positions
+
+    def _flush(self, pool: EnginePool, pending: list[chess.Board], counts: GameCounts, started: float, progress: Progress | None) -> None:
+        """Label and write the pending positions, then record the games they came from."""
+        if pending:
+            rows = label_boards(pool, pending, PGN, self.config.label_settings, progress)
+            self.writer.write_shard(rows)
+        self.games = dataclasses.replace(counts)
+        self._write_manifest(pool.engine_name, time.perf_counter() - started)
+
+    def _describe_counts(self) -> str:
+        return ", ".join(f"{key} {value}" for key, value in dataclasses.asdict(self.games).items())
+
+    def _summary(
+        self, before: int, shards_before: int, started: float, engine: str | None, already_complete: bool = False
+    ) -> ImportSummary:
+        return ImportSummary(
+            directory=self.directory,
+            added=self.writer.rows - before,
+            total=self.writer.rows,
+            shards_written=self.writer.next_shard - shards_before,
+            seconds=time.perf_counter() - started,
+            games=dataclasses.replace(self.games),
+            counts=self.writer.count_summary(),
+            engine=engine,
+            already_complete=already_complete,
+        )
+
+    def _write_manifest(self, engine: str | None, run_seconds: float) -> None:
+        manifest = {
+            "command": "import-pgn",
+            "complete": self.complete,
+            "end_of_file": self.end_of_file,
+            "pgn": str(Path(self.config.pgn).resolve()),
+            **self.writer.count_summary(),
+            "games": dataclasses.asdict(self.games),
+            "engine": engine,
+            "nodes": self.config.nodes,
+            "multipv": self.config.multipv,
+            "seed": self.config.seed,
+            "min_elo": self.config.min_elo,
+            "positions_per_game": self.config.positions_per_game,
+            "test_fraction": self.config.test_fraction,
+            "all_legal_values": self.config.all_legal_values,
+            "wall_time_s": round(self.earlier_seconds + run_seconds, 3),
+            "updated": now_iso(),
+            "identity": self.config.identity(),
+        }
+        schema.write_manifest(self.directory, manifest)
+
+
+def import_pgn(config: ImportPgnConfig, *, pool: EnginePool | None = None, progress: Progress | None = None) -> ImportSummary:
+    """Import the PGN file described by `config` (see `PgnImporter`)."""
+    return PgnImporter(config).run(pool=pool, progress=progress)

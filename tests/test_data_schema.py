@@ -1,0 +1,111 @@
+"""The dataset schema, shard I/O and the output-directory bookkeeping (no engine needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chessgrpo.board import random_playout_positions
+from chessgrpo.data import schema
+from chessgrpo.data.labelling import DatasetWriter, prepare_output
+
+START = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+BLACK_MATES = "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1"
+
+
+def make_row(fen: str, source: str = "engine_game", legal: bool = False) -> dict:
+    row = {
+        "fen": fen,
+        "source": source,
+        "best_move": "e2e4",
+        "best_action": 317,
+        "moves": ["e2e4", "d2d4"],
+        "win_probs": [0.55, 0.5],
+        "value": 0.55,
+        "legal_moves": None,
+        "legal_win_probs": None,
+        "nodes": 200,
+    }
+    if legal:
+        row["legal_moves"], row["legal_win_probs"] = ["e2e4", "d2d4", "g1f3"], [0.55, 0.5, 0.52]
+    return row
+
+
+def fens(count: int) -> list[str]:
+    """Distinct real positions (seeded random playouts)."""
+    return [board.fen() for board in random_playout_positions(count, seed=11, max_plies=40)]
+
+
+def test_round_trip_with_and_without_legal_values(tmp_path):
+    rows = [make_row(START), make_row(BLACK_MATES, source="pgn", legal=True)]
+    path = schema.write_shard(rows, tmp_path / "train" / "shard-00000.parquet")
+    assert path.is_file() and not list(tmp_path.rglob("*.tmp"))
+    table = schema.read_positions(tmp_path, split="train")
+    assert table.schema == schema.POSITION_SCHEMA
+    back = table.to_pylist()
+    assert back[0]["legal_moves"] is None and back[0]["legal_win_probs"] is None
+    assert back[1]["legal_moves"] == ["e2e4", "d2d4", "g1f3"]
+    for original, read in zip(rows, back):
+        assert read["fen"] == original["fen"] and read["moves"] == original["moves"]
+        assert read["win_probs"] == pytest.approx(original["win_probs"], abs=1e-6)
+    assert schema.read_positions(path, columns=["fen"]).column_names == ["fen"]
+
+
+def test_corrupt_shard_is_an_error_naming_it(tmp_path):
+    schema.write_shard([make_row(START)], tmp_path / "train" / "shard-00000.parquet")
+    bad = tmp_path / "train" / "shard-00001.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(ValueError, match="shard-00001.parquet"):
+        schema.read_positions(tmp_path)
+    (tmp_path / "test").mkdir()
+    schema.write_shard([make_row(BLACK_MATES)], tmp_path / "test" / "shard-00001.parquet")
+    with pytest.raises(ValueError, match="shard-00001.parquet"):
+        DatasetWriter(tmp_path, test_fraction=0.05)  # resuming a damaged dataset stops, naming the file
+
+
+def test_split_is_a_pure_function_of_the_position():
+    assert schema.split_of(START) == schema.split_of(START.replace(" 0 1", " 7 40"))
+    many = fens(400)
+    test_share = sum(schema.split_of(fen, 0.25) == "test" for fen in many) / len(many)
+    assert 0.15 < test_share < 0.35
+    assert all(schema.split_of(fen, 0.0) == "train" for fen in many)
+
+
+def test_writer_splits_counts_and_recovers_from_a_killed_run(tmp_path):
+    rows = [make_row(fen, source="random_playout" if i % 3 == 0 else "engine_game") for i, fen in enumerate(fens(90))]
+    writer = DatasetWriter(tmp_path, test_fraction=0.3)
+    assert writer.write_shard(rows[:45]) == 0 and writer.write_shard(rows[45:]) == 1
+    for split in schema.SPLITS:
+        table = schema.read_positions(tmp_path, split=split)
+        assert all(schema.split_of(fen, 0.3) == split for fen in table.column("fen").to_pylist())
+    # What a killed run can leave: a temporary file and an index with only one split written.
+    (tmp_path / "train" / "shard-00002.parquet.tmp").write_bytes(b"partial")
+    schema.write_shard(rows[:5], tmp_path / "test" / "shard-00002.parquet")
+    resumed = DatasetWriter(tmp_path, test_fraction=0.3)
+    assert not list(tmp_path.rglob("*.tmp")) and not (tmp_path / "test" / "shard-00002.parquet").exists()
+    assert resumed.rows == 90 and resumed.next_shard == 2
+    assert all(not resumed.is_new(fen) for fen in fens(90))
+    summary = resumed.count_summary()
+    assert summary["sources"] == {"engine_game": 60, "random_playout": 30}
+    assert sum(summary["splits"].values()) == 90 and summary["shards"] == 2
+
+
+def test_output_directory_checks(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        prepare_output(str(a_file), {"command": "generate"})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty"):
+        prepare_output(str(tmp_path / "other"), {"command": "generate"})
+    directory, manifest = prepare_output(str(tmp_path / "new"), {"command": "generate", "nodes": 200})
+    assert directory.is_dir() and manifest == {}
+    schema.write_manifest(directory, {"command": "generate", "identity": {"command": "generate", "nodes": 200}})
+    assert prepare_output(str(directory), {"command": "generate", "nodes": 200})[1]["command"] == "generate"
+    with pytest.raises(ValueError, match="nodes: 200 there, 300 now"):
+        prepare_output(str(directory), {"command": "generate", "nodes": 300})
+    with pytest.raises(ValueError, match="data generate"):
+        prepare_output(str(directory), {"command": "import-pgn"})
+    assert json.loads((directory / "manifest.json").read_text())["schema_version"] == schema.SCHEMA_VERSION
