@@ -8,8 +8,7 @@ setup:
 	@bash scripts/setup.sh
 
 run: setup
-	$(BIN)/chessgrpo doctor
-	$(BIN)/chessgrpo engine eval --config configs/engine_eval.yaml
+	bash scripts/quickstart.sh
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,211 @@
+"""Labelled positions in memory as tensors, and the exactly-resumable batch sampler.
+
+`load_split` reads one split of a dataset directory (`chessgrpo.data.schema`) once and keeps:
+
+- ``tokens``      uint8 [N, 77]      `encode_fens` of the FENs
+- ``legal_bits``  uint8 [N, 246]     legal-move masks packed 8 per byte (1968 / 8); a batch is
+                                     unpacked on demand, so 10^6 positions take 246 MB, not 2 GB
+- ``best_action`` int64 [N]          the engine's best move (behaviour-cloning target)
+- ``actions``     int64 [N, M]       the multipv moves as action indices, -1 padded
+- ``win_probs``   float32 [N, M]     win probability (side to move) after each of those moves
+
+Every label is checked on load: the best move must equal ``moves[0]`` and every listed move must
+be legal in its position, so a mislabelled row (a move from another position, a flipped
+perspective) fails loudly instead of training silently on garbage.
+
+`EpochSampler` draws batches from a seeded permutation per epoch; its state is (epoch, offset),
+which the checkpoint stores, so a resumed run sees exactly the batches a straight run would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import chess
+import numpy as np
+import torch
+
+from chessgrpo.board import NUM_ACTIONS, encode_fens, legal_masks, move_to_action
+from chessgrpo.data.schema import Split, read_positions, shard_paths
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("fen", "best_move", "best_action", "moves", "win_probs")
+_CHUNK = 8192  # rows whose dense legal masks exist at once while loading
+
+
+@dataclasses.dataclass
+class PositionTensors:
+    """One split of a dataset in memory (see the module docstring for shapes)."""
+
+    tokens: torch.Tensor
+    legal_bits: np.ndarray
+    best_action: torch.Tensor
+    actions: torch.Tensor
+    win_probs: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def batch(self, indices: torch.Tensor) -> "Batch":
+        """The rows at `indices` (CPU tensors; legal masks unpacked)."""
+        index = indices.numpy()
+        masks = np.unpackbits(self.legal_bits[index], axis=1, count=NUM_ACTIONS).view(bool)
+        return Batch(
+            tokens=self.tokens[indices].long(),
+            legal_mask=torch.from_numpy(masks),
+            best_action=self.best_action[indices],
+            actions=self.actions[indices],
+            win_probs=self.win_probs[indices],
+        )
+
+
+@dataclasses.dataclass
+class Batch:
+    """A batch ready for the model: tokens [B, 77] long, legal_mask [B, 1968] bool, targets."""
+
+    tokens: torch.Tensor
+    legal_mask: torch.Tensor
+    best_action: torch.Tensor
+    actions: torch.Tensor
+    win_probs: torch.Tensor
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+
+
+def has_split(directory: str | os.PathLike, split: Split) -> bool:
+    """True when the dataset directory has at least one shard of `split`."""
+    return bool(shard_paths(directory, split))
+
+
+def load_split(directory: str | os.PathLike, split: Split) -> PositionTensors:
+    """Read and validate one split of a dataset directory into memory.
+
+    Raises:
+        FileNotFoundError: the directory or the split's shards are missing.
+        ValueError: a row's labels are inconsistent (the message names the row and the FEN).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"dataset directory {str(directory)!r} does not exist; run `chessgrpo data generate` first")
+    if not has_split(directory, split):
+        raise FileNotFoundError(
+            f"dataset directory {str(directory)!r} has no {split} shards ({split}/shard-*.parquet); "
+            "run `chessgrpo data generate` first"
+        )
+    table = read_positions(directory, split, COLUMNS)
+    fens = table.column("fen").to_pylist()
+    best_moves = table.column("best_move").to_pylist()
+    best_column = np.asarray(table.column("best_action").to_numpy(zero_copy_only=False), dtype=np.int64)
+    moves = table.column("moves").to_pylist()
+    wins = table.column("win_probs").to_pylist()
+    count = len(fens)
+    if count == 0:
+        raise ValueError(f"dataset directory {str(directory)!r}: the {split} split is empty")
+    width = max(1, max(len(m or ()) for m in moves))
+
+    tokens = encode_fens(fens)  # validates every FEN string
+    legal_bits = np.zeros((count, (NUM_ACTIONS + 7) // 8), dtype=np.uint8)
+    actions = np.full((count, width), -1, dtype=np.int64)
+    win_probs = np.zeros((count, width), dtype=np.float32)
+    where = f"dataset {str(directory)!r} {split} split"
+    for start in range(0, count, _CHUNK):
+        stop = min(count, start + _CHUNK)
+        masks = legal_masks([chess.Board(fen) for fen in fens[start:stop]])
+        legal_bits[start:stop] = np.packbits(masks, axis=1)
+        for row in range(start, stop):
+            _check_row(where, row, fens[row], best_moves[row], int(best_column[row]), moves[row], wins[row], masks[row - start])
+            actions[row, : len(moves[row])] = [move_to_action(m) for m in moves[row]]
+            win_probs[row, : len(wins[row])] = wins[row]
+    _warn_if_best_is_not_best(where, actions, win_probs)
+    return PositionTensors(
+        tokens=torch.from_numpy(tokens),
+        legal_bits=legal_bits,
+        best_action=torch.from_numpy(best_column),
+        actions=torch.from_numpy(actions),
+        win_probs=torch.from_numpy(win_probs),
+    )
+
+
+def _check_row(where, row, fen, best_move, best_action, moves, wins, mask) -> None:
+    def bad(reason: str) -> ValueError:
+        return ValueError(f"{where}, row {row} ({fen!r}): {reason}")
+
+    if not mask.any():
+        raise bad("the position has no legal move")
+    if not moves or wins is None or len(moves) != len(wins):
+        raise bad(f"moves {moves!r} and win_probs {wins!r} must be non-empty and of equal length")
+    if best_move != moves[0]:
+        raise bad(f"best_move {best_move!r} is not moves[0] {moves[0]!r}")
+    if move_to_action(best_move) != best_action:
+        raise bad(f"best_action {best_action} is not the index of best_move {best_move!r}")
+    for move in moves:
+        if not mask[move_to_action(move)]:
+            raise bad(f"labelled move {move!r} is not legal there")
+    if any(not 0.0 <= w <= 1.0 for w in wins):
+        raise bad(f"win_probs {wins!r} are not all in [0, 1]")
+
+
+def _warn_if_best_is_not_best(where: str, actions: np.ndarray, win_probs: np.ndarray) -> None:
+    """Multipv lists are best first; many rows where moves[0] is clearly not the best smell of a
+    perspective flip (labels from the wrong side), which would teach the worst move."""
+    valid = actions >= 0
+    best_other = np.where(valid, win_probs, -np.inf)[:, 1:].max(axis=1, initial=-np.inf)
+    worse = float(np.mean(best_other > win_probs[:, 0] + 0.05))
+    if worse > 0.05:
+        logger.warning("%s: in %.0f%% of rows another listed move beats moves[0] by > 0.05 win probability; "
+                       "are win_probs from the side to move's point of view?", where, 100 * worse)
+
+
+class EpochSampler:
+    """Batches of indices from a fresh seeded permutation each epoch; state = (epoch, offset).
+
+    The permutation of epoch ``e`` comes from a `torch.Generator` seeded with a hash of
+    ``(seed, e)``, so it depends on nothing but those two numbers. A batch that runs past the end
+    of an epoch continues into the next one, so every batch has exactly `batch_size` rows (also
+    when the dataset is smaller than a batch) and no position is skipped.
+    """
+
+    def __init__(self, size: int, batch_size: int, seed: int, *, epoch: int = 0, offset: int = 0):
+        if size < 1 or batch_size < 1:
+            raise ValueError(f"need size >= 1 and batch_size >= 1, got {size}, {batch_size}")
+        if not 0 <= offset < size or epoch < 0:
+            raise ValueError(f"sampler position (epoch={epoch}, offset={offset}) is outside a dataset of {size}")
+        self.size, self.batch_size, self.seed = size, batch_size, seed
+        self.epoch, self.offset = epoch, offset
+        self._permutation = self._permute(epoch)
+
+    def _permute(self, epoch: int) -> torch.Tensor:
+        seed = int(np.random.SeedSequence([self.seed, epoch]).generate_state(1, dtype=np.uint64)[0])
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randperm(self.size, generator=generator)
+
+    def next_indices(self) -> torch.Tensor:
+        parts, needed = [], self.batch_size
+        while needed:
+            take = min(needed, self.size - self.offset)
+            parts.append(self._permutation[self.offset : self.offset + take])
+            self.offset += take
+            needed -= take
+            if self.offset == self.size:
+                self.epoch, self.offset = self.epoch + 1, 0
+                self._permutation = self._permute(self.epoch)
+        return torch.cat(parts)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset, "size": self.size, "batch_size": self.batch_size, "seed": self.seed}
+
+    @classmethod
+    def from_state(cls, state: dict[str, int], size: int, batch_size: int, seed: int) -> "EpochSampler":
+        """Rebuild a sampler; refuses when the dataset or batch size changed since the checkpoint."""
+        saved = (state["size"], state["batch_size"], state["seed"])
+        if saved != (size, batch_size, seed):
+            raise ValueError(
+                f"cannot resume the data order exactly: checkpoint has (positions, batch_size, seed) = {saved}, "
+                f"now {(size, batch_size, seed)}; did the dataset change?"
+            )
+        return cls(size, batch_size, seed, epoch=state["epoch"], offset=state["offset"])

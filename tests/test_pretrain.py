@@ -1,0 +1,239 @@
+"""Pretraining: targets and losses against hand-computed numbers, the schedule, learning on a
+small engine-labelled dataset (both objectives), metrics rows, exact resume across processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from chessgrpo import cli
+from chessgrpo.board import NUM_ACTIONS, move_to_action, random_playout_positions
+from chessgrpo.config import RunConfig, load_config
+from chessgrpo.data.schema import write_shard
+from chessgrpo.engine import EnginePool
+from chessgrpo.models.policy import load_policy, log_probs
+from chessgrpo.track.metrics import MetricsWriter, read_metrics
+from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
+from chessgrpo.train.dataset import EpochSampler, load_split
+from chessgrpo.train.pretrain import PretrainConfig, Pretrainer, best_move_nll, distill_targets, soft_cross_entropy
+from chessgrpo.train.schedule import WarmupCosine
+
+TRAIN_KEYS = {
+    "step", "time", "loss/train", "train/top1", "train/top5", "train/perplexity", "entropy/mean", "entropy/ln_legal",
+    "lr", "grad_norm", "perf/samples_per_s",
+}  # fmt: skip
+EVAL_KEYS = {"eval/loss", "eval/top1", "eval/top5", "eval/nll", "eval/perplexity", "eval/in_multipv"}
+
+
+def _row(board, line_moves, line_wins, nodes):
+    return dict(
+        fen=board.fen(), source="random_playout", best_move=line_moves[0], best_action=move_to_action(line_moves[0]),
+        moves=line_moves, win_probs=line_wins, value=line_wins[0], legal_moves=None, legal_win_probs=None, nodes=nodes,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """80 random-playout positions labelled by real Stockfish (multipv 3): 64 train, 16 test."""
+    boards = random_playout_positions(80, seed=7, max_plies=40)
+    with EnginePool(processes=1, nodes=200, cache_path=None) as pool:
+        analyses = pool.analyse_many(boards, multipv=3)
+    rows = [_row(b, [l.move for l in a.lines], [l.win_probability for l in a.lines], 200) for b, a in zip(boards, analyses)]
+    directory = tmp_path_factory.mktemp("labelled")
+    write_shard(rows[:64], directory / "train" / "shard-00000.parquet")
+    write_shard(rows[64:], directory / "test" / "shard-00000.parquet")
+    return directory
+
+
+def _config(dataset, tmp_path, name="run", **overrides) -> PretrainConfig:
+    values = dict(
+        data=str(dataset), batch_size=64, steps=40, lr=3e-3, warmup_steps=5, log_every=1, eval_every=20,
+        checkpoint_every=20, threads=1,
+    )  # fmt: skip
+    values.update(overrides)
+    return PretrainConfig(run=RunConfig(name=name, out_dir=str(tmp_path)), **values)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pure math
+
+
+def test_distill_target_and_loss_by_hand():
+    a, b, c = (move_to_action(m) for m in ("e2e4", "d2d4", "g1f3"))
+    targets = distill_targets(torch.tensor([[a, b, -1]]), torch.tensor([[0.9, 0.5, 0.0]]), temperature=0.1)
+    expected_a = math.exp(9) / (math.exp(9) + math.exp(5))  # softmax([0.9, 0.5] / 0.1) = [0.982, 0.018]
+    assert targets[0, a].item() == pytest.approx(expected_a, abs=1e-6) and expected_a == pytest.approx(0.98201, abs=1e-5)
+    assert targets[0, b].item() == pytest.approx(1 - expected_a, abs=1e-6)
+    assert targets.sum().item() == pytest.approx(1.0) and int((targets > 0).sum()) == 2  # padding gets nothing
+
+    logits = torch.zeros(1, NUM_ACTIONS)
+    logits[0, a], logits[0, b], logits[0, c] = 2.0, 1.0, 0.0
+    logits[0, 0] = 50.0  # illegal: must not matter
+    mask = torch.zeros(1, NUM_ACTIONS, dtype=torch.bool)
+    mask[0, [a, b, c]] = True
+    logp = log_probs(logits, mask)
+    log_z = math.log(math.exp(2) + math.exp(1) + 1)
+    by_hand = -(expected_a * (2 - log_z) + (1 - expected_a) * (1 - log_z))
+    loss = soft_cross_entropy(logp, targets)
+    assert torch.isfinite(loss).all() and loss.item() == pytest.approx(by_hand, abs=1e-5)  # 0 * -inf counted as 0
+    assert best_move_nll(logp, torch.tensor([a])).item() == pytest.approx(log_z - 2, abs=1e-6)
+    # T -> 0 turns distillation into behaviour cloning.
+    sharp = distill_targets(torch.tensor([[a, b, -1]]), torch.tensor([[0.9, 0.5, 0.0]]), temperature=1e-3)
+    assert soft_cross_entropy(logp, sharp).item() == pytest.approx(log_z - 2, abs=1e-5)
+
+
+def test_warmup_cosine_at_hand_picked_steps():
+    schedule = WarmupCosine(base_lr=1.0, warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+    expected = {0: 0.1, 4: 0.5, 9: 1.0, 10: 1.0, 35: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)), 60: 0.55, 110: 0.1, 500: 0.1}
+    for step, value in expected.items():
+        assert schedule.lr(step) == pytest.approx(value, abs=1e-12), step
+    assert WarmupCosine(2.0, 0, 100, 0.0).lr(0) == 2.0  # no warmup starts at the peak
+    assert WarmupCosine(2.0, 0, 100, 0.0).lr(50) == pytest.approx(1.0)
+
+
+def test_epoch_sampler_covers_each_epoch_and_resumes_exactly():
+    sampler = EpochSampler(10, 4, seed=3)
+    drawn = torch.cat([sampler.next_indices() for _ in range(5)])  # 20 = two full epochs
+    assert sorted(drawn[:10].tolist()) == list(range(10)) and sorted(drawn[10:].tolist()) == list(range(10))
+    assert drawn[:10].tolist() != drawn[10:].tolist()  # a fresh permutation each epoch
+    sampler = EpochSampler(10, 4, seed=3)
+    sampler.next_indices(), sampler.next_indices(), sampler.next_indices()  # ends inside epoch 1
+    resumed = EpochSampler.from_state(sampler.state_dict(), 10, 4, seed=3)
+    assert [resumed.next_indices().tolist() for _ in range(3)] == [sampler.next_indices().tolist() for _ in range(3)]
+    with pytest.raises(ValueError, match="dataset change"):
+        EpochSampler.from_state(sampler.state_dict(), 11, 4, seed=3)
+
+
+def test_metrics_writer_truncates_on_resume(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    with MetricsWriter(path) as writer:
+        for step in (1, 2, 3, 4):
+            writer.log(step, {"loss/train": float(step), "lr": torch.tensor(0.5)})
+    with path.open("a") as handle:
+        handle.write('{"step": 5, "loss/tr')  # torn last line of a killed process
+    with MetricsWriter(path, resume_step=2) as writer:
+        writer.log(3, {"loss/train": 30.0})
+    rows = read_metrics(path)
+    assert [(r["step"], r["loss/train"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    assert rows[0]["lr"] == 0.5 and isinstance(rows[0]["time"], float)
+
+
+# ------------------------------------------------------------------------------------------------
+# Data
+
+
+def test_dataset_rejects_a_mislabelled_row(dataset, tmp_path):
+    data = load_split(dataset, "train")
+    assert data.tokens.shape == (64, 77) and data.tokens.dtype == torch.uint8 and data.actions.shape[1] == 3
+    batch = data.batch(torch.arange(4))
+    assert batch.legal_mask[torch.arange(4), batch.best_action].all()
+    bad = _row(random_playout_positions(1, seed=1)[0], ["e7e5"], [0.5], 1)  # a move for the wrong side
+    bad["fen"] = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    write_shard([bad], tmp_path / "bad" / "train" / "shard-00000.parquet")
+    with pytest.raises(ValueError, match=r"row 0 .*'e7e5' is not legal"):
+        load_split(tmp_path / "bad", "train")
+
+
+# ------------------------------------------------------------------------------------------------
+# Training
+
+
+@pytest.mark.parametrize("objective", ["bc", "distill"])
+def test_learns_on_a_small_dataset(dataset, tmp_path, objective):
+    result = Pretrainer(_config(dataset, tmp_path, objective=objective, distill_temperature=0.05)).train()
+    assert result.finished and result.step == 40
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    first, last = rows[:5], rows[-5:]
+    mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
+    assert mean(last, "loss/train") < 0.7 * mean(first, "loss/train")
+    assert mean(last, "train/top1") > mean(first, "train/top1") + 0.25
+    assert mean(last, "entropy/mean") < mean(first, "entropy/mean")
+    for row in rows:
+        assert TRAIN_KEYS <= set(row), TRAIN_KEYS - set(row)
+        assert row["entropy/mean"] <= row["entropy/ln_legal"] + 1e-4  # entropy never exceeds ln(#legal)
+    assert EVAL_KEYS <= set(rows[19]) and EVAL_KEYS <= set(rows[39]) and not EVAL_KEYS & set(rows[20])
+    assert result.eval_metrics == {k: rows[39][k] for k in EVAL_KEYS}
+    assert rows[0]["lr"] == pytest.approx(3e-3 / 5) and rows[4]["lr"] == pytest.approx(3e-3)
+    # The loop optimises the chosen objective: bc's loss is the best-move nll, distill's is not.
+    nll = math.log(rows[0]["train/perplexity"])
+    if objective == "bc":
+        assert rows[0]["loss/train"] == pytest.approx(nll, rel=1e-5)
+    else:
+        assert abs(rows[0]["loss/train"] - nll) > 1e-3
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_resume_is_bitwise_exact_across_processes(dataset, tmp_path, capsys):
+    common = [
+        f"data={dataset}", f"run.out_dir={tmp_path}", "steps=12", "batch_size=48", "lr=0.003", "warmup_steps=3",
+        "log_every=2", "eval_every=5", "checkpoint_every=3", "keep_checkpoints=2", "threads=1", "model.dropout=0.1",
+    ]  # fmt: skip
+    # Straight run (in this process, through the real CLI entry point).
+    assert cli.main(["pretrain", *common, "run.name=straight"]) == 0
+    # The same run in two invocations: stopped at step 7 (between checkpoints and log rows), then resumed.
+    first = _cli("pretrain", *common, "run.name=halves", "stop_at=7")
+    assert first.returncode == 0, first.stderr
+    assert "stopped early; continue with: chessgrpo pretrain --resume" in first.stdout
+    halves = tmp_path / "halves"
+    assert latest_checkpoint(halves).name == "step_000007"
+    second = _cli("pretrain", "--resume", str(halves))
+    assert second.returncode == 0, second.stderr
+    assert "held-out (16 positions): top-1" in second.stdout
+
+    straight = load_file(str(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors"))
+    resumed = load_file(str(halves / "checkpoints" / "latest" / "model.safetensors"))
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), f"{name} differs after resume"
+    model = load_policy(halves)  # the run directory loads its latest checkpoint
+    assert all(torch.equal(t, resumed[n]) for n, t in model.state_dict().items())
+    # latest -> newest step, pruned to keep_checkpoints=2.
+    assert os.readlink(halves / "checkpoints" / "latest") == "step_000012"
+    assert [s for s, _ in list_checkpoints(halves)] == [9, 12]
+    # Metrics: appended, no duplicate steps; the rows up to the stop come from the first process.
+    steps = [r["step"] for r in read_metrics(halves / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) and steps[-1] == 12 and 7 in steps
+    straight_rows = {r["step"]: r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")}
+    final = read_metrics(halves / "metrics.jsonl")[-1]
+    assert final["eval/loss"] == straight_rows[12]["eval/loss"]
+
+    # A second fresh run into the same directory is refused, not overwritten.
+    capsys.readouterr()
+    assert cli.main(["pretrain", *common, "run.name=halves"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    # Resuming may not change the math.
+    assert cli.main(["pretrain", "--resume", str(halves), "lr=0.01"]) == 2
+    assert "cannot change lr" in capsys.readouterr().err
+    assert (halves / "checkpoints" / "step_000012").is_dir()
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
+    code = cli.main(["pretrain", f"data={tmp_path / 'nope'}", f"run.out_dir={tmp_path}", "steps=1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "chessgrpo data generate" in err
+    assert not (tmp_path / "pretrain").exists()  # nothing written for a run that could not start
+
+
+def test_shipped_config_loads_and_documents_every_key():
+    path = Path(__file__).resolve().parents[1] / "configs" / "pretrain_tiny.yaml"
+    config = load_config(PretrainConfig, path)
+    assert config.model.size == "tiny"
+    text = path.read_text()
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and not line.rstrip().endswith(":"):
+            assert "#" in line, f"undocumented key line: {line!r}"
+    for field in dataclasses.fields(PretrainConfig):
+        assert f"\n{field.name}:" in text, field.name
