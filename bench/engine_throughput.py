@@ -1,15 +1,15 @@
-#!/usr/bin/env python
 """Engine pool throughput against a raw UCI pipe driving the same number of Stockfish processes.
 
-For each node limit and each repeat, four variants are run back to back (interleaved, so machine
-noise hits all of them alike), each on the same list of positions and each with freshly started
-engines whose startup is excluded from the timing:
+For each node limit and each repeat, four variants search the same list of positions, each with
+freshly started engines whose startup is excluded from the timing. The variants are interleaved:
+they take turns every `--chunk` positions (rotating the order), so a burst of load from anything
+else on the machine hits all of them alike; a variant's time is the sum of its turns.
 
   raw          a minimal driver: one thread per Stockfish process, shared work counter,
                ``position fen``/``go nodes`` and read until ``bestmove``, keeping the last score.
                This is the yardstick.
   pool         ``EnginePool(clear_hash=True)``: the default, ``ucinewgame`` before every search.
-               Timed: ``pool.evaluate(fens)`` (validation, dispatch, parsing, WDL, everything).
+               Timed: ``pool.evaluate(chunk)`` (validation, dispatch, parsing, WDL, everything).
   pool-noclear ``EnginePool(clear_hash=False)``.
   raw+clear    the raw driver sending ``ucinewgame`` before every search: isolates what clearing
                costs from the pool's own overhead.
@@ -18,7 +18,7 @@ Reported: median positions/s over repeats per variant, and ratios computed per r
 min, max). Then cached lookups per second through a pool with a persistent cache (all hits).
 
 Run:  .venv/bin/python bench/engine_throughput.py [--processes N] [--positions 400]
-      [--repeats 5] [--nodes 1000,10000] [--json out.json]
+      [--repeats 5] [--nodes 1000,10000] [--chunk 50] [--json out.json]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,13 +37,18 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 # Runnable from a checkout without installing: put src/ on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from chessgrpo.board.sources import random_playout_positions  # noqa: E402
-from chessgrpo.engine.locate import find_stockfish  # noqa: E402
-from chessgrpo.engine.pool import EnginePool, available_cores  # noqa: E402
+from chessgrpo.board.sources import random_playout_positions
+from chessgrpo.engine.locate import find_stockfish
+from chessgrpo.engine.pool import (
+    HALFMOVE_CLOCK_RELEVANT_FROM,
+    EnginePool,
+    available_cores,
+)
 
 VARIANTS = ("raw", "pool", "pool-noclear", "raw+clear")
 RATIOS = (
@@ -112,62 +118,125 @@ class RawEngine:
         try:
             self._send(b"quit\n")
             self.proc.wait(timeout=2)
-        except Exception:
+        except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
         self.stdin.close()
         self.stdout.close()
 
 
-def run_raw(path: str, processes: int, fens: list[str], nodes: int, clear: bool) -> tuple[float, str]:
-    """Seconds to search all `fens` with `processes` fresh engines (startup not timed)."""
-    engines = [None] * processes
+def engine_fen(fen: str) -> str:
+    """The FEN the pool sends for `fen` (halfmove clock zeroed below 60, fullmove 1), so the raw
+    driver searches exactly the same positions (it then returns the same scores as the pool)."""
+    fields = fen.split()
+    clock = int(fields[4]) if int(fields[4]) >= HALFMOVE_CLOCK_RELEVANT_FROM else 0
+    return " ".join(fields[:4] + [str(clock), "1"])
 
-    def start(slot: int) -> None:
-        engines[slot] = RawEngine(path)
 
-    starters = [threading.Thread(target=start, args=(slot,)) for slot in range(processes)]
-    for thread in starters:
-        thread.start()
-    for thread in starters:
-        thread.join()
-    go = f"go nodes {nodes}\n".encode()
-    counter = itertools.count()  # next() on a count is atomic under the GIL: a shared work queue
-    total = len(fens)
-    results: list = [None] * total
-    begin = threading.Barrier(processes + 1)
+class RawDriver:
+    """`processes` RawEngines; `run` searches a list of FENs with one thread per engine."""
 
-    def work(engine: RawEngine) -> None:
+    def __init__(self, path: str, processes: int, nodes: int, clear: bool, hash_mb: int = 16):
+        self.engines: list[RawEngine] = [None] * processes  # type: ignore[list-item]
+
+        def start(slot: int) -> None:
+            self.engines[slot] = RawEngine(path, hash_mb=hash_mb)
+
+        starters = [threading.Thread(target=start, args=(slot,)) for slot in range(processes)]
+        for thread in starters:
+            thread.start()
+        for thread in starters:
+            thread.join()
+        if any(engine is None for engine in self.engines):
+            raise RuntimeError("raw driver: an engine failed to start")
+        self.name = self.engines[0].name
+        self.go = f"go nodes {nodes}\n".encode()
+        self.clear = clear
+
+    def run(self, fens: list[str]) -> float:
+        """Seconds to search all `fens` (thread start-up excluded)."""
+        fens = [engine_fen(fen) for fen in fens]  # not timed
+        counter = itertools.count()  # next() on a count is atomic under the GIL: a shared work queue
+        total = len(fens)
+        results: list = [None] * total
+        begin = threading.Barrier(len(self.engines) + 1)
+        go, clear = self.go, self.clear
+
+        def work(engine: RawEngine) -> None:
+            begin.wait()
+            while True:
+                index = next(counter)
+                if index >= total:
+                    return
+                results[index] = engine.search(fens[index], go, clear)
+
+        workers = [threading.Thread(target=work, args=(engine,)) for engine in self.engines]
+        for thread in workers:
+            thread.start()
         begin.wait()
-        while True:
-            index = next(counter)
-            if index >= total:
-                return
-            results[index] = engine.search(fens[index], go, clear)
-
-    workers = [threading.Thread(target=work, args=(engine,)) for engine in engines]
-    for thread in workers:
-        thread.start()
-    begin.wait()
-    started = time.perf_counter()
-    for thread in workers:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    name = engines[0].name
-    for engine in engines:
-        engine.close()
-    if any(result is None or result == (None, None) for result in results):
-        raise RuntimeError("raw driver: a search returned no score")
-    return elapsed, name
-
-
-def run_pool(processes: int, fens: list[str], nodes: int, clear: bool) -> float:
-    with EnginePool(processes=processes, nodes=nodes, clear_hash=clear, cache_path=None) as pool:
         started = time.perf_counter()
-        evaluations = pool.evaluate(fens)
+        for thread in workers:
+            thread.join()
         elapsed = time.perf_counter() - started
-    assert len(evaluations) == len(fens)
-    return elapsed
+        if any(result is None or result == (None, None) for result in results):
+            raise RuntimeError("raw driver: a search returned no score")
+        return elapsed
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+
+
+class PoolDriver:
+    """An `EnginePool` without cache; `run` times one `evaluate` call."""
+
+    def __init__(self, processes: int, nodes: int, clear: bool):
+        self.pool = EnginePool(processes=processes, nodes=nodes, clear_hash=clear, cache_path=None)
+
+    def run(self, fens: list[str]) -> float:
+        started = time.perf_counter()
+        evaluations = self.pool.evaluate(fens)
+        elapsed = time.perf_counter() - started
+        if len(evaluations) != len(fens) or self.pool.stats.failures or self.pool.stats.retries:
+            raise RuntimeError(f"pool: unexpected result ({len(evaluations)} evaluations, {self.pool.stats})")
+        return elapsed
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def start_variant(variant: str, path: str, processes: int, nodes: int):
+    if variant == "raw":
+        return RawDriver(path, processes, nodes, clear=False)
+    if variant == "raw+clear":
+        return RawDriver(path, processes, nodes, clear=True)
+    if variant == "pool":
+        return PoolDriver(processes, nodes, clear=True)
+    if variant == "pool-noclear":
+        return PoolDriver(processes, nodes, clear=False)
+    raise ValueError(variant)
+
+
+def run_repeat(path: str, processes: int, fens: list[str], nodes: int, chunk: int) -> dict[str, float]:
+    """Positions/s of each variant in one repeat.
+
+    Every variant gets fresh engines (started before timing). The positions are cut into chunks
+    and the variants take turns chunk by chunk, in rotating order, so a burst of load from
+    something else on the machine hits all variants alike. chunk=0: one chunk of everything.
+    """
+    drivers = {variant: start_variant(variant, path, processes, nodes) for variant in VARIANTS}
+    seconds = dict.fromkeys(VARIANTS, 0.0)
+    try:
+        size = chunk if chunk > 0 else len(fens)
+        for number, first in enumerate(range(0, len(fens), size)):
+            part = fens[first : first + size]
+            shift = number % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                seconds[variant] += drivers[variant].run(part)
+    finally:
+        for driver in drivers.values():
+            driver.close()
+    return {variant: len(fens) / seconds[variant] for variant in VARIANTS}
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,19 +245,21 @@ def run_pool(processes: int, fens: list[str], nodes: int, clear: bool) -> float:
 
 def cached_lookups(processes: int, fens: list[str], nodes: int, repeats: int) -> dict:
     """Fill a fresh cache with `fens` at `nodes`, then time `repeats` all-hit evaluates."""
-    with tempfile.TemporaryDirectory() as tmp:
-        with EnginePool(processes=processes, nodes=nodes, cache_path=Path(tmp) / "cache.sqlite") as pool:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EnginePool(processes=processes, nodes=nodes, cache_path=Path(tmp) / "cache.sqlite") as pool,
+    ):
+        started = time.perf_counter()
+        pool.evaluate(fens)
+        fill_s = time.perf_counter() - started
+        times = []
+        for _ in range(repeats):
             started = time.perf_counter()
-            pool.evaluate(fens)
-            fill_s = time.perf_counter() - started
-            times = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                evaluations = pool.evaluate(fens)
-                times.append(time.perf_counter() - started)
-                if not all(evaluation.cached for evaluation in evaluations):
-                    raise RuntimeError("cached lookup benchmark: not every position was a cache hit")
-            searches = pool.stats.searches
+            evaluations = pool.evaluate(fens)
+            times.append(time.perf_counter() - started)
+            if not all(evaluation.cached for evaluation in evaluations):
+                raise RuntimeError("cached lookup benchmark: not every position was a cache hit")
+        searches = pool.stats.searches
     rates = [len(fens) / t for t in times]
     return {
         "positions": len(fens),
@@ -216,6 +287,55 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+class LoadMeter:
+    """How busy the machine was with other work while a section ran (Linux /proc/stat).
+
+    other_cores: CPU time used by everything but this process and its (reaped) children, per
+    second of wall time; steal_cores: time the hypervisor gave our virtual CPUs to someone else.
+    Both should be near 0 for trustworthy numbers; the interleaving limits the damage otherwise.
+    """
+
+    def __enter__(self) -> Self:
+        self.wall, self.busy, self.steal, self.own = time.perf_counter(), *self._stat(), self._own()
+        self.result: dict = {}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self.wall
+        busy, steal = self._stat()
+        own = self._own() - self.own
+        self.result = {
+            "other_cores": max(0.0, (busy - self.busy - own) / wall) if busy >= 0 else None,
+            "steal_cores": (steal - self.steal) / wall if steal >= 0 else None,
+            "loadavg_1min_end": os.getloadavg()[0],
+        }
+
+    @staticmethod
+    def _stat() -> tuple[float, float]:
+        try:
+            fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return -1.0, -1.0
+        tick = os.sysconf("SC_CLK_TCK")
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        steal = fields[7] if len(fields) > 7 else 0
+        return (sum(fields[:8]) - idle - steal) / tick, steal / tick
+
+    @staticmethod
+    def _own() -> float:
+        total = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            usage = resource.getrusage(who)
+            total += usage.ru_utime + usage.ru_stime
+        return total
+
+    def describe(self) -> str:
+        r = self.result
+        if r.get("other_cores") is None:
+            return f"load average {r['loadavg_1min_end']:.2f}"
+        return f"other work used {r['other_cores']:.2f} cores on average, steal {r['steal_cores']:.2f}, load average {r['loadavg_1min_end']:.2f}"
+
+
 def machine_info(engine_name: str, processes: int) -> dict:
     return {
         "cpu_model": cpu_model(),
@@ -237,7 +357,7 @@ def summarise(rates: dict[str, list[float]]) -> dict:
     for variant, values in rates.items():
         out["positions_per_s"][variant] = {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
     for label, top, bottom in RATIOS:
-        per_repeat = [a / b for a, b in zip(rates[top], rates[bottom])]
+        per_repeat = [a / b for a, b in zip(rates[top], rates[bottom], strict=True)]
         out["ratios"][label] = {"median": statistics.median(per_repeat), "min": min(per_repeat), "max": max(per_repeat), "runs": per_repeat}
     return out
 
@@ -248,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--positions", type=int, default=400, help="positions per run (default 400)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per variant; medians are reported (default 5)")
     parser.add_argument("--nodes", default="1000,10000", help="comma-separated node limits (default 1000,10000)")
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=50,
+        help="variants take turns every this many positions within a repeat (default 50; 0 = whole list per turn)",
+    )
     parser.add_argument("--cache-positions", type=int, default=2000, help="distinct positions for the cached-lookup test (default 2000)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -267,25 +393,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine  : {engine_name} at {path}; {args.processes} processes x 1 thread, hash 16 MB")
     print(f"python  : {machine['python']} on {machine['platform']}")
     print(f"date    : {machine['date']}")
-    print(f"settings: {args.positions} random-playout positions (seed 0, max 80 plies), {args.repeats} repeats, nodes {node_limits}")
+    print(f"settings: {args.positions} random-playout positions (seed 0, max 80 plies), {args.repeats} repeats, nodes {node_limits}, "
+          f"variants alternate every {args.chunk or args.positions} positions")
     print()
 
     results: dict = {"machine": machine, "settings": vars(args) | {"json": str(args.json) if args.json else None, "nodes": node_limits}, "limits": {}}
     for nodes in node_limits:
         rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        loads = []
         for repeat in range(args.repeats):
+            with LoadMeter() as meter:
+                repeat_rates = run_repeat(path, args.processes, fens, nodes, args.chunk)
+            loads.append(meter.result)
             line = []
             for variant in VARIANTS:
-                if variant == "raw":
-                    seconds, _ = run_raw(path, args.processes, fens, nodes, clear=False)
-                elif variant == "raw+clear":
-                    seconds, _ = run_raw(path, args.processes, fens, nodes, clear=True)
-                else:
-                    seconds = run_pool(args.processes, fens, nodes, clear=(variant == "pool"))
-                rates[variant].append(len(fens) / seconds)
-                line.append(f"{variant} {len(fens) / seconds:7.1f}")
-            print(f"  nodes={nodes} repeat {repeat + 1}/{args.repeats}: " + "  ".join(line) + "  pos/s", flush=True)
+                rates[variant].append(repeat_rates[variant])
+                line.append(f"{variant} {repeat_rates[variant]:7.1f}")
+            print(f"  nodes={nodes} repeat {repeat + 1}/{args.repeats}: " + "  ".join(line) + f"  pos/s  ({meter.describe()})", flush=True)
         summary = summarise(rates)
+        summary["load"] = loads
         results["limits"][str(nodes)] = summary
         print()
 
@@ -314,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         clear_extra = args.processes * (1 / med["raw+clear"]["median"] - 1 / med["raw"]["median"]) * 1e6
         results["limits"][str(nodes)]["extra_us_per_search"] = {"pool_vs_raw": pool_extra, "clear_vs_raw": clear_extra}
         print(f"nodes={nodes}: per search, pool costs {pool_extra:+.0f} us over raw; ucinewgame costs {clear_extra:+.0f} us")
+        others = [load["other_cores"] for load in results["limits"][str(nodes)]["load"] if load["other_cores"] is not None]
+        if others:
+            print(f"          other work on the machine meanwhile: {statistics.median(others):.2f} cores (median over repeats)")
     print()
 
     cache_sets = [("same positions", fens, min(node_limits))]
