@@ -101,7 +101,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
     interrupted = False
 
-    def on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    def on_interrupt(signum, frame):
         nonlocal interrupted
         interrupted = True
         trainer.request_stop()

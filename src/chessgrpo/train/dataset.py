@@ -50,7 +50,7 @@ class PositionTensors:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
-    def batch(self, indices: torch.Tensor) -> "Batch":
+    def batch(self, indices: torch.Tensor) -> Batch:
         """The rows at `indices` (CPU tensors; legal masks unpacked)."""
         index = indices.numpy()
         masks = np.unpackbits(self.legal_bits[index], axis=1, count=NUM_ACTIONS).view(bool)
@@ -73,7 +73,7 @@ class Batch:
     actions: torch.Tensor
     win_probs: torch.Tensor
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
 
 
@@ -200,7 +200,7 @@ class EpochSampler:
         return {"epoch": self.epoch, "offset": self.offset, "size": self.size, "batch_size": self.batch_size, "seed": self.seed}
 
     @classmethod
-    def from_state(cls, state: dict[str, int], size: int, batch_size: int, seed: int) -> "EpochSampler":
+    def from_state(cls, state: dict[str, int], size: int, batch_size: int, seed: int) -> EpochSampler:
         """Rebuild a sampler; refuses when the dataset or batch size changed since the checkpoint."""
         saved = (state["size"], state["batch_size"], state["seed"])
         if saved != (size, batch_size, seed):

@@ -23,14 +23,22 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import torch
 
 from chessgrpo.board import NUM_ACTIONS
 from chessgrpo.config import ConfigError, RunConfig, to_dict
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, log_probs, masked_entropy, save_policy
+from chessgrpo.models.policy import (
+    ActionPolicy,
+    PolicyConfig,
+    load_policy,
+    log_probs,
+    masked_entropy,
+    save_policy,
+)
 from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
@@ -39,7 +47,13 @@ from chessgrpo.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from chessgrpo.train.dataset import Batch, EpochSampler, PositionTensors, has_split, load_split
+from chessgrpo.train.dataset import (
+    Batch,
+    EpochSampler,
+    PositionTensors,
+    has_split,
+    load_split,
+)
 from chessgrpo.train.schedule import WarmupCosine
 
 logger = logging.getLogger(__name__)
