@@ -190,8 +190,8 @@ class RawDriver:
 class PoolDriver:
     """An `EnginePool` without cache; `run` times one `evaluate` call."""
 
-    def __init__(self, processes: int, nodes: int, clear: bool):
-        self.pool = EnginePool(processes=processes, nodes=nodes, clear_hash=clear, cache_path=None)
+    def __init__(self, processes: int, nodes: int, clear: bool, hash_mb: int = 16):
+        self.pool = EnginePool(processes=processes, hash_mb=hash_mb, nodes=nodes, clear_hash=clear, cache_path=None)
 
     def run(self, fens: list[str]) -> float:
         started = time.perf_counter()
@@ -205,26 +205,26 @@ class PoolDriver:
         self.pool.close()
 
 
-def start_variant(variant: str, path: str, processes: int, nodes: int):
+def start_variant(variant: str, path: str, processes: int, nodes: int, hash_mb: int):
     if variant == "raw":
-        return RawDriver(path, processes, nodes, clear=False)
+        return RawDriver(path, processes, nodes, clear=False, hash_mb=hash_mb)
     if variant == "raw+clear":
-        return RawDriver(path, processes, nodes, clear=True)
+        return RawDriver(path, processes, nodes, clear=True, hash_mb=hash_mb)
     if variant == "pool":
-        return PoolDriver(processes, nodes, clear=True)
+        return PoolDriver(processes, nodes, clear=True, hash_mb=hash_mb)
     if variant == "pool-noclear":
-        return PoolDriver(processes, nodes, clear=False)
+        return PoolDriver(processes, nodes, clear=False, hash_mb=hash_mb)
     raise ValueError(variant)
 
 
-def run_repeat(path: str, processes: int, fens: list[str], nodes: int, chunk: int) -> dict[str, float]:
+def run_repeat(path: str, processes: int, fens: list[str], nodes: int, chunk: int, hash_mb: int = 16) -> dict[str, float]:
     """Positions/s of each variant in one repeat.
 
     Every variant gets fresh engines (started before timing). The positions are cut into chunks
     and the variants take turns chunk by chunk, in rotating order, so a burst of load from
     something else on the machine hits all variants alike. chunk=0: one chunk of everything.
     """
-    drivers = {variant: start_variant(variant, path, processes, nodes) for variant in VARIANTS}
+    drivers = {variant: start_variant(variant, path, processes, nodes, hash_mb) for variant in VARIANTS}
     seconds = dict.fromkeys(VARIANTS, 0.0)
     try:
         size = chunk if chunk > 0 else len(fens)
@@ -374,12 +374,18 @@ def main(argv: list[str] | None = None) -> int:
         default=50,
         help="variants take turns every this many positions within a repeat (default 50; 0 = whole list per turn)",
     )
+    parser.add_argument(
+        "--hash-mb",
+        type=int,
+        default=16,
+        help="Stockfish Hash for every variant (default 16, the pool's default); the cached-lookup pools use 16",
+    )
     parser.add_argument("--cache-positions", type=int, default=2000, help="distinct positions for the cached-lookup test (default 2000)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     node_limits = [int(value) for value in args.nodes.split(",") if value.strip()]
-    if args.repeats < 1 or args.positions < 1 or args.processes < 1 or not node_limits:
-        parser.error("--processes, --positions and --repeats must be >= 1 and --nodes non-empty")
+    if min(args.repeats, args.positions, args.processes, args.hash_mb) < 1 or not node_limits:
+        parser.error("--processes, --positions, --repeats and --hash-mb must be >= 1 and --nodes non-empty")
 
     path = str(find_stockfish(None))
     fens = [board.fen() for board in random_playout_positions(args.positions, seed=0, max_plies=80)]
@@ -390,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     probe.close()
     machine = machine_info(engine_name, args.processes)
     print(f"machine : {machine['cpu_model']}, {machine['cpu_count']} cores ({machine['usable_cores']} usable)")
-    print(f"engine  : {engine_name} at {path}; {args.processes} processes x 1 thread, hash 16 MB")
+    print(f"engine  : {engine_name} at {path}; {args.processes} processes x 1 thread, hash {args.hash_mb} MB")
     print(f"python  : {machine['python']} on {machine['platform']}")
     print(f"date    : {machine['date']}")
     print(f"settings: {args.positions} random-playout positions (seed 0, max 80 plies), {args.repeats} repeats, nodes {node_limits}, "
@@ -403,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         loads = []
         for repeat in range(args.repeats):
             with LoadMeter() as meter:
-                repeat_rates = run_repeat(path, args.processes, fens, nodes, args.chunk)
+                repeat_rates = run_repeat(path, args.processes, fens, nodes, args.chunk, args.hash_mb)
             loads.append(meter.result)
             line = []
             for variant in VARIANTS:

@@ -123,7 +123,7 @@ class EnginePool:
         path: str | os.PathLike | None = None,
         processes: int | None = None,
         threads: int = 1,
-        hash_mb: int = 16,
+        hash_mb: int = 1,
         *,
         nodes: int | None = 10_000,
         depth: int | None = None,
@@ -146,13 +146,21 @@ class EnginePool:
         self._engines: list[UciProcess | None] = [None] * self.processes
         self._closed = False
 
-        # Start all processes in parallel; any failure here (bad binary) is one clear error.
+        # Start all processes in parallel; any failure here (bad binary) is one clear error, and
+        # the processes that did start are shut down rather than leaked.
         with concurrent.futures.ThreadPoolExecutor(self.processes) as starter:
-            started = list(starter.map(lambda _: self._start_engine(), range(self.processes), timeout=None))
+            attempts = [starter.submit(self._start_engine) for _ in range(self.processes)]
+        failures = [a.exception() for a in attempts if a.exception() is not None]
+        if failures:
+            for attempt in attempts:
+                if attempt.exception() is None:
+                    attempt.result().quit()
+            raise failures[0]
+        started = [attempt.result() for attempt in attempts]
         self._engines = list(started)
         self.engine_name = started[0].name or "unknown engine"
         self.wdl_model = wdl_model_for(self.engine_name)
-        self.engine_id = f"{self.engine_name};threads={threads};clear={int(clear_hash)}"
+        self.engine_id = f"{self.engine_name};threads={threads};hash={hash_mb};clear={int(clear_hash)}"
         self.cache = EvaluationCache(cache_path) if cache_path is not None else None
         self._workers = [
             threading.Thread(target=self._worker_loop, args=(slot,), name=f"engine-{slot}", daemon=True)

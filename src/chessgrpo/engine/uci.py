@@ -80,7 +80,7 @@ def parse_info(line: str) -> SearchLine | None:
 class UciProcess:
     """A running engine process. Not thread-safe: one owner thread at a time."""
 
-    def __init__(self, path: Path, *, threads: int = 1, hash_mb: int = 16, startup_timeout_s: float = 30.0):
+    def __init__(self, path: Path, *, threads: int = 1, hash_mb: int = 1, startup_timeout_s: float = 30.0):
         self.path = path
         self.name = ""
         self._buffer = b""
@@ -96,6 +96,9 @@ class UciProcess:
         except OSError as error:
             raise EngineError(f"cannot start engine {str(path)!r}: {error}") from error
         self._stdout_fd = self._process.stdout.fileno()  # type: ignore[union-attr]
+        # poll, not select: select fails on descriptors >= 1024, common in big training processes.
+        self._poller = select.poll()
+        self._poller.register(self._stdout_fd, select.POLLIN)
         deadline = time.monotonic() + startup_timeout_s
         self.send("uci")
         for line in self._lines_until("uciok", deadline):
@@ -127,8 +130,7 @@ class UciProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise EngineTimeout(f"engine process {self.pid} did not answer in time")
-            ready, _, _ = select.select([self._stdout_fd], [], [], remaining)
-            if not ready:
+            if not self._poller.poll(max(1, int(remaining * 1000))):
                 continue
             chunk = os.read(self._stdout_fd, 65536)
             if not chunk:
