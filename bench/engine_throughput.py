@@ -377,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hash-mb",
         type=int,
-        default=16,
-        help="Stockfish Hash for every variant (default 16, the pool's default); the cached-lookup pools use 16",
+        default=1,
+        help="Stockfish Hash in MB for every variant (default 1, the pool's default)",
     )
     parser.add_argument("--cache-positions", type=int, default=2000, help="distinct positions for the cached-lookup test (default 2000)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")

@@ -203,7 +203,7 @@ class EnginePool:
         boards = [parse_board(position) for position in positions]
         limit = self._limit(nodes, depth)
         results: list[Evaluation | None] = [None] * len(boards)
-        requests: dict[str, tuple[chess.Board, list[int]]] = {}
+        requests: dict[str, tuple[str, list[int]]] = {}
         for index, board in enumerate(boards):
             terminal = terminal_result(board)
             if terminal is not None:
@@ -235,7 +235,7 @@ class EnginePool:
         boards = [parse_board(position) for position in positions]
         limit = self._limit(nodes, depth)
         results: list[Analysis | None] = [None] * len(boards)
-        requests: dict[str, tuple[chess.Board, list[int]]] = {}
+        requests: dict[str, tuple[str, list[int]]] = {}
         for index, board in enumerate(boards):
             if not any(board.generate_legal_moves()):
                 results[index] = Analysis(fen=board.fen(), lines=())
@@ -294,19 +294,19 @@ class EnginePool:
         return SearchLimit(nodes=nodes, depth=depth)
 
     def _add_request(self, requests: dict, board: chess.Board, index: int, limit: SearchLimit, multipv: int) -> None:
-        engine_board = board.copy(stack=False)
-        if engine_board.halfmove_clock < HALFMOVE_CLOCK_RELEVANT_FROM:
-            engine_board.halfmove_clock = 0
-        engine_board.fullmove_number = 1  # no engine reads it; the WDL model's ply comes from `board`
-        key = f"{self.engine_id}|{limit}|multipv={multipv}|{engine_board.epd()} {engine_board.halfmove_clock}"
+        clock = board.halfmove_clock if board.halfmove_clock >= HALFMOVE_CLOCK_RELEVANT_FROM else 0
+        position = f"{board.epd()} {clock}"
+        key = f"{self.engine_id}|{limit}|multipv={multipv}|{position}"
         if key in requests:
             requests[key][1].append(index)
         else:
-            requests[key] = (engine_board, [index])
+            # The FEN the engine sees: fullmove 1 (no engine reads it; the WDL model's ply comes
+            # from `board`), built from the key's string instead of a second board.fen().
+            requests[key] = (f"{position} 1", [index])
 
     def _resolve(
         self,
-        requests: dict[str, tuple[chess.Board, list[int]]],
+        requests: dict[str, tuple[str, list[int]]],
         limit: SearchLimit,
         multipv: int,
         progress: Progress | None,
@@ -324,11 +324,11 @@ class EnginePool:
             if progress and out:
                 progress(sum(len(requests[key][1]) for key in out))
         futures: dict[concurrent.futures.Future, str] = {}
-        for key, (engine_board, _) in requests.items():
+        for key, (engine_fen, _) in requests.items():
             if key in out:
                 continue
             future: concurrent.futures.Future = concurrent.futures.Future()
-            self._queue.put((_Task(engine_board.fen(), limit, multipv), future))
+            self._queue.put((_Task(engine_fen, limit, multipv), future))
             futures[future] = key
         started = time.perf_counter()
         fresh: dict[str, dict] = {}
