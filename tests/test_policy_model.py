@@ -114,3 +114,52 @@ def test_mask_used_by_the_model_matches_the_board():
     model = ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2))
     _, masks = model.inputs([board])
     assert np.array_equal(masks[0].numpy(), legal_mask(board))
+
+
+def test_square_pair_head_reads_the_squares_a_move_connects():
+    from chessgrpo.board import VOCABULARY, encode_fen
+    from chessgrpo.models.policy import _board_token_positions, _square_pair_tables
+
+    tokens = encode_fen(chess.STARTING_FEN)
+    positions = _board_token_positions()
+    assert VOCABULARY[tokens[int(positions[chess.E2])]] == "P"
+    assert VOCABULARY[tokens[int(positions[chess.G8])]] == "n"
+    assert VOCABULARY[tokens[int(positions[chess.E4])]] == "."
+    pair, source, promotion = _square_pair_tables()
+    e2e4 = ACTIONS.index("e2e4")
+    assert int(pair[e2e4]) == chess.E2 * 64 + chess.E4 and int(source[e2e4]) == chess.E2 and int(promotion[e2e4]) == 0
+    a7b8n = ACTIONS.index("a7b8n")
+    assert int(pair[a7b8n]) == chess.A7 * 64 + chess.B8 and int(promotion[a7b8n]) == 4
+
+
+def test_square_pair_head_logit_is_query_dot_key_plus_biases():
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    with torch.no_grad():
+        model.head.action_bias.normal_()
+    board = chess.Board()
+    tokens, _ = model.inputs([board])
+    with torch.no_grad():
+        x = model.token_embedding(tokens) + model.position_embedding
+        for block in model.blocks:
+            x = block(x)
+        x = model.ln_final(x)[0]
+        head = model.head
+        e2, e4 = x[1 + 6 * 8 + 4], x[1 + 4 * 8 + 4]  # FEN order: rank 8 first
+        expected = head.query(e2) @ head.key(e4) * head.scale + head.action_bias[ACTIONS.index("e2e4")]
+        assert float(model(tokens)[0, ACTIONS.index("e2e4")]) == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_pooled_head_still_available():
+    model = ActionPolicy(PolicyConfig(head="pooled"))
+    tokens, mask = model.inputs([chess.Board()])
+    assert model(tokens).shape == (1, len(ACTIONS))
+    with pytest.raises(ValueError, match="unknown policy head"):
+        PolicyConfig(head="mlp")
+
+
+def test_masked_entropy_gradient_is_finite_with_masked_actions():
+    logits = torch.randn(2, 5, requires_grad=True)
+    mask = torch.tensor([[True, True, False, True, False], [True, False, False, False, False]])
+    masked_entropy(logits, mask).sum().backward()
+    assert torch.isfinite(logits.grad).all()

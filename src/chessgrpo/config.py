@@ -118,7 +118,12 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", ba
     for name, value in data.items():
         child_base = getattr(base, name, None) if base is not None else None
         kwargs[name] = _coerce(value, hints[name], _dotted(prefix, name), base=child_base)
-    return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+    try:
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as error:  # a __post_init__ check: say which section it came from
+        raise ConfigError(f"{prefix or 'config'}: {error}") from None
 
 
 def to_dict(config: Any) -> dict[str, Any]:

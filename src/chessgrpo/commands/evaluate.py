@@ -6,11 +6,14 @@
                            [--max-positions N] [--json] [--config F] [key=value ...]
     chessgrpo eval puzzles (--checkpoint PATH | --policy random|stockfish) [--puzzles CSV]
                            [--max-puzzles N] [--json] [--config F] [key=value ...]
+    chessgrpo eval compare A.json B.json [--json]
 
 `offline` reports top-1 agreement with Stockfish's best move, mean expected-score loss (ESL) and
 blunder rate (ESL > 0.2) with percentile-bootstrap intervals (`chessgrpo.eval.offline`);
 `puzzles` reports first-move accuracy and solve rate on Lichess puzzles with Wilson intervals,
-overall and by rating bucket (`chessgrpo.eval.puzzles`). Unless ``baselines=false``, a uniformly
+overall and by rating bucket (`chessgrpo.eval.puzzles`); `compare` reads two results written
+with ``output=FILE`` and reports B - A per metric with paired bootstrap intervals over the
+positions or puzzles both hold (`chessgrpo.eval.compare`). Unless ``baselines=false``, a uniformly
 random player and Stockfish at `baseline_nodes` are measured on the same positions and printed
 beside the player, so a number always has context. Moves are valued at `nodes` (default 2000:
 Stockfish at 2000 nodes agrees with itself as the label on ~98% of moves with a mean ESL of
@@ -89,6 +92,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     puzzles.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(puzzles)
     puzzles.set_defaults(handler=run_puzzles)
+
+    compare = sub.add_parser(
+        "compare", help="paired difference B - A of two `eval offline|puzzles ... output=FILE` results, with intervals"
+    )
+    compare.add_argument("a", type=Path, help="evaluation JSON of player A (the baseline, e.g. before GRPO)")
+    compare.add_argument("b", type=Path, help="evaluation JSON of player B (e.g. after GRPO)")
+    compare.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    compare.add_argument("--resamples", type=_positive_int, default=2000, help="bootstrap resamples (default 2000)")
+    compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    compare.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    compare.set_defaults(handler=run_compare)
 
 
 def _add_player_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,6 +234,20 @@ def run_offline(args: argparse.Namespace) -> int:
     print(_row("player", ["top-1 agreement (higher)", "expected-score loss (lower)", "blunder rate (lower)"], width))
     for name, result in results.items():
         print(_row(labels[name], [getattr(result, m).format().split(" (n=")[0] for m in metrics], width))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# eval compare
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from chessgrpo.eval.compare import compare_files, format_comparison
+
+    if not 0 < args.confidence < 1:
+        raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
+    comparison = compare_files(args.a, args.b, confidence=args.confidence, resamples=args.resamples, seed=args.seed)
+    print(json.dumps(comparison.to_json()) if args.json else format_comparison(comparison, args.confidence))
     return 0
 
 

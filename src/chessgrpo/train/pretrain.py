@@ -81,11 +81,15 @@ class ModelConfig:
     """Override the MLP hidden width (null = the size's value, 4 * d_model)."""
     dropout: float = 0.0
     """Dropout during pretraining only (evaluation and every RL forward run without it)."""
+    head: str = "square_pair"
+    """Policy head: square_pair (from-square query . to-square key) or pooled (linear over the mean token)."""
+    head_dim: int | None = None
+    """Override the square_pair head's query/key width (null = d_model)."""
 
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        overrides = {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff") if getattr(self, f) is not None}
-        return PolicyConfig(**{**base, **overrides, "dropout": self.dropout})
+        overrides = {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
+        return PolicyConfig(**{**base, **overrides, "dropout": self.dropout, "head": self.head})
 
 
 @dataclasses.dataclass

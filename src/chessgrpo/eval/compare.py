@@ -1,0 +1,150 @@
+"""Paired comparison of two players evaluated on the same positions or puzzles.
+
+Two evaluations of different checkpoints share most of their variance: a hard position is hard
+for both. Pairing each position's outcome under A with its outcome under B and resampling the
+pairs jointly (`eval.stats.paired_bootstrap_difference`) cancels that shared part, so a real
+improvement shows up with a much tighter interval than two independent intervals would give.
+A difference whose interval contains 0 is not progress, whatever its sign.
+
+Inputs are the JSON files written by ``chessgrpo eval offline|puzzles ... output=FILE`` (they
+hold one record per position or puzzle). Offline records are matched by FEN and puzzles by id;
+only items present in both files are compared, and the count is reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from chessgrpo.eval.stats import Interval, paired_bootstrap_difference
+
+# metric -> (record field, True when higher is better)
+OFFLINE_METRICS: dict[str, tuple[str, bool]] = {"top1": ("top1", True), "esl": ("esl", False), "blunder_rate": ("blunder", False)}
+PUZZLE_METRICS: dict[str, tuple[str, bool]] = {
+    "first_move_accuracy": ("first_move_correct", True),
+    "solve_rate": ("solved", True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricComparison:
+    """One metric of B against A on the same items."""
+
+    metric: str
+    a: float
+    b: float
+    difference: Interval
+    """B - A with its paired bootstrap interval."""
+    higher_is_better: bool
+
+    @property
+    def verdict(self) -> str:
+        """"better", "worse" (B against A) or "no significant difference" (interval contains 0)."""
+        if self.difference.low > 0:
+            return "better" if self.higher_is_better else "worse"
+        if self.difference.high < 0:
+            return "worse" if self.higher_is_better else "better"
+        return "no significant difference"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "a": self.a,
+            "b": self.b,
+            "difference": self.difference.to_json(),
+            "higher_is_better": self.higher_is_better,
+            "verdict": self.verdict,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    kind: str
+    """"offline" or "puzzles"."""
+    player_a: str
+    player_b: str
+    n: int
+    """Items present in both evaluations (the pairs compared)."""
+    metrics: tuple[MetricComparison, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "a": self.player_a,
+            "b": self.player_b,
+            "n": self.n,
+            "metrics": {m.metric: m.to_json() for m in self.metrics},
+        }
+
+
+def compare_records(
+    kind: str,
+    records_a: Sequence[dict[str, Any]],
+    records_b: Sequence[dict[str, Any]],
+    *,
+    player_a: str = "A",
+    player_b: str = "B",
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """Paired differences B - A of every metric of `kind` over the items both record lists hold."""
+    if kind not in ("offline", "puzzles"):
+        raise ValueError(f"unknown evaluation kind {kind!r}: expected 'offline' or 'puzzles'")
+    key, metrics = ("fen", OFFLINE_METRICS) if kind == "offline" else ("id", PUZZLE_METRICS)
+    by_key_b = {record[key]: record for record in records_b}
+    pairs = [(record, by_key_b[record[key]]) for record in records_a if record[key] in by_key_b]
+    if not pairs:
+        raise ValueError(f"the two {kind} evaluations share no {'positions' if kind == 'offline' else 'puzzles'}")
+    results = []
+    for metric, (field, higher_is_better) in metrics.items():
+        a = [float(first[field]) for first, _ in pairs]
+        b = [float(second[field]) for _, second in pairs]
+        difference = paired_bootstrap_difference(b, a, confidence=confidence, resamples=resamples, seed=seed)
+        results.append(MetricComparison(metric, sum(a) / len(a), sum(b) / len(b), difference, higher_is_better))
+    return Comparison(kind, player_a, player_b, len(pairs), tuple(results))
+
+
+def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
+    """(kind, player name, the player's records) from an `eval offline|puzzles` output file."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no evaluation file at {str(path)!r}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON: {error}") from None
+    records = payload.get("records", {}).get("player") if isinstance(payload, dict) else None
+    if not isinstance(records, list) or not records:
+        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval offline|puzzles ... output={path}`")
+    if "esl" in records[0]:
+        kind = "offline"
+    elif "first_move_correct" in records[0]:
+        kind = "puzzles"
+    else:
+        raise ValueError(f"{path}: records are neither offline nor puzzle records")
+    return kind, str(payload.get("player", path)), records
+
+
+def compare_files(path_a: str | Path, path_b: str | Path, **options: Any) -> Comparison:
+    """`compare_records` on two evaluation files of the same kind (B - A)."""
+    kind_a, player_a, records_a = read_evaluation(path_a)
+    kind_b, player_b, records_b = read_evaluation(path_b)
+    if kind_a != kind_b:
+        raise ValueError(f"cannot compare a {kind_a} evaluation ({path_a}) with a {kind_b} one ({path_b})")
+    return compare_records(kind_a, records_a, records_b, player_a=player_a, player_b=player_b, **options)
+
+
+def format_comparison(comparison: Comparison, confidence: float = 0.95) -> str:
+    """A small table: A, B, B - A [interval], verdict."""
+    lines = [
+        f"{comparison.kind}: B = {comparison.player_b} vs A = {comparison.player_a} on {comparison.n} shared items; "
+        f"paired bootstrap {100 * confidence:g}% intervals of B - A",
+        f"{'metric':<20}  {'A':>7}  {'B':>7}  {'B - A [interval]':<28}  verdict for B",
+    ]
+    for m in comparison.metrics:
+        d = m.difference
+        lines.append(f"{m.metric:<20}  {m.a:>7.3f}  {m.b:>7.3f}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<28}  {m.verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""`GRPOConfig`: every knob of the GRPO algorithm, with its default and the paper it comes from.
+
+The fields become YAML keys under ``grpo:``. Each variant is named after its paper (TRL's
+``grpo_config.py`` convention), so a config reads as a list of citations:
+
+- advantages: ``grpo`` (DeepSeekMath, Shao et al. 2024), ``dr_grpo`` (Liu et al. 2025),
+  ``rloo`` (Ahmadian et al. 2024), ``batch_std`` (REINFORCE++, Hu 2025; "Lite PPO", Liu et al. 2025);
+- loss aggregation: ``token_mean`` (DAPO, Yu et al. 2025), ``seq_mean_token_mean`` (GRPO),
+  ``seq_mean_token_sum_norm`` (Dr. GRPO);
+- importance ratio: ``token`` (PPO, Schulman et al. 2017) or ``sequence`` (GSPO, Zheng et al. 2025);
+- KL: estimators k1/k2/k3 (Schulman 2020), schedules fixed/warmup/adaptive (Ziegler et al. 2019).
+
+`__post_init__` rejects every unknown variant and out-of-range number with a ValueError naming the
+field, so a typo can never fall back to a default silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "batch_std")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_SCHEDULES = ("fixed", "warmup", "adaptive")
+
+
+@dataclasses.dataclass
+class GRPOConfig:
+    """Hyperparameters of the GRPO learner (`chessgrpo.rl.optimize`); policy-agnostic."""
+
+    # ---------------------------------------------------------------- advantages
+    advantage_estimator: str = "grpo"
+    """Default "grpo". How a group's rewards become advantages: "grpo" = (r - mean_g) / (std_g + eps)
+    (DeepSeekMath, Shao et al. 2024); "dr_grpo" = r - mean_g, no std scaling (Dr. GRPO, Liu et al.
+    2025); "rloo" = r - mean of the other group members (Ahmadian et al. 2024); "batch_std" =
+    (r - mean_g) / (std over the whole batch + eps) (REINFORCE++, Hu 2025; Lite PPO, Liu et al. 2025)."""
+    advantage_epsilon: float = 1e-4
+    """Default 1e-4. Added to the std in the "grpo" and "batch_std" denominators (DeepSeekMath/TRL)."""
+    drop_zero_std_groups: bool = False
+    """Default False. Drop groups whose rewards are all equal (zero advantage, no signal) from the loss:
+    DAPO dynamic sampling (Yu et al. 2025). `rollout/frac_reward_zero_std` is logged either way."""
+
+    # ---------------------------------------------------------------- clipped surrogate
+    epsilon: float = 0.2
+    """Default 0.2. Lower clip range: the ratio is clipped at 1 - epsilon (PPO, Schulman et al. 2017)."""
+    epsilon_high: float | None = None
+    """Default None (= epsilon). Upper clip range 1 + epsilon_high; DAPO "clip-higher" uses 0.28 (Yu et al. 2025)."""
+    loss_aggregation: str = "token_mean"
+    """Default "token_mean". "token_mean": sum over all valid tokens of the batch / their count (DAPO,
+    Yu et al. 2025); "seq_mean_token_mean": mean over tokens within a sequence, then over sequences
+    (original GRPO, Shao et al. 2024); "seq_mean_token_sum_norm": token sum per sequence / a constant
+    max length, then mean over sequences (Dr. GRPO, Liu et al. 2025)."""
+    aggregation_max_length: int | None = None
+    """Default None (= the batch's L). The constant divisor of "seq_mean_token_sum_norm" (Dr. GRPO)."""
+    importance_sampling_level: str = "token"
+    """Default "token". "token": one ratio per token (PPO/GRPO); "sequence": exp(mean over the valid
+    tokens of logp - old_logp), applied to every token of the sequence (GSPO, Zheng et al. 2025)."""
+
+    # ---------------------------------------------------------------- KL to the reference policy
+    kl_coef: float = 0.0
+    """Default 0.0. beta, the KL penalty weight (DeepSeekMath uses 0.04; Dr. GRPO and DAPO use 0).
+    0 lets callers skip the reference forward (no KL is then measured either)."""
+    kl_estimator: str = "k3"
+    """Default "k3". Per-token estimator of KL(policy || reference) on the sampled tokens (Schulman 2020):
+    "k1" = logp - ref; "k2" = 0.5 (logp - ref)^2; "k3" = exp(ref - logp) - (ref - logp) - 1,
+    unbiased and non-negative (used by DeepSeekMath)."""
+    kl_schedule: str = "fixed"
+    """Default "fixed". "fixed": kl_coef throughout; "warmup": linear from 0 to kl_coef over
+    kl_warmup_steps; "adaptive": proportional controller toward kl_target (Ziegler et al. 2019)."""
+    kl_warmup_steps: int = 0
+    """Default 0. Training steps (learner calls) of the linear KL warmup; >= 1 when kl_schedule="warmup"."""
+    kl_target: float = 0.01
+    """Default 0.01. Target of the adaptive controller, in the units of kl/value (mean per-token KL);
+    Ziegler et al. 2019 targeted 6 nats per whole sequence."""
+    kl_horizon: int = 10000
+    """Default 10000. Adaptive controller horizon, in samples (Ziegler et al. 2019): the learner passes
+    the number of rollout rows per step, so the coefficient's time constant is horizon / rows steps."""
+    kl_coef_min: float = 0.0
+    """Default 0.0. Lower bound of the adaptive coefficient (time spent here is logged as kl/frac_at_min)."""
+    kl_coef_max: float = 1.0
+    """Default 1.0. Upper bound of the adaptive coefficient (time spent here is logged as kl/frac_at_max)."""
+
+    # ---------------------------------------------------------------- entropy
+    entropy_coef: float = 0.0
+    """Default 0.0. Weight of the exact-entropy bonus (PPO, Schulman et al. 2017). Off by default:
+    the predecessor system's bonus was 95% of its loss."""
+
+    # ---------------------------------------------------------------- optimisation
+    num_iterations: int = 1
+    """Default 1. Optimisation epochs over each rollout batch, "mu" in DeepSeekMath (Shao et al. 2024).
+    1 is exactly on-policy; > 1 is where the clipped ratio starts to matter."""
+    minibatch_size: int = 0
+    """Default 0 (= the whole batch). Rows (sequences) per optimizer step; rows are never split."""
+    max_grad_norm: float = 1.0
+    """Default 1.0. Global gradient-norm clip (0 = off; grad_norm is logged either way)."""
+
+    # ---------------------------------------------------------------- runtime invariants
+    ratio_tolerance: float = 1e-4
+    """Default 1e-4. Largest |ratio - 1| allowed on the first minibatch in fp32, where the learner's
+    weights equal the sampler's and the recomputed log-probs must match (ARCHITECTURE invariant 1)."""
+    ratio_tolerance_bf16: float = 2e-2
+    """Default 2e-2. The same bound under bf16: bf16 keeps 8 mantissa bits (relative precision
+    2^-8 ~ 4e-3 per operation), so log-probs recomputed in a differently batched forward differ by ~1e-2."""
+    check_invariants: bool = True
+    """Default True. Raise `InvariantViolation` when the first minibatch's ratio is off or clipped, or
+    when a non-negative KL estimator goes negative. (Non-finite losses and gradients always raise.)"""
+
+    def __post_init__(self) -> None:
+        _choice("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        _choice("loss_aggregation", self.loss_aggregation, LOSS_AGGREGATIONS)
+        _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+        _choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _choice("kl_schedule", self.kl_schedule, KL_SCHEDULES)
+        _at_least("advantage_epsilon", self.advantage_epsilon, 0.0)
+        if not (math.isfinite(self.epsilon) and 0.0 < self.epsilon < 1.0):
+            raise ValueError(f"epsilon must be in (0, 1) (the ratio is clipped at 1 - epsilon), got {self.epsilon!r}")
+        if self.epsilon_high is not None and not (math.isfinite(self.epsilon_high) and self.epsilon_high > 0.0):
+            raise ValueError(f"epsilon_high must be None or a number > 0, got {self.epsilon_high!r}")
+        if self.aggregation_max_length is not None and self.aggregation_max_length < 1:
+            raise ValueError(f"aggregation_max_length must be None or >= 1, got {self.aggregation_max_length!r}")
+        _at_least("kl_coef", self.kl_coef, 0.0)
+        _at_least("kl_warmup_steps", self.kl_warmup_steps, 0)
+        if not (math.isfinite(self.kl_target) and self.kl_target > 0.0):
+            raise ValueError(f"kl_target must be > 0, got {self.kl_target!r}")
+        _at_least("kl_horizon", self.kl_horizon, 1)
+        _at_least("kl_coef_min", self.kl_coef_min, 0.0)
+        _at_least("kl_coef_max", self.kl_coef_max, self.kl_coef_min)
+        if self.kl_schedule == "warmup" and self.kl_warmup_steps < 1:
+            raise ValueError("kl_schedule='warmup' needs kl_warmup_steps >= 1 (allowed: any integer >= 1)")
+        if self.kl_schedule == "adaptive":
+            if self.kl_coef <= 0.0:
+                raise ValueError("kl_schedule='adaptive' multiplies kl_coef, so kl_coef must be > 0")
+            if not self.kl_coef_min <= self.kl_coef <= self.kl_coef_max:
+                raise ValueError(
+                    f"kl_schedule='adaptive' starts at kl_coef={self.kl_coef}, which must lie in "
+                    f"[kl_coef_min, kl_coef_max] = [{self.kl_coef_min}, {self.kl_coef_max}]"
+                )
+        _at_least("entropy_coef", self.entropy_coef, 0.0)
+        _at_least("num_iterations", self.num_iterations, 1)
+        _at_least("minibatch_size", self.minibatch_size, 0)
+        _at_least("max_grad_norm", self.max_grad_norm, 0.0)
+        if not (math.isfinite(self.ratio_tolerance) and self.ratio_tolerance > 0.0):
+            raise ValueError(f"ratio_tolerance must be > 0, got {self.ratio_tolerance!r}")
+        if not (math.isfinite(self.ratio_tolerance_bf16) and self.ratio_tolerance_bf16 > 0.0):
+            raise ValueError(f"ratio_tolerance_bf16 must be > 0, got {self.ratio_tolerance_bf16!r}")
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(epsilon_low, epsilon_high): the ratio is clipped to [1 - low, 1 + high]."""
+        return self.epsilon, self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    def ratio_tolerance_for(self, bf16: bool) -> float:
+        """The first-minibatch |ratio - 1| tolerance for this precision."""
+        return self.ratio_tolerance_bf16 if bf16 else self.ratio_tolerance
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+def _at_least(name: str, value: float, low: float) -> None:
+    if not (math.isfinite(value) and value >= low):
+        raise ValueError(f"{name} must be a finite number >= {low}, got {value!r}")
