@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
 from pathlib import Path
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,3 +18,60 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides applied after the file, e.g. engine.nodes=5000"
     )
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_keys: frozenset[str], command: str) -> tuple[T, bool]:
+    """A training run's config and whether it resumes: from --config + overrides, or RUN_DIR/config.yaml.
+
+    A fresh run refuses a run directory that already has a checkpoint. A resumed run may only
+    change `resumable_keys` (dotted), `stop_at` applies to one invocation only, and the run
+    directory is wherever RUN_DIR is now. `config_cls` needs `run` (RunConfig), `steps` and `stop_at`.
+    """
+    from chessgrpo.config import ConfigError, load_config, to_dict
+    from chessgrpo.train.checkpoint import latest_checkpoint
+
+    if args.resume is None:
+        config: Any = load_config(config_cls, args.config, args.overrides)
+        run_dir = config.run.directory
+        existing = latest_checkpoint(run_dir)
+        if existing is not None:
+            raise ValueError(
+                f"run directory {str(run_dir)!r} already has a checkpoint ({existing.name}); continue it with "
+                f"`chessgrpo {command} --resume {run_dir}` or start a new run with run.name=<new name>"
+            )
+        if (run_dir / "metrics.jsonl").exists():
+            logger.warning("%s has metrics but no checkpoint (an earlier run died early): starting it afresh", run_dir)
+        return config, False
+
+    if args.config is not None:
+        raise ConfigError("--resume uses RUN_DIR/config.yaml; do not pass --config with it")
+    run_dir = args.resume
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: it has no config.yaml (is it a `{command}` run directory?)")
+    saved = load_config(config_cls, saved_path)
+    saved = dataclasses.replace(saved, stop_at=None)  # a stop point applies to one invocation only
+    config = load_config(config_cls, saved_path, ["stop_at=null", *args.overrides])
+    before, after = _flatten(to_dict(saved)), _flatten(to_dict(config))
+    changed = sorted(key for key in after if after[key] != before[key] and key not in resumable_keys)
+    if changed:
+        raise ConfigError(
+            f"cannot change {', '.join(changed)} when resuming (it changes the training math); "
+            f"resumable keys: {', '.join(sorted(resumable_keys))}. Start a new run to change the others."
+        )
+    config = dataclasses.replace(config, run=dataclasses.replace(config.run, out_dir=str(run_dir.parent), name=run_dir.name))
+    if latest_checkpoint(run_dir) is None:
+        raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: no checkpoint under {str(run_dir / 'checkpoints')!r}")
+    if config.steps != saved.steps:
+        logger.warning("steps changed from %d to %d: the schedule now ends at step %d", saved.steps, config.steps, config.steps)
+    return config, True

@@ -12,14 +12,13 @@ given again. Ctrl-C finishes the current step, saves a checkpoint and exits with
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import signal
 import sys
 from pathlib import Path
 
-from chessgrpo.commands.common import add_config_arguments
-from chessgrpo.config import ConfigError, load_config, save_config, to_dict
+from chessgrpo.commands.common import add_config_arguments, resolve_run_config
+from chessgrpo.config import save_config
 
 logger = logging.getLogger(__name__)
 
@@ -35,57 +34,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     pretrain.set_defaults(handler=run_pretrain)
 
 
-def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def resolve_config(args: argparse.Namespace):
     """The run's config: from --config + overrides, or from RUN_DIR/config.yaml on --resume."""
-    from chessgrpo.train.checkpoint import latest_checkpoint
     from chessgrpo.train.pretrain import RESUMABLE_KEYS, PretrainConfig
 
-    if args.resume is None:
-        config = load_config(PretrainConfig, args.config, args.overrides)
-        run_dir = config.run.directory
-        existing = latest_checkpoint(run_dir)
-        if existing is not None:
-            raise ValueError(
-                f"run directory {str(run_dir)!r} already has a checkpoint ({existing.name}); continue it with "
-                f"`chessgrpo pretrain --resume {run_dir}` or start a new run with run.name=<new name>"
-            )
-        if (run_dir / "metrics.jsonl").exists():
-            logger.warning("%s has metrics but no checkpoint (an earlier run died early): starting it afresh", run_dir)
-        return config, False
-
-    if args.config is not None:
-        raise ConfigError("--resume uses RUN_DIR/config.yaml; do not pass --config with it")
-    run_dir = args.resume
-    saved_path = run_dir / "config.yaml"
-    if not saved_path.is_file():
-        raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: it has no config.yaml (is it a pretrain run directory?)")
-    saved = load_config(PretrainConfig, saved_path)
-    saved = dataclasses.replace(saved, stop_at=None)  # a stop point applies to one invocation only
-    config = load_config(PretrainConfig, saved_path, ["stop_at=null", *args.overrides])
-    before, after = _flatten(to_dict(saved)), _flatten(to_dict(config))
-    changed = sorted(key for key in after if after[key] != before[key] and key not in RESUMABLE_KEYS)
-    if changed:
-        raise ConfigError(
-            f"cannot change {', '.join(changed)} when resuming (it changes the training math); "
-            f"resumable keys: {', '.join(sorted(RESUMABLE_KEYS))}. Start a new run to change the others."
-        )
-    # The run directory is where it is now, whatever out_dir/name said when it was created.
-    config = dataclasses.replace(config, run=dataclasses.replace(config.run, out_dir=str(run_dir.parent), name=run_dir.name))
-    if latest_checkpoint(run_dir) is None:
-        raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: no checkpoint under {str(run_dir / 'checkpoints')!r}")
-    if config.steps != saved.steps:
-        logger.warning("steps changed from %d to %d: the cosine schedule now ends at step %d", saved.steps, config.steps, config.steps)
-    return config, True
+    return resolve_run_config(args, PretrainConfig, RESUMABLE_KEYS, "pretrain")
 
 
 def run_pretrain(args: argparse.Namespace) -> int:

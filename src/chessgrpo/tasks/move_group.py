@@ -1,0 +1,370 @@
+"""Move groups: G moves sampled from the same position, rewarded by the engine.
+
+A step of the one-move task:
+
+1. `StartPositions.draw` picks B start positions, seeded by (seed, step, rank): every step sees
+   fresh positions and data-parallel ranks never share a draw (the predecessor replayed the same
+   512 positions every epoch).
+2. `sample_groups` runs the policy once per position and samples G moves from
+   `models.policy.log_probs` at the rollout temperature (no top-k/top-p). The behaviour
+   log-probs, the exact entropy and, when a reference is given, the reference log-probs and the
+   exact KL(policy || reference) over all legal moves are recorded at the same time.
+3. `score_groups` values each sampled move as the expected score of the position after it, for
+   the mover: ``1 - win_probability(after)``, the engine evaluating from the opponent's side.
+   Mate is exactly 1 and stalemate/insufficient material/fifty moves exactly 0.5 (the pool scores
+   terminal positions without searching). Duplicate moves of a group are evaluated once. With
+   `best_move_values` the engine's best move is valued the same way (after the move), giving the
+   regret ``v(move) - max(v(best), v(move)) <= 0`` = -ESL of the move, the exact quantity the
+   offline evaluation measures.
+4. `to_rollout_batch` makes a `rl.RolloutBatch` with L = 1 (one action per row) and group id =
+   position; `make_forward` recomputes log-probs for any subset of rows, running the model once
+   per distinct position of the minibatch.
+
+Reward ``win_prob`` or ``regret``: with a per-group baseline (grpo, dr_grpo, rloo) the two give
+identical advantages, because they differ by a constant per position (the best move's value);
+they differ only in what is logged, and under ``batch_std``, whose scale spans positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import chess
+import chess.pgn
+import numpy as np
+import torch
+
+from chessgrpo.board import ACTIONS, random_playout_positions, read_fen_file
+from chessgrpo.board.validation import parse_board
+from chessgrpo.models.policy import ActionPolicy, log_probs
+from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from chessgrpo.engine import EnginePool
+
+REWARDS = ("win_prob", "regret")
+
+
+@dataclasses.dataclass
+class MoveGroupConfig:
+    """What a group is and how it is rewarded (the `task:` section of a GRPO config)."""
+
+    group_size: int = 8
+    """G: moves sampled per position (with replacement; duplicates are evaluated once)."""
+    positions_per_step: int = 32
+    """B: start positions per training step; a step learns from B * G samples."""
+    temperature: float = 1.0
+    """Rollout temperature. The learner uses the same one (ARCHITECTURE invariant 1)."""
+    reward: str = "win_prob"
+    """win_prob: the mover's expected score after the move; regret: that minus the best move's
+    (needs best_move_values). Same advantages under a per-group baseline (module docstring)."""
+    reward_nodes: int = 1000
+    """Stockfish node limit for valuing moves (and the best move)."""
+    best_move_values: bool = True
+    """Also value the engine's best move, to log reward/esl (one more search per position)."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
+        if self.positions_per_step < 1:
+            raise ValueError(f"positions_per_step must be >= 1, got {self.positions_per_step}")
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
+        if self.reward == "regret" and not self.best_move_values:
+            raise ValueError("reward 'regret' needs best_move_values: true")
+        if self.reward_nodes < 1:
+            raise ValueError(f"reward_nodes must be >= 1, got {self.reward_nodes}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Start positions
+
+
+class StartPositions:
+    """A fixed set of non-terminal start positions and a seeded, per-step draw from it."""
+
+    def __init__(self, boards: Sequence[chess.Board], source: str):
+        self.boards = [board.copy(stack=False) for board in boards if any(board.generate_legal_moves())]
+        self.source = source
+        if not self.boards:
+            raise ValueError(f"start positions {source!r}: no position with a legal move")
+
+    def __len__(self) -> int:
+        return len(self.boards)
+
+    @classmethod
+    def from_source(
+        cls,
+        source: str,
+        *,
+        split: str = "train",
+        max_positions: int | None = None,
+        seed: int = 0,
+        win_prob_range: tuple[float, float] | None = None,
+    ) -> StartPositions:
+        """Load start positions.
+
+        `source`: a dataset directory (its `split`), a .parquet file, a .epd/.fen/.txt file (one
+        position per line), a .pgn file (every position of every game's main line), or
+        ``random:N`` (N positions from uniformly random playouts of up to 40 plies, seeded).
+        At most `max_positions` are kept (a seeded sample).
+
+        `win_prob_range` (datasets only) keeps positions whose labelled best move's win probability
+        lies inside [low, high]: in a decided position (win probability ~0 or ~1 whatever is
+        played) every move gets the same reward and the group teaches nothing.
+        """
+        if source.startswith("random:"):
+            count = source.split(":", 1)[1]
+            if not count.isdigit() or int(count) < 1:
+                raise ValueError(f"start positions {source!r}: expected random:N with N >= 1")
+            return cls(random_playout_positions(int(count), seed=seed, max_plies=40), source)
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"start positions {source!r} do not exist")
+        suffix = path.suffix.lower()
+        if path.is_dir() or suffix == ".parquet":
+            from chessgrpo.data.schema import read_positions
+
+            table = read_positions(path, split=split if path.is_dir() else None, columns=["fen", "win_probs"])
+            boards = []
+            for row, (fen, win_probs) in enumerate(zip(table.column("fen").to_pylist(), table.column("win_probs").to_pylist())):
+                if win_prob_range is not None and win_probs and not win_prob_range[0] <= win_probs[0] <= win_prob_range[1]:
+                    continue
+                try:
+                    boards.append(parse_board(fen))
+                except ValueError as error:
+                    raise ValueError(f"start positions {source!r} row {row}: {error}") from None
+        elif win_prob_range is not None:
+            raise ValueError(f"start positions {source!r}: win_prob_range needs a labelled dataset (directory or .parquet)")
+        elif suffix in (".epd", ".fen", ".txt"):
+            boards = list(read_fen_file(path))
+        elif suffix == ".pgn":
+            boards = _pgn_positions(path)
+        else:
+            raise ValueError(f"start positions {source!r}: expected a dataset directory, .parquet, .epd/.fen/.txt, .pgn or random:N")
+        if max_positions is not None and len(boards) > max_positions:
+            chosen = np.sort(np.random.default_rng(seed).choice(len(boards), max_positions, replace=False))
+            boards = [boards[i] for i in chosen]
+        return cls(boards, source)
+
+    def draw(self, count: int, *, seed: int, step: int, rank: int = 0) -> list[chess.Board]:
+        """`count` positions for (`step`, `rank`): without replacement when the set is big enough.
+
+        The same (seed, step, rank) always gives the same positions, so a resumed run continues
+        with exactly the positions a straight run would have seen.
+        """
+        rng = np.random.default_rng([seed, step, rank])
+        indices = rng.choice(len(self.boards), count, replace=count > len(self.boards))
+        return [self.boards[int(i)].copy() for i in indices]
+
+
+def _pgn_positions(path: Path) -> list[chess.Board]:
+    boards: list[chess.Board] = []
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        while (game := chess.pgn.read_game(handle)) is not None:
+            if game.errors:
+                raise ValueError(f"{path}: game {len(boards)} does not parse: {game.errors[0]}")
+            board = game.board()
+            for move in game.mainline_moves():
+                board.push(move)
+                if not board.is_game_over(claim_draw=False):
+                    boards.append(board.copy(stack=False))
+    return boards
+
+
+# ------------------------------------------------------------------------------------------------
+# Sampling
+
+
+@dataclasses.dataclass
+class MoveGroups:
+    """B positions with G sampled moves each, and what the policy thought while sampling them."""
+
+    boards: list[chess.Board]
+    tokens: torch.Tensor
+    """[B, 77] token ids."""
+    legal: torch.Tensor
+    """[B, 1968] legal-move masks."""
+    actions: torch.Tensor
+    """[B, G] sampled action ids."""
+    behaviour_logp: torch.Tensor
+    """[B, G] log-probs of the sampled actions at sampling time (rollout temperature)."""
+    entropy: torch.Tensor
+    """[B] exact entropy of the policy at the rollout temperature."""
+    ln_legal: torch.Tensor
+    """[B] ln(number of legal moves): the entropy of the uniform policy, for comparison."""
+    ref_logp: torch.Tensor | None = None
+    """[B, G] reference log-probs of the sampled actions (rollout temperature)."""
+    exact_kl: torch.Tensor | None = None
+    """[B] exact KL(policy || reference) over all legal moves."""
+
+    @property
+    def group_size(self) -> int:
+        return int(self.actions.shape[1])
+
+    def moves(self) -> list[list[chess.Move]]:
+        return [[chess.Move.from_uci(ACTIONS[a]) for a in row] for row in self.actions.tolist()]
+
+
+@torch.no_grad()
+def sample_groups(
+    model: ActionPolicy,
+    boards: Sequence[chess.Board],
+    group_size: int,
+    *,
+    temperature: float,
+    generator: torch.Generator | None = None,
+    reference: ActionPolicy | None = None,
+    bf16: bool = False,
+) -> MoveGroups:
+    """Sample `group_size` moves per board from `model` (eval mode: no dropout) with `log_probs`."""
+    if model.training or (reference is not None and reference.training):
+        raise RuntimeError("sample_groups needs models in eval mode (no dropout in RL forwards)")
+    tokens, legal = model.inputs(boards)
+    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(tokens)
+    logp_full = log_probs(logits, legal, temperature)
+    actions = torch.multinomial(logp_full.exp(), group_size, replacement=True, generator=generator)
+    groups = MoveGroups(
+        boards=list(boards),
+        tokens=tokens,
+        legal=legal,
+        actions=actions,
+        behaviour_logp=logp_full.gather(1, actions),
+        entropy=categorical_entropy(logp_full),
+        ln_legal=legal.sum(dim=-1).float().log(),
+    )
+    if reference is not None:
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            ref_logits = reference(tokens)
+        ref_full = log_probs(ref_logits, legal, temperature)
+        groups.ref_logp = ref_full.gather(1, actions)
+        groups.exact_kl = exact_kl(logp_full, ref_full)
+    return groups
+
+
+# ------------------------------------------------------------------------------------------------
+# Rewards
+
+
+@dataclasses.dataclass
+class GroupRewards:
+    """Values of the sampled moves for the mover, and what it took to get them."""
+
+    values: torch.Tensor
+    """[B, G] expected score for the mover after each sampled move (1 = mate, 0.5 = draw)."""
+    best_values: torch.Tensor | None
+    """[B] the same for the engine's best move (None without best_move_values)."""
+    evaluations: int
+    """Distinct positions sent to the pool this step (cache hits included)."""
+
+    @property
+    def regret(self) -> torch.Tensor:
+        """[B, G] v(move) - max(v(best), v(move)) <= 0; -regret is the move's ESL."""
+        if self.best_values is None:
+            raise ValueError("regret needs best_move_values")
+        best = torch.maximum(self.best_values.unsqueeze(1), self.values)
+        return self.values - best
+
+    def rewards(self, kind: str) -> torch.Tensor:
+        """[B, G] the training reward: ``win_prob`` (values) or ``regret``."""
+        if kind == "win_prob":
+            return self.values
+        if kind == "regret":
+            return self.regret
+        raise ValueError(f"unknown reward {kind!r}; choose one of {list(REWARDS)}")
+
+
+def move_value_positions(boards: Sequence[chess.Board], moves: Sequence[Sequence[chess.Move]]) -> tuple[list[chess.Board], list[list[int]]]:
+    """The distinct positions after each (board, move) and, per board, each move's index into them."""
+    distinct: dict[str, int] = {}
+    after_boards: list[chess.Board] = []
+    indices: list[list[int]] = []
+    for board, row in zip(boards, moves):
+        row_indices = []
+        for move in row:
+            after = board.copy(stack=False)
+            after.push(move)
+            key = after.fen()
+            if key not in distinct:
+                distinct[key] = len(after_boards)
+                after_boards.append(after)
+            row_indices.append(distinct[key])
+        indices.append(row_indices)
+    return after_boards, indices
+
+
+def score_groups(pool: "EnginePool", groups: MoveGroups, *, nodes: int, best_move_values: bool = True) -> GroupRewards:
+    """Value every sampled move (and the best move) for the mover with the engine pool.
+
+    An engine failure is retried by the pool on a fresh process and raises if it persists:
+    never a silent 0 reward (ARCHITECTURE invariant 5).
+    """
+    moves = groups.moves()
+    best_moves: list[chess.Move] = []
+    if best_move_values:
+        for board, evaluation in zip(groups.boards, pool.evaluate(groups.boards, nodes=nodes)):
+            if evaluation.best_move is None:
+                raise RuntimeError(f"the engine returned no best move for {board.fen()!r}")
+            best_moves.append(chess.Move.from_uci(evaluation.best_move))
+        rows = [[*row, best] for row, best in zip(moves, best_moves)]
+    else:
+        rows = moves
+    after_boards, indices = move_value_positions(groups.boards, rows)
+    evaluations = pool.evaluate(after_boards, nodes=nodes)
+    mover_value = torch.tensor([1.0 - e.win_probability for e in evaluations], dtype=torch.float32)
+    table = torch.tensor(indices, dtype=torch.long)
+    values = mover_value[table]  # [B, G (+1)]
+    best_values = None
+    if best_move_values:
+        values, best_values = values[:, :-1].contiguous(), values[:, -1].contiguous()
+    count = len(after_boards) + (len(groups.boards) if best_move_values else 0)
+    return GroupRewards(values=values, best_values=best_values, evaluations=count)
+
+
+# ------------------------------------------------------------------------------------------------
+# To the learner
+
+
+def to_rollout_batch(groups: MoveGroups, rewards: torch.Tensor) -> RolloutBatch:
+    """Rows = the B * G sampled moves (L = 1); group id = position index."""
+    batch_size, group_size = groups.actions.shape
+    if rewards.shape != (batch_size, group_size):
+        raise ValueError(f"rewards of shape {tuple(rewards.shape)} for groups of shape {(batch_size, group_size)}")
+    position = torch.arange(batch_size, device=groups.actions.device).repeat_interleave(group_size)
+    return RolloutBatch(
+        inputs={"position": position},
+        actions=groups.actions.reshape(-1, 1),
+        behaviour_logp=groups.behaviour_logp.reshape(-1, 1).float(),
+        mask=torch.ones(batch_size * group_size, 1, dtype=torch.bool, device=groups.actions.device),
+        rewards=rewards.reshape(-1).float().to(groups.actions.device),
+        group_ids=position.clone(),
+        ref_logp=None if groups.ref_logp is None else groups.ref_logp.reshape(-1, 1).float(),
+    )
+
+
+def make_forward(model: ActionPolicy, groups: MoveGroups, *, temperature: float, bf16: bool = False):
+    """The learner's forward for these groups: log-probs and exact entropy of any subset of rows.
+
+    The model runs once per distinct position in the minibatch (G rows share a position). It must
+    be in eval mode (no dropout); gradients flow.
+    """
+
+    def forward(minibatch: RolloutBatch) -> PolicyOutputs:
+        if model.training:
+            raise RuntimeError("the GRPO forward needs the model in eval mode (no dropout in RL forwards)")
+        positions, inverse = torch.unique(minibatch.inputs["position"], return_inverse=True)
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(groups.tokens[positions])
+        logp_full = log_probs(logits, groups.legal[positions], temperature)
+        logp = logp_full[inverse].gather(1, minibatch.actions)
+        entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)
+        return PolicyOutputs(logp=logp, entropy=entropy)
+
+    return forward

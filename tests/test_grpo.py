@@ -1,0 +1,204 @@
+"""GRPO of the action policy with one-move groups: rewards, invariants, resume, learning.
+
+Real Stockfish at small node limits, real tiny models, real files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import chess
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from chessgrpo.board import move_to_action
+from chessgrpo.config import EngineConfig, RunConfig
+from chessgrpo.engine import EnginePool
+from chessgrpo.eval.puzzles import read_puzzles
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs, save_policy
+from chessgrpo.rl import GRPOConfig, InvariantViolation
+from chessgrpo.tasks.move_group import MoveGroupConfig, MoveGroups, StartPositions, sample_groups, score_groups, to_rollout_batch
+from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.grpo import GRPOEvalConfig, GRPOTrainConfig, GRPOTrainer
+
+from helpers import shared_file
+
+
+def _groups_for(board: chess.Board, moves: list[str]) -> MoveGroups:
+    """A one-position group holding exactly `moves` (to value hand-picked moves)."""
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    tokens, legal = model.inputs([board])
+    actions = torch.tensor([[move_to_action(m) for m in moves]])
+    zeros = torch.zeros(actions.shape)
+    return MoveGroups([board], tokens, legal, actions, zeros, torch.zeros(1), torch.zeros(1))
+
+
+def test_rewards_are_from_the_movers_point_of_view_for_black():
+    # 1. e4 d5 2. Qg4??: Black to move wins the queen with Bxg4; Bf5?? instead loses the bishop to Qxf5.
+    board = chess.Board()
+    for uci in ("e2e4", "d7d5", "d1g4"):
+        board.push_uci(uci)
+    back_rank = chess.Board("r5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 0 1")  # Black mates with Ra1#
+    with EnginePool(processes=1, nodes=2000) as pool:
+        queen = score_groups(pool, _groups_for(board.copy(stack=False), ["c8g4", "c8f5"]), nodes=2000)
+        mate = score_groups(pool, _groups_for(back_rank, ["a8a1", "a8a7"]), nodes=2000)
+    assert queen.values[0, 0] > 0.9 and queen.values[0, 1] < 0.2  # (the wrong point of view would flip both)
+    assert queen.regret[0, 0] == 0.0 and queen.regret[0, 1] < -0.7  # Bxg4 is (at least as good as) the best move
+    assert mate.values[0, 0] == 1.0  # a mating move is worth exactly 1 to the mover, no search needed
+    assert mate.best_values is not None and mate.best_values[0] == 1.0
+
+
+def test_duplicate_moves_in_a_group_are_evaluated_once():
+    board = chess.Board()
+    with EnginePool(processes=1, nodes=200) as pool:
+        scored = score_groups(pool, _groups_for(board, ["e2e4", "e2e4", "d2d4", "e2e4"]), nodes=200, best_move_values=False)
+        searches = pool.stats.searches
+    assert scored.evaluations == 2 and searches == 2
+    assert scored.values[0, 0] == scored.values[0, 1] == scored.values[0, 3]
+
+
+def test_sampling_records_consistent_log_probs_and_batch_shapes():
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    boards = StartPositions.from_source("random:6", seed=1).draw(4, seed=0, step=0)
+    groups = sample_groups(model, boards, 5, temperature=1.3, generator=torch.Generator().manual_seed(0), reference=model)
+    tokens, legal = model.inputs(boards)
+    with torch.no_grad():
+        expected = log_probs(model(tokens), legal, 1.3).gather(1, groups.actions)
+    assert torch.equal(groups.behaviour_logp, expected)
+    assert legal.gather(1, groups.actions).all()
+    assert torch.allclose(groups.exact_kl, torch.zeros(4), atol=1e-6)  # the policy is its own reference
+    assert (groups.entropy <= groups.ln_legal + 1e-5).all()
+    batch = to_rollout_batch(groups, torch.rand(4, 5))
+    batch.validate()
+    assert batch.num_rows == 20 and batch.group_ids.tolist() == [i for i in range(4) for _ in range(5)]
+
+
+def test_start_positions_are_fresh_each_step_and_reproducible():
+    positions = StartPositions.from_source("random:200", seed=0)
+    first = [b.fen() for b in positions.draw(16, seed=0, step=0)]
+    assert first == [b.fen() for b in positions.draw(16, seed=0, step=0)]
+    assert first != [b.fen() for b in positions.draw(16, seed=0, step=1)]
+    assert first != [b.fen() for b in positions.draw(16, seed=0, step=0, rank=1)]
+    assert len(set(first)) == 16  # without replacement
+
+
+def _config(tmp_path: Path, name: str, **overrides) -> GRPOTrainConfig:
+    base = GRPOTrainConfig(
+        run=RunConfig(name=name, out_dir=str(tmp_path), seed=0),
+        init_checkpoint=None,
+        positions="random:64",
+        task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
+        grpo=GRPOConfig(num_iterations=2, minibatch_size=8, kl_coef=0.05),
+        engine=EngineConfig(processes=1, cache=False),
+        eval=GRPOEvalConfig(positions=None, puzzles=None),
+        steps=4,
+        lr=1e-3,
+        warmup_steps=0,
+        checkpoint_every=0,
+        threads=1,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def test_invariant_check_fires_on_an_injected_temperature_mismatch(tmp_path):
+    config = _config(tmp_path, "mismatch", debug_learn_temperature=1.3)
+    with GRPOTrainer(config) as trainer, pytest.raises(InvariantViolation, match="temperature"):
+        trainer.train_step()
+    with GRPOTrainer(_config(tmp_path, "consistent")) as trainer:
+        metrics = trainer.train_step()
+    assert metrics["ratio/first_max_abs_dev"] < 1e-4 and metrics["kl/exact"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_resume_continues_bitwise_identically(tmp_path):
+    with GRPOTrainer(_config(tmp_path, "straight")) as trainer:
+        assert trainer.train().finished
+    with GRPOTrainer(_config(tmp_path, "resumed", stop_at=2)) as trainer:
+        assert not trainer.train().finished and trainer.step == 2
+    with GRPOTrainer(_config(tmp_path, "resumed"), resume=True) as trainer:
+        assert trainer.step == 2 and trainer.train().finished
+    straight = load_file(str(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors"))
+    resumed = load_file(str(tmp_path / "resumed" / "checkpoints" / "latest" / "model.safetensors"))
+    assert straight.keys() == resumed.keys()
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    rows = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["reward/mean"] for r in rows] == [r["reward/mean"] for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")]
+
+
+def _mate_in_one_positions(path: Path, count: int) -> list[tuple[chess.Board, chess.Move]]:
+    """Last solver positions of Lichess mate puzzles: the solver's final move mates."""
+    found = []
+    for puzzle in read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles:
+        if "mate" not in puzzle.themes:
+            continue
+        board = puzzle.board.copy()
+        for move in puzzle.solution[:-1]:
+            board.push(move)
+        found.append((board.copy(stack=False), puzzle.solution[-1]))
+        if len(found) == count:
+            break
+    path.write_text("".join(board.fen() + "\n" for board, _ in found))
+    return found
+
+
+def test_grpo_learns_to_mate_in_one(tmp_path):
+    positions = _mate_in_one_positions(tmp_path / "mates.fen", 16)
+    config = _config(
+        tmp_path, "mates", positions=str(tmp_path / "mates.fen"), steps=30, lr=3e-3,
+        task=MoveGroupConfig(group_size=16, positions_per_step=8, reward_nodes=50, best_move_values=False),
+        grpo=GRPOConfig(num_iterations=2, minibatch_size=64),
+    )  # fmt: skip
+
+    def mate_probability(model: ActionPolicy) -> float:
+        tokens, legal = model.inputs([board for board, _ in positions])
+        with torch.no_grad():
+            probs = log_probs(model(tokens), legal).exp()
+        mates = torch.tensor([move_to_action(move) for _, move in positions])
+        return float(probs.gather(1, mates.unsqueeze(1)).mean())
+
+    with GRPOTrainer(config) as trainer:
+        before = mate_probability(trainer.model)
+        trainer.train()
+        after = mate_probability(trainer.model)
+    rows = read_metrics(tmp_path / "mates" / "metrics.jsonl")
+    first, last = rows[:8], rows[-8:]
+    mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)
+    assert after > 3 * before, (before, after)
+    assert mean(last, "reward/mean") > mean(first, "reward/mean") + 0.05
+    for row in rows:
+        assert row["ratio/first_max_abs_dev"] < 1e-4 and row["entropy/mean"] <= row["entropy/ln_legal"] + 1e-4
+        assert math.isfinite(row["grad_norm"]) and row["kl/value"] >= 0
+
+
+def test_train_command_runs_evaluates_and_writes_a_run_directory(tmp_path):
+    checkpoint = tmp_path / "init"
+    torch.manual_seed(0)
+    save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), checkpoint)
+    (tmp_path / "eval.fen").write_text("".join(b.fen() + "\n" for b in StartPositions.from_source("random:20", seed=5).boards))
+    command = [
+        sys.executable, "-m", "chessgrpo.cli", "train", "--config", "configs/grpo_tiny.yaml",
+        f"init_checkpoint={checkpoint}", "positions=random:50", "steps=2", f"run.out_dir={tmp_path}", "run.name=cli",
+        "task.positions_per_step=4", "task.group_size=4", "task.reward_nodes=50", "engine.processes=1", "engine.cache=false",
+        f"eval.positions={tmp_path / 'eval.fen'}", "eval.max_positions=20", "eval.nodes=100", "eval.max_puzzles=20",
+        "eval.every=0", "grpo.minibatch_size=8",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "cli"
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "latest" / "model.safetensors").is_file()
+    for name in ("step_000000_offline.json", "step_000002_offline.json", "step_000000_puzzles.json", "step_000002_puzzles.json"):
+        assert (run / "eval" / name).is_file(), name
+    rows = read_metrics(run / "metrics.jsonl")
+    assert rows[0]["step"] == 0 and "eval/esl_low" in rows[0] and "eval/puzzle_first_move_accuracy" in rows[0]
+    assert "held-out curve" in done.stdout and "eval compare" in done.stdout
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parent.parent)
+    assert again.returncode == 2 and "already has a checkpoint" in again.stderr
+    bad = subprocess.run([*command[:-1], "grpo.advantage_estimator=ppo"], capture_output=True, text=True, timeout=60, check=False,
+                         cwd=Path(__file__).parent.parent)  # fmt: skip
+    assert bad.returncode == 2 and "advantage_estimator" in bad.stderr
