@@ -2,20 +2,40 @@
 # The main job on the default config (what `make run` runs after setup):
 #   1. check the installation         chessgrpo doctor
 #   2. labelled data                  chessgrpo data generate  -> data/tiny/
-#   3. supervised pretraining         chessgrpo pretrain       -> runs/pretrain_tiny/
+#   3. supervised pretraining         chessgrpo pretrain       -> runs/quickstart/pretrain/
 #   4. offline strength + puzzles     chessgrpo eval offline / eval puzzles (with baselines)
+#   5. GRPO from the pretrained policy chessgrpo train         -> runs/quickstart/grpo/
+#      (it evaluates itself at step 0 and at the end on the same held-out positions and puzzles)
+#   6. before/after table             chessgrpo eval compare (paired bootstrap intervals)
 # Every step resumes or skips finished work, so running it again is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLI=.venv/bin/chessgrpo
-RUN=runs/pretrain_tiny
+OUT=runs/quickstart
+PRETRAIN=$OUT/pretrain
+GRPO=$OUT/grpo
 
 $CLI doctor
 $CLI data generate --config configs/data_tiny.yaml
-if [ -e "$RUN/checkpoints/latest" ]; then
-  $CLI pretrain --resume "$RUN"
+
+if [ -e "$PRETRAIN/checkpoints/latest" ]; then
+  $CLI pretrain --resume "$PRETRAIN"
 else
-  $CLI pretrain --config configs/pretrain_tiny.yaml
+  $CLI pretrain --config configs/pretrain_tiny.yaml run.out_dir=$OUT run.name=pretrain
 fi
-$CLI eval offline --config configs/eval.yaml --checkpoint "$RUN" output=$RUN/eval/offline.json
-$CLI eval puzzles --config configs/eval.yaml --checkpoint "$RUN" output=$RUN/eval/puzzles.json
+$CLI eval offline --config configs/eval.yaml --checkpoint "$PRETRAIN" output=$PRETRAIN/eval/offline.json
+$CLI eval puzzles --config configs/eval.yaml --checkpoint "$PRETRAIN" output=$PRETRAIN/eval/puzzles.json
+
+if [ -e "$GRPO/checkpoints/latest" ]; then
+  $CLI train --resume "$GRPO"
+else
+  $CLI train --config configs/grpo_tiny.yaml run.out_dir=$OUT run.name=grpo init_checkpoint=$PRETRAIN
+fi
+
+# The GRPO run evaluated its start (= the pretrained policy) and its end on the same positions.
+BEFORE=$(ls $GRPO/eval/step_*_offline.json | head -1)
+AFTER=$(ls $GRPO/eval/step_*_offline.json | tail -1)
+echo
+echo "== before (pretrained) / after (GRPO) =="
+$CLI eval compare "$BEFORE" "$AFTER"
+$CLI eval compare "${BEFORE%_offline.json}_puzzles.json" "${AFTER%_offline.json}_puzzles.json"

@@ -1,4 +1,4 @@
-"""`chessgrpo eval offline|puzzles`: a player's move quality and puzzle skill, with intervals and baselines.
+"""`chessgrpo eval offline|puzzles|compare|games`: move quality, puzzle skill and playing strength, with intervals.
 
 ::
 
@@ -7,6 +7,7 @@
     chessgrpo eval puzzles (--checkpoint PATH | --policy random|stockfish) [--puzzles CSV]
                            [--max-puzzles N] [--json] [--config F] [key=value ...]
     chessgrpo eval compare A.json B.json [--json]
+    chessgrpo eval games --checkpoint PATH --anchors random,sf-skill:0 --games N [...]   (commands/games.py)
 
 `offline` reports top-1 agreement with Stockfish's best move, mean expected-score loss (ESL) and
 blunder rate (ESL > 0.2) with percentile-bootstrap intervals (`chessgrpo.eval.offline`);
@@ -74,7 +75,7 @@ class EvalConfig:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    evaluate = commands.add_parser("eval", help="evaluate a policy: offline move metrics, Lichess puzzles")
+    evaluate = commands.add_parser("eval", help="evaluate a policy: offline move metrics, Lichess puzzles, paired comparisons, games against anchors")
     sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="SUBCOMMAND")
 
     offline = sub.add_parser("offline", help="top-1 agreement, expected-score loss and blunder rate on held-out positions")
@@ -103,6 +104,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     compare.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     compare.set_defaults(handler=run_compare)
+
+    from chessgrpo.commands.games import add_games_parser  # games against anchors: its own module
+
+    add_games_parser(sub)
 
 
 def _add_player_arguments(parser: argparse.ArgumentParser) -> None:

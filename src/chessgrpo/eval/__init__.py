@@ -1,9 +1,13 @@
-"""Evaluation: offline move metrics, Lichess puzzles, baselines, and confidence intervals.
+"""Evaluation: offline move metrics, Lichess puzzles, games against anchors (Elo), and intervals.
+
+Games (`games`, `anchors`, `elo`) and the UCI adapter (`uci_engine`) are imported from their
+modules; they pull in multiprocessing and engines, so they are not loaded here.
 
 Every metric is reported with an interval (`stats.Interval`) and beside two fixed baselines
 (a uniformly random player and Stockfish at a tiny node budget), so a number always has context.
 """
 
+from chessgrpo.eval.compare import Comparison, compare_files, compare_records
 from chessgrpo.eval.offline import BLUNDER_THRESHOLD, MoveRecord, OfflineResult, evaluate_offline, move_values, score_moves
 from chessgrpo.eval.players import DEFAULT_BASELINE_NODES, Player, PolicyPlayer, RandomPlayer, StockfishPlayer
 from chessgrpo.eval.positions import LabelledPosition, load_eval_positions
@@ -20,6 +24,9 @@ from chessgrpo.eval.puzzles import (
 from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
 __all__ = [
+    "Comparison",
+    "compare_files",
+    "compare_records",
     "BLUNDER_THRESHOLD",
     "DEFAULT_BASELINE_NODES",
     "RATING_BUCKETS",

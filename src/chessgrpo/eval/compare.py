@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from chessgrpo.eval.stats import Interval, paired_bootstrap_difference
+from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
 # metric -> (record field, True when higher is better)
 OFFLINE_METRICS: dict[str, tuple[str, bool]] = {"top1": ("top1", True), "esl": ("esl", False), "blunder_rate": ("blunder", False)}
@@ -33,8 +33,9 @@ class MetricComparison:
     """One metric of B against A on the same items."""
 
     metric: str
-    a: float
-    b: float
+    a: Interval
+    """A's own value with its interval (Wilson for rates, bootstrap for ESL)."""
+    b: Interval
     difference: Interval
     """B - A with its paired bootstrap interval."""
     higher_is_better: bool
@@ -51,8 +52,8 @@ class MetricComparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
-            "a": self.a,
-            "b": self.b,
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
             "difference": self.difference.to_json(),
             "higher_is_better": self.higher_is_better,
             "verdict": self.verdict,
@@ -103,8 +104,15 @@ def compare_records(
         a = [float(first[field]) for first, _ in pairs]
         b = [float(second[field]) for _, second in pairs]
         difference = paired_bootstrap_difference(b, a, confidence=confidence, resamples=resamples, seed=seed)
-        results.append(MetricComparison(metric, sum(a) / len(a), sum(b) / len(b), difference, higher_is_better))
+        own = [_own_interval(values, confidence, resamples, seed) for values in (a, b)]
+        results.append(MetricComparison(metric, own[0], own[1], difference, higher_is_better))
     return Comparison(kind, player_a, player_b, len(pairs), tuple(results))
+
+
+def _own_interval(values: list[float], confidence: float, resamples: int, seed: int) -> Interval:
+    if all(value in (0.0, 1.0) for value in values):
+        return wilson_interval(int(sum(values)), len(values), confidence)
+    return bootstrap_interval(values, confidence=confidence, resamples=resamples, seed=seed)
 
 
 def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
@@ -142,9 +150,10 @@ def format_comparison(comparison: Comparison, confidence: float = 0.95) -> str:
     lines = [
         f"{comparison.kind}: B = {comparison.player_b} vs A = {comparison.player_a} on {comparison.n} shared items; "
         f"paired bootstrap {100 * confidence:g}% intervals of B - A",
-        f"{'metric':<20}  {'A':>7}  {'B':>7}  {'B - A [interval]':<28}  verdict for B",
+        f"{'metric':<20}  {'A [interval]':<22}  {'B [interval]':<22}  {'B - A [interval]':<26}  verdict for B",
     ]
     for m in comparison.metrics:
         d = m.difference
-        lines.append(f"{m.metric:<20}  {m.a:>7.3f}  {m.b:>7.3f}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<28}  {m.verdict}")
+        a, b = (f"{x.value:.3f} [{x.low:.3f}, {x.high:.3f}]" for x in (m.a, m.b))
+        lines.append(f"{m.metric:<20}  {a:<22}  {b:<22}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<26}  {m.verdict}")
     return "\n".join(lines)

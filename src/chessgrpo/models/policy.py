@@ -307,6 +307,7 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     directory = resolve_checkpoint(path)
     try:
         raw = json.loads((directory / CONFIG_FILE).read_text())
+        raw.setdefault("head", "pooled")  # checkpoints from before the head option had the pooled head
         config = PolicyConfig(**raw)
     except (json.JSONDecodeError, TypeError) as error:
         raise ValueError(f"{directory / CONFIG_FILE} is not a valid policy config: {error}") from None

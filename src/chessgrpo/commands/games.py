@@ -1,0 +1,457 @@
+"""`chessgrpo eval games`: games against engine anchors, with Elo intervals, SPRT and PGN.
+
+::
+
+    chessgrpo eval games --checkpoint CKPT [--anchors random,sf-skill:0] [--games N]
+                         [--openings FILE] [--workers K] [--temperature T]
+                         [--anchor-nodes N | --anchor-depth D] [--pgn FILE] [--json]
+                         [--sprt ELO0,ELO1 --opponent CKPT2] [--config F] [key=value ...]
+
+Plays N games (N/2 colour-swapped pairs, one opening per pair) against every anchor
+(`chessgrpo.eval.anchors`) with the adjudication of `chessgrpo.eval.games`, writes every game to
+a PGN, and reports per anchor W/D/L, the score with a Wilson interval, pentanomial pair counts and
+the Elo difference; then the maximum-likelihood Elo over all rated anchors with a
+likelihood-ratio interval (`chessgrpo.eval.elo`). With ``--sprt elo0,elo1 --opponent CKPT2`` it
+plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N games).
+Defaults and every key: configs/games.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.config import EngineConfig, load_config, to_dict
+
+
+@dataclasses.dataclass
+class GamesConfig:
+    """`chessgrpo eval games`: games against anchors (see configs/games.yaml for each key)."""
+
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    """Stockfish binary (path), the pool that checks opening balance (processes, cache), and the
+    Syzygy directory for adjudication (syzygy_path; null disables tablebase adjudication)."""
+    anchors: list[str] = dataclasses.field(default_factory=lambda: ["random", "sf-skill:0"])
+    """Opponents: random, sf-skill:N, sf-elo:N, sf-nodes:N or checkpoint paths."""
+    games: int = 40
+    """Games per anchor; even (colour-swapped pairs). With SPRT: the most games played."""
+    seed: int = 0
+    """Seeds the opening suite, the random anchor and sampling (per game)."""
+    workers: int = 0
+    """Game worker processes; 0 = one per CPU core."""
+    temperature: float = 0.0
+    """The policy's temperature: 0 = argmax, > 0 = sampled (checkpoint anchors use it too)."""
+    device: str = "cpu"
+    """Torch device of the policies."""
+    avoid_repetition: bool = True
+    """When winning (material ahead by winning_material), do not play into a threefold repetition."""
+    winning_material: int = 3
+    """Material lead in pawns (P1 N3 B3 R5 Q9) that counts as winning; our policy has no value head."""
+    anchor_nodes: int = 1000
+    """Node limit per move of sf-skill and sf-elo anchors."""
+    anchor_depth: int | None = None
+    """Depth limit per move of sf-skill and sf-elo anchors instead of nodes."""
+    random_rating: float = 0.0
+    """The rating given to the random anchor: a convention, not a measurement."""
+    anchor_ratings: list[str] = dataclasses.field(default_factory=list)
+    """Fixed ratings as ANCHOR=RATING (e.g. sf-nodes:50=1800); override the built-in ones."""
+    openings: str | None = None
+    """Opening file (.pgn, or FEN/EPD per line); null = generate a balanced suite."""
+    opening_min_plies: int = 4
+    """Generated openings: fewest random plies from the start."""
+    opening_max_plies: int = 8
+    """Generated openings: most random plies from the start."""
+    opening_max_cp: int = 60
+    """Generated openings: keep only |eval| < this many centipawns."""
+    opening_nodes: int = 2000
+    """Generated openings: node limit of the balance check."""
+    max_plies: int = 400
+    """Move cap: a game not decided after this many plies from the opening is a draw."""
+    tablebase_pieces: int = 4
+    """Adjudicate by Syzygy at this many pieces or fewer (kings included); 0 disables."""
+    resign_cp: int | None = None
+    """Resignation threshold in centipawns (null = never resign; games are played out)."""
+    resign_plies: int = 8
+    """Consecutive plies the engine eval must stay beyond resign_cp."""
+    resign_nodes: int = 1000
+    """Node limit of the resignation eval."""
+    opponent: str | None = None
+    """SPRT: the checkpoint to test against (B in A/B)."""
+    sprt_elo0: float | None = None
+    """SPRT: Elo difference of H0 (logistic, per game); set with sprt_elo1 to run an SPRT."""
+    sprt_elo1: float | None = None
+    """SPRT: Elo difference of H1."""
+    sprt_alpha: float = 0.05
+    """SPRT: false positive rate (accepting H1 when H0 holds)."""
+    sprt_beta: float = 0.05
+    """SPRT: false negative rate."""
+    confidence: float = 0.95
+    """Confidence level of every interval."""
+    pgn: str | None = None
+    """PGN of every game; null = <run>/eval/games.pgn for a run directory, else runs/eval_games/games.pgn."""
+    output: str | None = None
+    """If set, also write the JSON summary to this file."""
+
+
+def add_games_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `eval games` on the `eval` subparsers."""
+    games = sub.add_parser(
+        "games", help="play game pairs against engine anchors: W/D/L, Elo with intervals, SPRT, PGN"
+    )
+    games.add_argument("--checkpoint", type=Path, required=True, help="policy checkpoint directory or run directory")
+    games.add_argument("--anchors", help="comma-separated: random, sf-skill:N, sf-elo:N, sf-nodes:N, checkpoint paths")
+    games.add_argument("--games", type=int, help="games per anchor, even: colour-swapped pairs (default: config games)")
+    games.add_argument("--openings", help="opening file (.pgn, or .epd/.fen/.txt one position per line)")
+    games.add_argument("--workers", type=int, help="game worker processes (default: one per CPU core)")
+    games.add_argument("--temperature", type=float, help="policy temperature; 0 = argmax (default)")
+    games.add_argument("--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors")
+    games.add_argument("--anchor-depth", type=int, help="depth limit per move of sf-skill/sf-elo anchors (instead of nodes)")
+    games.add_argument("--sprt", metavar="ELO0,ELO1", help="SPRT of --checkpoint against --opponent; stops when decided")
+    games.add_argument("--opponent", help="the checkpoint to play in SPRT mode")
+    games.add_argument("--pgn", help="PGN output file")
+    games.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    add_config_arguments(games)
+    games.set_defaults(handler=run_games_command)
+
+
+def _load(args: argparse.Namespace) -> GamesConfig:
+    config = load_config(GamesConfig, args.config, args.overrides)
+    flags: dict[str, Any] = {
+        "games": args.games,
+        "openings": args.openings,
+        "workers": args.workers,
+        "temperature": args.temperature,
+        "anchor_nodes": args.anchor_nodes,
+        "anchor_depth": args.anchor_depth,
+        "opponent": args.opponent,
+        "pgn": args.pgn,
+    }
+    if args.anchors is not None:
+        if args.sprt is not None:
+            raise ValueError("--sprt plays --checkpoint against --opponent only; drop --anchors")
+        flags["anchors"] = [item.strip() for item in args.anchors.split(",") if item.strip()]
+    if args.sprt is not None:
+        try:
+            elo0, elo1 = (float(x) for x in args.sprt.split(","))
+        except ValueError:
+            raise ValueError(f"--sprt expects ELO0,ELO1 such as 0,10; got {args.sprt!r}") from None
+        flags.update(sprt_elo0=elo0, sprt_elo1=elo1)
+    return dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
+
+
+def _validate(config: GamesConfig) -> None:
+    if config.games < 2 or config.games % 2:
+        raise ValueError(
+            f"games must be a positive even number: games are played in colour-swapped pairs (got {config.games}; "
+            f"use {max(2, config.games + config.games % 2)})"
+        )
+    if config.workers < 0:
+        raise ValueError(f"workers must be >= 0 (0 = one per CPU core), got {config.workers}")
+    if config.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {config.temperature}")
+    if config.max_plies < 1 or config.resign_plies < 1 or config.opening_nodes < 1:
+        raise ValueError("max_plies, resign_plies and opening_nodes must be >= 1")
+    if config.resign_cp is not None and config.resign_cp <= 0:
+        raise ValueError(f"resign_cp must be > 0 or null, got {config.resign_cp}")
+    if not 0 < config.confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {config.confidence}")
+    if (config.sprt_elo0 is None) != (config.sprt_elo1 is None):
+        raise ValueError("SPRT needs both sprt_elo0 and sprt_elo1 (--sprt ELO0,ELO1)")
+    if config.sprt_elo0 is not None:
+        if config.opponent is None:
+            raise ValueError("--sprt needs --opponent CKPT2: the checkpoint to test against")
+        if not config.sprt_elo0 < config.sprt_elo1:  # type: ignore[operator]
+            raise ValueError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
+    elif config.opponent is not None:
+        raise ValueError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
+
+
+def _default_pgn(checkpoint: Path, resolved: Path) -> Path:
+    """<run>/eval/games.pgn when the checkpoint lives in a run directory, else runs/eval_games/games.pgn."""
+    if (checkpoint / "checkpoints").is_dir():
+        return checkpoint / "eval" / "games.pgn"
+    for parent in resolved.parents:
+        if parent.name == "checkpoints":
+            return parent.parent / "eval" / "games.pgn"
+    return Path("runs") / "eval_games" / "games.pgn"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def run_games_command(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from chessgrpo.board.openings import generate_openings, read_openings
+    from chessgrpo.engine import EnginePool, available_cores
+    from chessgrpo.eval.anchors import (
+        CALIBRATION_NOTE,
+        anchor_rating,
+        check_anchor,
+        parse_anchor,
+        parse_anchors,
+        parse_ratings,
+        probe_engine,
+    )
+    from chessgrpo.eval.elo import sprt
+    from chessgrpo.eval.games import GameSettings, make_tasks, run_games
+    from chessgrpo.models.policy import resolve_checkpoint
+
+    config = _load(args)
+    _validate(config)
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    sprt_mode = config.sprt_elo0 is not None
+    limits = dict(nodes=config.anchor_nodes, depth=config.anchor_depth)
+    if sprt_mode:
+        anchors = [parse_anchor(config.opponent, **limits)]  # type: ignore[arg-type]
+        if anchors[0].kind != "checkpoint":
+            raise ValueError(f"--opponent must be a checkpoint directory, got {config.opponent!r}")
+    else:
+        anchors = parse_anchors(config.anchors, **limits)
+    ratings_given = parse_ratings(config.anchor_ratings)
+
+    engine_name = ""
+    if any(anchor.is_engine for anchor in anchors) or config.openings is None or config.resign_cp is not None:
+        info = probe_engine(config.engine.path)
+        engine_name = info.name
+        for anchor in anchors:
+            check_anchor(anchor, info)
+    if config.engine.syzygy_path and config.tablebase_pieces > 0 and not Path(config.engine.syzygy_path).is_dir():
+        raise FileNotFoundError(
+            f"Syzygy directory {config.engine.syzygy_path!r} not found; set engine.syzygy_path=null to play without "
+            "tablebase adjudication"
+        )
+
+    pairs = config.games // 2
+    if config.openings:
+        openings = read_openings(config.openings)
+        opening_note = f"{len(openings)} openings from {config.openings}"
+        if len(openings) < pairs:
+            opening_note += f" (cycled: {pairs} pairs)"
+    else:
+        with EnginePool.from_config(config.engine) as pool:
+
+            def centipawns(boards):
+                return [e.cp if e.mate is None else None for e in pool.evaluate(boards, nodes=config.opening_nodes)]
+
+            openings = generate_openings(
+                pairs,
+                centipawns,
+                seed=config.seed,
+                min_plies=config.opening_min_plies,
+                max_plies=config.opening_max_plies,
+                max_cp=config.opening_max_cp,
+            )
+        opening_note = (
+            f"{len(openings)} generated openings (seed {config.seed}, {config.opening_min_plies}-{config.opening_max_plies} "
+            f"random plies, |eval| < {config.opening_max_cp} cp at {config.opening_nodes} nodes)"
+        )
+
+    settings = GameSettings(
+        checkpoint=str(checkpoint),
+        player_name=str(args.checkpoint),
+        temperature=config.temperature,
+        device=config.device,
+        avoid_repetition=config.avoid_repetition,
+        winning_material=config.winning_material,
+        engine_path=config.engine.path,
+        engine_name=engine_name or "Stockfish",
+        syzygy_path=config.engine.syzygy_path if config.tablebase_pieces > 0 else None,
+        tablebase_pieces=config.tablebase_pieces,
+        max_plies=config.max_plies,
+        resign_cp=config.resign_cp,
+        resign_plies=config.resign_plies,
+        resign_nodes=config.resign_nodes,
+    )
+    described = [anchor.describe(engine_name or "Stockfish") for anchor in anchors]
+    tasks = make_tasks(anchors, described, openings, pairs, seed=config.seed)
+    workers = config.workers or available_cores()
+
+    # SPRT bookkeeping: pair points as pairs complete.
+    halves: dict[tuple[int, int], float] = {}
+    pair_points: list[float] = []
+    sprt_state: dict[str, Any] = {}
+
+    progress = tqdm(total=len(tasks), desc="games", unit="game", file=sys.stderr, disable=None, leave=False)
+
+    def on_result(result) -> bool:
+        progress.update(1)
+        if not sprt_mode:
+            return False
+        key = (result.anchor_index, result.pair)
+        if key not in halves:
+            halves[key] = result.player_points
+            return False
+        pair_points.append(halves.pop(key) + result.player_points)
+        from chessgrpo.eval.elo import pentanomial
+
+        state = sprt(pentanomial(pair_points), config.sprt_elo0, config.sprt_elo1, config.sprt_alpha, config.sprt_beta)  # type: ignore[arg-type]
+        sprt_state["result"] = state
+        progress.set_postfix(llr=f"{state.llr:.2f}")
+        return state.decision is not None
+
+    started = time.perf_counter()
+    with progress:
+        results, stopped = run_games(settings, tasks, workers=workers, on_result=on_result)
+    seconds = time.perf_counter() - started
+
+    pgn_path = Path(config.pgn) if config.pgn else _default_pgn(args.checkpoint, checkpoint)
+    _write_atomic(pgn_path, "".join(result.pgn + "\n" for result in results))
+
+    ratings = [anchor_rating(anchor, engine_name, random_rating=config.random_rating, overrides=ratings_given) for anchor in anchors]
+    summary = summarise(
+        results, anchors, described, ratings, confidence=config.confidence, sprt_result=sprt_state.get("result")
+    )
+    summary.update(
+        checkpoint=str(checkpoint),
+        player=settings.player_settings(),
+        engine=engine_name or None,
+        games_per_anchor=config.games,
+        games_played=len(results),
+        stopped_early=stopped,
+        workers=workers,
+        seconds=round(seconds, 2),
+        games_per_minute=round(60.0 * len(results) / seconds, 2) if seconds > 0 else None,
+        openings=opening_note,
+        pgn=str(pgn_path),
+        calibration=CALIBRATION_NOTE,
+    )
+    if config.output:
+        _write_atomic(Path(config.output), json.dumps({"config": to_dict(config), **summary}, indent=1))
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(format_summary(summary, config.confidence))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics and rendering
+
+
+def summarise(results, anchors, described, ratings, *, confidence: float = 0.95, sprt_result=None) -> dict:
+    """Per-anchor W/D/L, Wilson score, pentanomial, Elo difference; ML Elo over rated anchors."""
+    from chessgrpo.eval.elo import AnchorGames, elo_from_score, maximum_likelihood_elo, pentanomial, score_interval
+
+    rows = []
+    rated: list[AnchorGames] = []
+    for index, (anchor, settings, rating) in enumerate(zip(anchors, described, ratings)):
+        games = [r for r in results if r.anchor_index == index]
+        wins = sum(r.player_points == 1.0 for r in games)
+        draws = sum(r.player_points == 0.5 for r in games)
+        losses = len(games) - wins - draws
+        by_pair: dict[int, list[float]] = collections.defaultdict(list)
+        for r in games:
+            by_pair[r.pair].append(r.player_points)
+        complete = [sum(points) for points in by_pair.values() if len(points) == 2]
+        score = score_interval(wins, draws, losses, confidence)
+        rows.append(
+            {
+                "anchor": anchor.text,
+                "settings": settings,
+                "rating": rating.value,
+                "rating_source": rating.source,
+                "wins": wins,
+                "draws": draws,
+                "losses": losses,
+                "score": score.to_json(),
+                "pentanomial": list(pentanomial(complete)),
+                "elo_difference": elo_from_score(score).to_json(),
+                "terminations": dict(collections.Counter(r.termination for r in games).most_common()),
+                "mean_plies": round(sum(r.plies for r in games) / len(games), 1) if games else None,
+            }
+        )
+        if rating.value is not None and games:
+            rated.append(AnchorGames(rating=rating.value, points=wins + 0.5 * draws, games=len(games)))
+    elo = maximum_likelihood_elo(rated, confidence).to_json() if rated else None
+    summary: dict[str, Any] = {
+        "anchors": rows,
+        "elo": elo,
+        "elo_method": "maximum likelihood over rated anchors (logistic, draws = half points), likelihood-ratio interval",
+    }
+    if sprt_result is not None:
+        summary["sprt"] = sprt_result.to_json()
+    return summary
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.0f}"
+
+
+def _elo_text(estimate: dict, signed: bool = True) -> str:
+    from chessgrpo.eval.elo import EloEstimate
+
+    fields = {k: estimate[k] for k in ("value", "low", "high", "n", "bound")}
+    return EloEstimate(**fields).format(signed=signed)
+
+
+def format_summary(summary: dict, confidence: float = 0.95) -> str:
+    level = f"{100 * confidence:g}%"
+    planned = f"at most {summary['games_per_anchor']}" if "sprt" in summary else str(summary["games_per_anchor"])
+    workers = f"{summary['workers']} worker" + ("s" if summary["workers"] != 1 else "")
+    lines = [
+        f"games: {summary['player']}",
+        f"{summary['games_played']} games ({planned} per anchor in colour-swapped pairs) from "
+        f"{summary['openings']}; {workers}, {summary['games_per_minute']} games/minute",
+    ]
+    if summary["stopped_early"]:
+        lines.append("stopped early: the SPRT decided")
+    header = ["anchor", "rating", "W", "D", "L", f"score [{level} Wilson]", "pairs 0/½/1/1½/2", f"Elo diff [{level}]"]
+    table = []
+    for row in summary["anchors"]:
+        score = row["score"]
+        score_text = "n/a" if score["value"] is None else f"{score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
+        rating = "-" if row["rating"] is None else f"{row['rating']:.0f}"
+        table.append(
+            [
+                row["anchor"],
+                rating,
+                str(row["wins"]),
+                str(row["draws"]),
+                str(row["losses"]),
+                score_text,
+                "/".join(str(c) for c in row["pentanomial"]),
+                _elo_text(row["elo_difference"]),
+            ]
+        )
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines.append("")
+    for row in [header, *table]:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    lines.append("")
+    lines.append("anchors:")
+    for row in summary["anchors"]:
+        rating = "unrated" if row["rating"] is None else f"rated {row['rating']:g}"
+        terminations = ", ".join(f"{name} {count}" for name, count in row["terminations"].items())
+        lines.append(f"  {row['anchor']}: {row['settings']}; {rating} ({row['rating_source']})")
+        lines.append(f"    terminations: {terminations or 'none'}; mean length {row['mean_plies']} plies")
+    lines.append("")
+    if summary["elo"] is None and "sprt" in summary:
+        pass  # A/B between checkpoints: the Elo difference above and the SPRT below are the result
+    elif summary["elo"] is None:
+        lines.append("maximum-likelihood Elo: n/a (no rated anchor; give ratings with anchor_ratings=[NAME=RATING])")
+    else:
+        lines.append(f"maximum-likelihood Elo: {_elo_text(summary['elo'], signed=False)} ({level}; {summary['elo_method']})")
+    lines.append(f"note: {summary['calibration']}")
+    if "sprt" in summary:
+        from chessgrpo.eval.elo import SprtResult
+
+        s = summary["sprt"]
+        result = SprtResult(
+            llr=s["llr"], lower=s["lower"], upper=s["upper"], elo0=s["elo0"], elo1=s["elo1"], alpha=s["alpha"], beta=s["beta"],
+            pairs=tuple(s["pentanomial"]),
+        )
+        lines.append(result.format())
+    lines.append(f"PGN: {summary['pgn']}")
+    return "\n".join(lines)

@@ -1,0 +1,456 @@
+"""Games between a policy and anchors: colour-swapped pairs, adjudication, PGN, parallel workers.
+
+`make_tasks` lays out the games: for each pair index i (opening i, cycling when the suite is
+shorter) and each anchor, game 1 has the player as White and game 2 as Black, both from the same
+opening. `run_games` plays them, in this process (`workers=1`) or across `workers` processes
+(multiprocessing "spawn"; each worker loads its own copy of the model, its own anchor engines and
+its own tablebase handle), and hands every finished `GameResult` to a callback (progress bars,
+SPRT early stopping). Each game is seeded from (seed, anchor, pair, game), so results do not
+depend on which worker played it: with deterministic anchors (random, sf-nodes, argmax
+checkpoints) and an argmax player a run is exactly reproducible.
+
+Adjudication (`Adjudicator`), checked before every move, in this order:
+
+1. the rules: checkmate, stalemate, insufficient material, threefold repetition (the position
+   stands for the third time), the fifty-move rule (100 plies without capture or pawn move),
+   and python-chess's fivefold / 75-move rules;
+2. the Syzygy tablebase when at most `tablebase_pieces` pieces are left (kings included) and no
+   castling rights: the side to move wins (WDL 2) or loses (WDL -2), else a draw (WDL 0 and the
+   cursed/blessed results, which the 50-move rule turns into draws). A win that needs more than
+   100 - halfmove clock plies to the next capture or pawn move (|DTZ|) is also a draw;
+3. the move cap: after `max_plies` plies from the opening the game is a draw ("move cap");
+4. optional resignation (off by default, `resign_cp=None`): a separate `EnginePool` evaluates
+   every position at `resign_nodes`; when White's score stays at or beyond `resign_cp`
+   centipawns (mates count as beyond) in the same direction for `resign_plies` consecutive
+   plies, the losing side resigns. Off by default because it replaces play by an engine's
+   opinion; useful to save time against strong anchors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import logging
+import multiprocessing
+import queue
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import chess
+import chess.pgn
+
+from chessgrpo.board.openings import Opening
+from chessgrpo.eval.anchors import AnchorSpec, Mover, PolicyMover, make_mover
+
+logger = logging.getLogger(__name__)
+
+TERMINATIONS = {
+    chess.Termination.CHECKMATE: "checkmate",
+    chess.Termination.STALEMATE: "stalemate",
+    chess.Termination.INSUFFICIENT_MATERIAL: "insufficient material",
+    chess.Termination.SEVENTYFIVE_MOVES: "seventy-five-move rule",
+    chess.Termination.FIVEFOLD_REPETITION: "fivefold repetition",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GameSettings:
+    """Everything a worker needs besides its tasks (picklable: sent to spawned processes)."""
+
+    checkpoint: str
+    """The evaluated policy: a resolved checkpoint directory."""
+    player_name: str = "policy"
+    temperature: float = 0.0
+    device: str = "cpu"
+    avoid_repetition: bool = True
+    winning_material: int = 3
+    engine_path: str | None = None
+    engine_name: str = "Stockfish"
+    syzygy_path: str | None = None
+    tablebase_pieces: int = 4
+    max_plies: int = 400
+    resign_cp: int | None = None
+    resign_plies: int = 8
+    resign_nodes: int = 1000
+    event: str = "chessgrpo eval games"
+
+    def player_settings(self) -> str:
+        mode = "argmax" if self.temperature == 0 else f"sampled at temperature {self.temperature:g}"
+        repetition = f"avoids threefold when >= {self.winning_material} pawns ahead" if self.avoid_repetition else "no repetition rule"
+        return f"policy {self.checkpoint}; {mode}; {repetition}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GameTask:
+    """One game: the player against one anchor from one opening, with the player's colour."""
+
+    anchor_index: int
+    anchor: AnchorSpec
+    anchor_settings: str
+    pair: int
+    """0-based pair index; PGN Round is pair + 1."""
+    game: int
+    """0: the player has White; 1: the player has Black."""
+    opening: Opening
+    seed: int
+
+    @property
+    def player_white(self) -> bool:
+        return self.game == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GameResult:
+    anchor_index: int
+    anchor: str
+    pair: int
+    game: int
+    player_white: bool
+    result: str
+    """"1-0", "0-1" or "1/2-1/2"."""
+    termination: str
+    plies: int
+    seconds: float
+    pgn: str
+
+    @property
+    def player_points(self) -> float:
+        if self.result == "1/2-1/2":
+            return 0.5
+        return 1.0 if (self.result == "1-0") == self.player_white else 0.0
+
+
+def game_seed(seed: int, anchor: str, pair: int, game: int) -> int:
+    """A 63-bit seed per game from the run seed and the game's place in the schedule."""
+    digest = hashlib.sha256(f"{seed}|{anchor}|{pair}|{game}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def make_tasks(
+    anchors: Sequence[AnchorSpec],
+    anchor_settings: Sequence[str],
+    openings: Sequence[Opening],
+    pairs: int,
+    seed: int = 0,
+) -> list[GameTask]:
+    """Pairs 0..pairs-1 against every anchor; both games of a pair adjacent, pairs in order."""
+    if not openings:
+        raise ValueError("no openings to play from")
+    tasks = []
+    for pair in range(pairs):
+        opening = openings[pair % len(openings)]
+        for index, (anchor, settings) in enumerate(zip(anchors, anchor_settings)):
+            for game in (0, 1):
+                tasks.append(GameTask(index, anchor, settings, pair, game, opening, game_seed(seed, anchor.text, pair, game)))
+    return tasks
+
+
+# --------------------------------------------------------------------------------------------
+# Adjudication
+
+
+class Adjudicator:
+    """Decides when a game is over (see the module docstring); one per worker."""
+
+    def __init__(self, settings: GameSettings):
+        from chessgrpo.engine import EnginePool, Tablebase
+
+        self.max_plies = settings.max_plies
+        self.tablebase_pieces = settings.tablebase_pieces
+        self.tablebase = Tablebase(settings.syzygy_path) if settings.syzygy_path and settings.tablebase_pieces > 0 else None
+        self.resign_cp = settings.resign_cp
+        self.resign_plies = settings.resign_plies
+        self.pool = None
+        if settings.resign_cp is not None:
+            self.pool = EnginePool(settings.engine_path, processes=1, nodes=settings.resign_nodes, cache_path=None)
+        self._streak = 0
+        self._streak_sign = 0
+
+    def new_game(self) -> None:
+        self._streak, self._streak_sign = 0, 0
+
+    def check(self, board: chess.Board, plies: int) -> tuple[str, str] | None:
+        """(result, termination) when the game is over before the side to move plays."""
+        outcome = board.outcome(claim_draw=False)
+        if outcome is not None:
+            return outcome.result(), TERMINATIONS.get(outcome.termination, outcome.termination.name.lower())
+        if board.is_repetition(3):
+            return "1/2-1/2", "threefold repetition"
+        if board.is_fifty_moves():
+            return "1/2-1/2", "fifty-move rule"
+        if self.tablebase is not None:
+            verdict = self._tablebase(board)
+            if verdict is not None:
+                return verdict
+        if plies >= self.max_plies:
+            return "1/2-1/2", "move cap"
+        if self.pool is not None:
+            return self._resignation(board)
+        return None
+
+    def _tablebase(self, board: chess.Board) -> tuple[str, str] | None:
+        if chess.popcount(board.occupied) > min(self.tablebase_pieces, self.tablebase.max_pieces) or board.castling_rights:
+            return None
+        try:
+            probe = self.tablebase.probe(board)
+        except KeyError:  # a table is missing from the directory: play on
+            return None
+        if abs(probe.wdl) == 2 and board.halfmove_clock + abs(probe.dtz) <= 100:
+            mover_wins = probe.wdl > 0
+            return ("1-0" if mover_wins == board.turn else "0-1"), "tablebase"
+        return "1/2-1/2", "tablebase"
+
+    def _resignation(self, board: chess.Board) -> tuple[str, str] | None:
+        evaluation = self.pool.evaluate([board])[0]  # type: ignore[union-attr]
+        if evaluation.mate is not None:
+            mover = 1 if evaluation.mate > 0 else -1
+        else:
+            mover = 0 if evaluation.cp is None or abs(evaluation.cp) < self.resign_cp else (1 if evaluation.cp > 0 else -1)
+        white = mover if board.turn == chess.WHITE else -mover
+        if white != 0 and white == self._streak_sign:
+            self._streak += 1
+        else:
+            self._streak, self._streak_sign = (1, white) if white != 0 else (0, 0)
+        if self._streak >= self.resign_plies:
+            return ("1-0" if self._streak_sign > 0 else "0-1"), "resignation (engine eval)"
+        return None
+
+    def close(self) -> None:
+        if self.tablebase is not None:
+            self.tablebase.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Playing
+
+
+def play_game(
+    task: GameTask, player: Mover, anchor: Mover, adjudicator: Adjudicator, settings: GameSettings
+) -> GameResult:
+    """Play one game from the task's opening to its end; returns the result with its PGN."""
+    started = time.perf_counter()
+    board = chess.Board(task.opening.fen)
+    game_id = (task.anchor.text, task.pair, task.game, task.seed)
+    player.new_game(game_id, task.seed)
+    anchor.new_game(game_id, task.seed ^ 0x5DEECE66D)
+    adjudicator.new_game()
+    white, black = (player, anchor) if task.player_white else (anchor, player)
+    plies = 0
+    while True:
+        verdict = adjudicator.check(board, plies)
+        if verdict is not None:
+            break
+        mover = white if board.turn == chess.WHITE else black
+        move = mover.move(board)
+        if not board.is_legal(move):
+            raise RuntimeError(f"{'player' if mover is player else task.anchor.text} played illegal {move} in {board.fen()!r}")
+        board.push(move)
+        plies += 1
+    result, termination = verdict
+    pgn = _pgn(task, board, result, termination, plies, settings)
+    return GameResult(
+        anchor_index=task.anchor_index,
+        anchor=task.anchor.text,
+        pair=task.pair,
+        game=task.game,
+        player_white=task.player_white,
+        result=result,
+        termination=termination,
+        plies=plies,
+        seconds=time.perf_counter() - started,
+        pgn=pgn,
+    )
+
+
+def _pgn(task: GameTask, board: chess.Board, result: str, termination: str, plies: int, settings: GameSettings) -> str:
+    game = chess.pgn.Game.from_board(board)  # SetUp/FEN tags when the opening is not the start
+    headers = game.headers
+    headers["Event"] = settings.event
+    headers["Site"] = "?"
+    headers["Date"] = datetime.date.today().strftime("%Y.%m.%d")
+    headers["Round"] = str(task.pair + 1)
+    player, anchor = settings.player_name, task.anchor.text
+    headers["White"], headers["Black"] = (player, anchor) if task.player_white else (anchor, player)
+    headers["Result"] = result
+    headers["Termination"] = termination
+    headers["PlyCount"] = str(plies)
+    headers["Anchor"] = anchor
+    headers["AnchorSettings"] = task.anchor_settings
+    headers["PlayerSettings"] = settings.player_settings()
+    headers["OpeningSource"] = task.opening.source or "?"
+    if task.opening.moves:
+        headers["OpeningMoves"] = " ".join(task.opening.moves)
+    game.headers["Result"] = result
+    return str(game) + "\n"
+
+
+class GameWorker:
+    """A worker's players and adjudicator, created once and reused for all its games."""
+
+    def __init__(self, settings: GameSettings):
+        self.settings = settings
+        self.player = PolicyMover.from_checkpoint(
+            settings.checkpoint,
+            device=settings.device,
+            temperature=settings.temperature,
+            avoid_repetition=settings.avoid_repetition,
+            winning_material=settings.winning_material,
+        )
+        self.adjudicator = Adjudicator(settings)
+        self._anchors: dict[str, Mover] = {}
+
+    def anchor(self, spec: AnchorSpec) -> Mover:
+        if spec.text not in self._anchors:
+            self._anchors[spec.text] = make_mover(
+                spec,
+                engine_path=self.settings.engine_path,
+                device=self.settings.device,
+                temperature=self.settings.temperature,
+                avoid_repetition=self.settings.avoid_repetition,
+                winning_material=self.settings.winning_material,
+            )
+        return self._anchors[spec.text]
+
+    def play(self, task: GameTask) -> GameResult:
+        return play_game(task, self.player, self.anchor(task.anchor), self.adjudicator, self.settings)
+
+    def close(self) -> None:
+        for mover in self._anchors.values():
+            mover.close()
+        self.adjudicator.close()
+
+
+def _worker_main(settings: GameSettings, tasks: Any, results: Any, stop: Any) -> None:
+    """Entry point of a spawned worker: play tasks until a None sentinel or the stop event."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # one core per worker; the engines need the others
+        worker = GameWorker(settings)
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        results.put(("error", "worker start-up failed:\n" + traceback.format_exc()))
+        return
+    try:
+        while not stop.is_set():
+            task = tasks.get()
+            if task is None or stop.is_set():
+                break
+            try:
+                results.put(("ok", worker.play(task)))
+            except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+                results.put(("error", f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} failed:\n{traceback.format_exc()}"))
+                break
+    finally:
+        worker.close()
+
+
+ResultCallback = Callable[[GameResult], bool]
+"""Called with every finished game, in completion order; returning True stops the run early."""
+
+
+def run_games(
+    settings: GameSettings, tasks: Sequence[GameTask], workers: int = 1, on_result: ResultCallback | None = None
+) -> tuple[list[GameResult], bool]:
+    """Play `tasks`; returns (results sorted by anchor, pair, game; whether stopped early).
+
+    When `on_result` returns True, no new game starts; games already running finish and are
+    discarded, so the results are exactly those seen by the callback up to the stop.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers = min(workers, max(1, len(tasks)))
+    results: list[GameResult] = []
+    stopped = False
+    if workers == 1:
+        import torch
+
+        # Batch-1 forwards of a small model: one thread is ~100x faster than two on a busy 2-core
+        # machine (thread hand-offs dominate); restored afterwards, this is the caller's process.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        worker = GameWorker(settings)
+        try:
+            for task in tasks:
+                result = worker.play(task)
+                results.append(result)
+                if on_result is not None and on_result(result):
+                    stopped = True
+                    break
+        finally:
+            worker.close()
+            torch.set_num_threads(threads)
+    else:
+        results, stopped = _run_parallel(settings, tasks, workers, on_result)
+    results.sort(key=lambda r: (r.anchor_index, r.pair, r.game))
+    return results, stopped
+
+
+def _run_parallel(
+    settings: GameSettings, tasks: Sequence[GameTask], workers: int, on_result: ResultCallback | None
+) -> tuple[list[GameResult], bool]:
+    context = multiprocessing.get_context("spawn")
+    task_queue = context.Queue()
+    result_queue = context.Queue()
+    stop = context.Event()
+    for task in tasks:
+        task_queue.put(task)
+    for _ in range(workers):
+        task_queue.put(None)
+    processes = [
+        context.Process(target=_worker_main, args=(settings, task_queue, result_queue, stop), name=f"games-{i}", daemon=True)
+        for i in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    results: list[GameResult] = []
+    stopped = False
+    error: str | None = None
+    try:
+        while len(results) < len(tasks):
+            try:
+                kind, payload = result_queue.get(timeout=1.0)
+            except queue.Empty:
+                if not any(process.is_alive() for process in processes):
+                    error = error or "every game worker exited before the games were finished (see the log above)"
+                    break
+                continue
+            if kind == "error":
+                error = payload
+                break
+            results.append(payload)
+            if on_result is not None and on_result(payload):
+                stopped = True
+                break
+    finally:
+        stop.set()
+        # Unblock workers waiting for a task, then let running games finish (their results are dropped).
+        for _ in processes:
+            task_queue.put(None)
+        # Keep draining while joining: a worker cannot exit while its last result sits in a full pipe.
+        deadline = time.monotonic() + 300
+        while any(process.is_alive() for process in processes) and time.monotonic() < deadline:
+            _drain(result_queue)
+            for process in processes:
+                process.join(timeout=0.1)
+        for process in processes:
+            if process.is_alive():  # pragma: no cover - a hung worker: end it, its engines see EOF and exit
+                process.terminate()
+                process.join(timeout=10)
+        _drain(result_queue)
+        task_queue.cancel_join_thread()
+        result_queue.cancel_join_thread()
+    if error is not None:
+        raise RuntimeError(f"a game worker failed: {error.strip()}")
+    return results, stopped
+
+
+def _drain(results: Any) -> None:
+    while True:
+        try:
+            results.get_nowait()
+        except (queue.Empty, OSError, ValueError):
+            return

@@ -1,0 +1,363 @@
+"""Real games: Stockfish and a random mover, a tiny policy across worker processes, adjudication, the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import chess
+import chess.pgn
+import pytest
+import torch
+from helpers import SYZYGY_DIR, shared_file
+
+from chessgrpo.board import move_to_action
+from chessgrpo.board.openings import Opening
+from chessgrpo.eval.anchors import (
+    EngineMover,
+    PolicyMover,
+    RandomMover,
+    anchor_rating,
+    check_anchor,
+    parse_anchor,
+    parse_anchors,
+    parse_ratings,
+    probe_engine,
+    skill_level_elo,
+)
+from chessgrpo.eval.games import Adjudicator, GameSettings, GameTask, make_tasks, play_game, run_games
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+
+OPENINGS = [
+    Opening(fen="rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", moves=("e2e4",), source="test:1"),
+    Opening(fen="rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1", moves=("d2d4",), source="test:2"),
+]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    return save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def engine_info():
+    return probe_engine()
+
+
+def settings_for(checkpoint, **changes) -> GameSettings:
+    base = dict(checkpoint=str(checkpoint), player_name="tiny", engine_name="Stockfish 15.1", syzygy_path=str(SYZYGY_DIR), max_plies=120)
+    base.update(changes)
+    return GameSettings(**base)
+
+
+def task(anchor_text: str, opening: Opening, game: int = 0, pair: int = 0, seed: int = 1) -> GameTask:
+    anchor = parse_anchor(anchor_text, nodes=20)
+    return GameTask(0, anchor, anchor.describe("Stockfish 15.1"), pair, game, opening, seed)
+
+
+def parse_pgns(text: str) -> list[chess.pgn.Game]:
+    handle, games = io.StringIO(text), []
+    while (game := chess.pgn.read_game(handle)) is not None:
+        assert not game.errors, game.errors
+        games.append(game)
+    return games
+
+
+# --------------------------------------------------------------------------------------------
+# Anchors
+
+
+def test_anchor_names_limits_and_ratings(engine_info, checkpoint):
+    assert engine_info.name == "Stockfish 15.1" and engine_info.elo_min is not None
+    skill, elo, nodes, rnd = parse_anchors("sf-skill:0,sf-elo:1500,sf-nodes:10,random", nodes=300)
+    assert skill.describe(engine_info.name) == "Stockfish 15.1; Threads=1; Hash=16; Skill Level=0; nodes=300"
+    assert elo.describe(engine_info.name) == "Stockfish 15.1; Threads=1; Hash=16; UCI_LimitStrength=true; UCI_Elo=1500; nodes=300"
+    assert nodes.describe(engine_info.name) == "Stockfish 15.1; Threads=1; Hash=16; nodes=10"
+    assert parse_anchor("sf-skill:3", depth=5).describe() == "Stockfish; Threads=1; Hash=16; Skill Level=3; depth=5"
+    assert parse_anchor(str(checkpoint)).kind == "checkpoint"
+    # Ratings and where they come from.
+    assert anchor_rating(elo, engine_info.name).value == 1500
+    assert anchor_rating(skill, engine_info.name).value == pytest.approx(1346.6, abs=0.1)
+    assert skill_level_elo(5) == pytest.approx(1346.6 + 143.4 * 5**0.806)
+    assert anchor_rating(parse_anchor("sf-skill:20"), engine_info.name).value is None
+    assert anchor_rating(skill, "Stockfish 16").value is None  # another calibration: unrated unless given
+    assert "convention" in anchor_rating(rnd, random_rating=-200).source
+    assert anchor_rating(nodes, overrides=parse_ratings(["sf-nodes:10=1800"])).value == 1800
+    for bad, message in [
+        ("sf-skill:21", "Skill Level must be 0..20"),
+        ("sf-nodes:0", "node count must be >= 1"),
+        ("sf-bogus:3", "unknown anchor"),
+        ("no/such/dir", "not a checkpoint"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_anchor(bad)
+    with pytest.raises(ValueError, match="listed twice"):
+        parse_anchors("random,random")
+    with pytest.raises(ValueError, match="expected ANCHOR=RATING"):
+        parse_ratings(["sf-nodes:10"])
+
+
+def test_uci_elo_range_is_read_from_the_engine(engine_info):
+    low = parse_anchor(f"sf-elo:{engine_info.elo_min - 30}")
+    with pytest.raises(ValueError, match=rf"accepts UCI_Elo {engine_info.elo_min}\.\.{engine_info.elo_max} only"):
+        check_anchor(low, engine_info)
+    check_anchor(parse_anchor(f"sf-elo:{engine_info.elo_min}"), engine_info)
+
+
+# --------------------------------------------------------------------------------------------
+# Games
+
+
+def test_stockfish_beats_the_random_mover_and_pgns_parse_back(checkpoint):
+    settings = settings_for(checkpoint, max_plies=300)
+    adjudicator = Adjudicator(settings)
+    engine = EngineMover(parse_anchor("sf-nodes:20"))
+    results = []
+    try:
+        for pair, opening in enumerate(OPENINGS):
+            for game in (0, 1):
+                # The "player" seat holds the random mover, the anchor seat Stockfish at 20 nodes.
+                results.append(play_game(task("sf-nodes:20", opening, game, pair), RandomMover(), engine, adjudicator, settings))
+    finally:
+        engine.close()
+        adjudicator.close()
+    stockfish_points = sum(1.0 - r.player_points for r in results)
+    assert stockfish_points >= 3.5, [(r.result, r.termination) for r in results]
+    games = parse_pgns("".join(r.pgn + "\n" for r in results))
+    assert len(games) == 4
+    for result, game in zip(results, games):
+        headers = game.headers
+        assert headers["Result"] == result.result and headers["Termination"] == result.termination
+        assert headers["Round"] == str(result.pair + 1)
+        assert headers["Anchor"] == "sf-nodes:20"
+        assert headers["AnchorSettings"] == "Stockfish 15.1; Threads=1; Hash=16; nodes=20"
+        assert headers["SetUp"] == "1" and headers["FEN"] == OPENINGS[result.pair].fen
+        assert headers["OpeningMoves"] == " ".join(OPENINGS[result.pair].moves)
+        assert (headers["White"] == "tiny") == (result.game == 0)
+        assert headers["PlayerSettings"].startswith(f"policy {checkpoint}; argmax")
+        # Replaying the moves reaches the recorded end.
+        board = game.end().board()
+        assert len(list(game.mainline_moves())) == result.plies == int(headers["PlyCount"])
+        if result.termination == "checkmate":
+            assert board.is_checkmate()
+
+
+def test_the_policy_against_the_random_mover_on_two_workers_is_reproducible(checkpoint):
+    settings = settings_for(checkpoint, max_plies=40)
+    anchors = [parse_anchor("random")]
+    tasks = make_tasks(anchors, ["uniform random legal mover"], OPENINGS, pairs=2, seed=3)
+    seen = []
+    parallel, stopped = run_games(settings, tasks, workers=2, on_result=lambda r: seen.append(r) or False)
+    assert not stopped and len(parallel) == len(seen) == 4
+    assert [(r.pair, r.game) for r in parallel] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for r in parallel:
+        assert r.termination in {"move cap", "checkmate", "stalemate", "threefold repetition", "insufficient material", "tablebase"}
+        assert r.plies <= 40
+    # Argmax policy + seeded random mover: the same games in one process.
+    serial, _ = run_games(settings, tasks, workers=1)
+    assert [(r.result, r.plies, r.pgn.split("\n\n", 1)[1]) for r in serial] == [
+        (r.result, r.plies, r.pgn.split("\n\n", 1)[1]) for r in parallel
+    ]
+    assert len(parse_pgns("".join(r.pgn + "\n" for r in parallel))) == 4
+
+
+def test_early_stop_discards_later_games(checkpoint):
+    settings = settings_for(checkpoint, max_plies=6)
+    tasks = make_tasks([parse_anchor("random")], ["random"], OPENINGS, pairs=3)
+    results, stopped = run_games(settings, tasks, workers=1, on_result=lambda r: r.pair == 1 and r.game == 1)
+    assert stopped and [(r.pair, r.game) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# Adjudication
+
+
+def test_tablebase_adjudication_on_small_positions(checkpoint):
+    shared_file("syzygy")
+    adjudicator = Adjudicator(settings_for(checkpoint))
+    try:
+        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 w - - 0 1"), 0) == ("1-0", "tablebase")
+        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 b - - 0 1"), 0) == ("1-0", "tablebase")
+        assert adjudicator.check(chess.Board("3qk3/8/8/8/8/8/8/4K3 w - - 0 1"), 0) == ("0-1", "tablebase")
+        assert adjudicator.check(chess.Board("7k/8/7K/7P/8/8/8/8 w - - 0 1"), 0) == ("1/2-1/2", "tablebase")  # KPvK, rook pawn
+        # A win that cannot be converted before the 50-move rule is a draw.
+        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 w - - 95 80"), 0) == ("1/2-1/2", "tablebase")
+        # The rules come first: KBvK is insufficient material, a mate is a mate.
+        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/2B1K3 w - - 0 1"), 0) == ("1/2-1/2", "insufficient material")
+        assert adjudicator.check(chess.Board("7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"), 0) == ("1-0", "checkmate")
+        # Five pieces: no tablebase verdict, the game goes on.
+        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/3PP3/3QK3 w - - 0 1"), 0) is None
+    finally:
+        adjudicator.close()
+
+
+def test_a_game_ends_by_tablebase_after_a_capture(checkpoint):
+    # Five pieces (KQR v Kr), no castling rights: Stockfish (White) wins the rook or mates; once
+    # four pieces are left the tablebase ends the game.
+    opening = Opening(fen="r3k3/8/8/8/8/8/8/Q3K2R w - - 0 1", source="hand")
+    settings = settings_for(checkpoint)
+    adjudicator = Adjudicator(settings)
+    engine = EngineMover(parse_anchor("sf-nodes:50"))
+    try:
+        result = play_game(task("sf-nodes:50", opening, game=1), RandomMover(), engine, adjudicator, settings)
+    finally:
+        engine.close()
+        adjudicator.close()
+    assert result.termination in {"tablebase", "checkmate"}, result.pgn
+    assert result.result == "1-0"  # Stockfish has White (game 1: the player seat is Black)
+
+
+def test_move_cap_and_threefold_rules(checkpoint):
+    settings = settings_for(checkpoint, max_plies=10)
+    adjudicator = Adjudicator(settings)
+    try:
+        result = play_game(task("random", OPENINGS[0]), RandomMover(), RandomMover(), adjudicator, settings)
+        assert (result.result, result.termination, result.plies) == ("1/2-1/2", "move cap", 10)
+        board = chess.Board()
+        for move in ["g1f3", "g8f6", "f3g1", "f6g8"] * 2:
+            board.push_uci(move)
+        assert adjudicator.check(board, 8) == ("1/2-1/2", "threefold repetition")
+    finally:
+        adjudicator.close()
+
+
+def test_resignation_when_the_engine_eval_stays_beyond_the_threshold(checkpoint):
+    settings = settings_for(checkpoint, syzygy_path=None, resign_cp=300, resign_plies=2, resign_nodes=200)
+    adjudicator = Adjudicator(settings)
+    try:
+        board = chess.Board("rnb1kbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1")  # Black has no queen
+        assert adjudicator.check(board, 0) is None  # one ply beyond the threshold
+        board.push_uci("g1f3")
+        assert adjudicator.check(board, 1) == ("1-0", "resignation (engine eval)")
+        adjudicator.new_game()
+        assert adjudicator.check(chess.Board(), 0) is None
+    finally:
+        adjudicator.close()
+
+
+def test_policy_avoids_threefold_repetition_only_when_winning():
+    # White (queen up) has repeated twice; d1d2 now would make the position stand a third time.
+    torch.manual_seed(1)
+    model = ActionPolicy(PolicyConfig.from_size("tiny"))
+    with torch.no_grad():
+        model.head.action_bias[move_to_action("d1d2")] = 100.0  # the policy's favourite move
+    board = chess.Board("7k/8/8/8/8/8/8/K2Q4 w - - 0 1")
+    for move in ["d1d2", "h8g8", "d2d1", "g8h8"] * 2:
+        board.push_uci(move)
+    mover = PolicyMover(model)
+    mover.new_game(None, 0)
+    assert mover.repetition_moves(board) == ([chess.Move.from_uci("d1d2")], [])
+    assert mover.move(board) != chess.Move.from_uci("d1d2")
+    # One cycle shorter: d2d1 repeats nothing itself, but lets Black play g8h8 into a third occurrence.
+    allowing = chess.Board("7k/8/8/8/8/8/8/K2Q4 w - - 0 1")
+    for move in ["d1d2", "h8g8", "d2d1", "g8h8", "d1d2", "h8g8"]:
+        allowing.push_uci(move)
+    with torch.no_grad():
+        model.head.action_bias[move_to_action("d2d1")] = 200.0
+    assert mover.repetition_moves(allowing) == ([], [chess.Move.from_uci("d2d1")])
+    assert mover.move(allowing) != chess.Move.from_uci("d2d1")
+    assert PolicyMover(model, avoid_repetition=False).move(allowing) == chess.Move.from_uci("d2d1")
+    with torch.no_grad():
+        model.head.action_bias[move_to_action("d2d1")] = 0.0
+    assert PolicyMover(model, avoid_repetition=False).move(board) == chess.Move.from_uci("d1d2")
+    # Not winning on material (a rook's worth short of 3 pawns is fine: equal material): it repeats.
+    even = chess.Board("7k/7q/8/8/8/8/8/K2Q4 w - - 0 1")
+    assert PolicyMover(model).move(even) == chess.Move.from_uci("d1d2")
+    # Sampling at a temperature stays legal and is seeded per game.
+    sampler = PolicyMover(model, temperature=1.0)
+    sampler.new_game(None, 5)
+    first = [sampler.move(chess.Board()) for _ in range(5)]
+    sampler.new_game(None, 5)
+    assert first == [sampler.move(chess.Board()) for _ in range(5)]
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+
+
+def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_eval_games_command_json_and_pgn(tmp_path, checkpoint):
+    openings = tmp_path / "openings.epd"
+    openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")
+    pgn = tmp_path / "games.pgn"
+    completed = chessgrpo(
+        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random,sf-nodes:1", "--games", "2",
+        "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json",
+        "max_plies=60", f"engine.syzygy_path={SYZYGY_DIR}", "anchor_ratings=[sf-nodes:1=1000]", cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    summary = json.loads(completed.stdout)
+    assert [row["anchor"] for row in summary["anchors"]] == ["random", "sf-nodes:1"]
+    for row in summary["anchors"]:
+        assert row["wins"] + row["draws"] + row["losses"] == 2
+        assert set(row["score"]) == {"value", "low", "high", "n"} and row["score"]["n"] == 2
+        assert sum(row["pentanomial"]) == 1
+    assert summary["anchors"][1]["rating"] == 1000
+    assert set(summary["elo"]) >= {"value", "low", "high"}
+    assert "CCRL" in summary["calibration"]
+    games = parse_pgns(pgn.read_text())
+    assert len(games) == summary["games_played"] == 4
+    assert {g.headers["Anchor"] for g in games} == {"random", "sf-nodes:1"}
+
+
+def test_eval_games_command_rejects_bad_input_clearly(tmp_path, checkpoint):
+    odd = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--games", "3", cwd=tmp_path)
+    assert odd.returncode == 2 and "even" in odd.stderr and "colour-swapped pairs" in odd.stderr
+    unknown = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "no_such_key=1", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown config key no_such_key" in unknown.stderr
+    weak = chessgrpo(
+        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-elo:1000", "--games", "2",
+        "--openings", str(tmp_path / "missing.epd"), cwd=tmp_path,
+    )  # fmt: skip
+    assert weak.returncode == 2 and "accepts UCI_Elo" in weak.stderr
+    sprt = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--sprt", "0,10", cwd=tmp_path)
+    assert sprt.returncode == 2 and "--opponent" in sprt.stderr
+
+
+def test_sprt_between_two_checkpoints_stops_when_decided(tmp_path, checkpoint):
+    # The same weights on both sides: every colour-swapped pair scores exactly 1, far from elo0 = 200.
+    pgn = tmp_path / "sprt.pgn"
+    completed = chessgrpo(
+        "eval", "games", "--checkpoint", str(checkpoint), "--sprt", "200,400", "--opponent", str(checkpoint),
+        "--games", "40", "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=16", "engine.cache=false",
+        f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    summary = json.loads(completed.stdout)
+    assert summary["sprt"]["decision"] == "H0" and summary["stopped_early"]
+    assert summary["games_played"] < 40 and summary["games_played"] % 2 == 0
+    assert summary["sprt"]["pentanomial"] == [0, 0, summary["games_played"] // 2, 0, 0]
+    assert summary["sprt"]["llr"] <= summary["sprt"]["lower"]
+    assert len(parse_pgns(pgn.read_text())) == summary["games_played"]
+
+
+def test_configs_games_yaml_matches_the_defaults():
+    from pathlib import Path
+
+    from chessgrpo.commands.games import GamesConfig
+    from chessgrpo.config import load_config, to_dict
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "games.yaml"
+    assert to_dict(load_config(GamesConfig, path)) == to_dict(GamesConfig())
+
+
+def test_position_counts_agree_with_python_chess_repetition():
+    import random
+
+    from chessgrpo.eval.anchors import position_counts, position_key
+
+    rng = random.Random(0)
+    board = chess.Board("4k3/8/8/8/8/8/8/R3K2R w KQ - 0 1")  # few moves: repetitions are common
+    for _ in range(120):
+        if board.is_game_over():
+            break
+        board.push(rng.choice(list(board.legal_moves)))
+        counts = position_counts(board)
+        assert (counts[position_key(board)] >= 3) == board.is_repetition(3)
+        assert (counts[position_key(board)] >= 2) == board.is_repetition(2)
