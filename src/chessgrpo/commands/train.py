@@ -3,6 +3,9 @@
     chessgrpo train --config configs/grpo_tiny.yaml [key=value ...]
     chessgrpo train --resume runs/grpo_tiny [steps=400 ...]
 
+The config's top-level `kind` picks the trainer (`TRAINERS`): `move_group` (one-move groups,
+the default). Each trainer module exposes `CONFIG_CLASS`, `TRAINER_CLASS` and `RESUMABLE_KEYS`.
+
 The run starts from `init_checkpoint` (a checkpoint or a pretraining run directory), which is also
 the frozen KL reference, or from scratch when it is null. A fresh run refuses a run directory that
 already has checkpoints; `--resume` continues from the latest checkpoint with RUN_DIR/config.yaml,
@@ -14,15 +17,43 @@ held-out ESL and samples/s.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import signal
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import yaml
 
 from chessgrpo.commands.common import add_config_arguments, resolve_run_config
 from chessgrpo.config import save_config
 
 logger = logging.getLogger(__name__)
+
+TRAINERS: dict[str, str] = {"move_group": "chessgrpo.train.grpo"}
+"""Config `kind` -> the module with CONFIG_CLASS, TRAINER_CLASS and RESUMABLE_KEYS."""
+
+
+def trainer_module(args: argparse.Namespace) -> ModuleType:
+    """The trainer module for the run's `kind` (from RUN_DIR/config.yaml, --config, then overrides)."""
+    from chessgrpo.config import ConfigError
+
+    source = args.resume / "config.yaml" if args.resume is not None else args.config
+    kind = "move_group"
+    if source is not None and Path(source).is_file():
+        try:
+            data = yaml.safe_load(Path(source).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {str(source)!r} is not valid YAML: {error}") from None
+        if isinstance(data, dict):
+            kind = data.get("kind", kind)
+    for text in args.overrides:
+        if text.startswith("kind="):
+            kind = text.split("=", 1)[1]
+    if kind not in TRAINERS:
+        raise ConfigError(f"config key kind: unknown trainer {kind!r}; choose one of {sorted(TRAINERS)}")
+    return importlib.import_module(TRAINERS[kind])
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -39,12 +70,11 @@ def _interval(row: dict, key: str) -> str:
 def run_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from chessgrpo.train.grpo import RESUMABLE_KEYS, GRPOTrainConfig, GRPOTrainer
-
-    config, resume = resolve_run_config(args, GRPOTrainConfig, RESUMABLE_KEYS, "train")
+    module = trainer_module(args)
+    config, resume = resolve_run_config(args, module.CONFIG_CLASS, module.RESUMABLE_KEYS, "train")
     run_dir = config.run.directory
     interrupted = False
-    with GRPOTrainer(config, resume=resume) as trainer:
+    with module.TRAINER_CLASS(config, resume=resume) as trainer:
         save_config(config, run_dir / "config.yaml")
 
         def on_interrupt(signum, frame):

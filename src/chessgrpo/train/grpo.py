@@ -96,6 +96,8 @@ class GRPOEvalConfig:
 class GRPOTrainConfig:
     """`chessgrpo train`: GRPO of the action policy on one-move groups with engine rewards."""
 
+    kind: str = "move_group"
+    """Which trainer reads this config (`chessgrpo.commands.train.TRAINERS`); this one is move_group."""
     run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="grpo"))
     init_checkpoint: str | None = "runs/pretrain_tiny"
     """Starting policy (checkpoint or run directory); it is also the frozen reference. null = from scratch (`model`)."""
@@ -149,6 +151,8 @@ class GRPOTrainConfig:
     """Torch CPU threads (0 = torch's default); bitwise resume needs the same value."""
 
     def __post_init__(self) -> None:
+        if self.kind != "move_group":
+            raise ConfigError(f"config key kind must be move_group for this trainer, got {self.kind!r}")
         for name in ("steps", "log_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
@@ -454,3 +458,7 @@ def _write_json(path: Path, payload: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(path)
+
+
+CONFIG_CLASS = GRPOTrainConfig
+TRAINER_CLASS = GRPOTrainer
