@@ -7,6 +7,7 @@
 #   5. GRPO from the pretrained policy chessgrpo train         -> runs/quickstart/grpo/
 #      (it evaluates itself at step 0 and at the end on the same held-out positions and puzzles)
 #   6. before/after table             chessgrpo eval compare (paired bootstrap intervals)
+#   7. diagnosis and HTML report       chessgrpo diagnose / chessgrpo report -> runs/quickstart/grpo/report.html
 # Every step resumes or skips finished work, so running it again is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,3 +40,10 @@ echo
 echo "== before (pretrained) / after (GRPO) =="
 $CLI eval compare "$BEFORE" "$AFTER"
 $CLI eval compare "${BEFORE%_offline.json}_puzzles.json" "${AFTER%_offline.json}_puzzles.json"
+
+# Why (or whether) the run learned, and a report with every plot; `report` prints the report's path.
+echo
+echo "== diagnosis of the GRPO run =="
+$CLI diagnose "$GRPO"
+echo
+$CLI report "$GRPO"

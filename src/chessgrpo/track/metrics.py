@@ -12,6 +12,10 @@ and pandas read them back) so a diverged run shows up as such instead of disappe
 Resuming: ``MetricsWriter(path, resume_step=k)`` keeps the rows with ``step <= k`` (the ones that
 belong to the checkpoint being resumed), drops later rows and a torn last line, and appends from
 there, so a resumed run never has duplicate or orphaned steps.
+
+Other backends: ``MetricsWriter(path, tracking=TrackingConfig(backends=[...]), run_config=...)``
+also sends every row, under the same names and steps, to TensorBoard and/or W&B, and logs the
+resolved config to each (see `chessgrpo.track.backends`). The JSONL file is written either way.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chessgrpo.track.backends import Sink, TrackingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +52,16 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            logger.warning("%s:%d is not a complete JSON row (torn write?); skipped", path, number)
+            # The last line of a run that is still writing is routinely incomplete; elsewhere it is damage.
+            log = logger.debug if number == len(lines) else logger.warning
+            log("%s:%d is not a complete JSON row (torn write?); skipped", path, number)
             continue
         if isinstance(row, dict) and isinstance(row.get("step"), int):
             rows.append(row)
@@ -65,9 +75,19 @@ class MetricsWriter:
         path: the metrics file (parent directories are created).
         resume_step: None starts a new file (an existing one is replaced); an integer keeps the
             rows with ``step <= resume_step`` and appends after them.
+        tracking: other backends (TensorBoard, W&B) that receive the same rows; None = JSONL only.
+            Their files go under the metrics file's directory (the run directory) by default.
+        run_config: the resolved config (plain data) logged once to each other backend.
     """
 
-    def __init__(self, path: str | os.PathLike, *, resume_step: int | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        resume_step: int | None = None,
+        tracking: TrackingConfig | None = None,
+        run_config: Mapping[str, Any] | None = None,
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
@@ -79,6 +99,15 @@ class MetricsWriter:
             os.replace(tmp, self.path)  # atomic: a crash here leaves the old file, not half of it
         self._handle = self.path.open("a")
         self._last_step = resume_step if resume_step is not None else -1
+        self._sinks: list[Sink] = []
+        if tracking is not None:
+            from chessgrpo.track.backends import open_sinks
+
+            try:
+                self._sinks = open_sinks(tracking, self.path.parent, resume_step=resume_step, run_config=run_config)
+            except BaseException:
+                self._handle.close()
+                raise
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
         """Write one row ``{"step", "time", **metrics}`` and flush; returns the row."""
@@ -94,9 +123,19 @@ class MetricsWriter:
         self._handle.write(json.dumps(row) + "\n")
         self._handle.flush()
         self._last_step = step
+        if self._sinks:
+            values = {k: v for k, v in row.items() if k not in ("step", "time")}
+            for sink in self._sinks:
+                sink.log(step, values, row["time"])
         return row
 
     def close(self) -> None:
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            try:
+                sink.close()
+            except Exception as error:  # a backend failing to close must not lose the JSONL file
+                logger.warning("closing the %s tracking backend failed: %s", sink.name, error)
         if not self._handle.closed:
             self._handle.close()
 

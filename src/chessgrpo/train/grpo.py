@@ -53,6 +53,7 @@ from chessgrpo.tasks.move_group import (
     to_rollout_batch,
 )
 from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
+from chessgrpo.track.backends import TRACKING_KEYS, TrackingConfig
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
@@ -117,6 +118,8 @@ class GRPOTrainConfig:
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     """The Stockfish pool for rewards and evaluation (task.reward_nodes / eval.nodes set the limits)."""
     eval: GRPOEvalConfig = dataclasses.field(default_factory=GRPOEvalConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    """Metrics backends: RUN_DIR/metrics.jsonl always; tensorboard and wandb when listed."""
     steps: int = 100
     """Training steps (one rollout batch and `grpo.num_iterations` epochs over it per step)."""
     lr: float = 1e-4
@@ -173,7 +176,7 @@ class GRPOTrainConfig:
 
 RESUMABLE_KEYS = frozenset(
     {"steps", "stop_at", "log_every", "checkpoint_every", "keep_checkpoints", "threads", "eval.every", "engine.processes",
-     "engine.timeout_s", "engine.cache_path", "engine.path"}
+     "engine.timeout_s", "engine.cache_path", "engine.path"} | TRACKING_KEYS
 )  # fmt: skip
 """Keys a resumed run may change (they do not touch the training math)."""
 
@@ -423,7 +426,9 @@ class GRPOTrainer:
         resume_step = self.step if self.last_checkpoint is not None else None
         eval_metrics: dict[str, float] | None = None
         evaluating = bool(config.eval.positions or config.eval.puzzles)
-        with MetricsWriter(self.run_dir / METRICS_FILE, resume_step=resume_step) as writer:
+        with MetricsWriter(
+            self.run_dir / METRICS_FILE, resume_step=resume_step, tracking=config.tracking, run_config=to_dict(config)
+        ) as writer:
             if evaluating and config.eval.at_start and self.step == 0:
                 eval_metrics = self.evaluate()
                 row = writer.log(0, eval_metrics)

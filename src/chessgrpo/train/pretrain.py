@@ -40,6 +40,7 @@ from chessgrpo.models.policy import (
     save_policy,
 )
 from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
+from chessgrpo.track.backends import TRACKING_KEYS, TrackingConfig
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
@@ -138,6 +139,8 @@ class PretrainConfig:
     """Torch device: cpu, cuda, cuda:1, ..."""
     threads: int = 0
     """CPU threads for torch (0 = torch's default); results are bitwise reproducible for a fixed value."""
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    """Metrics backends: RUN_DIR/metrics.jsonl always; tensorboard and wandb when listed."""
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "steps", "log_every", "eval_batch_size", "keep_checkpoints")
@@ -167,7 +170,7 @@ class PretrainConfig:
 # finished run can be extended; note that it moves the cosine's end, so the continuation follows
 # the new schedule (an extension is not identical to a run planned that long from the start).
 RESUMABLE_KEYS = frozenset(
-    {"steps", "stop_at", "log_every", "eval_every", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "threads"}
+    {"steps", "stop_at", "log_every", "eval_every", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "threads"} | TRACKING_KEYS
 )
 
 
@@ -408,7 +411,9 @@ class Pretrainer:
         window_samples, window_seconds = 0, 0.0
         total_samples, total_seconds = 0, 0.0
         eval_metrics: dict[str, float] | None = None
-        with MetricsWriter(self.run_dir / METRICS_FILE, resume_step=resume_step) as metrics:
+        with MetricsWriter(
+            self.run_dir / METRICS_FILE, resume_step=resume_step, tracking=config.tracking, run_config=to_dict(config)
+        ) as metrics:
             while self.step < end and not self._stop_requested:
                 tick = time.perf_counter()
                 batch = self.sampler_batch()

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Open a `chessgrpo report` HTML file in headless Chromium and check that every image loaded.
+
+    python scripts/check_report.py runs/quickstart/grpo/report.html [--screenshot shot.png] [--browser PATH]
+
+It copies the report to a temporary file with one added script that, at the page's load event
+(fired once every image has loaded or failed), writes {images, broken, widths} into the DOM; Chromium
+(`--headless --dump-dom`) prints the DOM and this script reads the result back. It passes when the
+page has at least one image and every <img> has naturalWidth > 0 (a truncated or corrupt base64
+PNG fails). `--screenshot` also saves a full-page PNG for a look by eye.
+
+The browser is $CHROMIUM, --browser, or the first of chromium, chromium-browser, google-chrome,
+google-chrome-stable, chrome on PATH (Debian: `apt-get install chromium`). Nothing else is needed
+(no Python packages). Exit codes: 0 all images loaded, 1 a check failed, 2 no browser found or it
+could not run. CI does not depend on this script; the report's tests decode every PNG instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+RESULT_ID = "chessgrpo-report-check"
+PROBE = f"""
+<script>
+window.addEventListener("load", () => {{
+  // The load event fires after every image has loaded or failed, so naturalWidth is final here.
+  const images = Array.from(document.images);
+  const broken = images.filter((img) => !(img.complete && img.naturalWidth > 0)).map((img) => img.alt || img.src.slice(0, 60));
+  const out = document.createElement("pre");
+  out.id = "{RESULT_ID}";
+  out.textContent = JSON.stringify({{images: images.length, broken: broken, widths: images.map((img) => img.naturalWidth)}});
+  document.body.appendChild(out);
+}});
+</script>
+"""
+
+
+class _ImgCounter(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images = 0
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "img":
+            self.images += 1
+
+
+class _ResultReader(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self._inside = False
+        self.text = ""
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "pre" and ("id", RESULT_ID) in attrs:
+            self._inside = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "pre":
+            self._inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self._inside:
+            self.text += data
+
+
+def find_browser(explicit: str | None) -> str | None:
+    for candidate in (explicit, os.environ.get("CHROMIUM")):
+        if candidate:
+            return candidate if Path(candidate).exists() or shutil.which(candidate) else None
+    for name in BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _browser_command(browser: str, *extra: str) -> list[str]:
+    # --no-sandbox: Chromium refuses to run as root with its sandbox (containers, CI); the page is our own file.
+    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+            "--allow-file-access-from-files", *extra]  # fmt: skip
+
+
+def check(report: Path, browser: str, screenshot: Path | None, timeout: float) -> int:
+    text = report.read_text(encoding="utf-8")
+    counter = _ImgCounter()
+    counter.feed(text)
+    if counter.images == 0:
+        print(f"FAIL: {report} has no <img> element", file=sys.stderr)
+        return 1
+    probed = text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE
+    with tempfile.TemporaryDirectory() as directory:
+        page = Path(directory) / "report.html"
+        page.write_text(probed, encoding="utf-8")
+        command = _browser_command(browser, "--virtual-time-budget=15000", "--dump-dom", page.as_uri())
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            print(f"could not run {browser}: {error}", file=sys.stderr)
+            return 2
+        reader = _ResultReader()
+        reader.feed(done.stdout)
+        if not reader.text:
+            print(f"{browser} gave no result (exit {done.returncode}); stderr tail:\n{done.stderr[-1500:]}", file=sys.stderr)
+            return 2
+        result = json.loads(reader.text)
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            size, target = "--window-size=1300,9000", f"--screenshot={screenshot.resolve()}"
+            shot = _browser_command(browser, size, target, report.resolve().as_uri())
+            subprocess.run(shot, capture_output=True, text=True, timeout=timeout, check=False)
+            print(f"screenshot: {screenshot}" if screenshot.is_file() else f"screenshot failed: {screenshot}")
+    print(f"{report}: {result['images']} images in the browser ({counter.images} <img> in the file), "
+          f"natural widths {sorted(set(result['widths']))}")  # fmt: skip
+    if result["images"] != counter.images:
+        print(f"FAIL: the browser saw {result['images']} images, the file has {counter.images}", file=sys.stderr)
+        return 1
+    if result["broken"]:
+        print(f"FAIL: {len(result['broken'])} image(s) did not load: {result['broken']}", file=sys.stderr)
+        return 1
+    print("OK: every image loaded (naturalWidth > 0)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Check that a chessgrpo HTML report renders in headless Chromium.")
+    parser.add_argument("report", type=Path, help="the report's HTML file")
+    parser.add_argument("--browser", default=None, help="Chromium/Chrome executable (default: $CHROMIUM or PATH)")
+    parser.add_argument("--screenshot", type=Path, default=None, help="also save a full-page screenshot here")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the browser")
+    args = parser.parse_args(argv)
+    if not args.report.is_file():
+        print(f"no report at {args.report}", file=sys.stderr)
+        return 2
+    browser = find_browser(args.browser)
+    if browser is None:
+        print("no Chromium or Chrome found (tried $CHROMIUM, --browser and " + ", ".join(BROWSERS) + " on PATH); install one, "
+              "e.g. `apt-get install chromium` on Debian/Ubuntu, or pass --browser PATH", file=sys.stderr)  # fmt: skip
+        return 2
+    return check(args.report, browser, args.screenshot, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

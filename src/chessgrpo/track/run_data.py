@@ -1,0 +1,230 @@
+"""A run directory read back for diagnosis and reports: config, metric rows, evaluation files.
+
+`load_run` reads whatever is there, also while the run is still writing: ``config.yaml`` (plain
+data, not re-validated, so a run of an older or newer version still reads), ``metrics.jsonl``
+(a torn last line is skipped) and the evaluation files under ``eval/``:
+
+- ``eval/step_NNNNNN_{offline,puzzles}.json``: written by ``chessgrpo train`` at each held-out
+  evaluation, with per-item records (so evaluation points can be compared *paired*);
+- any other ``eval/*.json`` written by ``chessgrpo eval offline|puzzles ... output=...`` (kept as
+  standalone evaluations for the report's tables).
+
+Held-out metric names follow the metrics rows: ``esl``, ``top1``, ``blunder_rate`` (offline) and
+``puzzle_first_move_accuracy``, ``puzzle_solve_rate`` (puzzles).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from chessgrpo.track.metrics import METRICS_FILE, read_metrics
+
+logger = logging.getLogger(__name__)
+
+# held-out metric -> (evaluation kind, field in the eval JSON, field in the per-item records, higher is better)
+HELDOUT_METRICS: dict[str, tuple[str, str, str, bool]] = {
+    "esl": ("offline", "esl", "esl", False),
+    "top1": ("offline", "top1", "top1", True),
+    "blunder_rate": ("offline", "blunder_rate", "blunder", False),
+    "puzzle_first_move_accuracy": ("puzzles", "first_move_accuracy", "first_move_correct", True),
+    "puzzle_solve_rate": ("puzzles", "solve_rate", "solved", True),
+}
+HELDOUT_UNITS = {
+    "esl": "expected score loss (win-prob units)",
+    "top1": "fraction of positions",
+    "blunder_rate": "fraction of positions",
+    "puzzle_first_move_accuracy": "fraction of puzzles",
+    "puzzle_solve_rate": "fraction of puzzles",
+}
+TRAIN_KEYS = ("loss/total", "loss/train", "reward/mean")
+"""A metrics row holding any of these is a training row (the rest are evaluation-only rows)."""
+
+_STEP_FILE = re.compile(r"^step_(\d+)_(offline|puzzles)\.json$")
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+    """One held-out metric at one evaluation: value with its interval (low/high NaN when none)."""
+
+    value: float
+    low: float = math.nan
+    high: float = math.nan
+    n: int = 0
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+
+@dataclasses.dataclass
+class EvalPoint:
+    """The held-out evaluation of a run at one step."""
+
+    step: int
+    metrics: dict[str, HeldOut]
+    """Held-out metric name (see HELDOUT_METRICS) -> value and interval."""
+    records: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """"offline" / "puzzles" -> per-item records from eval/step_NNNNNN_*.json (empty when absent)."""
+
+
+@dataclasses.dataclass
+class StandaloneEval:
+    """An `eval offline|puzzles ... output=FILE` result kept in the run's eval/ folder."""
+
+    path: Path
+    kind: str
+    player: dict[str, HeldOut]
+    baselines: dict[str, dict[str, HeldOut]]
+
+
+@dataclasses.dataclass
+class RunData:
+    """Everything `diagnose` and `report` read from one run directory."""
+
+    path: Path
+    config: dict[str, Any]
+    rows: list[dict[str, Any]]
+    evals: list[EvalPoint]
+    standalone: list[StandaloneEval] = dataclasses.field(default_factory=list)
+    label: str | None = None
+    """Display name (reports comparing runs of the same name set it); None = the directory name."""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.path.name
+
+    @property
+    def kind(self) -> str:
+        """"grpo", "pretrain" or "unknown", from the metrics (or the config when no rows yet)."""
+        keys = set().union(*self.rows) if self.rows else set()
+        if "reward/mean" in keys or "loss/policy" in keys or "grpo" in self.config:
+            return "grpo"
+        if "loss/train" in keys or "objective" in self.config:
+            return "pretrain"
+        return "unknown"
+
+    @property
+    def train_rows(self) -> list[dict[str, Any]]:
+        return [row for row in self.rows if any(key in row for key in TRAIN_KEYS)]
+
+    def has(self, key: str) -> bool:
+        return any(key in row for row in self.rows)
+
+    def series(self, key: str, rows: list[dict[str, Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of `key` over the rows that hold it (float arrays; NaN kept)."""
+        rows = self.rows if rows is None else rows
+        pairs = [(row["step"], row[key]) for row in rows if key in row and isinstance(row[key], (int, float))]
+        if not pairs:
+            return np.zeros(0), np.zeros(0)
+        steps, values = zip(*pairs)
+        return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        """A config value by dotted key (``grpo.kl_schedule``), or `default` when absent."""
+        node: Any = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory (finished or still running). Raises FileNotFoundError when it holds no run."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"run directory {str(path)!r} does not exist")
+    config_path, metrics_path = path / "config.yaml", path / METRICS_FILE
+    if not config_path.is_file() and not metrics_path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} is not a run directory: it has neither config.yaml nor {METRICS_FILE}")
+    config: dict[str, Any] = {}
+    if config_path.is_file():
+        try:
+            loaded = yaml.safe_load(config_path.read_text())
+        except yaml.YAMLError as error:
+            raise ValueError(f"{config_path} is not valid YAML: {error}") from None
+        config = loaded if isinstance(loaded, dict) else {}
+    rows = read_metrics(metrics_path)
+    evals, standalone = _read_evaluations(path / "eval", rows)
+    return RunData(path=path, config=config, rows=rows, evals=evals, standalone=standalone)
+
+
+def _held_out(entry: Any) -> HeldOut | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("value"), (int, float)):
+        return None
+
+    def number(key: str) -> float:
+        value = entry.get(key)
+        return float(value) if isinstance(value, (int, float)) else math.nan
+
+    return HeldOut(float(entry["value"]), number("low"), number("high"), int(entry.get("n") or 0))
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:  # a file being written right now, or not ours
+        logger.warning("skipping %s: %s", path, error)
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _read_evaluations(directory: Path, rows: list[dict[str, Any]]) -> tuple[list[EvalPoint], list[StandaloneEval]]:
+    points: dict[int, EvalPoint] = {}
+    # 1. eval rows of metrics.jsonl: eval/<name>, eval/<name>_low, eval/<name>_high (GRPO's held-out evaluation;
+    #    pretraining's eval/top1 on the dataset's test split has no interval and stays a plain metric)
+    for row in rows:
+        found = {}
+        for name in HELDOUT_METRICS:
+            key = f"eval/{name}"
+            if isinstance(row.get(key), (int, float)) and key + "_low" in row:
+                found[name] = HeldOut(
+                    float(row[key]), float(row.get(key + "_low", math.nan)), float(row.get(key + "_high", math.nan))
+                )
+        if found:
+            points.setdefault(row["step"], EvalPoint(row["step"], {})).metrics.update(found)
+    standalone: list[StandaloneEval] = []
+    if not directory.is_dir():
+        return sorted(points.values(), key=lambda p: p.step), standalone
+    # 2. eval/*.json: per-step files carry records (and fill in n), others are standalone evaluations
+    for path in sorted(directory.glob("*.json")):
+        payload = _read_json(path)
+        if payload is None:
+            continue
+        match = _STEP_FILE.match(path.name)
+        kind = "offline" if "esl" in payload else "puzzles" if "first_move_accuracy" in payload else None
+        if kind is None:
+            continue
+        player = {
+            name: held
+            for name, (metric_kind, field, _, _) in HELDOUT_METRICS.items()
+            if metric_kind == kind and (held := _held_out(payload.get(field))) is not None
+        }
+        if match is None:
+            baselines = {}
+            for baseline, values in (payload.get("baselines") or {}).items():
+                if isinstance(values, dict):
+                    baselines[baseline] = {
+                        name: held
+                        for name, (metric_kind, field, _, _) in HELDOUT_METRICS.items()
+                        if metric_kind == kind and (held := _held_out(values.get(field))) is not None
+                    }
+            standalone.append(StandaloneEval(path, kind, player, baselines))
+            continue
+        step = int(match.group(1))
+        point = points.setdefault(step, EvalPoint(step, {}))
+        for name, held in player.items():
+            point.metrics[name] = held  # the file has n as well; same value and interval as the row
+        records = (payload.get("records") or {}).get("player")
+        if isinstance(records, list) and records:
+            point.records[kind] = records
+    return sorted(points.values(), key=lambda p: p.step), standalone

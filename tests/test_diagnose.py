@@ -1,0 +1,425 @@
+"""`chessgrpo diagnose`: each failure found in a run that exhibits it, nothing in a healthy run.
+
+Real runs (real Stockfish at 50-200 nodes, real tiny models, real files; built once per session
+by `build_lab` and shared with test_report.py and test_tracking.py):
+
+- a small engine-labelled dataset and a 40-step pretraining run on it (the GRPO starting point);
+- ``healthy``: GRPO from the pretrained policy, with held-out evaluation -> no warnings;
+- ``mismatch``: debug_learn_temperature=1.3 with grpo.check_invariants=false -> ratio finding;
+- ``entropy``: entropy_coef=0.1 -> loss-budget finding (the entropy share is checked to be large);
+- ``adaptive_kl``: adaptive KL with a tight target and a small kl_coef_max -> pinned controller;
+- ``collapse``: lr=3e-3, no KL, 8 start positions -> the entropy collapses and most groups get
+  identical rewards -> collapse and no-signal findings.
+
+Synthetic metrics files (written with the real MetricsWriter and save_config) only for what a
+real run cannot show cheaply: NaN/Inf (the trainer raises before logging one), negative KL (k3
+cannot go negative), engine retries and failures (need a crashing Stockfish), gradient spikes,
+no learning and noise read as progress (need long runs / many evaluations), an inert controller,
+phase times and the cache hit rate. Each synthetic test says so in its docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from chessgrpo import cli
+from chessgrpo.board import move_to_action, random_playout_positions
+from chessgrpo.config import EngineConfig, RunConfig, save_config
+from chessgrpo.data.schema import write_shard
+from chessgrpo.engine import EnginePool
+from chessgrpo.rl import GRPOConfig
+from chessgrpo.tasks.move_group import MoveGroupConfig
+from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
+from chessgrpo.track.metrics import MetricsWriter, read_metrics
+from chessgrpo.track.run_data import load_run
+from chessgrpo.train.grpo import GRPOEvalConfig, GRPOTrainConfig, GRPOTrainer
+from chessgrpo.train.pretrain import PretrainConfig, Pretrainer
+
+from helpers import shared_file
+
+# ------------------------------------------------------------------------------------------------
+# The shared lab of real runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Lab:
+    root: Path
+    data: Path
+    pretrain: Path
+    healthy: Path
+    mismatch: Path
+    entropy: Path
+    adaptive_kl: Path
+    collapse: Path
+
+
+def grpo_config(lab_root: Path, name: str, **overrides) -> GRPOTrainConfig:
+    """A short GRPO run from the lab's pretrained policy on the lab's dataset (no evaluation)."""
+    base = GRPOTrainConfig(
+        run=RunConfig(name=name, out_dir=str(lab_root), seed=0),
+        init_checkpoint=str(lab_root / "pretrain"),
+        positions=str(lab_root / "data"),
+        start_win_prob_range=(0.05, 0.95),
+        task=MoveGroupConfig(group_size=8, positions_per_step=8, reward_nodes=50),
+        grpo=GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05),
+        engine=EngineConfig(processes=1, cache=False),
+        eval=GRPOEvalConfig(positions=None, puzzles=None),
+        steps=8,
+        lr=1e-4,
+        warmup_steps=0,
+        checkpoint_every=0,
+        threads=1,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def _grpo_run(config: GRPOTrainConfig) -> Path:
+    run_dir = config.run.directory
+    if not (run_dir / "checkpoints" / "latest").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        save_config(config, run_dir / "config.yaml")  # as `chessgrpo train` does
+        with GRPOTrainer(config) as trainer:
+            trainer.train()
+    return run_dir
+
+
+def labelled_row(board, moves, wins, nodes: int) -> dict:
+    """A dataset row (data.schema) for `board` labelled with its multipv `moves` and their win probabilities."""
+    return {
+        "fen": board.fen(), "source": "random_playout", "best_move": moves[0], "best_action": move_to_action(moves[0]),
+        "moves": moves, "win_probs": wins, "value": wins[0], "legal_moves": None, "legal_win_probs": None, "nodes": nodes,
+    }  # fmt: skip
+
+
+def build_lab(root: Path) -> Lab:
+    """Build (once per session: finished runs are reused) the dataset and every real run."""
+    torch.set_num_threads(1)
+    data = root / "data"
+    if not (data / "test" / "shard-00000.parquet").exists():
+        boards = random_playout_positions(120, seed=7, max_plies=16)
+        with EnginePool(processes=1, nodes=200, cache_path=None) as pool:
+            analyses = pool.analyse_many(boards, multipv=3)
+        rows = [labelled_row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 200)
+                for b, a in zip(boards, analyses)]
+        write_shard(rows[:100], data / "train" / "shard-00000.parquet")
+        write_shard(rows[100:], data / "test" / "shard-00000.parquet")
+    pretrain = root / "pretrain"
+    if not (pretrain / "checkpoints" / "latest").exists():
+        config = PretrainConfig(
+            run=RunConfig(name="pretrain", out_dir=str(root)), data=str(data), batch_size=64, steps=40, lr=3e-3, warmup_steps=5,
+            log_every=5, eval_every=20, checkpoint_every=0, threads=1,
+        )  # fmt: skip
+        save_config(config, pretrain / "config.yaml")
+        Pretrainer(config).train()
+    healthy_eval = GRPOEvalConfig(
+        every=8, positions=str(data), max_positions=20, nodes=100, puzzles=str(shared_file("lichess_puzzles_dev.csv")),
+        max_puzzles=30, resamples=200,
+    )  # fmt: skip
+    mismatch_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, check_invariants=False)
+    # One minibatch per epoch: the policy term's value is then small (-mean(A) = 0 on the first epoch).
+    entropy_grpo = GRPOConfig(num_iterations=2, minibatch_size=0, kl_coef=0.05, entropy_coef=0.1)
+    adaptive_grpo = GRPOConfig(
+        num_iterations=2, minibatch_size=32, kl_coef=0.01, kl_schedule="adaptive", kl_target=1e-4, kl_coef_max=0.02, kl_horizon=16
+    )
+    collapse_grpo = GRPOConfig(num_iterations=2, minibatch_size=32)
+    return Lab(
+        root=root,
+        data=data,
+        pretrain=pretrain,
+        healthy=_grpo_run(grpo_config(root, "healthy", steps=16, eval=healthy_eval)),
+        mismatch=_grpo_run(grpo_config(root, "mismatch", steps=6, debug_learn_temperature=1.3, grpo=mismatch_grpo)),
+        entropy=_grpo_run(grpo_config(root, "entropy", grpo=entropy_grpo)),
+        adaptive_kl=_grpo_run(grpo_config(root, "adaptive_kl", steps=12, grpo=adaptive_grpo)),
+        collapse=_grpo_run(grpo_config(root, "collapse", steps=16, lr=3e-3, max_start_positions=8, grpo=collapse_grpo)),
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Lab:
+    return build_lab(tmp_path_factory.getbasetemp() / "diagnose_lab")
+
+
+def _ids(findings: list[Finding], *severities: str) -> set[str]:
+    return {f.id for f in findings if not severities or f.severity in severities}
+
+
+def _by_id(findings: list[Finding], identifier: str) -> Finding:
+    matches = [f for f in findings if f.id == identifier]
+    assert matches, f"no {identifier} in {[(f.id, f.severity) for f in findings]}"
+    return matches[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# Real runs
+
+
+def test_healthy_run_has_no_warnings(lab):
+    run = load_run(lab.healthy)
+    findings = diagnose(run)
+    assert not _ids(findings, "critical", "warning"), format_findings(findings)
+    assert len(run.evals) == 3 and all(p.records for p in run.evals)  # steps 0, 8, 16 with per-item records
+    assert run.kind == "grpo" and len(run.train_rows) == 16
+
+
+def test_pretraining_run_has_no_warnings(lab):
+    run = load_run(lab.pretrain)
+    assert run.kind == "pretrain"
+    findings = diagnose(run)
+    assert not _ids(findings, "critical", "warning"), format_findings(findings)
+
+
+def test_temperature_mismatch_is_a_critical_ratio_finding(lab):
+    findings = diagnose(load_run(lab.mismatch))
+    finding = _by_id(findings, "ratio.first_minibatch")
+    assert finding.severity == "critical" and findings[0] is finding  # critical first
+    assert finding.evidence["steps_affected"] == finding.evidence["steps_logged"] == 6
+    assert finding.evidence["max_first_max_abs_dev"] > 1e-2 and finding.evidence["first_steps"][0] == 1
+    assert "debug_learn_temperature=1.3" in finding.advice
+    assert _by_id(findings, "monitor.invariants_off").severity == "info"
+
+
+def test_entropy_bonus_dominating_the_loss_is_found(lab):
+    rows = [r for r in read_metrics(lab.entropy / "metrics.jsonl") if "loss/share_entropy" in r]
+    shares = sorted(r["loss/share_entropy"] for r in rows)
+    assert shares[len(shares) // 2] > 0.75  # the run really spends its loss on the bonus (> 3x the policy term)
+    finding = _by_id(diagnose(load_run(lab.entropy)), "loss_budget.entropy")
+    assert finding.severity in ("warning", "critical") and finding.evidence["median_share"] > 0.75
+    assert finding.evidence["grpo.entropy_coef"] == 0.1 and "entropy_coef" in finding.advice
+    assert "loss_budget.entropy" not in _ids(diagnose(load_run(lab.healthy)))
+
+
+def test_tight_adaptive_kl_target_pins_the_controller(lab):
+    rows = read_metrics(lab.adaptive_kl / "metrics.jsonl")
+    assert rows[-1]["kl/frac_at_max"] >= 0.5 and rows[-1]["kl/coef"] == pytest.approx(0.02)
+    finding = _by_id(diagnose(load_run(lab.adaptive_kl)), "kl.controller_pinned_max")
+    assert finding.severity == "warning"
+    assert finding.evidence["grpo.kl_coef_max"] == 0.02 and finding.evidence["median_kl_over_target"] > 1
+    assert finding.evidence["first_step_at_bound"] <= 4 and "kl_target" in finding.advice
+
+
+def test_collapse_and_no_signal_are_found(lab):
+    findings = diagnose(load_run(lab.collapse))
+    collapse = _by_id(findings, "entropy.collapse")
+    assert collapse.severity == "warning" and collapse.evidence["median_entropy_last_quarter"] < 0.1
+    signal = _by_id(findings, "signal.zero_reward_variance")
+    assert signal.severity in ("warning", "critical") and signal.evidence["median_frac_reward_zero_std"] > 0.5
+
+
+def test_a_from_scratch_policy_is_near_uniform(lab, tmp_path):
+    """Real run: GRPO of a freshly initialised policy samples nearly uniformly."""
+    config = grpo_config(lab.root, "scratch", init_checkpoint=None, steps=4, run=RunConfig(name="scratch", out_dir=str(tmp_path)))
+    findings = diagnose(load_run(_grpo_run(config)))
+    finding = _by_id(findings, "entropy.near_uniform")
+    assert finding.evidence["median_ratio"] > 0.95 and "init_checkpoint" in finding.advice
+
+
+def test_diagnose_reads_a_run_still_being_written(lab, tmp_path):
+    running = tmp_path / "running"
+    shutil.copytree(lab.mismatch, running)
+    text = (running / "metrics.jsonl").read_text()
+    (running / "metrics.jsonl").write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # torn last line
+    run = load_run(running)
+    assert len(run.train_rows) == 5
+    assert "ratio.first_minibatch" in _ids(diagnose(run))
+    config_only = tmp_path / "just_started"
+    config_only.mkdir()
+    shutil.copy(lab.mismatch / "config.yaml", config_only / "config.yaml")
+    assert diagnose(load_run(config_only)) == []
+
+
+def test_cli_json_and_text(lab, capsys):
+    assert cli.main(["diagnose", str(lab.mismatch), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload) == {"findings"}
+    for finding in payload["findings"]:
+        assert set(finding) == {"id", "severity", "message", "evidence", "advice"}
+        assert finding["severity"] in ("info", "warning", "critical")
+    severities = [f["severity"] for f in payload["findings"]]
+    assert severities == sorted(severities, key=["critical", "warning", "info"].index)
+    assert cli.main(["diagnose", str(lab.healthy)]) == 0  # exit 0 whatever is found
+    text = capsys.readouterr().out
+    assert "[WARNING]" not in text and "[CRITICAL]" not in text
+    assert cli.main(["diagnose", str(lab.mismatch)]) == 0
+    text = capsys.readouterr().out
+    assert text.index("[CRITICAL] ratio.first_minibatch") < text.index("[INFO] monitor.invariants_off")
+    assert "evidence:" in text and "advice:" in text
+    assert cli.main(["diagnose", str(lab.root / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# Synthetic metrics files
+
+
+def _synthetic_rows(steps: int = 120, seed: int = 0) -> list[dict[str, float]]:
+    """Rows of a healthy-looking GRPO run: reward rising, entropy half of ln(#legal), policy term dominant."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for step in range(1, steps + 1):
+        sample, reward, learn = 0.02, 0.05 + 0.01 * rng.random(), 0.06
+        rows.append({
+            "step": step, "reward/mean": 0.3 + 0.001 * step + 0.02 * rng.standard_normal(), "reward/std": 0.2,
+            "entropy/mean": 1.6 + 0.05 * rng.standard_normal(), "entropy/ln_legal": 3.3, "rollout/frac_reward_zero_std": 0.2,
+            "rollout/unique_moves": 5.0, "loss/policy": -0.01, "loss/kl": 0.1, "loss/kl_weighted": 0.005, "loss/entropy": 0.0,
+            "loss/total": -0.005, "loss/share_policy": 0.7, "loss/share_kl": 0.3, "loss/share_entropy": 0.0, "kl/value": 0.1,
+            "kl/min": 0.0, "kl/exact": 0.09, "kl/coef": 0.05, "kl/frac_at_min": 0.0, "kl/frac_at_max": 0.0, "ratio/mean": 1.0,
+            "ratio/min": 0.9, "ratio/max": 1.1, "ratio/max_abs_dev": 0.1, "ratio/first_max_abs_dev": 0.0, "ratio/clip_frac": 0.01,
+            "grad_norm": float(np.exp(0.1 * rng.standard_normal())), "lr": 1e-4, "learn/rows": 256.0, "learn/minibatches": 4.0,
+            "loss/skipped": 0.0, "perf/sample_s": sample, "perf/reward_s": reward, "perf/learn_s": learn,
+            "perf/step_s": sample + reward + learn, "perf/samples_per_s": 256 / (sample + reward + learn),
+            "perf/cache_hit_rate": 0.5, "perf/engine_retries": 0.0, "perf/engine_failures": 0.0,
+        })  # fmt: skip
+    return rows
+
+
+def _eval_row(step: int, esl: float, top1: float, half: float = 0.01) -> dict[str, float]:
+    return {"step": step, "eval/esl": esl, "eval/esl_low": esl - half, "eval/esl_high": esl + half,
+            "eval/top1": top1, "eval/top1_low": top1 - 4 * half, "eval/top1_high": top1 + 4 * half}  # fmt: skip
+
+
+def _write_run(directory: Path, rows: list[dict], config: GRPOTrainConfig | None = None) -> Path:
+    """A synthetic run directory: config.yaml (save_config) and metrics.jsonl (MetricsWriter), no eval files."""
+    config = config or GRPOTrainConfig(run=RunConfig(name=directory.name, out_dir=str(directory.parent)))
+    save_config(config, directory / "config.yaml")
+    merged: dict[int, dict] = {}
+    for row in rows:
+        merged.setdefault(row["step"], {}).update({k: v for k, v in row.items() if k != "step"})
+    with MetricsWriter(directory / "metrics.jsonl") as writer:
+        for step in sorted(merged):
+            writer.log(step, merged[step])
+    return directory
+
+
+def _healthy_evals() -> list[dict]:
+    return [_eval_row(0, 0.10, 0.20), _eval_row(60, 0.085, 0.22), _eval_row(120, 0.07, 0.26)]
+
+
+def test_synthetic_healthy_run_is_clean(tmp_path):
+    """Synthetic: the baseline the other synthetic tests perturb (so each finding is caused by its perturbation)."""
+    findings = diagnose(load_run(_write_run(tmp_path / "ok", _synthetic_rows() + _healthy_evals())))
+    assert not _ids(findings, "critical", "warning"), format_findings(findings)
+
+
+def test_non_finite_values(tmp_path):
+    """Synthetic: the trainers raise on a non-finite metric before logging it, so a real run cannot write one."""
+    rows = _synthetic_rows()
+    rows[49]["grad_norm"] = math.nan
+    rows[50]["reward/mean"] = math.inf
+    rows[60]["ratio/first_max_abs_dev"] = math.nan
+    rows[60].update({"loss/skipped": 1.0, "learn/minibatches": 0.0})  # a skipped step: NaN by definition, not a finding
+    finding = _by_id(diagnose(load_run(_write_run(tmp_path / "nan", rows))), "values.non_finite")
+    assert finding.severity == "critical" and finding.evidence["first_step"] == 50
+    assert finding.evidence["metrics"] == {"grad_norm": [50], "reward/mean": [51]}
+
+
+def test_negative_kl_estimates(tmp_path):
+    """Synthetic: k3 cannot go negative in a real run (and check_invariants raises if it does)."""
+    rows = _synthetic_rows()
+    for row in rows[30:40]:
+        row["kl/min"] = -0.003
+    finding = _by_id(diagnose(load_run(_write_run(tmp_path / "k3", rows))), "kl.negative")
+    assert finding.severity == "critical" and finding.evidence["kl/min"]["steps"][0] == 31
+    k1 = GRPOTrainConfig(run=RunConfig(name="k1", out_dir=str(tmp_path)), grpo=GRPOConfig(kl_estimator="k1"))
+    assert "kl.negative" not in _ids(diagnose(load_run(_write_run(tmp_path / "k1", rows, k1))))  # k1 may go below 0 per token
+
+
+def test_engine_retries_and_failures(tmp_path):
+    """Synthetic: a real retry needs a crashing Stockfish. Counters are cumulative per invocation (reset on resume)."""
+    rows = _synthetic_rows()
+    for row in rows[39:60]:
+        row["perf/engine_retries"] = 1.0
+    for row in rows[79:]:  # resumed at step 60 (counter restarted), two more retries at step 80 and a failure at 100
+        row["perf/engine_retries"] = 2.0
+    for row in rows[99:]:
+        row["perf/engine_failures"] = 1.0
+    findings = diagnose(load_run(_write_run(tmp_path / "engine", rows)))
+    retries = _by_id(findings, "engine.retries")
+    assert retries.severity == "warning" and retries.evidence["count"] == 3 and retries.evidence["steps"] == [40, 80]
+    failures = _by_id(findings, "engine.failures")
+    assert failures.severity == "critical" and failures.evidence["steps"] == [100]
+
+
+def test_no_learning_and_decreasing_objective(tmp_path):
+    """Synthetic: a flat reward needs >= 50 steps to be judged, too many for a real test run."""
+    flat = _synthetic_rows()
+    rng = np.random.default_rng(1)
+    for row in flat:
+        row["reward/mean"] = 0.3 + 0.02 * rng.standard_normal()
+    finding = _by_id(diagnose(load_run(_write_run(tmp_path / "flat", flat + _healthy_evals()))), "learning.no_objective_trend")
+    low, high = finding.evidence["interval"]
+    assert finding.severity == "warning" and low < 0 < high
+    falling = _synthetic_rows()
+    for row in falling:
+        row["reward/mean"] = 0.5 - 0.002 * row["step"] + 0.01 * rng.standard_normal()
+    assert "learning.objective_worse" in _ids(diagnose(load_run(_write_run(tmp_path / "falling", falling + _healthy_evals()))))
+    short = _synthetic_rows(steps=20)
+    findings = diagnose(load_run(_write_run(tmp_path / "short", short)))
+    assert _by_id(findings, "learning.too_short").severity == "info" and not _ids(findings, "warning", "critical")
+
+
+def test_noise_read_as_progress(tmp_path):
+    """Synthetic: several evaluation points over >= 50 steps; the peak at step 60 is inside the intervals."""
+    evals = [_eval_row(0, 0.10, 0.20), _eval_row(60, 0.099, 0.235), _eval_row(120, 0.101, 0.21)]
+    findings = diagnose(load_run(_write_run(tmp_path / "noise", _synthetic_rows() + evals)))
+    noise = _by_id(findings, "eval.noise_as_progress")
+    assert noise.severity == "warning" and noise.evidence["peak_steps"] == [60]
+    assert {p["metric"] for p in noise.evidence["best_points"]} == {"top1", "esl"}
+    assert _by_id(findings, "learning.no_heldout_gain").severity == "warning"
+    # The same curve with a real gain at the end: the peak is no longer the story.
+    real = evals[:2] + [_eval_row(120, 0.07, 0.30)]
+    findings = diagnose(load_run(_write_run(tmp_path / "real", _synthetic_rows() + real)))
+    assert "learning.no_heldout_gain" not in _ids(findings) and "eval.noise_as_progress" not in _ids(findings, "warning")
+
+
+def test_gradient_spikes(tmp_path):
+    """Synthetic: spikes at chosen steps; a warning only without clipping (or for huge spikes)."""
+    rows = _synthetic_rows()
+    rows[69]["grad_norm"] = 40.0
+    spike = _by_id(diagnose(load_run(_write_run(tmp_path / "clipped", rows))), "grad_norm.spikes")
+    assert spike.severity == "info" and spike.evidence["steps"] == [70]
+    unclipped = GRPOTrainConfig(run=RunConfig(name="u", out_dir=str(tmp_path)), grpo=GRPOConfig(max_grad_norm=0.0))
+    spike = _by_id(diagnose(load_run(_write_run(tmp_path / "unclipped", rows, unclipped))), "grad_norm.spikes")
+    assert spike.severity == "warning"
+
+
+def test_inert_controller_phase_time_and_cache(tmp_path):
+    """Synthetic: an adaptive coefficient that never moves, the engine taking 90% of the time, a cold cache."""
+    rows = _synthetic_rows()
+    for row in rows:
+        row.update({"kl/value": 0.5, "perf/reward_s": 0.9, "perf/step_s": 1.0, "perf/sample_s": 0.05, "perf/learn_s": 0.05,
+                    "perf/cache_hit_rate": 0.02})  # fmt: skip
+    adaptive = GRPOTrainConfig(
+        run=RunConfig(name="a", out_dir=str(tmp_path)),
+        grpo=GRPOConfig(kl_coef=0.05, kl_schedule="adaptive", kl_target=0.01, kl_horizon=10_000_000),
+    )
+    findings = diagnose(load_run(_write_run(tmp_path / "inert", rows, adaptive)))
+    inert = _by_id(findings, "kl.controller_inert")
+    assert inert.severity == "warning" and "kl_horizon" in inert.advice
+    phase = _by_id(findings, "perf.phase_dominates")
+    assert phase.severity == "info" and phase.evidence["shares"]["reward"] == pytest.approx(0.9)
+    assert _by_id(findings, "engine.low_cache_hit").severity == "info"
+
+
+def test_linear_trend_by_hand():
+    steps = np.arange(100.0)
+    change, low, high = linear_trend(steps, 2.0 + 0.01 * steps)
+    assert change == pytest.approx(0.99) and low == pytest.approx(0.99) and high == pytest.approx(0.99)
+    rng = np.random.default_rng(0)
+    change, low, high = linear_trend(steps, rng.standard_normal(100))
+    assert low < 0 < high and low < change < high
+    assert all(math.isnan(v) for v in linear_trend(steps[:2], steps[:2]))
+
+
+def test_thresholds_are_respected(tmp_path):
+    rows = _synthetic_rows()
+    run = load_run(_write_run(tmp_path / "t", rows))
+    assert "signal.zero_reward_variance" not in _ids(diagnose(run))
+    assert "signal.zero_reward_variance" in _ids(diagnose(run, Thresholds(zero_std_fraction=0.1)))
