@@ -84,6 +84,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_labelling_flags(pgn)
     pgn.set_defaults(handler=run_import_pgn)
 
+    from chessgrpo.commands.rookworld import add_data_parser as add_rookworld_parser  # RookWorld text data
+
+    add_rookworld_parser(data_commands)
+
 
 def _add_labelling_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, metavar="K", help="node limit per labelling search (config key nodes)")

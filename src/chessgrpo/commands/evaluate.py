@@ -109,6 +109,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
     add_games_parser(sub)
 
+    from chessgrpo.commands.rookworld import add_eval_parser as add_lm_parser  # chess LM: RookWorld task metrics
+
+    add_lm_parser(sub)
+
 
 def _add_player_arguments(parser: argparse.ArgumentParser) -> None:
     player = parser.add_mutually_exclusive_group(required=True)

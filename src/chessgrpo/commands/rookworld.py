@@ -1,0 +1,181 @@
+"""`chessgrpo data rookworld` and `chessgrpo eval lm`: the RookWorld text tasks' data and evaluation.
+
+::
+
+    chessgrpo data rookworld --out DIR [--positions N] [--nodes K] [--seed S] [key=value ...]
+    chessgrpo data rookworld --out DIR --from-text FILE [keep_defective=true]
+    chessgrpo eval lm --checkpoint DIR [--data DIR] [--policy-prompts N] [--environment-prompts N]
+                      [--puzzles CSV] [--json] [key=value ...]
+    chessgrpo eval lm --compare A.json B.json [--json]
+
+Registered by `commands.data` and `commands.evaluate` (one call each); not a top-level command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.config import (
+    ConfigError,
+    EngineConfig,
+    load_config,
+    parse_override,
+    to_dict,
+)
+from chessgrpo.tasks.rookworld import RookWorldRewardConfig
+
+_DATA_FLAGS = {"out": "out", "positions": "positions", "nodes": "nodes", "seed": "seed", "from_text": "from_text"}
+
+
+def add_data_parser(data_commands: argparse._SubParsersAction) -> None:
+    """`chessgrpo data rookworld` (called from `commands.data.add_parser`)."""
+    rookworld = data_commands.add_parser(
+        "rookworld",
+        help="RookWorld P:/A: text datasets: generate with Stockfish multipv and python-chess, or import a text file",
+        description="Write RookWorld policy (P:) and environment (A:) examples as text and Parquet, split by position.",
+    )
+    add_config_arguments(rookworld)
+    rookworld.add_argument("--out", metavar="DIR", help="output directory (config key out)")
+    rookworld.add_argument("--positions", type=int, metavar="N", help="distinct positions, one P: and one A: example each")
+    rookworld.add_argument("--nodes", type=int, metavar="K", help="node limit of each multipv analysis")
+    rookworld.add_argument("--seed", type=int, metavar="S", help="random seed")
+    rookworld.add_argument("--from-text", metavar="FILE", help="import an existing RookWorld text file instead of generating")
+    rookworld.set_defaults(handler=run_data_rookworld)
+
+
+def run_data_rookworld(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
+
+    config = load_config(RookWorldDataConfig, args.config, args.overrides)
+    overridden = {parse_override(text)[0][0] for text in args.overrides}
+    for dest, key in _DATA_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if key in overridden:
+            raise ConfigError(f"{key} is given twice: as a flag and as {key}=...; give it once")
+        setattr(config, key, value)
+    total = None if config.from_text else config.positions
+    with tqdm(total=total, desc="rookworld", unit="pos", file=sys.stderr, dynamic_ncols=True) as bar:
+        summary = run_rookworld_data(config, progress=bar.update)
+    counts = "; ".join(f"{split}: {c['policy']} P:, {c['environment']} A:" for split, c in summary.counts.items())
+    print(f"wrote {summary.directory} ({counts}) in {summary.seconds:.1f}s")
+    if config.from_text:
+        print(f"upstream B: defect (B: not the best listed move): {summary.defects} lines, {summary.dropped} dropped")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# eval lm
+
+
+@dataclasses.dataclass
+class LMEvalConfig:
+    """`chessgrpo eval lm`: RookWorld task metrics of a chess LM on held-out data, with intervals."""
+
+    data: str = "data/rookworld_tiny"
+    """`chessgrpo data rookworld` directory; its `split` is evaluated."""
+    split: str = "test"
+    policy_prompts: int = 500
+    """Held-out P: positions (the first N of the split)."""
+    environment_prompts: int = 200
+    """Held-out A: prompts (the first N of the split)."""
+    puzzles: str | None = None
+    """Lichess puzzle CSV solved through the P: prompt; null = skip."""
+    max_puzzles: int = 200
+    rewards: RookWorldRewardConfig = dataclasses.field(default_factory=RookWorldRewardConfig)
+    """Reward weights and the engine node limit (rewards.policy.nodes) used to score answers."""
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    temperature: float = 0.0
+    """0 = greedy decoding."""
+    max_new_tokens: int = 176
+    batch_size: int = 64
+    seed: int = 0
+    confidence: float = 0.95
+    resamples: int = 2000
+    device: str = "cpu"
+    threads: int = 0
+    output: str | None = None
+    """Write the full result (metrics and per-prompt records) as JSON here (input of --compare)."""
+
+
+def add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    """`chessgrpo eval lm` (called from `commands.evaluate.add_parser`)."""
+    lm = sub.add_parser("lm", help="RookWorld P:/A: task metrics of a chess language model, with intervals; or compare two results")
+    source = lm.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, help="model directory, checkpoint or SFT/GRPO run directory")
+    source.add_argument("--compare", nargs=2, type=Path, metavar=("A.json", "B.json"), help="paired B - A of two `eval lm output=...` results")
+    lm.add_argument("--data", help="dataset directory (config key data)")
+    lm.add_argument("--policy-prompts", type=int, metavar="N", help="held-out P: positions (config key policy_prompts)")
+    lm.add_argument("--environment-prompts", type=int, metavar="N", help="held-out A: prompts (config key environment_prompts)")
+    lm.add_argument("--puzzles", help="Lichess puzzle CSV (config key puzzles)")
+    lm.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_config_arguments(lm)
+    lm.set_defaults(handler=run_eval_lm)
+
+
+def run_eval_lm(args: argparse.Namespace) -> int:
+    from chessgrpo.eval.lm import compare_lm_results
+
+    if args.compare is not None:
+        a, b = (json.loads(Path(p).read_text()) for p in args.compare)
+        diffs = compare_lm_results(a, b)
+        if args.json:
+            print(json.dumps({k: v.to_json() for k, v in diffs.items()}))
+        else:
+            print(f"paired difference {args.compare[1]} - {args.compare[0]} (95% bootstrap intervals):")
+            for name, interval in diffs.items():
+                print(f"  {name:<24} {interval.format(4)}")
+        return 0
+    import contextlib
+
+    import torch
+    from tqdm import tqdm
+
+    from chessgrpo.data.rookworld import read_rookworld
+    from chessgrpo.engine import EnginePool
+    from chessgrpo.eval.lm import evaluate_lm, write_result
+    from chessgrpo.models.lm import load_lm, prepare_for_rl
+
+    config = load_config(LMEvalConfig, args.config, args.overrides)
+    flags = {"data": args.data, "policy_prompts": args.policy_prompts, "environment_prompts": args.environment_prompts, "puzzles": args.puzzles}
+    config = dataclasses.replace(config, **{k: v for k, v in flags.items() if v is not None})
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    lm = load_lm(args.checkpoint, device=config.device)
+    prepare_for_rl(lm.model)
+    examples = read_rookworld(config.data, config.split)
+    fens = [e.fen for e in examples if e.task == "policy"][: config.policy_prompts]
+    prompts = [e.prompt for e in examples if e.task == "environment"][: config.environment_prompts]
+    puzzles: list[Any] = []
+    if config.puzzles:
+        from chessgrpo.eval.puzzles import read_puzzles
+
+        puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, config.seed).puzzles)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(EnginePool.from_config(config.engine)) if fens else None
+        with tqdm(total=len(fens) + len(prompts) + len(puzzles), desc="eval lm", unit="prompt", file=sys.stderr, disable=None) as bar:
+            result = evaluate_lm(
+                lm, policy_fens=fens, environment_prompts=prompts, puzzles=puzzles, pool=pool, rewards=config.rewards,
+                batch_size=config.batch_size, policy_max_new_tokens=config.max_new_tokens,
+                environment_max_new_tokens=config.max_new_tokens, temperature=config.temperature, seed=config.seed,
+                confidence=config.confidence, resamples=config.resamples, progress=bar.update,
+            )  # fmt: skip
+    if config.output:
+        write_result(config.output, {"config": to_dict(config), "checkpoint": str(args.checkpoint), **result.to_json()})
+    if args.json:
+        print(json.dumps({k: v.to_json() for k, v in result.metrics.items()}))
+        return 0
+    print(f"eval lm: {lm.source} on {config.data} ({config.split}); {len(fens)} P:, {len(prompts)} A:, {len(puzzles)} puzzles; "
+          f"{'greedy' if config.temperature == 0 else f'temperature {config.temperature}'}; {100 * config.confidence:g}% intervals")
+    for name, interval in result.metrics.items():
+        print(f"  {name:<28} {interval.format(4)}")
+    return 0

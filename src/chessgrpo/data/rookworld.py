@@ -1,0 +1,375 @@
+"""`chessgrpo data rookworld`: P: and A: text datasets, generated with the engine pool or imported.
+
+Generation (`generate_rookworld`):
+
+- positions are the ends of seeded uniformly random playouts (1..`max_plies` plies, distinct,
+  non-terminal), each with its move history;
+- **P:** a multipv-`multipv` analysis at `nodes` of every position (engine pool; the cache is on
+  so the GRPO reward and the evaluation later hit it). M = the engine's top moves shuffled with a
+  per-position seed, E = their values for the side to move, B = the engine's best move: the first
+  multipv line, correct for both colours (the upstream data took the last line for Black);
+- **A:** at the same position, a move (the engine's best with probability `engine_move_fraction`,
+  a uniformly random legal move otherwise, or with probability `illegal_fraction` a syntactically
+  valid illegal move), the history of the last <= 10 moves including it, and the answer from
+  python-chess (`tasks.rookworld.environment_step`).
+
+Import (`import_rookworld_text`): lines of an existing RookWorld text file are parsed and
+validated; a P: line whose B: is not the best of its own listed evaluations (the upstream Black
+defect, `tasks.rookworld.upstream_best_defect`) is flagged, counted and dropped unless
+``keep_defective``.
+
+Output directory::
+
+    DIR/manifest.json, DIR/config.yaml
+    DIR/train.txt, DIR/test.txt                 one RookWorld line per example
+    DIR/train/shard-00000.parquet, DIR/test/... columns of `ROOKWORLD_SCHEMA`
+
+The split is `data.schema.split_of` of the position, so both tasks of a position land in the same
+split, and the same settings give the same files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import chess
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from chessgrpo.config import save_config, to_dict
+from chessgrpo.data import schema
+from chessgrpo.data.labelling import DataEngineConfig, require
+from chessgrpo.tasks.rookworld import (
+    HISTORY_MOVES,
+    MAX_LISTED_MOVES,
+    EnvironmentQuery,
+    PolicyTruth,
+    environment_prompt,
+    environment_step,
+    format_environment_completion,
+    format_policy_completion,
+    mover_pawns,
+    parse_environment_line,
+    parse_policy_line,
+    policy_prompt,
+    split_environment_line,
+    split_policy_line,
+    upstream_best_defect,
+)
+
+logger = logging.getLogger(__name__)
+
+ROOKWORLD_SCHEMA = pa.schema(
+    [
+        ("task", pa.string()),  # "policy" | "environment"
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("fen", pa.string()),  # the position of the prompt
+        ("source", pa.string()),  # "random_playout" | "imported"
+        ("moves", pa.list_(pa.string())),  # P: engine top moves, best first (imported: by listed E)
+        ("pawns", pa.list_(pa.float32())),  # P: their values, side to move's view
+        ("defect", pa.bool_()),  # imported P: B: not the best of its listed evaluations
+        ("nodes", pa.int32()),  # node limit of the P: analysis (0 = imported / A:)
+    ]
+)
+SPLIT_FILES = {"train": "train.txt", "test": "test.txt"}
+
+
+@dataclasses.dataclass
+class RookWorldDataConfig:
+    """`chessgrpo data rookworld`: P:/A: text datasets (see the module docstring)."""
+
+    out: str = ""
+    """Output directory (required; `--out`)."""
+    positions: int = 2000
+    """Distinct positions; each gives one P: and one A: example."""
+    nodes: int = 1000
+    """Node limit of each multipv analysis (use the same in the GRPO reward: its labels are then cache hits)."""
+    multipv: int = 5
+    """Engine lines per position (M: holds them)."""
+    seed: int = 0
+    """Seed of the playouts, the M: shuffles and the A: move choices."""
+    test_fraction: float = 0.05
+    """Share of positions in the test split (`data.schema.split_of`)."""
+    max_plies: int = 80
+    """Longest random playout; lengths are uniform in 1..max_plies."""
+    engine_move_fraction: float = 0.5
+    """A: the engine's best move with this probability, else a random legal move."""
+    illegal_fraction: float = 0.05
+    """A: share of examples whose move is illegal (answer: FEN unchanged, -1.0, truncated)."""
+    from_text: str | None = None
+    """Import this RookWorld text file instead of generating (`--from-text`)."""
+    keep_defective: bool = False
+    """Import: keep P: lines whose B: is not their best listed move (flagged in column `defect`)."""
+    engine: DataEngineConfig = dataclasses.field(default_factory=lambda: DataEngineConfig(cache=True))
+    """Stockfish pool (cache on: the same analyses serve the GRPO reward and evaluation)."""
+
+    def validate(self) -> None:
+        require(bool(self.out), "out", self.out, "give the output directory with --out DIR (or out=DIR)")
+        require(self.positions >= 1, "positions", self.positions, "must be >= 1")
+        require(self.nodes >= 1, "nodes", self.nodes, "must be >= 1")
+        require(1 <= self.multipv <= MAX_LISTED_MOVES, "multipv", self.multipv, f"must be in 1..{MAX_LISTED_MOVES}")
+        require(0.0 <= self.test_fraction < 1.0, "test_fraction", self.test_fraction, "must be in [0, 1)")
+        require(self.max_plies >= 1, "max_plies", self.max_plies, "must be >= 1")
+        require(0.0 <= self.engine_move_fraction <= 1.0, "engine_move_fraction", self.engine_move_fraction, "must be in [0, 1]")
+        require(0.0 <= self.illegal_fraction < 1.0, "illegal_fraction", self.illegal_fraction, "must be in [0, 1)")
+        require(self.engine.depth is None, "engine.depth", self.engine.depth, "analyses use node limits: set `nodes`")
+
+
+@dataclasses.dataclass(frozen=True)
+class RookWorldExample:
+    """One line of a RookWorld dataset."""
+
+    task: str
+    prompt: str
+    completion: str
+    fen: str
+    source: str = "random_playout"
+    moves: tuple[str, ...] = ()
+    pawns: tuple[float, ...] = ()
+    defect: bool = False
+    nodes: int = 0
+
+    @property
+    def line(self) -> str:
+        return self.prompt + self.completion
+
+    def row(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "moves": list(self.moves), "pawns": list(self.pawns)}
+
+
+@dataclasses.dataclass
+class RookWorldSummary:
+    directory: Path
+    counts: dict[str, dict[str, int]]
+    """split -> task -> examples."""
+    defects: int
+    dropped: int
+    seconds: float
+
+
+# ------------------------------------------------------------------------------------------------
+# Generation
+
+
+def _playouts(count: int, seed: int, max_plies: int) -> list[chess.Board]:
+    """`count` distinct non-terminal random-playout positions, with their move stacks."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    boards: list[chess.Board] = []
+    attempts = 0
+    while len(boards) < count:
+        attempts += 1
+        if attempts > 20 * count + 100:
+            raise RuntimeError(f"could not find {count} distinct positions in {attempts} playouts")
+        board = chess.Board()
+        for _ in range(rng.randint(1, max_plies)):
+            moves = list(board.legal_moves)
+            if not moves:
+                break
+            board.push(rng.choice(moves))
+        if board.is_game_over(claim_draw=False) or board.epd() in seen:
+            continue
+        seen.add(board.epd())
+        boards.append(board)
+    return boards
+
+
+def _illegal_move(board: chess.Board, rng: random.Random) -> str:
+    """A syntactically valid UCI move that is not legal here (from a square of a piece of the mover)."""
+    legal = {m.uci() for m in board.legal_moves}
+    own = [sq for sq in chess.SQUARES if board.color_at(sq) == board.turn]
+    for _ in range(1000):
+        move = chess.square_name(rng.choice(own)) + chess.square_name(rng.randrange(64))
+        if move not in legal and move[:2] != move[2:]:
+            return move
+    raise RuntimeError(f"no illegal move found for {board.fen()!r}")  # pragma: no cover
+
+
+def environment_example(board: chess.Board, move: str, source: str = "random_playout") -> RookWorldExample:
+    """The A: example of playing `move` (UCI, legal or not) in `board`, history from its move stack."""
+    history = tuple([m.uci() for m in board.move_stack][-(HISTORY_MOVES - 1) :] + [move])
+    query = EnvironmentQuery(fen=board.fen(), move=move, history=history)
+    answer = environment_step(query.fen, move)
+    return RookWorldExample("environment", environment_prompt(query), format_environment_completion(answer), query.fen, source)
+
+
+def policy_example(truth: PolicyTruth, seed: int, nodes: int, source: str = "random_playout") -> RookWorldExample:
+    """The P: example of an engine analysis (M shuffled with a per-position seed)."""
+    answer = truth.answer(seed=hash_seed(seed, truth.fen))
+    return RookWorldExample(
+        "policy", policy_prompt(truth.fen), format_policy_completion(truth.fen, answer), truth.fen, source,
+        moves=truth.moves, pawns=truth.pawns, nodes=nodes,
+    )  # fmt: skip
+
+
+def hash_seed(seed: int, text: str) -> int:
+    """A stable 64-bit seed from (seed, text) (Python's hash() of a str changes between processes)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{seed}|{text}".encode()).digest()[:8], "big")
+
+
+def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable[[int], None] | None = None) -> list[RookWorldExample]:
+    """The P: and A: examples of `config` (pure function of the config and the engine)."""
+    boards = _playouts(config.positions, config.seed, config.max_plies)
+    examples: list[RookWorldExample] = []
+    chunk = 256
+    for start in range(0, len(boards), chunk):
+        part = boards[start : start + chunk]
+        analyses = pool.analyse_many(part, multipv=config.multipv, nodes=config.nodes)
+        for board, analysis in zip(part, analyses):
+            fen = board.fen()
+            truth = PolicyTruth(
+                fen=fen,
+                moves=tuple(line.move for line in analysis.lines),
+                pawns=tuple(mover_pawns(line.cp, line.mate) for line in analysis.lines),
+                legal=frozenset(m.uci() for m in board.legal_moves),
+            )
+            if not truth.moves:
+                raise RuntimeError(f"the engine returned no line for {fen!r}")
+            examples.append(policy_example(truth, config.seed, config.nodes))
+            rng = random.Random(hash_seed(config.seed + 1, fen))
+            draw = rng.random()
+            if draw < config.illegal_fraction:
+                move = _illegal_move(board, rng)
+            elif draw < config.illegal_fraction + (1 - config.illegal_fraction) * config.engine_move_fraction:
+                move = truth.best
+            else:
+                move = rng.choice(sorted(truth.legal))
+            examples.append(environment_example(board, move))
+        if progress is not None:
+            progress(len(part))
+    return examples
+
+
+# ------------------------------------------------------------------------------------------------
+# Import
+
+
+def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False) -> tuple[list[RookWorldExample], int, int]:
+    """(examples, defective P: lines seen, lines dropped) of a RookWorld text file.
+
+    Blank lines and lines starting with '#' are skipped; any other line that is not a valid P:
+    or A: line raises `ValueError` naming its line number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"RookWorld text file {str(path)!r} does not exist")
+    examples = []
+    defects = dropped = 0
+    with path.open(encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            try:
+                if line.startswith("P:"):
+                    fen, answer = parse_policy_line(line)
+                    prompt, completion = split_policy_line(line)
+                    defect = upstream_best_defect(answer)
+                    defects += defect
+                    if defect and not keep_defective:
+                        dropped += 1
+                        continue
+                    ranked = sorted(zip(answer.evals, answer.moves), key=lambda pair: -pair[0])
+                    examples.append(RookWorldExample(
+                        "policy", prompt, completion, fen, "imported",
+                        moves=tuple(m for _, m in ranked), pawns=tuple(v for v, _ in ranked), defect=defect,
+                    ))  # fmt: skip
+                elif line.startswith("A:"):
+                    query, _ = parse_environment_line(line)
+                    prompt, completion = split_environment_line(line)
+                    examples.append(RookWorldExample("environment", prompt, completion, query.fen, "imported"))
+                else:
+                    raise ValueError("starts with neither 'P:' nor 'A:'")
+            except ValueError as error:
+                raise ValueError(f"{path}:{number}: {error}") from None
+    return examples, defects, dropped
+
+
+# ------------------------------------------------------------------------------------------------
+# Writing and reading
+
+
+def write_examples(directory: Path, examples: Iterable[RookWorldExample], test_fraction: float) -> dict[str, dict[str, int]]:
+    """Text files and one Parquet shard per split (atomic writes); returns split -> task -> count."""
+    by_split: dict[str, list[RookWorldExample]] = {split: [] for split in schema.SPLITS}
+    for example in examples:
+        by_split[schema.split_of(example.fen, test_fraction)].append(example)
+    counts = {}
+    for split, rows in by_split.items():
+        (directory / split).mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist([r.row() for r in rows], schema=ROOKWORLD_SCHEMA)
+        shard = directory / split / "shard-00000.parquet"
+        tmp = shard.with_name(shard.name + ".tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, shard)
+        text = directory / SPLIT_FILES[split]
+        tmp = text.with_name(text.name + ".tmp")
+        tmp.write_text("".join(r.line + "\n" for r in rows))
+        os.replace(tmp, text)
+        counts[split] = {task: sum(r.task == task for r in rows) for task in ("policy", "environment")}
+    return counts
+
+
+def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None = None) -> list[RookWorldExample]:
+    """The examples of one split of a `data rookworld` directory (optionally one task)."""
+    directory = Path(directory)
+    paths = sorted((directory / split).glob("shard-*.parquet"))
+    if not paths:
+        raise FileNotFoundError(f"no RookWorld Parquet shards for split {split!r} under {str(directory)!r} (make them with `chessgrpo data rookworld`)")
+    examples = []
+    for path in paths:
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as error:
+            raise ValueError(f"{path} is not a readable Parquet file: {error}") from None
+        missing = [name for name in ROOKWORLD_SCHEMA.names if name not in table.column_names]
+        if missing:
+            raise ValueError(f"{path} lacks RookWorld columns {missing} (is it a `data rookworld` shard?)")
+        for row in table.to_pylist():
+            if task is not None and row["task"] != task:
+                continue
+            examples.append(RookWorldExample(
+                row["task"], row["prompt"], row["completion"], row["fen"], row["source"],
+                tuple(row["moves"] or ()), tuple(row["pawns"] or ()), bool(row["defect"]), int(row["nodes"] or 0),
+            ))  # fmt: skip
+    return examples
+
+
+def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], None] | None = None) -> RookWorldSummary:
+    """Generate or import a dataset into config.out (refuses a non-empty directory)."""
+    config.validate()
+    directory = Path(config.out)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ValueError(f"output directory {str(directory)!r} exists and is not empty; choose a new one")
+    started = time.perf_counter()
+    defects = dropped = 0
+    engine_name = None
+    if config.from_text:
+        examples, defects, dropped = read_rookworld_text(config.from_text, keep_defective=config.keep_defective)
+        if progress is not None:
+            progress(len(examples))
+    else:
+        from chessgrpo.engine import EnginePool
+
+        engine = dataclasses.replace(config.engine, nodes=config.nodes, depth=None)
+        with EnginePool.from_config(engine) as pool:
+            examples = generate_examples(config, pool, progress)
+            engine_name = pool.engine_name
+    directory.mkdir(parents=True, exist_ok=True)
+    counts = write_examples(directory, examples, config.test_fraction)
+    save_config(config, directory / "config.yaml")
+    schema.write_manifest(directory, {
+        "command": "rookworld", "settings": to_dict(config), "engine": engine_name, "counts": counts,
+        "defects": defects, "dropped_defective": dropped,
+    })  # fmt: skip
+    return RookWorldSummary(directory, counts, defects, dropped, time.perf_counter() - started)

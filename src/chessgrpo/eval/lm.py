@@ -1,0 +1,245 @@
+"""Evaluation of a chess language model on the RookWorld tasks, with intervals.
+
+Completions are decoded greedily by default (temperature 0) from held-out prompts and scored by
+the training rewards (`tasks.rookworld.score_completions`), so "reward" means the same number
+in training and evaluation.
+
+- **P: task**: format rate (parses), legal-move rate (mean share of distinct legal moves in M;
+  malformed = 0), best-move accuracy (B = the engine's best move), top-5 hit rate (B is among
+  the engine's top moves), top-5 overlap of M, evaluation error (mean |E - engine| in pawns over
+  the matched moves of well-formed answers, both clipped to +/-eval_clip) and the mean reward.
+- **A: task**: format rate, exact next-FEN accuracy, reward accuracy, flag accuracy (both flags
+  right), exact next-state accuracy (FEN, reward and flags all right) and the mean reward.
+- **Puzzles** via the P: prompt: the first move is B: of the completion; correct when it is the
+  solution's first move or mates (as `eval.puzzles`).
+
+Proportions carry Wilson intervals, means percentile-bootstrap intervals (`eval.stats`). Every
+per-prompt record is kept, so two evaluations of the same prompts compare with paired bootstrap
+intervals (`compare_lm_results`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import chess
+import numpy as np
+import torch
+
+from chessgrpo.eval.stats import (
+    Interval,
+    bootstrap_interval,
+    paired_bootstrap_difference,
+    wilson_interval,
+)
+from chessgrpo.tasks.rookworld import (
+    Malformed,
+    PolicyAnswer,
+    RookWorldRewardConfig,
+    environment_step,
+    parse_environment_prompt,
+    score_completions,
+)
+
+POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_top5_hit_rate")
+POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
+ENVIRONMENT_PROPORTIONS = ("a_format_rate", "a_fen_accuracy", "a_reward_accuracy", "a_flag_accuracy", "a_exact_state_accuracy")
+ENVIRONMENT_MEANS = ("a_reward",)
+PUZZLE_PROPORTIONS = ("puzzle_format_rate", "puzzle_first_move_accuracy")
+
+
+@dataclasses.dataclass
+class LMEvalResult:
+    """Metrics with intervals and per-prompt records."""
+
+    metrics: dict[str, Interval]
+    records: dict[str, list[dict[str, Any]]]
+    """"policy", "environment", "puzzles" -> one dict per prompt (prompt, completion, scores)."""
+
+    def flat(self, prefix: str = "eval/") -> dict[str, float]:
+        """{prefix+name, prefix+name_low, prefix+name_high: float} for metrics with items."""
+        out = {}
+        for name, interval in self.metrics.items():
+            if interval.n == 0 or math.isnan(interval.value):
+                continue
+            out.update({f"{prefix}{name}": interval.value, f"{prefix}{name}_low": interval.low, f"{prefix}{name}_high": interval.high})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metrics": {k: v.to_json() for k, v in self.metrics.items()}, "records": self.records}
+
+
+def generate_texts(lm: Any, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
+                   seed: int = 0, progress: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
+    """Completions (no EOS) of `prompts`, batched; greedy at temperature 0."""
+    from chessgrpo.models.lm import generate
+
+    if lm.model.training:
+        raise RuntimeError("evaluation needs the model in eval mode")
+    generator = torch.Generator(device=lm.device).manual_seed(seed)
+    # Similar lengths together: less padding per batch. Results are put back in prompt order.
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[str | None] = [None] * len(prompts)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        generation = generate(
+            lm.model, [lm.tokenizer.encode(prompts[i]) for i in chunk], eos_token_id=lm.tokenizer.eos_token_id,
+            max_new_tokens=max_new_tokens, temperature=temperature, generator=generator,
+        )  # fmt: skip
+        for i, text in zip(chunk, generation.texts(lm.tokenizer)):
+            out[i] = text
+        if progress is not None:
+            progress(len(chunk))
+    return [t if t is not None else "" for t in out]
+
+
+def _mean(values: Sequence[float], confidence: float, resamples: int, seed: int) -> Interval:
+    return bootstrap_interval(np.asarray(values, dtype=np.float64), confidence=confidence, resamples=resamples, seed=seed)
+
+
+def _rate(flags: Sequence[bool], confidence: float) -> Interval:
+    return wilson_interval(int(sum(bool(f) for f in flags)), len(flags), confidence)
+
+
+def evaluate_lm(
+    lm: Any,
+    *,
+    policy_fens: Sequence[str] = (),
+    environment_prompts: Sequence[str] = (),
+    puzzles: Sequence[Any] = (),
+    pool: Any = None,
+    rewards: RookWorldRewardConfig | None = None,
+    batch_size: int = 64,
+    policy_max_new_tokens: int = 176,
+    environment_max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    seed: int = 0,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    progress: Callable[[int], None] | None = None,
+) -> LMEvalResult:
+    """Evaluate `lm` on P: positions, A: prompts and puzzles (see the module docstring)."""
+    rewards = rewards or RookWorldRewardConfig()
+    metrics: dict[str, Interval] = {}
+    records: dict[str, list[dict[str, Any]]] = {"policy": [], "environment": [], "puzzles": []}
+    common = {"batch_size": batch_size, "temperature": temperature, "seed": seed, "progress": progress}
+
+    if policy_fens:
+        prompts = ["P: " + " ".join(fen.split()) for fen in policy_fens]
+        texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
+        scored = score_completions(pool, prompts, texts, rewards)
+        from chessgrpo.tasks.rookworld import policy_truths
+
+        truths = policy_truths(pool, [p[3:] for p in prompts], nodes=rewards.policy.nodes, multipv=rewards.policy.multipv)
+        for prompt, text, reward, truth in zip(prompts, texts, scored, truths):
+            answer = reward.answer if isinstance(reward.answer, PolicyAnswer) else None
+            records["policy"].append({
+                "prompt": prompt, "completion": text, "total": reward.total, "malformed": reward.malformed,
+                **reward.components,
+                "top5_hit": float(answer is not None and answer.best in truth.moves),
+                "engine_best": truth.best,
+            })  # fmt: skip
+        rows = records["policy"]
+        metrics["p_format_rate"] = _rate([r["malformed"] is None for r in rows], confidence)
+        metrics["p_best_accuracy"] = _rate([r["best"] == 1.0 for r in rows], confidence)
+        metrics["p_top5_hit_rate"] = _rate([r["top5_hit"] == 1.0 for r in rows], confidence)
+        metrics["p_legal_rate"] = _mean([r["legal"] for r in rows], confidence, resamples, seed)
+        metrics["p_top5_overlap"] = _mean([r["top5"] for r in rows], confidence, resamples, seed)
+        metrics["p_eval_error"] = _mean([r["eval_error"] for r in rows if "eval_error" in r], confidence, resamples, seed)
+        metrics["p_reward"] = _mean([r["total"] for r in rows], confidence, resamples, seed)
+
+    if environment_prompts:
+        texts = generate_texts(lm, list(environment_prompts), max_new_tokens=environment_max_new_tokens, **common)
+        scored = score_completions(None, list(environment_prompts), texts, rewards)
+        for prompt, text, reward in zip(environment_prompts, texts, scored):
+            c = reward.components
+            records["environment"].append({
+                "prompt": prompt, "completion": text, "total": reward.total, "malformed": reward.malformed, **c,
+                "exact_state": float(c["fen_exact"] == c["reward"] == c["terminated"] == c["truncated"] == 1.0),
+            })  # fmt: skip
+        rows = records["environment"]
+        metrics["a_format_rate"] = _rate([r["malformed"] is None for r in rows], confidence)
+        metrics["a_fen_accuracy"] = _rate([r["fen_exact"] == 1.0 for r in rows], confidence)
+        metrics["a_reward_accuracy"] = _rate([r["reward"] == 1.0 for r in rows], confidence)
+        metrics["a_flag_accuracy"] = _rate([r["terminated"] == 1.0 and r["truncated"] == 1.0 for r in rows], confidence)
+        metrics["a_exact_state_accuracy"] = _rate([r["exact_state"] == 1.0 for r in rows], confidence)
+        metrics["a_reward"] = _mean([r["total"] for r in rows], confidence, resamples, seed)
+
+    if puzzles:
+        prompts = ["P: " + p.board.fen() for p in puzzles]
+        texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
+        from chessgrpo.tasks.rookworld import parse_policy_completion
+
+        for puzzle, prompt, text in zip(puzzles, prompts, texts):
+            answer = parse_policy_completion(text)
+            correct = False
+            if not isinstance(answer, Malformed):
+                try:
+                    move = chess.Move.from_uci(answer.best)
+                except ValueError:
+                    move = None
+                if move is not None and puzzle.board.is_legal(move):
+                    board = puzzle.board.copy(stack=False)
+                    board.push(move)
+                    correct = move == puzzle.solution[0] or board.is_checkmate()
+            records["puzzles"].append({
+                "id": puzzle.id, "rating": puzzle.rating, "prompt": prompt, "completion": text,
+                "well_formed": not isinstance(answer, Malformed), "first_move_correct": bool(correct),
+            })  # fmt: skip
+        rows = records["puzzles"]
+        metrics["puzzle_format_rate"] = _rate([r["well_formed"] for r in rows], confidence)
+        metrics["puzzle_first_move_accuracy"] = _rate([r["first_move_correct"] for r in rows], confidence)
+    return LMEvalResult(metrics, records)
+
+
+# ------------------------------------------------------------------------------------------------
+# Comparison
+
+
+def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> dict[str, Interval]:  # fmt: skip
+    """Paired B - A differences over the prompts both evaluations hold (records of `LMEvalResult.to_json`).
+
+    P: reward, best-move accuracy, top-5 hit, legal rate, format rate; A: reward, exact state.
+    """
+    out: dict[str, Interval] = {}
+    specs = {
+        "policy": {"p_reward": "total", "p_best_accuracy": "best", "p_top5_hit_rate": "top5_hit", "p_legal_rate": "legal",
+                   "p_format_rate": None},
+        "environment": {"a_reward": "total", "a_exact_state_accuracy": "exact_state", "a_format_rate": None},
+    }  # fmt: skip
+    for task, names in specs.items():
+        first = {r["prompt"]: r for r in a.get("records", {}).get(task, [])}
+        second = {r["prompt"]: r for r in b.get("records", {}).get(task, [])}
+        shared = [p for p in first if p in second]
+        if not shared:
+            continue
+        for metric, key in names.items():
+            def value(record: dict[str, Any], key: str | None = key) -> float:
+                return float(record["malformed"] is None) if key is None else float(record[key])
+
+            out[metric] = paired_bootstrap_difference(
+                [value(second[p]) for p in shared], [value(first[p]) for p in shared],
+                confidence=confidence, resamples=resamples, seed=seed,
+            )  # fmt: skip
+    return out
+
+
+def write_result(path: str | Path, payload: dict[str, Any]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def environment_truth(prompt: str):
+    """The truth of an A: prompt (for callers that show it next to a completion)."""
+    query = parse_environment_prompt(prompt)
+    return environment_step(query.fen, query.move)

@@ -1,0 +1,493 @@
+"""The chess language model: a GPT-2-family causal LM from `transformers`, with its tokenizer.
+
+Two ways to get one, one loading path (`load_lm`):
+
+- a local directory with a model and its tokenizer, e.g. a downloaded RookWorld-LM-124M
+  (`AutoModelForCausalLM` + `AutoTokenizer`, ``local_files_only``: nothing is ever downloaded);
+- a fresh model from `LMModelConfig` with `CharTokenizer`, a character-level vocabulary of chess
+  text (FEN, UCI, the P:/A: task markers, newline = end of sequence) built offline. Saved with
+  `save_lm`, such a model is a normal `save_pretrained` directory plus ``chess_char_tokenizer.json``,
+  which `load_lm` prefers over a `transformers` tokenizer when present.
+
+Layout of every LM batch (sampling, old policy, learner, reference and SFT alike)::
+
+    [left pad ... prompt tokens][completion tokens ... EOS][right pad ...]
+     prompt_mask = 0 ... 1       completion_mask = 1 ... 1  0 ...
+
+Position ids are ``cumsum(attention_mask) - 1`` (clamped at 0), so a left-padded row sees exactly
+the positions it would see alone; pads are excluded by the attention mask, never by a token id
+(GPT-2 pads with its EOS id and our char tokenizer's EOS has id 0: an id says nothing).
+
+**One log-prob function** (ARCHITECTURE invariant 1): `tempered_log_probs` turns logits into the
+sampling distribution, and `completion_log_probs` applies it to a full prompt + completion
+forward. `generate` samples with it (KV cache, one token at a time), and the behaviour log-probs
+of a rollout are then recomputed by `completion_log_probs` on the finished sequences, the very
+call the learner, the old policy and the reference make (as TRL does); so on the first minibatch
+the ratio is 1 up to float summation order. Temperature only: no top-k/top-p truncation
+(invariant 6). `prepare_for_rl` turns every dropout off (invariant 2): set ``dropout`` in a model
+config as you like for SFT, RL never sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+CHAR_TOKENIZER_FILE = "chess_char_tokenizer.json"
+LM_MARKER_FILE = "model_config.json"
+"""Written next to the weights so `train.checkpoint` recognises an LM checkpoint as complete."""
+LM_WEIGHTS_FILE = "model.safetensors"
+
+# Every character of the P: and A: formats: FEN (pieces, digits, files, '/', '-', side w/b),
+# UCI moves (files, ranks, promotion pieces), evaluations ('-', '.', digits), the task markers
+# ('P', 'A', 'M', 'E', 'B', ':'), the A: separators ('+') and newline, which ends a sequence.
+CHAR_VOCAB = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
+
+
+# ------------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+class LMTokenizer(Protocol):
+    """What the LM path needs from a tokenizer."""
+
+    eos_token_id: int
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def save(self, directory: str | os.PathLike) -> None: ...
+
+
+class CharTokenizer:
+    """One token per character of `CHAR_VOCAB`; newline is the end-of-sequence token.
+
+    `encode` raises `ValueError` naming the first character outside the vocabulary (a prompt is
+    validated text; silently mapping it to an "unknown" id would hide a bug). `decode` never fails.
+    """
+
+    kind = "chess-char"
+
+    def __init__(self, vocab: str = CHAR_VOCAB, eos: str = "\n"):
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("character vocabulary has duplicates")
+        if eos not in vocab:
+            raise ValueError(f"end-of-sequence character {eos!r} is not in the vocabulary")
+        self.vocab = vocab
+        self.eos = eos
+        self._ids = {c: i for i, c in enumerate(vocab)}
+        self.eos_token_id = self._ids[eos]
+        self.vocab_size = len(vocab)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self._ids[c] for c in text]
+        except KeyError as error:
+            raise ValueError(f"character {error.args[0]!r} of {text[:80]!r} is not in the chess vocabulary") from None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.vocab[i] if 0 <= i < self.vocab_size else "\ufffd" for i in ids)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        path = Path(directory) / CHAR_TOKENIZER_FILE
+        path.write_text(json.dumps({"type": self.kind, "version": 1, "vocab": self.vocab, "eos": self.eos}, indent=1))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> CharTokenizer:
+        path = Path(directory) / CHAR_TOKENIZER_FILE
+        try:
+            data = json.loads(path.read_text())
+            if data.get("type") != cls.kind:
+                raise ValueError(f"type is {data.get('type')!r}, expected {cls.kind!r}")
+            return cls(str(data["vocab"]), str(data["eos"]))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path} is not a chess character tokenizer: {error}") from None
+
+
+class HFTokenizer:
+    """A `transformers` tokenizer (e.g. GPT-2 BPE) behind the `LMTokenizer` interface.
+
+    No special tokens are added when encoding: the P:/A: prompt and completion are plain text and
+    the end of a completion is the tokenizer's EOS (``<|endoftext|>`` for GPT-2).
+    """
+
+    kind = "transformers"
+
+    def __init__(self, tokenizer: Any):
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has no EOS token; completions could never end")
+        self.tokenizer = tokenizer
+        self.eos_token_id = int(tokenizer.eos_token_id)
+        self.vocab_size = len(tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        self.tokenizer.save_pretrained(str(directory))
+
+
+# ------------------------------------------------------------------------------------------------
+# Models
+
+
+@dataclasses.dataclass
+class LMModelConfig:
+    """A fresh GPT-2 for chess text with the character tokenizer (the `model:` section of a config)."""
+
+    path: str | None = None
+    """A local directory (a RookWorld-LM download, an SFT run or checkpoint) to load instead of
+    building a fresh model; the fields below then only matter for `dropout` during SFT."""
+    n_layer: int = 4
+    """Transformer blocks."""
+    n_embd: int = 128
+    """Width."""
+    n_head: int = 4
+    """Attention heads (n_embd must be a multiple)."""
+    n_positions: int = 384
+    """Longest sequence (prompt + completion). A: lines are at most ~260 characters."""
+    dropout: float = 0.0
+    """Residual, embedding and attention dropout during SFT. RL forwards always run without it."""
+
+    def __post_init__(self) -> None:
+        if min(self.n_layer, self.n_embd, self.n_head, self.n_positions) < 1:
+            raise ValueError("n_layer, n_embd, n_head and n_positions must be >= 1")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclasses.dataclass
+class ChessLM:
+    """A causal LM and its tokenizer."""
+
+    model: Any
+    """A `transformers` causal LM (`PreTrainedModel`)."""
+    tokenizer: LMTokenizer
+    source: str = "fresh"
+    """Where it came from (a directory, or "fresh")."""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def max_positions(self) -> int | None:
+        config = self.model.config
+        return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def build_lm(config: LMModelConfig, *, seed: int | None = None) -> ChessLM:
+    """A freshly initialised GPT-2 with the character tokenizer (offline; no downloads)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = CharTokenizer()
+    gpt_config = GPT2Config(
+        vocab_size=tokenizer.vocab_size,
+        n_positions=config.n_positions,
+        n_embd=config.n_embd,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        resid_pdrop=config.dropout,
+        embd_pdrop=config.dropout,
+        attn_pdrop=config.dropout,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id,
+    )
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = GPT2LMHeadModel(gpt_config)
+    return ChessLM(model=model, tokenizer=tokenizer, source="fresh")
+
+
+def resolve_lm_directory(path: str | os.PathLike) -> Path:
+    """A model directory from itself, a run directory (its latest checkpoint) or a checkpoints dir."""
+    path = Path(path)
+    for candidate in (path, path / "latest", path / "checkpoints" / "latest"):
+        if (candidate / "config.json").is_file():
+            return candidate.resolve()
+    raise FileNotFoundError(
+        f"no language model at {str(path)!r}: expected a transformers config.json there, in its latest/ "
+        "or in its checkpoints/latest/ (a save_pretrained directory, an SFT run or a checkpoint)"
+    )
+
+
+def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", dropout: float | None = None) -> ChessLM:
+    """Load a causal LM and its tokenizer from a local directory (never from the network).
+
+    `path` is a `save_pretrained` directory (e.g. RookWorld-LM-124M as downloaded), a checkpoint
+    or an SFT/GRPO run directory. The tokenizer is ``chess_char_tokenizer.json`` when present,
+    else the directory's `transformers` tokenizer. `dropout` (when given) replaces the model
+    config's dropout probabilities; RL callers use `prepare_for_rl` instead.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = resolve_lm_directory(path)
+    if (directory / CHAR_TOKENIZER_FILE).is_file():
+        tokenizer: LMTokenizer = CharTokenizer.load(directory)
+    else:
+        try:
+            tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(str(directory), local_files_only=True))
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"{directory} has a model but no usable tokenizer ({CHAR_TOKENIZER_FILE} or transformers "
+                f"tokenizer files): {error}"
+            ) from None
+    kwargs: dict[str, Any] = {}
+    if dropout is not None:
+        kwargs = {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{directory} is not a loadable causal LM: {error}") from None
+    model.to(device)
+    model_vocab = model.get_input_embeddings().num_embeddings
+    if tokenizer.vocab_size > model_vocab:
+        raise ValueError(f"{directory}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model_vocab}")
+    return ChessLM(model=model, tokenizer=tokenizer, source=str(directory))
+
+
+def save_lm(lm: ChessLM, directory: str | os.PathLike) -> Path:
+    """Write weights (safetensors), config and tokenizer; loadable with `load_lm` and `from_pretrained`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    lm.model.save_pretrained(str(directory), safe_serialization=True)
+    lm.tokenizer.save(directory)
+    marker = {"kind": "causal_lm", "tokenizer": getattr(lm.tokenizer, "kind", "unknown"), "source": lm.source}
+    (directory / LM_MARKER_FILE).write_text(json.dumps(marker, indent=1))
+    if not (directory / LM_WEIGHTS_FILE).is_file():
+        raise RuntimeError(f"save_pretrained did not write {LM_WEIGHTS_FILE} into {directory} (sharded?)")
+    return directory
+
+
+def dropout_probabilities(model: torch.nn.Module) -> list[float]:
+    """p of every dropout module (for tests and diagnostics)."""
+    return [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+
+
+def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
+    """Turn every dropout off (p = 0, config probabilities 0) and switch to eval mode.
+
+    Both: eval mode alone is undone by any stray `model.train()`, p = 0 alone leaves other
+    train-mode behaviour. ARCHITECTURE invariant 2: no dropout in any RL forward.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    if config is not None:
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout", "attention_dropout", "hidden_dropout"):
+            if isinstance(getattr(config, name, None), float):
+                setattr(config, name, 0.0)
+    model.eval()
+    return model
+
+
+# ------------------------------------------------------------------------------------------------
+# Batches and the one log-prob function
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """([N, P] long ids, [N, P] bool mask) with each sequence right-aligned (left padding)."""
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("left_pad needs at least one sequence and no empty sequence")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, width - len(seq) :] = True
+    return ids.to(device), mask.to(device)
+
+
+def right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """([N, L] long ids, [N, L] bool mask) with each sequence left-aligned (right padding)."""
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("right_pad needs at least one sequence and no empty sequence")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, : len(seq)] = True
+    return ids.to(device), mask.to(device)
+
+
+def position_ids(attention_mask: Tensor) -> Tensor:
+    """Positions counting real tokens only: a left-padded row starts at 0 at its first real token."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def tempered_log_probs(logits: Tensor, temperature: float) -> Tensor:
+    """log softmax(logits / temperature) in fp32: THE sampling distribution (no truncation)."""
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
+    return F.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def completion_log_probs(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs [N, L] (fp32) of the completion tokens given left-padded prompts; 0 at masked positions.
+
+    The one function for behaviour (right after sampling), old policy, learner, reference and SFT.
+    With `with_entropy`, also the exact entropy [N, L] of the tempered next-token distribution
+    at each completion step. Gradients flow when the caller has them enabled.
+    """
+    if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
+        raise ValueError("ids and masks must have the same shapes")
+    length = completion_ids.shape[1]
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention = torch.cat([prompt_mask, completion_mask], dim=1).long()
+    # Logits only where they predict a completion token: positions P-1 .. P+L-2, the last L+1
+    # positions minus the very last (which predicts past the end).
+    out = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention), logits_to_keep=length + 1, use_cache=False)
+    logits = out.logits[:, :-1]
+    if logits.shape[1] != length:
+        raise RuntimeError(f"model returned {logits.shape[1]} positions for a completion of {length} (logits_to_keep unsupported?)")
+    logp_full = tempered_log_probs(logits, temperature)
+    logp = logp_full.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    logp = torch.where(completion_mask, logp, torch.zeros_like(logp))
+    entropy = None
+    if with_entropy:
+        from chessgrpo.rl import categorical_entropy
+
+        entropy = torch.where(completion_mask, categorical_entropy(logp_full), torch.zeros_like(logp))
+    return logp, entropy
+
+
+# ------------------------------------------------------------------------------------------------
+# Generation
+
+
+@dataclasses.dataclass
+class Generation:
+    """Prompts and their sampled completions, in the layout `completion_log_probs` reads."""
+
+    prompt_ids: Tensor
+    """[N, P] long, left-padded."""
+    prompt_mask: Tensor
+    """[N, P] bool."""
+    completion_ids: Tensor
+    """[N, L] long; after EOS the pad id (excluded by the mask)."""
+    completion_mask: Tensor
+    """[N, L] bool: True for every generated token up to and including EOS."""
+    finished: Tensor
+    """[N] bool: the completion ended with EOS (False: cut at max_new_tokens)."""
+
+    def completion_tokens(self, row: int) -> list[int]:
+        return self.completion_ids[row][self.completion_mask[row]].tolist()
+
+    def texts(self, tokenizer: LMTokenizer) -> list[str]:
+        """Decoded completions without the EOS token."""
+        out = []
+        for row in range(self.completion_ids.shape[0]):
+            tokens = self.completion_tokens(row)
+            if self.finished[row] and tokens and tokens[-1] == tokenizer.eos_token_id:
+                tokens = tokens[:-1]
+            out.append(tokenizer.decode(tokens))
+        return out
+
+    @property
+    def lengths(self) -> Tensor:
+        """[N] completion lengths in tokens (EOS included)."""
+        return self.completion_mask.sum(dim=1)
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    eos_token_id: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    pad_token_id: int | None = None,
+) -> Generation:
+    """Sample completions for token-id prompts, batched with left padding and a KV cache.
+
+    `temperature` > 0 samples from `tempered_log_probs` (no top-k/top-p); 0 is greedy decoding.
+    A row stops at its EOS (kept in the completion and its mask); the batch stops when every row
+    has stopped or after `max_new_tokens`. The model must be in eval mode.
+    """
+    if model.training:
+        raise RuntimeError("generate needs the model in eval mode (no dropout while sampling)")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    device = next(model.parameters()).device
+    pad = eos_token_id if pad_token_id is None else pad_token_id
+    prompt_ids, prompt_mask = left_pad(prompts, pad, device)
+    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and prompt_ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(
+            f"prompt ({prompt_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's {limit} positions"
+        )
+    n = prompt_ids.shape[0]
+    attention = prompt_mask.long()
+    positions = position_ids(attention)
+    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
+    past = out.past_key_values
+    next_logits = out.logits[:, -1]
+    next_position = positions[:, -1] + 1
+    finished = torch.zeros(n, dtype=torch.bool, device=device)
+    tokens: list[Tensor] = []
+    valid: list[Tensor] = []
+    for step in range(max_new_tokens):
+        if temperature == 0:
+            token = next_logits.float().argmax(dim=-1)
+        else:
+            probs = tempered_log_probs(next_logits, temperature).exp()
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        token = torch.where(finished, torch.full_like(token, pad), token)
+        valid.append(~finished)
+        tokens.append(token)
+        finished = finished | (token == eos_token_id)
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        # The token just chosen is attended to only when it is real (pads after EOS are not).
+        attention = torch.cat([attention, valid[-1].long().unsqueeze(1)], dim=1)
+        out = model(
+            input_ids=token.unsqueeze(1),
+            attention_mask=attention,
+            position_ids=next_position.unsqueeze(1),
+            past_key_values=past,
+            use_cache=True,
+        )
+        past = out.past_key_values
+        next_logits = out.logits[:, -1]
+        next_position = next_position + 1
+    completion_ids = torch.stack(tokens, dim=1)
+    completion_mask = torch.stack(valid, dim=1)
+    return Generation(prompt_ids, prompt_mask, completion_ids, completion_mask, finished)
