@@ -31,7 +31,7 @@ from chessgrpo.config import save_config
 
 logger = logging.getLogger(__name__)
 
-TRAINERS: dict[str, str] = {"move_group": "chessgrpo.train.grpo", "rookworld": "chessgrpo.train.rookworld"}
+TRAINERS: dict[str, str] = {"move_group": "chessgrpo.train.grpo", "trajectory": "chessgrpo.train.trajectory", "rookworld": "chessgrpo.train.rookworld"}
 """Config `kind` -> the module with CONFIG_CLASS, TRAINER_CLASS and RESUMABLE_KEYS."""
 
 

@@ -1,0 +1,147 @@
+"""Endgame start positions: uniform random placements of a material signature such as ``KQvK``.
+
+A position is drawn by rejection sampling: the pieces go on distinct squares chosen uniformly at
+random (pawns only on ranks 2-7), the strong side (the pieces left of the ``v``) is to move, and
+the placement is kept when it is legal (python-chess's `Board.is_valid`: kings not adjacent, the
+side not to move not in check, ...), not terminal (the side to move has a legal move) and
+accepted by the caller's predicate. Rejection sampling from a uniform proposal is uniform over
+the accepted set, so with the predicate "the tablebase says the side to move wins" the draw is
+uniform over the legal, non-terminal, won positions of the signature.
+
+This module knows no engine and no tablebase: the predicate (`accept`) comes from the caller
+(`chessgrpo.tasks.endgame` passes a WDL probe). Draws are seeded and reproducible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Collection
+
+import chess
+
+COLOURS = ("white", "black", "both")
+"""Which colour the strong side has: always White, always Black, or either with probability 1/2."""
+
+CURRICULUM = ("KQvK", "KRvK", "KBBvK", "KBNvK")
+"""The endgame curriculum, easiest first (optimal mate needs at most 10, 16, 19 and 33 moves)."""
+
+_PIECES = {"K": chess.KING, "Q": chess.QUEEN, "R": chess.ROOK, "B": chess.BISHOP, "N": chess.KNIGHT, "P": chess.PAWN}
+_PAWN_SQUARES = [square for square in chess.SQUARES if 1 <= chess.square_rank(square) <= 6]
+
+
+@dataclasses.dataclass(frozen=True)
+class Material:
+    """A material signature: the strong side's and the weak side's pieces, kings included."""
+
+    strong: tuple[chess.PieceType, ...]
+    weak: tuple[chess.PieceType, ...]
+    name: str
+
+    @classmethod
+    def parse(cls, name: str) -> Material:
+        """``"KQvK"`` -> Material((KING, QUEEN), (KING,)). Each side has exactly one king, listed first."""
+        if not isinstance(name, str) or name.count("v") != 1:
+            raise ValueError(f"endgame material {name!r}: expected a signature like 'KQvK' (pieces, 'v', pieces)")
+        sides = name.split("v")
+        parsed = []
+        for side in sides:
+            if not side or side[0] != "K" or side.count("K") != 1 or any(c not in _PIECES for c in side):
+                raise ValueError(
+                    f"endgame material {name!r}: each side must be 'K' followed by pieces from Q, R, B, N, P; got {side!r}"
+                )
+            parsed.append(tuple(_PIECES[c] for c in side))
+        if len(parsed[0]) + len(parsed[1]) > 7:
+            raise ValueError(f"endgame material {name!r}: at most 7 pieces fit any Syzygy table")
+        return cls(strong=parsed[0], weak=parsed[1], name=name)
+
+    @property
+    def pieces(self) -> int:
+        return len(self.strong) + len(self.weak)
+
+
+def random_placement(material: Material, rng: random.Random, strong_colour: chess.Color) -> chess.Board | None:
+    """One uniformly random placement with the strong side to move, or None when it is not legal/non-terminal.
+
+    The halfmove clock is 0 and there are no castling rights or en-passant square.
+    """
+    board = chess.Board(None)
+    taken: set[int] = set()
+    for colour, pieces in ((strong_colour, material.strong), (not strong_colour, material.weak)):
+        for piece in pieces:
+            candidates = _PAWN_SQUARES if piece == chess.PAWN else chess.SQUARES
+            square = rng.choice(candidates)
+            if square in taken:
+                return None  # reject, rather than re-draw, to keep the proposal uniform over placements
+            taken.add(square)
+            board.set_piece_at(square, chess.Piece(piece, colour))
+    board.turn = strong_colour
+    if not board.is_valid() or not any(board.generate_legal_moves()):
+        return None
+    return board
+
+
+def endgame_positions(
+    material: str | Material,
+    count: int,
+    *,
+    seed: int | list[int],
+    colours: str = "white",
+    accept: Callable[[chess.Board], bool] | None = None,
+    exclude: Collection[str] = (),
+    distinct: bool = False,
+    max_attempts: int | None = None,
+) -> list[chess.Board]:
+    """`count` start positions of `material`, uniform over the legal, non-terminal positions `accept` keeps.
+
+    Args:
+        material: a signature such as "KQvK" (strong side first; the strong side is to move).
+        count: positions to return.
+        seed: seeds `random.Random` (an int, or a list of ints such as [seed, step, rank]).
+        colours: the strong side's colour: "white", "black" or "both" (each with probability 1/2).
+        accept: a predicate on the board (e.g. "the tablebase says the side to move wins"); None keeps all.
+        exclude: EPD strings (`board.epd()`) never to return, e.g. a held-out evaluation set.
+        distinct: no position twice (uniform without replacement); else draws are independent.
+        max_attempts: give up with RuntimeError after this many placements (default 2000 * count + 10000).
+    """
+    if colours not in COLOURS:
+        raise ValueError(f"colours must be one of {list(COLOURS)}, got {colours!r}")
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    material = Material.parse(material) if isinstance(material, str) else material
+    rng = random.Random(_seed_value(seed))
+    limit = max_attempts if max_attempts is not None else 2000 * count + 10000
+    seen: set[str] = set()
+    boards: list[chess.Board] = []
+    attempts = 0
+    while len(boards) < count:
+        attempts += 1
+        if attempts > limit:
+            raise RuntimeError(
+                f"found only {len(boards)} of {count} {material.name} positions in {limit} placements "
+                "(is the predicate ever true? are there enough distinct positions?)"
+            )
+        colour = chess.WHITE if colours == "white" else chess.BLACK if colours == "black" else rng.random() < 0.5
+        board = random_placement(material, rng, colour)
+        if board is None:
+            continue
+        key = board.epd()
+        if key in exclude or (distinct and key in seen):
+            continue
+        if accept is not None and not accept(board):
+            continue
+        seen.add(key)
+        boards.append(board)
+    return boards
+
+
+def _seed_value(seed: int | list[int]) -> int:
+    """A single integer seed from an int or a list of non-negative ints (mixed, order-sensitive)."""
+    if isinstance(seed, int):
+        return seed
+    value = 0
+    for part in seed:
+        if not isinstance(part, int) or part < 0:
+            raise ValueError(f"seed parts must be non-negative integers, got {seed!r}")
+        value = (value * 1_000_003 + part) % (1 << 62)
+    return value

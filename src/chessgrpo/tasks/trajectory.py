@@ -1,0 +1,579 @@
+"""Trajectory groups: G games from the same start position, each up to T own plies against an opponent.
+
+A step of the trajectory task:
+
+1. B start positions (fresh each step: seeded by seed, step and rank); each is played G times.
+2. `play_trajectories` runs all B * G games in lockstep, one half-move at a time. The learner's
+   plies are sampled from `models.policy.log_probs` at the rollout temperature (no top-k/top-p),
+   one batched forward per half-move over the distinct positions to move; the behaviour
+   log-prob, exact entropy and (with a reference) the reference log-prob and exact KL of every
+   own ply are recorded. The opponent answers each own ply:
+
+   - ``self``: the current policy, sampled the same way. Both colours' plies are training data:
+     a game gives two rows, the start mover's plies and the other side's plies, each rewarded
+     from its own point of view. Rows form groups by (start position, colour): the G rows of the
+     start mover share a start position and so a baseline; the G rows of the other colour share
+     the start position one ply earlier (they are compared with each other, never with the other
+     colour's rows, whose rewards are the negation of theirs). A self-play game runs 2T + 1
+     half-moves, so the second mover's T-th ply also gets an answer; that last move is sampled
+     but not trained on (it is outside the start mover's T plies).
+   - ``reference``: the frozen start policy, sampled at the rollout temperature.
+   - ``stockfish``: the engine pool's best move at `opponent_nodes` nodes (deterministic).
+   - ``tablebase``: the perfect player (`tasks.endgame.TablebaseOracle.tablebase_move`); as the
+     weak side it is the perfect defender (the loss that takes longest, or a draw if any).
+
+3. Every own ply t is rewarded over its window (the own move and the opponent's reply), from the
+   mover's point of view, with P_t the position before the own move and P_t+1 the position after
+   the reply (or where the game ended):
+
+   - ``engine``: r_t = v(P_t+1) - v(P_t), v the mover's win probability (expected score) from the
+     engine pool at `reward_nodes`; finished games are valued exactly by the rules (mate 1 or 0;
+     stalemate, insufficient material, 50 moves and threefold repetition 0.5) with the game's
+     move stack, never by the engine;
+   - ``tablebase``: the exact endgame reward of `tasks.endgame.step_reward` (mate = 1, losing the
+     win = -1, shaping * DTZ progress), optionally in regret form (`regret`: minus the best reward
+     the position allowed, so that plies from different positions share a scale).
+
+   A game that ends inside the horizon ends the row: the mask is False from the next own ply on.
+4. Advantages (`supervision`), both through `rl.optimize` with L = T and the mask:
+
+   - ``outcome``: one reward per row, the sum of its step rewards (for ``engine`` the final value
+     minus the start value; for ``tablebase`` mate/lost-win plus the shaped progress), turned
+     into one advantage per row by `rl.group_advantages` and broadcast over the row's valid plies;
+   - ``process``: the step rewards [N, T] go to `rl.process_advantages` (DeepSeekMath process
+     supervision: normalised over all valid steps of the group, advantage = sum of the
+     normalised rewards from that ply on);
+   - ``step``: the same normalised step reward, without the sum over later plies
+     (`step_advantages`). Against a deterministic opponent (the tablebase, Stockfish at a node
+     limit) with tablebase rewards, r_t is a potential difference of the exact value (DTZ) plus
+     the exact outcome change, i.e. the move's exact advantage under the oracle's value: the
+     reward-to-go only adds the noise of the later moves (their own advantages). Each ply is
+     credited with what it did and nothing else; the group still centres the rewards.
+   - ``critic`` (needs ``regret``): A_t = r_t / (std of all valid step rewards of the batch + eps),
+     not centred. A regret reward is already relative to the exact value of the position before the
+     ply (0 for a DTZ-optimal move), so the tablebase is a perfect per-position baseline, and the
+     group mean is a worse one: once most plies are waiting moves the group mean sits at the waiting
+     move's regret and their advantage vanishes, the policy stops exploring and loops (measured in
+     docs/endgame_section.md). This is REINFORCE with the exact value as baseline; the batch std
+     only sets the step size.
+
+The learner's forward (`make_forward`) recomputes the log-probs of every valid ply of a minibatch
+with one model call over the distinct positions among them (the first ply of a group is the same
+position G times).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import chess
+import torch
+
+from chessgrpo.board import ACTIONS
+from chessgrpo.models.policy import ActionPolicy, log_probs
+from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl, process_advantages
+from chessgrpo.tasks.endgame import TablebaseOracle, best_step_reward, game_over, step_reward
+
+if TYPE_CHECKING:  # pragma: no cover
+    from chessgrpo.engine import EnginePool
+
+OPPONENTS = ("self", "reference", "stockfish", "tablebase")
+REWARD_SOURCES = ("engine", "tablebase")
+SUPERVISIONS = ("outcome", "process", "step", "critic")
+
+
+@dataclasses.dataclass
+class TrajectoryConfig:
+    """What a trajectory group is and how it is rewarded (the `task:` section of a trajectory config)."""
+
+    group_size: int = 8
+    """G: games played from each start position (G rows per group; self-play: G per colour)."""
+    positions_per_step: int = 16
+    """B: start positions per training step."""
+    horizon: int = 8
+    """T: own plies per row at most (L = T in the learner); a game ending earlier is masked from there."""
+    temperature: float = 1.0
+    """Rollout temperature of the learner's plies. The learner uses the same one (ARCHITECTURE invariant 1)."""
+    opponent: str = "tablebase"
+    """self | reference | stockfish | tablebase (module docstring)."""
+    opponent_nodes: int = 100
+    """Stockfish node limit of the ``stockfish`` opponent's best move (a weak setting at ~100)."""
+    reward: str = "tablebase"
+    """engine (change of the mover's win probability) | tablebase (exact endgame reward)."""
+    reward_nodes: int = 1000
+    """Stockfish node limit for ``engine`` rewards."""
+    shaping: float = 0.1
+    """``tablebase`` rewards: weight of the DTZ progress term (per own move of progress); 0 = mate/lost-win only."""
+    regret: bool = False
+    """``tablebase`` rewards: subtract the best reward the position before the ply allows against the
+    perfect defender (`tasks.endgame.best_step_reward`): 0 for a DTZ-optimal move, < 0 otherwise."""
+    supervision: str = "process"
+    """outcome (one advantage per row) | process (per-ply step rewards, reward-to-go, DeepSeekMath) |
+    step (per-ply step rewards normalised as in process, without the sum) | critic (regret rewards
+    scaled, not centred: the tablebase is the baseline). Module docstring."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
+        if self.positions_per_step < 1:
+            raise ValueError(f"positions_per_step must be >= 1, got {self.positions_per_step}")
+        if self.horizon < 1:
+            raise ValueError(f"horizon must be >= 1 own ply, got {self.horizon}")
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        for name, value, allowed in (
+            ("opponent", self.opponent, OPPONENTS),
+            ("reward", self.reward, REWARD_SOURCES),
+            ("supervision", self.supervision, SUPERVISIONS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+        if self.opponent_nodes < 1 or self.reward_nodes < 1:
+            raise ValueError(f"opponent_nodes and reward_nodes must be >= 1, got {self.opponent_nodes}, {self.reward_nodes}")
+        if not (self.shaping >= 0 and math.isfinite(self.shaping)):
+            raise ValueError(f"shaping must be a finite number >= 0, got {self.shaping}")
+
+    @property
+    def self_play(self) -> bool:
+        return self.opponent == "self"
+
+
+# ------------------------------------------------------------------------------------------------
+# Opponents
+
+
+class Opponent(Protocol):
+    """Answers the learner's plies: one move per board."""
+
+    def moves(self, boards: list[chess.Board]) -> list[chess.Move]: ...
+
+
+class PolicyOpponent:
+    """A policy sampled at `temperature` (the frozen reference; eval mode, no grad)."""
+
+    def __init__(self, model: ActionPolicy, temperature: float, generator: torch.Generator | None):
+        self.model, self.temperature, self.generator = model, temperature, generator
+
+    @torch.no_grad()
+    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+        if self.model.training:
+            raise RuntimeError("the policy opponent must be in eval mode (no dropout)")
+        unique, _, inverse = _distinct(boards)
+        tokens, legal = self.model.inputs(unique)
+        logp_full = log_probs(self.model(tokens), legal, self.temperature)
+        actions = torch.multinomial(logp_full[inverse].exp(), 1, generator=self.generator).squeeze(1)
+        return [chess.Move.from_uci(ACTIONS[a]) for a in actions.tolist()]
+
+
+class StockfishOpponent:
+    """Stockfish's best move at a node limit (reproducible: the pool clears its hash before each search)."""
+
+    def __init__(self, pool: EnginePool, nodes: int):
+        self.pool, self.nodes = pool, nodes
+
+    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+        out = []
+        for board, evaluation in zip(boards, self.pool.evaluate(boards, nodes=self.nodes)):
+            if evaluation.best_move is None:
+                raise RuntimeError(f"the engine returned no move for {board.fen()!r}")
+            out.append(chess.Move.from_uci(evaluation.best_move))
+        return out
+
+
+class TablebaseOpponent:
+    """The perfect player: the perfect defender for the weak side."""
+
+    def __init__(self, oracle: TablebaseOracle):
+        self.oracle = oracle
+
+    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+        return [self.oracle.tablebase_move(board) for board in boards]
+
+
+# ------------------------------------------------------------------------------------------------
+# Playing
+
+
+@dataclasses.dataclass
+class Point:
+    """A position of a row: before an own ply (mover to move), or where the row ended."""
+
+    board: chess.Board
+    """The position (no move stack)."""
+    terminal: str | None
+    """`tasks.endgame.game_over` reason, judged with the game's move stack; None while the game goes on."""
+
+
+@dataclasses.dataclass
+class _Row:
+    start: int
+    colour: chess.Color
+    group: int
+    positions: list[int] = dataclasses.field(default_factory=list)
+    actions: list[int] = dataclasses.field(default_factory=list)
+    logp: list[float] = dataclasses.field(default_factory=list)
+    entropy: list[float] = dataclasses.field(default_factory=list)
+    ln_legal: list[float] = dataclasses.field(default_factory=list)
+    ref_logp: list[float] = dataclasses.field(default_factory=list)
+    kl: list[float] = dataclasses.field(default_factory=list)
+    points: list[Point] = dataclasses.field(default_factory=list)
+    closed: bool = False
+
+
+@dataclasses.dataclass
+class Trajectories:
+    """N rows of up to T own plies, what the policy thought at each, and the positions they passed."""
+
+    starts: list[chess.Board]
+    """The B start positions."""
+    group_ids: torch.Tensor
+    """[N] long: start index (opponent games) or 2 * start + (0 start mover | 1 other colour) (self-play)."""
+    row_start: torch.Tensor
+    """[N] long: the row's start position index."""
+    row_colour: list[chess.Color]
+    """The colour whose plies the row holds."""
+    actions: torch.Tensor
+    """[N, T] long action ids (0 where masked)."""
+    behaviour_logp: torch.Tensor
+    """[N, T] float32 log-probs of the sampled actions at sampling time (0 where masked)."""
+    mask: torch.Tensor
+    """[N, T] bool: True at plies that were played."""
+    position: torch.Tensor
+    """[N, T] long: index of each ply's position into tokens/legal (0 where masked)."""
+    tokens: torch.Tensor
+    """[U, 77] the distinct positions of all plies."""
+    legal: torch.Tensor
+    """[U, 1968] their legal-move masks."""
+    entropy: torch.Tensor
+    """[N, T] exact entropy of the policy at each ply (rollout temperature)."""
+    ln_legal: torch.Tensor
+    """[N, T] ln(number of legal moves) at each ply."""
+    points: list[list[Point]]
+    """Per row: the position before each own ply, then the final one (plies + 1 points)."""
+    ref_logp: torch.Tensor | None = None
+    """[N, T] reference log-probs of the sampled actions (rollout temperature)."""
+    exact_kl: torch.Tensor | None = None
+    """[N, T] exact KL(policy || reference) at each ply."""
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.actions.shape[0])
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """[N] own plies per row."""
+        return self.mask.sum(dim=1)
+
+    def outcomes(self) -> list[str]:
+        """Per row: "mate" (the row's mover mated), "mated", "draw:<reason>" or "horizon"."""
+        out = []
+        for colour, points in zip(self.row_colour, self.points):
+            last = points[-1]
+            if last.terminal is None:
+                out.append("horizon")
+            elif last.terminal == "checkmate":
+                out.append("mated" if last.board.turn == colour else "mate")
+            else:
+                out.append(f"draw:{last.terminal}")
+        return out
+
+
+def _distinct(boards: Sequence[chess.Board]) -> tuple[list[chess.Board], list[str], torch.Tensor]:
+    """(copies of the distinct boards by FEN, their FENs, inverse [len(boards)] index into them).
+
+    Copies, so that pushing a move on one of `boards` cannot change what another row sees.
+    """
+    index: dict[str, int] = {}
+    unique: list[chess.Board] = []
+    keys: list[str] = []
+    inverse = []
+    for board in boards:
+        key = board.fen()
+        if key not in index:
+            index[key] = len(unique)
+            unique.append(board.copy(stack=False))
+            keys.append(key)
+        inverse.append(index[key])
+    return unique, keys, torch.tensor(inverse, dtype=torch.long)
+
+
+@torch.no_grad()
+def play_trajectories(
+    model: ActionPolicy,
+    starts: Sequence[chess.Board],
+    config: TrajectoryConfig,
+    *,
+    opponent: Opponent | None,
+    generator: torch.Generator | None = None,
+    reference: ActionPolicy | None = None,
+    bf16: bool = False,
+) -> Trajectories:
+    """Play `config.group_size` games from each start, in lockstep; `opponent` None means self-play.
+
+    `reference` (optional) adds reference log-probs and the exact KL at every own ply.
+    """
+    if model.training or (reference is not None and reference.training):
+        raise RuntimeError("play_trajectories needs models in eval mode (no dropout in RL forwards)")
+    if (opponent is None) != config.self_play:
+        raise ValueError(f"opponent {config.opponent!r} needs {'no' if config.self_play else 'an'} Opponent object")
+    horizon, group_size = config.horizon, config.group_size
+    boards: list[chess.Board] = []
+    game_rows: list[dict[chess.Color, _Row]] = []
+    rows: list[_Row] = []
+    for b, start in enumerate(starts):
+        if game_over(start) is not None:
+            raise ValueError(f"start position {start.fen()!r} is already decided")
+        for _ in range(group_size):
+            boards.append(start.copy(stack=False))
+            colours = (start.turn, not start.turn) if config.self_play else (start.turn,)
+            mapping = {}
+            for k, colour in enumerate(colours):
+                group = 2 * b + k if config.self_play else b
+                mapping[colour] = _Row(start=b, colour=colour, group=group)
+            game_rows.append(mapping)
+    # Rows in a fixed order: game by game, start mover first.
+    for mapping in game_rows:
+        rows.extend(mapping.values())
+    over: list[str | None] = [None] * len(boards)
+
+    table: dict[str, int] = {}
+    tokens_list: list[torch.Tensor] = []
+    legal_list: list[torch.Tensor] = []
+    device = model.device
+    half_moves = 2 * horizon + (1 if config.self_play else 0)
+    for _ in range(half_moves):
+        active = [g for g in range(len(boards)) if over[g] is None]
+        if not active:
+            break
+        learner = [g for g in active if boards[g].turn in game_rows[g]]
+        others = [g for g in active if boards[g].turn not in game_rows[g]]
+        if learner:
+            unique, keys, inverse = _distinct([boards[g] for g in learner])
+            tokens, legal = model.inputs(unique)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(tokens)
+            logp_full = log_probs(logits, legal, config.temperature)
+            inverse = inverse.to(device)
+            actions = torch.multinomial(logp_full[inverse].exp(), 1, generator=generator).squeeze(1)
+            entropy = categorical_entropy(logp_full)
+            ln_legal = legal.sum(dim=-1).float().log()
+            chosen_logp = logp_full[inverse].gather(1, actions.unsqueeze(1)).squeeze(1)
+            ref_chosen = kl = None
+            if reference is not None:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    ref_full = log_probs(reference(tokens), legal, config.temperature)
+                ref_chosen = ref_full[inverse].gather(1, actions.unsqueeze(1)).squeeze(1).tolist()
+                kl = exact_kl(logp_full, ref_full).tolist()
+            actions_list, logp_list = actions.tolist(), chosen_logp.tolist()
+            entropy_list, ln_list, inverse_list = entropy.tolist(), ln_legal.tolist(), inverse.tolist()
+            for j, g in enumerate(learner):
+                board = boards[g]
+                row = game_rows[g][board.turn]
+                if not row.closed and len(row.actions) == horizon:
+                    row.points.append(Point(board.copy(stack=False), None))
+                    row.closed = True
+                if not row.closed:
+                    u = inverse_list[j]
+                    key = keys[u]
+                    if key not in table:
+                        table[key] = len(table)
+                        tokens_list.append(tokens[u])
+                        legal_list.append(legal[u])
+                    row.points.append(Point(board.copy(stack=False), None))
+                    row.positions.append(table[key])
+                    row.actions.append(actions_list[j])
+                    row.logp.append(logp_list[j])
+                    row.entropy.append(entropy_list[u])
+                    row.ln_legal.append(ln_list[u])
+                    if ref_chosen is not None and kl is not None:
+                        row.ref_logp.append(ref_chosen[j])
+                        row.kl.append(kl[u])
+                board.push(chess.Move.from_uci(ACTIONS[actions_list[j]]))
+        if others:
+            assert opponent is not None
+            for g, move in zip(others, opponent.moves([boards[g] for g in others])):
+                if not boards[g].is_legal(move):
+                    raise RuntimeError(f"opponent played illegal move {move.uci()} in {boards[g].fen()!r}")
+                boards[g].push(move)
+        for g in active:
+            over[g] = game_over(boards[g])
+    for g, mapping in enumerate(game_rows):
+        for row in mapping.values():
+            if not row.closed:
+                row.points.append(Point(boards[g].copy(stack=False), over[g]))
+                row.closed = True
+
+    n = len(rows)
+
+    def pad(values: list[list], dtype: torch.dtype) -> torch.Tensor:
+        out = torch.zeros(n, horizon, dtype=dtype)
+        for i, row_values in enumerate(values):
+            if row_values:
+                out[i, : len(row_values)] = torch.tensor(row_values, dtype=dtype)
+        return out.to(device)
+
+    empty = [i for i, row in enumerate(rows) if not row.actions]
+    if empty:  # only a self-play row whose opponent... cannot happen: every row's mover moves before the game can end
+        raise RuntimeError(f"rows {empty[:5]} have no ply (a start position ended before its mover moved)")
+    mask = torch.zeros(n, horizon, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        mask[i, : len(row.actions)] = True
+    with_reference = reference is not None
+    return Trajectories(
+        starts=[board.copy(stack=False) for board in starts],
+        group_ids=torch.tensor([row.group for row in rows], dtype=torch.long, device=device),
+        row_start=torch.tensor([row.start for row in rows], dtype=torch.long, device=device),
+        row_colour=[row.colour for row in rows],
+        actions=pad([row.actions for row in rows], torch.long),
+        behaviour_logp=pad([row.logp for row in rows], torch.float32),
+        mask=mask.to(device),
+        position=pad([row.positions for row in rows], torch.long),
+        tokens=torch.stack(tokens_list),
+        legal=torch.stack(legal_list),
+        entropy=pad([row.entropy for row in rows], torch.float32),
+        ln_legal=pad([row.ln_legal for row in rows], torch.float32),
+        points=[row.points for row in rows],
+        ref_logp=pad([row.ref_logp for row in rows], torch.float32) if with_reference else None,
+        exact_kl=pad([row.kl for row in rows], torch.float32) if with_reference else None,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Rewards
+
+
+def tablebase_step_rewards(
+    trajectories: Trajectories, oracle: TablebaseOracle, *, shaping: float, regret: bool = False
+) -> torch.Tensor:
+    """[N, T] exact endgame rewards of every own ply for its mover (0 where masked); `tasks.endgame.step_reward`,
+    minus `tasks.endgame.best_step_reward` of the position before the ply when `regret`."""
+    rewards = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
+    for i, (colour, points) in enumerate(zip(trajectories.row_colour, trajectories.points)):
+        states = [oracle.state(p.board, colour, terminal=p.terminal, checked=True) for p in points]
+        for t in range(len(points) - 1):
+            reward = step_reward(states[t], states[t + 1], shaping)
+            rewards[i, t] = reward - best_step_reward(states[t], shaping) if regret else reward
+    return rewards.to(trajectories.mask.device)
+
+
+def point_value(point: Point, pov: chess.Color, engine_value: float | None) -> float:
+    """The mover's expected score at `point`: exact when the game is over, else from the engine.
+
+    `engine_value` is the engine's win probability for the side to move at the point.
+    """
+    if point.terminal == "checkmate":
+        return 0.0 if point.board.turn == pov else 1.0
+    if point.terminal is not None:
+        return 0.5
+    if engine_value is None:
+        raise ValueError(f"no engine value for the unfinished position {point.board.fen()!r}")
+    return engine_value if point.board.turn == pov else 1.0 - engine_value
+
+
+def engine_step_rewards(trajectories: Trajectories, pool: EnginePool, *, nodes: int) -> tuple[torch.Tensor, int]:
+    """([N, T] changes of the mover's win probability per own ply, distinct positions evaluated).
+
+    An engine failure is retried by the pool and raises if it persists: never a silent 0 reward.
+    """
+    index: dict[str, int] = {}
+    boards: list[chess.Board] = []
+    for points in trajectories.points:
+        for point in points:
+            if point.terminal is None:
+                key = point.board.fen()
+                if key not in index:
+                    index[key] = len(boards)
+                    boards.append(point.board)
+    values = [e.win_probability for e in pool.evaluate(boards, nodes=nodes)] if boards else []
+    rewards = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
+    for i, (colour, points) in enumerate(zip(trajectories.row_colour, trajectories.points)):
+        v = [
+            point_value(p, colour, values[index[p.board.fen()]] if p.terminal is None else None)
+            for p in points
+        ]  # fmt: skip
+        for t in range(len(points) - 1):
+            rewards[i, t] = v[t + 1] - v[t]
+    return rewards.to(trajectories.mask.device), len(boards)
+
+
+# ------------------------------------------------------------------------------------------------
+# To the learner
+
+
+def step_advantages(
+    step_rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, *, estimator: str = "grpo", epsilon: float = 1e-4
+) -> torch.Tensor:
+    """[N, T] the normalised step rewards of process supervision, each alone (no reward-to-go).
+
+    `rl.process_advantages` returns A_t = sum_{s >= t} r~_s, so r~_t = A_t - A_t+1 (masks are
+    prefixes, and masked entries are 0): the normalisation is exactly rl's.
+    """
+    to_go = process_advantages(step_rewards, mask, group_ids, epsilon, estimator=estimator)
+    following = torch.zeros_like(to_go)
+    following[:, :-1] = to_go[:, 1:]
+    return torch.where(mask, to_go - following, torch.zeros_like(to_go))
+
+
+def to_rollout_batch(
+    trajectories: Trajectories,
+    step_rewards: torch.Tensor,
+    supervision: str,
+    *,
+    estimator: str = "grpo",
+    epsilon: float = 1e-4,
+) -> RolloutBatch:
+    """Rows = trajectories (L = T, masked).
+
+    outcome: rewards [N] = row sums of the step rewards (the learner makes one advantage per row);
+    process: rewards [N, T] (the learner runs `rl.process_advantages`); step: rewards [N, T] and
+    advantages filled here by `step_advantages` (`estimator`, `epsilon` as in `rl.GRPOConfig`);
+    critic: rewards [N, T] and advantages r / (batch std of the valid step rewards + epsilon).
+    """
+    if step_rewards.shape != trajectories.mask.shape:
+        raise ValueError(f"step rewards of shape {tuple(step_rewards.shape)} for trajectories {tuple(trajectories.mask.shape)}")
+    if supervision not in SUPERVISIONS:
+        raise ValueError(f"supervision must be one of {list(SUPERVISIONS)}, got {supervision!r}")
+    masked = torch.where(trajectories.mask, step_rewards.float(), torch.zeros_like(step_rewards, dtype=torch.float32))
+    rewards = masked.sum(dim=1) if supervision == "outcome" else masked
+    batch = RolloutBatch(
+        inputs={"position": trajectories.position},
+        actions=trajectories.actions,
+        behaviour_logp=trajectories.behaviour_logp,
+        mask=trajectories.mask,
+        rewards=rewards,
+        group_ids=trajectories.group_ids.clone(),
+        ref_logp=trajectories.ref_logp,
+    )
+    if supervision == "step":
+        batch.advantages = step_advantages(rewards, trajectories.mask, batch.group_ids, estimator=estimator, epsilon=epsilon)
+    elif supervision == "critic":
+        valid = rewards[trajectories.mask].double()
+        scale = float(valid.std()) if valid.numel() > 1 else 0.0
+        batch.advantages = torch.where(trajectories.mask, rewards / (scale + epsilon), torch.zeros_like(rewards))
+    return batch
+
+
+def make_forward(model: ActionPolicy, trajectories: Trajectories, *, temperature: float, bf16: bool = False):
+    """The learner's forward: log-probs and exact entropy [n, T] of every valid ply of a minibatch.
+
+    All valid plies of the minibatch go through the model in one call, once per distinct position.
+    Masked positions hold 0 (the loss ignores them). The model must be in eval mode; gradients flow.
+    """
+
+    def forward(minibatch: RolloutBatch) -> PolicyOutputs:
+        if model.training:
+            raise RuntimeError("the GRPO forward needs the model in eval mode (no dropout in RL forwards)")
+        valid = minibatch.mask
+        positions, inverse = torch.unique(minibatch.inputs["position"][valid], return_inverse=True)
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(trajectories.tokens[positions])
+        logp_full = log_probs(logits, trajectories.legal[positions], temperature)
+        chosen = logp_full[inverse].gather(1, minibatch.actions[valid].unsqueeze(1)).squeeze(1)
+        entropy = categorical_entropy(logp_full)[inverse]
+        zeros = torch.zeros(valid.shape, dtype=chosen.dtype, device=chosen.device)
+        return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy))
+
+    return forward

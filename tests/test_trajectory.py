@@ -1,0 +1,284 @@
+"""Trajectory GRPO: advantages of both supervisions, points of view in self-play, masks, learning, resume.
+
+Real tiny models, real Syzygy tables, and scripted policies (a model whose logits put all mass on
+a chosen move) where a test needs a known game.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import chess
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from chessgrpo.board import NUM_ACTIONS, decode_tokens, move_to_action
+from chessgrpo.board.endgames import endgame_positions
+from chessgrpo.config import EngineConfig, RunConfig
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig
+from chessgrpo.rl import GRPOConfig, InvariantViolation, compute_advantages
+from chessgrpo.tasks.endgame import TablebaseOracle
+from chessgrpo.tasks.trajectory import (
+    TablebaseOpponent,
+    TrajectoryConfig,
+    Trajectories,
+    engine_step_rewards,
+    make_forward,
+    play_trajectories,
+    tablebase_step_rewards,
+    to_rollout_batch,
+)
+from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.trajectory import TrajectoryEvalConfig, TrajectoryTrainConfig, TrajectoryTrainer
+
+from helpers import SYZYGY_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    with TablebaseOracle(str(SYZYGY_DIR)) as oracle:
+        yield oracle
+
+
+class ScriptedPolicy(ActionPolicy):
+    """Puts (almost) all probability on `choose(board)`: a known game through the real sampling code."""
+
+    def __init__(self, choose: Callable[[chess.Board], chess.Move]):
+        super().__init__(PolicyConfig(n_layers=1, d_model=8, n_heads=1))
+        self.choose = choose
+        self.eval()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(tokens.shape[0], NUM_ACTIONS)
+        for i, row in enumerate(tokens.tolist()):
+            logits[i, move_to_action(self.choose(chess.Board(decode_tokens(row))))] = 40.0
+        return logits
+
+
+def _hand_trajectories(mask: list[list[int]], group_ids: list[int]) -> Trajectories:
+    """Trajectories holding only what the learner reads (rewards are given separately)."""
+    m = torch.tensor(mask, dtype=torch.bool)
+    n, t = m.shape
+    return Trajectories(
+        starts=[], group_ids=torch.tensor(group_ids), row_start=torch.zeros(n, dtype=torch.long), row_colour=[True] * n,
+        actions=torch.zeros(n, t, dtype=torch.long), behaviour_logp=torch.zeros(n, t), mask=m,
+        position=torch.zeros(n, t, dtype=torch.long), tokens=torch.zeros(1, 77, dtype=torch.long),
+        legal=torch.ones(1, NUM_ACTIONS, dtype=torch.bool), entropy=torch.zeros(n, t), ln_legal=torch.zeros(n, t),
+        points=[[] for _ in range(n)],
+    )  # fmt: skip
+
+
+def test_advantages_of_both_supervisions_by_hand():
+    # One group of two rows, T = 3. Row 0: two DTZ-optimal moves (+0.1 each) then mate (1.05);
+    # row 1: hangs the queen at once (-1) and ends there.
+    trajectories = _hand_trajectories([[1, 1, 1], [1, 0, 0]], [7, 7])
+    steps = torch.tensor([[0.1, 0.1, 1.05], [-1.0, 99.0, 99.0]])  # masked entries must be ignored
+    config = GRPOConfig()
+
+    outcome = to_rollout_batch(trajectories, steps, "outcome")
+    assert outcome.rewards.tolist() == pytest.approx([1.25, -1.0])
+    # mean 0.125, unbiased std = sqrt(2 * 1.125^2 / 1) = 1.125 * sqrt(2); A = +-1.125 / (std + 1e-4)
+    a = 1.125 / (1.125 * math.sqrt(2) + 1e-4)
+    advantages = compute_advantages(outcome, config)
+    assert advantages.tolist() == pytest.approx([a, -a], rel=1e-6)  # one per row, broadcast over its plies by the loss
+
+    process = to_rollout_batch(trajectories, steps, "process")
+    assert process.rewards.flatten().tolist() == pytest.approx([0.1, 0.1, 1.05, -1.0, 0.0, 0.0])
+    # Valid steps 0.1, 0.1, 1.05, -1.0: mean 0.0625, deviations .0375, .0375, .9875, -1.0625,
+    # unbiased variance (2 * .0375^2 + .9875^2 + 1.0625^2) / 3 = 2.106875 / 3.
+    s = math.sqrt(2.106875 / 3) + 1e-4
+    expected = [[(0.0375 + 0.0375 + 0.9875) / s, (0.0375 + 0.9875) / s, 0.9875 / s], [-1.0625 / s, 0.0, 0.0]]
+    assert compute_advantages(process, config).flatten().tolist() == pytest.approx(expected[0] + expected[1], rel=1e-6)
+
+    # Per-step advantages: the same normalised rewards, each alone (no sum over later plies).
+    step = to_rollout_batch(trajectories, steps, "step")
+    assert step.advantages is not None and step.rewards.shape == (2, 3)
+    assert step.advantages.flatten().tolist() == pytest.approx([0.0375 / s, 0.0375 / s, 0.9875 / s, -1.0625 / s, 0, 0], rel=1e-5)
+
+    # Critic: not centred, only scaled by the batch std of the valid step rewards (the same s - 1e-4 here).
+    critic = to_rollout_batch(trajectories, steps, "critic")
+    assert critic.advantages is not None
+    assert critic.advantages.flatten().tolist() == pytest.approx([0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0], rel=1e-5)
+
+
+def test_mate_at_own_ply_3_of_8_is_masked_and_rewarded_exactly(oracle):
+    start = next(
+        b for b in endgame_positions("KQvK", 200, seed=4, accept=oracle.is_won) if oracle.probe_dtz(b) == 5
+    )  # mate in 3 against the perfect defender
+    policy = ScriptedPolicy(oracle.tablebase_move)
+    config = TrajectoryConfig(group_size=2, positions_per_step=1, horizon=8, opponent="tablebase", shaping=0.1)
+    trajectories = play_trajectories(policy, [start], config, opponent=TablebaseOpponent(oracle))
+    assert trajectories.mask.tolist() == [[True] * 3 + [False] * 5] * 2
+    assert trajectories.outcomes() == ["mate", "mate"]
+    assert trajectories.points[0][-1].board.is_checkmate() and len(trajectories.points[0]) == 4
+    rewards = tablebase_step_rewards(trajectories, oracle, shaping=0.1)
+    # DTZ 5 -> 3 -> 1 -> mate: +0.1, +0.1, then mate = 1 plus the last half move of progress (0.1 * 1 / 2).
+    assert rewards[0].tolist() == pytest.approx([0.1, 0.1, 1.05, 0, 0, 0, 0, 0])
+    assert (trajectories.actions[:, 3:] == 0).all() and (trajectories.behaviour_logp[:, 3:] == 0).all()
+    assert (trajectories.behaviour_logp[:, :3] > -1e-6).all()  # the scripted moves had probability ~1
+    # Both games pass the same positions: each ply must map to its own position in the shared table.
+    batch = to_rollout_batch(trajectories, rewards, "process")
+    with torch.no_grad():
+        logp = make_forward(policy, trajectories, temperature=1.0)(batch).logp
+    assert torch.equal(logp[batch.mask], batch.behaviour_logp[batch.mask]) and trajectories.tokens.shape[0] == 3
+
+
+class FakePool:
+    """Win probabilities for the side to move, by FEN; counts what was asked."""
+
+    def __init__(self, values: dict[str, float]):
+        self.values, self.asked = values, []
+
+    def evaluate(self, boards, nodes):
+        self.asked.extend(b.fen() for b in boards)
+        return [SimpleNamespace(win_probability=self.values[b.fen()]) for b in boards]
+
+
+def test_self_play_rows_have_each_colours_own_rewards():
+    # Fool's mate by self-play: 1. f3 e5 2. g4 Qh4#. White's row holds f3, g4; Black's row e5, Qh4#.
+    line = ["f2f3", "e7e5", "g2g4", "d8h4"]
+
+    def choose(board: chess.Board) -> chess.Move:
+        return chess.Move.from_uci(line[board.ply()])
+
+    config = TrajectoryConfig(group_size=2, positions_per_step=1, horizon=2, opponent="self", reward="engine")
+    trajectories = play_trajectories(ScriptedPolicy(choose), [chess.Board()], config, opponent=None)
+    assert trajectories.row_colour == [chess.WHITE, chess.BLACK, chess.WHITE, chess.BLACK]
+    assert trajectories.group_ids.tolist() == [0, 1, 0, 1]  # groups by (start, colour)
+    assert trajectories.actions[0].tolist() == [move_to_action("f2f3"), move_to_action("g2g4")]
+    assert trajectories.actions[1].tolist() == [move_to_action("e7e5"), move_to_action("d8h4")]
+    assert trajectories.outcomes()[:2] == ["mated", "mate"]
+    assert all(p.board.turn == chess.BLACK for p in trajectories.points[1][:-1])
+
+    board = chess.Board()
+    fens = [board.fen()]
+    for uci in line[:3]:
+        board.push_uci(uci)
+        fens.append(board.fen())
+    # Win probability for the side to move in each position (made up: only the signs of view matter).
+    pool = FakePool({fens[0]: 0.55, fens[1]: 0.5, fens[2]: 0.4, fens[3]: 0.9})
+    rewards, evaluated = engine_step_rewards(trajectories, pool, nodes=1)
+    assert evaluated == 4 and len(set(pool.asked)) == 4  # distinct positions once; the mate is valued by the rules
+    # White: 0.55 -> 0.4 (after f3 e5) -> 0 (mated).  Black: 0.5 -> 0.9 (after e5 g4) -> 1 (mates).
+    assert rewards[0].tolist() == pytest.approx([-0.15, -0.4])
+    assert rewards[1].tolist() == pytest.approx([0.4, 0.1])
+    outcome = to_rollout_batch(trajectories, rewards, "outcome")
+    assert outcome.rewards[:2].tolist() == pytest.approx([-0.55, 0.5])
+
+
+def test_tablebase_self_play_rewards_each_side_from_its_point_of_view(oracle):
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    starts = endgame_positions("KQvK", 3, seed=9, accept=oracle.is_won)
+    config = TrajectoryConfig(group_size=4, positions_per_step=3, horizon=6, opponent="self", shaping=0.1)
+    trajectories = play_trajectories(model, starts, config, opponent=None, generator=torch.Generator().manual_seed(0))
+    rewards = tablebase_step_rewards(trajectories, oracle, shaping=0.1)
+    outcomes = trajectories.outcomes()
+    drawn = 0
+    for game in range(0, trajectories.num_rows, 2):  # rows come in pairs: the strong side, then the defender
+        strong, weak = rewards[game][trajectories.mask[game]], rewards[game + 1][trajectories.mask[game + 1]]
+        assert trajectories.row_colour[game] != trajectories.row_colour[game + 1]
+        if outcomes[game].startswith("draw:"):  # the strong side gave the win away: -1 for it, +1 for the defender
+            drawn += 1
+            assert strong.min() <= -1.0 + 0.5 and weak.max() >= 1.0 - 0.5
+        assert (strong < 1.0 + 2).all() and (weak <= 1.0 + 2).all()
+    assert drawn > 0  # a random policy hangs its queen
+
+
+def _config(tmp_path: Path, name: str, **overrides) -> TrajectoryTrainConfig:
+    base = TrajectoryTrainConfig(
+        run=RunConfig(name=name, out_dir=str(tmp_path), seed=0),
+        positions="endgame:KQvK",
+        task=TrajectoryConfig(group_size=4, positions_per_step=4, horizon=3, opponent="tablebase"),
+        grpo=GRPOConfig(num_iterations=2, minibatch_size=8),
+        engine=EngineConfig(syzygy_path=str(SYZYGY_DIR), cache=False),
+        eval=TrajectoryEvalConfig(positions=20, every=0, at_start=False, baselines=False),
+        steps=4,
+        lr=1e-3,
+        warmup_steps=0,
+        checkpoint_every=0,
+        threads=1,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def test_forward_recomputes_behaviour_log_probs_and_a_temperature_mismatch_raises(tmp_path, oracle):
+    torch.manual_seed(1)
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    starts = endgame_positions("KRvK", 3, seed=2, accept=oracle.is_won)
+    config = TrajectoryConfig(group_size=3, positions_per_step=3, horizon=4, temperature=0.8)
+    trajectories = play_trajectories(model, starts, config, opponent=TablebaseOpponent(oracle), generator=torch.Generator().manual_seed(0))
+    batch = to_rollout_batch(trajectories, tablebase_step_rewards(trajectories, oracle, shaping=0.1), "process")
+    batch.validate()
+    outputs = make_forward(model, trajectories, temperature=0.8)(batch.select(torch.tensor([4, 0, 7])))
+    mask = batch.mask[[4, 0, 7]]
+    assert torch.allclose(outputs.logp[mask], batch.behaviour_logp[[4, 0, 7]][mask], atol=1e-5)
+    assert (outputs.logp[~mask] == 0).all() and outputs.logp.requires_grad
+    assert torch.allclose(outputs.entropy[mask], trajectories.entropy[[4, 0, 7]][mask], atol=1e-5)
+    with TrajectoryTrainer(_config(tmp_path, "mismatch", debug_learn_temperature=1.3)) as trainer, pytest.raises(
+        InvariantViolation, match="temperature"
+    ):
+        trainer.train_step()
+
+
+def test_resume_continues_bitwise_identically(tmp_path):
+    with TrajectoryTrainer(_config(tmp_path, "straight")) as trainer:
+        assert trainer.train().finished
+    with TrajectoryTrainer(_config(tmp_path, "resumed", stop_at=2)) as trainer:
+        assert not trainer.train().finished and trainer.step == 2
+    with TrajectoryTrainer(_config(tmp_path, "resumed"), resume=True) as trainer:
+        assert trainer.step == 2 and trainer.train().finished
+    straight = load_file(str(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors"))
+    resumed = load_file(str(tmp_path / "resumed" / "checkpoints" / "latest" / "model.safetensors"))
+    assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
+    rows, rows_straight = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("resumed", "straight"))
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for key in ("reward/mean", "rollout/length", "loss/total", "eval/mate_rate"):
+        assert [r.get(key) for r in rows] == [r.get(key) for r in rows_straight], key
+    assert "eval/mate_rate_low" in rows[-1] and rows[-1]["eval/positions"] == 20
+
+
+def test_short_endgame_run_learns_to_mate(tmp_path, oracle):
+    # KQvK positions with a mate in one: the mate rate of the rollouts must rise within 24 steps.
+    starts = [b for b in endgame_positions("KQvK", 400, seed=6, accept=oracle.is_won) if oracle.probe_dtz(b) == 1][:16]
+    (tmp_path / "mates.fen").write_text("".join(b.fen() + "\n" for b in starts))
+    config = _config(
+        tmp_path, "learn", positions=str(tmp_path / "mates.fen"), steps=24, lr=3e-3,
+        task=TrajectoryConfig(group_size=8, positions_per_step=8, horizon=2, opponent="tablebase", shaping=0.1),
+        grpo=GRPOConfig(num_iterations=2, minibatch_size=32),
+    )  # fmt: skip
+    with TrajectoryTrainer(config) as trainer:
+        trainer.train()
+    rows = read_metrics(tmp_path / "learn" / "metrics.jsonl")
+    mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)
+    first, last = rows[:6], rows[-6:]
+    assert mean(last, "rollout/mate_rate") > mean(first, "rollout/mate_rate") + 0.15, (mean(first, "rollout/mate_rate"), mean(last, "rollout/mate_rate"))
+    assert mean(last, "reward/mean") > mean(first, "reward/mean")
+    for row in rows:
+        assert row["ratio/first_max_abs_dev"] < 1e-4 and row["entropy/mean"] <= row["entropy/ln_legal"] + 1e-4
+        assert math.isfinite(row["grad_norm"])
+
+
+def test_train_command_runs_the_endgame_config(tmp_path):
+    command = [
+        sys.executable, "-m", "chessgrpo.cli", "train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}",
+        "run.name=cli", "steps=2", "task.positions_per_step=2", "task.group_size=2", "task.horizon=2", "eval.positions=10",
+        f"engine.syzygy_path={SYZYGY_DIR}", "grpo.minibatch_size=0",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = read_metrics(tmp_path / "cli" / "metrics.jsonl")
+    assert rows[0]["step"] == 0 and "eval/mate_rate_low" in rows[0] and "eval/random_mate_rate" in rows[0]
+    assert rows[-1]["step"] == 2 and "rollout/mate_rate" in rows[-1] and "eval/mate_rate" in rows[-1]
+    assert (tmp_path / "cli" / "eval" / "step_000002_endgame.json").is_file()
+    bad = subprocess.run([*command, "task.opponent=sunfish"], capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+    assert bad.returncode == 2 and "opponent" in bad.stderr
