@@ -100,6 +100,12 @@ def run_train(args: argparse.Namespace) -> int:
                         if "reward/esl" in row:
                             postfix["esl"] = f"{row['reward/esl']:.3f}"
                         postfix["sps"] = f"{row['perf/samples_per_s']:.0f}"
+                    for key, label in (("rollout/mate_rate", "mate"), ("reward/mean", "reward_mean")):
+                        if key in row and "reward/win_prob" not in row:
+                            postfix[label] = f"{row[key]:.3f}"
+                    if "eval/mate_rate" in row:
+                        postfix["heldout_mate"] = f"{row['eval/mate_rate']:.3f}"
+                        bar.write(f"step {step}: held-out mate rate {row['eval/mate_rate']:.3f}")
                     if "eval/esl" in row:
                         postfix["heldout_esl"] = f"{row['eval/esl']:.3f}"
                         evals.append((step, row))
