@@ -11,12 +11,13 @@ import chess
 from chessgrpo.board.validation import parse_board
 
 
-def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60) -> list[chess.Board]:
+def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60, keep_history: bool = False) -> list[chess.Board]:
     """`count` distinct non-terminal positions reached by uniformly random legal play.
 
     Each position is the end of a random game of 1..max_plies plies from the start position;
     the same seed gives the same list. Random play reaches unbalanced, unusual positions, which
     is what a smoke test or a stress test of the engine wants (not a training distribution).
+    `keep_history` keeps each board's move stack (e.g. for tasks that show the last moves).
     """
     if count < 0 or max_plies < 1:
         raise ValueError(f"need count >= 0 and max_plies >= 1, got {count}, {max_plies}")
@@ -40,7 +41,7 @@ def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60) 
         if key in seen:
             continue
         seen.add(key)
-        boards.append(board.copy(stack=False))
+        boards.append(board if keep_history else board.copy(stack=False))
     return boards
 
 

@@ -43,6 +43,7 @@ import chess
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chessgrpo.board import random_playout_positions
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import DataEngineConfig, require
@@ -161,25 +162,7 @@ class RookWorldSummary:
 
 def _playouts(count: int, seed: int, max_plies: int) -> list[chess.Board]:
     """`count` distinct non-terminal random-playout positions, with their move stacks."""
-    rng = random.Random(seed)
-    seen: set[str] = set()
-    boards: list[chess.Board] = []
-    attempts = 0
-    while len(boards) < count:
-        attempts += 1
-        if attempts > 20 * count + 100:
-            raise RuntimeError(f"could not find {count} distinct positions in {attempts} playouts")
-        board = chess.Board()
-        for _ in range(rng.randint(1, max_plies)):
-            moves = list(board.legal_moves)
-            if not moves:
-                break
-            board.push(rng.choice(moves))
-        if board.is_game_over(claim_draw=False) or board.epd() in seen:
-            continue
-        seen.add(board.epd())
-        boards.append(board)
-    return boards
+    return random_playout_positions(count, seed=seed, max_plies=max_plies, keep_history=True)
 
 
 def _illegal_move(board: chess.Board, rng: random.Random) -> str:
