@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,14 +50,19 @@ from chessgrpo.tasks.move_group import (
     score_groups,
     to_rollout_batch,
 )
-from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.track.backends import TRACKING_KEYS, TrackingConfig
+from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
     load_trainer_state,
     restore_rng_state,
     save_checkpoint,
+)
+from chessgrpo.train.common import (
+    policy_optimizer,
+    rank_and_world_size,
+    write_json_atomic,
 )
 from chessgrpo.train.pretrain import ModelConfig
 from chessgrpo.train.schedule import WarmupCosine
@@ -181,32 +184,6 @@ RESUMABLE_KEYS = frozenset(
 """Keys a resumed run may change (they do not touch the training math)."""
 
 
-def _rank() -> tuple[int, int]:
-    """(rank, world size) from torchrun's environment; (0, 1) otherwise."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _optimizer(model: ActionPolicy, config: GRPOTrainConfig) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters: head and body groups (head_lr), decay on matrices only."""
-    frozen: set[int] = set()
-    if config.freeze_layers:
-        if config.freeze_layers > len(model.blocks):
-            raise ConfigError(f"freeze_layers={config.freeze_layers} but the model has {len(model.blocks)} blocks")
-        modules = [model.token_embedding, *model.blocks[: config.freeze_layers]]
-        frozen = {id(p) for module in modules for p in module.parameters()} | {id(model.position_embedding)}
-    head = {id(p) for p in model.head.parameters()}
-    groups: list[dict[str, Any]] = []
-    for is_head in (False, True):
-        params = [p for p in model.parameters() if id(p) not in frozen and (id(p) in head) == is_head]
-        for decay in (True, False):
-            chosen = [p for p in params if (p.dim() >= 2) == decay]
-            if chosen:
-                groups.append({"params": chosen, "weight_decay": config.weight_decay if decay else 0.0, "head": is_head})
-    for param in model.parameters():
-        param.requires_grad_(id(param) not in frozen)
-    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas))
-
-
 @dataclasses.dataclass
 class GRPOResult:
     step: int
@@ -226,7 +203,7 @@ class GRPOTrainer:
 
         self.config = config
         self.run_dir = config.run.directory
-        self.rank, self.world_size = _rank()
+        self.rank, self.world_size = rank_and_world_size()
         try:
             self.device = torch.device(config.device)
         except RuntimeError:
@@ -253,7 +230,7 @@ class GRPOTrainer:
         self.reference.eval().requires_grad_(False)
         self.model = copy.deepcopy(self.reference).requires_grad_(True)
         self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
-        self.optimizer = _optimizer(self.model, config)
+        self.optimizer = policy_optimizer(self.model, config)
         self.kl_controller = KLController.from_config(config.grpo)
         self.generator = torch.Generator(device=self.device).manual_seed(config.run.seed * 1_000_003 + self.rank)
         self.schedule = WarmupCosine(config.lr, config.warmup_steps, config.steps, config.min_lr_ratio)
@@ -388,7 +365,7 @@ class GRPOTrainer:
                 interval = getattr(result, name)
                 metrics.update({f"eval/{name}": interval.value, f"eval/{name}_low": interval.low, f"eval/{name}_high": interval.high})
             payload = {**result.to_json(), "step": self.step, "records": {"player": [r.to_json() for r in result.records]}}
-            _write_json(out_dir / f"step_{self.step:06d}_offline.json", payload)
+            write_json_atomic(out_dir / f"step_{self.step:06d}_offline.json", payload)
         if config.puzzles:
             if self._puzzles is None:
                 self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, self.config.run.seed).puzzles)
@@ -398,7 +375,7 @@ class GRPOTrainer:
                 key = f"eval/puzzle_{name}"
                 metrics.update({key: interval.value, f"{key}_low": interval.low, f"{key}_high": interval.high})
             payload = {**result.to_json(), "step": self.step, "records": {"player": [r.to_json() for r in result.records]}}
-            _write_json(out_dir / f"step_{self.step:06d}_puzzles.json", payload)
+            write_json_atomic(out_dir / f"step_{self.step:06d}_puzzles.json", payload)
         return metrics
 
     # --------------------------------------------------------------------------------------------
@@ -457,12 +434,6 @@ class GRPOTrainer:
         if self.last_checkpoint is None:
             self._checkpoint()
         return GRPOResult(step=self.step, finished=self.step >= config.steps, checkpoint=self.last_checkpoint, eval_metrics=eval_metrics)
-
-
-def _write_json(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(path)
 
 
 CONFIG_CLASS = GRPOTrainConfig

@@ -34,7 +34,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +70,7 @@ from chessgrpo.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
+from chessgrpo.train.common import rank_and_world_size
 from chessgrpo.train.schedule import WarmupCosine
 
 logger = logging.getLogger(__name__)
@@ -159,10 +159,6 @@ RESUMABLE_KEYS = frozenset(
 """Keys a resumed run may change (they do not touch the training math)."""
 
 
-def _rank() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
 @dataclasses.dataclass
 class RookWorldResult:
     step: int
@@ -181,7 +177,7 @@ class RookWorldTrainer:
 
         self.config = config
         self.run_dir = config.run.directory
-        self.rank, self.world_size = _rank()
+        self.rank, self.world_size = rank_and_world_size()
         self.device = torch.device(config.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {config.device!r} requested but CUDA is not available (use device=cpu)")

@@ -74,7 +74,12 @@ from chessgrpo.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from chessgrpo.train.grpo import GRPOResult, Progress, _optimizer, _rank, _write_json
+from chessgrpo.train.common import (
+    policy_optimizer,
+    rank_and_world_size,
+    write_json_atomic,
+)
+from chessgrpo.train.grpo import GRPOResult, Progress
 from chessgrpo.train.pretrain import ModelConfig
 from chessgrpo.train.schedule import WarmupCosine
 
@@ -225,7 +230,7 @@ class TrajectoryTrainer:
     def __init__(self, config: TrajectoryTrainConfig, *, resume: bool = False):
         self.config = config
         self.run_dir = config.run.directory
-        self.rank, self.world_size = _rank()
+        self.rank, self.world_size = rank_and_world_size()
         try:
             self.device = torch.device(config.device)
         except RuntimeError:
@@ -262,7 +267,7 @@ class TrajectoryTrainer:
         self.reference.eval().requires_grad_(False)
         self.model = copy.deepcopy(self.reference).requires_grad_(True)
         self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
-        self.optimizer = _optimizer(self.model, config)  # type: ignore[arg-type]
+        self.optimizer = policy_optimizer(self.model, config)
         self.kl_controller = KLController.from_config(config.grpo)
         self.generator = torch.Generator(device=self.device).manual_seed(config.run.seed * 1_000_003 + self.rank)
         self.schedule = WarmupCosine(config.lr, config.warmup_steps, config.steps, config.min_lr_ratio)
@@ -445,7 +450,7 @@ class TrajectoryTrainer:
                 metrics.update(baseline.metrics("eval/random_"))
                 payload["random"] = baseline.to_json()
             metrics["perf/eval_s"] = time.perf_counter() - tick
-            _write_json(out_dir / f"step_{self.step:06d}_endgame.json", payload)
+            write_json_atomic(out_dir / f"step_{self.step:06d}_endgame.json", payload)
         elif config.offline_positions:
             from chessgrpo.eval.offline import evaluate_offline
             from chessgrpo.eval.players import PolicyPlayer
@@ -464,7 +469,7 @@ class TrajectoryTrainer:
                 interval = getattr(result, name)
                 metrics.update({f"eval/{name}": interval.value, f"eval/{name}_low": interval.low, f"eval/{name}_high": interval.high})
             payload = {**result.to_json(), "step": self.step, "records": {"player": [r.to_json() for r in result.records]}}
-            _write_json(out_dir / f"step_{self.step:06d}_offline.json", payload)
+            write_json_atomic(out_dir / f"step_{self.step:06d}_offline.json", payload)
         return metrics
 
     @property
