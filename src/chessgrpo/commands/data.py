@@ -1,4 +1,4 @@
-"""`chessgrpo data generate` and `chessgrpo data import-pgn`: labelled-position datasets.
+"""`chessgrpo data generate`, `data import-pgn` and `data endgame`: labelled-position datasets.
 
 Settings come from `--config FILE`, then ``key=value`` overrides, then the flags (shortcuts for
 config keys: `--positions 5000` is ``positions=5000``). A flag and an override of the same key
@@ -27,6 +27,7 @@ _IMPORT_FLAGS = {
     "multipv": "multipv",
     "seed": "seed",
 }
+_ENDGAME_FLAGS = {"out": "out", "material": "material", "positions": "positions", "seed": "seed"}
 
 
 class _IntermixedParser(argparse.ArgumentParser):
@@ -84,6 +85,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_labelling_flags(pgn)
     pgn.set_defaults(handler=run_import_pgn)
 
+    endgame = data_commands.add_parser(
+        "endgame",
+        help="won positions of a tablebase endgame (KQvK, KRvK, ...) with every move valued by the tablebase",
+        description="Label uniform won endgame positions with exact Syzygy values of every legal move (the warm start "
+        "of the endgame curriculum; `chessgrpo pretrain` reads the result). The trainer's held-out positions are excluded.",
+    )
+    add_config_arguments(endgame)
+    endgame.add_argument("--out", metavar="DIR", help="dataset directory (config key out)")
+    endgame.add_argument("--material", metavar="SIG", help="material signature, strong side first, e.g. KQvK (config key material)")
+    endgame.add_argument("--positions", type=int, metavar="N", help="distinct won positions (config key positions)")
+    endgame.add_argument("--seed", type=int, metavar="S", help="seed of the position draw (config key seed)")
+    endgame.set_defaults(handler=run_endgame)
+
     from chessgrpo.commands.rookworld import add_data_parser as add_rookworld_parser  # RookWorld text data
 
     add_rookworld_parser(data_commands)
@@ -139,6 +153,22 @@ def run_generate(args: argparse.Namespace) -> int:
         f"added {summary.added} positions to {summary.directory} ({summary.total} in total: {_format_counts(summary.counts)}) "
         f"with {summary.engine} at nodes={config.nodes} multipv={config.multipv} in {summary.seconds:.1f}s "
         f"({rate:.1f} positions/s, engine startup included)"
+    )
+    return 0
+
+
+def run_endgame(args: argparse.Namespace) -> int:
+    """Label endgame positions with the tablebase; print counts, rate and where."""
+    from chessgrpo.data.endgame import EndgameDataConfig, generate_endgame_dataset
+
+    config = _load(EndgameDataConfig, args, _ENDGAME_FLAGS)
+    with _progress_bar(config.positions, 0, f"{config.material} (tablebase)") as bar:
+        summary = generate_endgame_dataset(config, progress=bar.update)
+    splits = ", ".join(f"{name} {number}" for name, number in summary.splits.items())
+    print(
+        f"wrote {summary.positions} {config.material} positions to {summary.directory} ({splits}) in {summary.seconds:.1f}s "
+        f"({summary.positions / max(summary.seconds, 1e-9):.0f} positions/s); "
+        f"{summary.optimal_moves_per_position:.2f} DTZ-optimal moves per position on average"
     )
     return 0
 

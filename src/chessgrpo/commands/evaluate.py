@@ -95,7 +95,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     puzzles.set_defaults(handler=run_puzzles)
 
     compare = sub.add_parser(
-        "compare", help="paired difference B - A of two `eval offline|puzzles ... output=FILE` results, with intervals"
+        "compare", help="paired difference B - A of two `eval offline|puzzles|endgame ... output=FILE` results, with intervals"
     )
     compare.add_argument("a", type=Path, help="evaluation JSON of player A (the baseline, e.g. before GRPO)")
     compare.add_argument("b", type=Path, help="evaluation JSON of player B (e.g. after GRPO)")
@@ -108,6 +108,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     from chessgrpo.commands.games import add_games_parser  # games against anchors: its own module
 
     add_games_parser(sub)
+
+    from chessgrpo.commands.endgame import add_endgame_parser  # endgames against the perfect defender
+
+    add_endgame_parser(sub)
 
     from chessgrpo.commands.rookworld import add_eval_parser as add_lm_parser  # chess LM: RookWorld task metrics
 

@@ -6,8 +6,8 @@ pairs jointly (`eval.stats.paired_bootstrap_difference`) cancels that shared par
 improvement shows up with a much tighter interval than two independent intervals would give.
 A difference whose interval contains 0 is not progress, whatever its sign.
 
-Inputs are the JSON files written by ``chessgrpo eval offline|puzzles ... output=FILE`` (they
-hold one record per position or puzzle). Offline records are matched by FEN and puzzles by id;
+Inputs are the JSON files written by ``chessgrpo eval offline|puzzles|endgame ... output=FILE`` (they
+hold one record per position or puzzle). Offline and endgame records are matched by FEN and puzzles by id;
 only items present in both files are compared, and the count is reported.
 """
 
@@ -26,6 +26,8 @@ PUZZLE_METRICS: dict[str, tuple[str, bool]] = {
     "first_move_accuracy": ("first_move_correct", True),
     "solve_rate": ("solved", True),
 }
+ENDGAME_METRICS: dict[str, tuple[str, bool]] = {"mate_rate": ("mate", True)}
+KINDS = {"offline": ("fen", OFFLINE_METRICS), "puzzles": ("id", PUZZLE_METRICS), "endgame": ("fen", ENDGAME_METRICS)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +65,7 @@ class MetricComparison:
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     kind: str
-    """"offline" or "puzzles"."""
+    """"offline", "puzzles" or "endgame"."""
     player_a: str
     player_b: str
     n: int
@@ -92,13 +94,13 @@ def compare_records(
     seed: int = 0,
 ) -> Comparison:
     """Paired differences B - A of every metric of `kind` over the items both record lists hold."""
-    if kind not in ("offline", "puzzles"):
-        raise ValueError(f"unknown evaluation kind {kind!r}: expected 'offline' or 'puzzles'")
-    key, metrics = ("fen", OFFLINE_METRICS) if kind == "offline" else ("id", PUZZLE_METRICS)
+    if kind not in KINDS:
+        raise ValueError(f"unknown evaluation kind {kind!r}: expected one of {', '.join(KINDS)}")
+    key, metrics = KINDS[kind]
     by_key_b = {record[key]: record for record in records_b}
     pairs = [(record, by_key_b[record[key]]) for record in records_a if record[key] in by_key_b]
     if not pairs:
-        raise ValueError(f"the two {kind} evaluations share no {'positions' if kind == 'offline' else 'puzzles'}")
+        raise ValueError(f"the two {kind} evaluations share no {'puzzles' if kind == 'puzzles' else 'positions'}")
     results = []
     for metric, (field, higher_is_better) in metrics.items():
         a = [float(first[field]) for first, _ in pairs]
@@ -126,13 +128,15 @@ def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
         raise ValueError(f"{path} is not JSON: {error}") from None
     records = payload.get("records", {}).get("player") if isinstance(payload, dict) else None
     if not isinstance(records, list) or not records:
-        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval offline|puzzles ... output={path}`")
+        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval offline|puzzles|endgame ... output={path}`")
     if "esl" in records[0]:
         kind = "offline"
     elif "first_move_correct" in records[0]:
         kind = "puzzles"
+    elif "mate" in records[0]:
+        kind = "endgame"
     else:
-        raise ValueError(f"{path}: records are neither offline nor puzzle records")
+        raise ValueError(f"{path}: records are neither offline, puzzle nor endgame records")
     return kind, str(payload.get("player", path)), records
 
 

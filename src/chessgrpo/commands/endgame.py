@@ -1,0 +1,143 @@
+"""`chessgrpo eval endgame`: mate rate against the tablebase-perfect defender, with baselines.
+
+::
+
+    chessgrpo eval endgame --checkpoint CKPT [--material KQvK] [--positions 200] [--seed 0]
+                           [--max-moves 50] [--baselines] [--json] [output=FILE] [key=value ...]
+
+The player (a policy at argmax, or ``--policy random|tablebase``) plays the strong side of each
+held-out start position for up to ``max_moves`` own moves against the perfect defender
+(`tasks.endgame.evaluate_endgame`). The start positions are exactly the held-out set of an
+endgame training run with the same material, count and seed (``eval.positions`` and
+``run.seed`` of the trainer; `data endgame` excludes them too), so numbers here and in a run's
+``eval/`` files are comparable position by position. ``output=FILE`` writes per-position records
+that `chessgrpo eval compare` pairs (mate rate, DTZ-optimal move rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.config import ConfigError, load_config, to_dict
+
+ENDGAME_PLAYERS = ("random", "tablebase")
+
+
+@dataclasses.dataclass
+class EndgameEvalConfig:
+    """`chessgrpo eval endgame` settings (flags override them)."""
+
+    material: str = "KQvK"
+    """Material signature, strong side first."""
+    positions: int = 200
+    """Held-out start positions (the trainer's ``eval.positions``)."""
+    seed: int = 0
+    """Seed of the held-out set (the trainer's ``run.seed``); also seeds the random mover."""
+    colours: str = "white"
+    """The strong side's colour (the trainer's ``endgame_colours``)."""
+    max_moves: int = 50
+    """Own moves allowed to mate."""
+    syzygy_path: str = "../shared/data/syzygy"
+    """Syzygy tables."""
+    baselines: bool = False
+    """Also play the random mover and the tablebase (the floor and the physical limit)."""
+    device: str = "cpu"
+    output: str | None = None
+    """Write the result and per-position records as JSON here (input of `eval compare`)."""
+
+    def __post_init__(self) -> None:
+        if self.positions < 1 or self.max_moves < 1:
+            raise ConfigError("config keys positions and max_moves must be >= 1")
+
+
+def add_endgame_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `eval endgame` (called from `commands.evaluate.add_parser`)."""
+    parser = sub.add_parser(
+        "endgame", help="mate rate against the tablebase-perfect defender from held-out won endgame positions"
+    )
+    player = parser.add_mutually_exclusive_group(required=True)
+    player.add_argument("--checkpoint", type=Path, help="policy checkpoint or run directory (its latest checkpoint)")
+    player.add_argument("--policy", choices=ENDGAME_PLAYERS, help="evaluate a baseline instead of a checkpoint")
+    parser.add_argument("--material", help="material signature, e.g. KQvK or KRvK (config key material)")
+    parser.add_argument("--positions", type=int, help="held-out start positions (config key positions)")
+    parser.add_argument("--seed", type=int, help="seed of the held-out set = the trainer's run.seed (config key seed)")
+    parser.add_argument("--max-moves", type=int, help="own moves allowed to mate (config key max_moves)")
+    parser.add_argument("--baselines", action="store_true", default=None, help="also play the random mover and the tablebase")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_config_arguments(parser)
+    parser.set_defaults(handler=run_endgame_eval)
+
+
+def _records(starts: list[Any], result: Any) -> list[dict[str, Any]]:
+    return [{"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome} for board, outcome in zip(starts, result.results)]
+
+
+def run_endgame_eval(args: argparse.Namespace) -> int:
+    from chessgrpo.models.policy import load_policy
+    from chessgrpo.tasks.endgame import (
+        EndgameStarts,
+        TablebaseOracle,
+        evaluate_endgame,
+        policy_picker,
+        random_picker,
+        tablebase_picker,
+    )
+
+    config = load_config(EndgameEvalConfig, args.config, args.overrides)
+    flags = {"material": args.material, "positions": args.positions, "seed": args.seed, "max_moves": args.max_moves, "baselines": args.baselines}
+    config = dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
+    tick = time.perf_counter()
+    with TablebaseOracle(config.syzygy_path) as oracle:
+        starts = EndgameStarts(config.material, oracle, colours=config.colours).hold_out(config.positions, seed=config.seed)
+        if args.checkpoint is not None:
+            model = load_policy(args.checkpoint, device=config.device)
+            model.eval()
+            name, pick = str(args.checkpoint), policy_picker(model)
+        else:
+            name = args.policy
+            pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(oracle)
+        players = {name: pick}
+        if config.baselines:
+            players.update({other: random_picker(config.seed) if other == "random" else tablebase_picker(oracle)
+                            for other in ENDGAME_PLAYERS if other != args.policy})  # fmt: skip
+        results = {label: evaluate_endgame(picker, starts, oracle, max_moves=config.max_moves) for label, picker in players.items()}
+    seconds = time.perf_counter() - tick
+    payload = {
+        "kind": "endgame",
+        "player": name,
+        "material": config.material,
+        "seconds": seconds,
+        "results": {label: result.to_json() for label, result in results.items()},
+        "records": {"player": _records(starts, results[name])},
+    }
+    if config.output:
+        path = Path(config.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"config": to_dict(config), **payload}, indent=1))
+        tmp.replace(path)
+    if args.json:
+        print(json.dumps(payload["results"]))
+        return 0
+    print(
+        f"{config.material}: {config.positions} held-out won positions (seed {config.seed}), up to {config.max_moves} own moves "
+        f"against the perfect defender; Wilson 95% intervals; {seconds:.1f}s"
+    )
+    print(f"{'player':<40}  {'mate rate':<24}  {'DTZ-optimal moves':<24}  moves to mate (optimal)")
+    for label, result in results.items():
+        mate, optimal = result.mate_rate, result.dtz_optimal_rate
+        moves = "-" if result.moves_to_mate != result.moves_to_mate else f"{result.moves_to_mate:.2f} ({result.optimal_moves_to_mate:.2f})"
+        print(
+            f"{label[-40:]:<40}  {f'{mate.value:.3f} [{mate.low:.3f}, {mate.high:.3f}]':<24}  "
+            f"{f'{optimal.value:.3f} [{optimal.low:.3f}, {optimal.high:.3f}]':<24}  {moves}"
+        )
+    if config.output:
+        print(f"wrote {config.output}", file=sys.stderr)
+    return 0
