@@ -81,9 +81,7 @@ class RunConfig:
 class EngineEvalConfig:
     """`chessgrpo engine eval`: evaluate positions with the engine pool (a smoke job and a demo)."""
 
-    run: RunConfig = dataclasses.field(
-        default_factory=lambda: RunConfig(name="engine_eval")
-    )
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="engine_eval"))
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     random_positions: int = 200
     """Number of positions from seeded random playouts when no FEN/file is given."""
@@ -95,13 +93,7 @@ class EngineEvalConfig:
 # Building dataclasses from plain data
 
 
-def from_dict(
-    cls: type[T],
-    data: dict[str, Any] | None,
-    *,
-    prefix: str = "",
-    base: T | None = None,
-) -> T:
+def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", base: T | None = None) -> T:
     """Build dataclass `cls` from a nested dict, checking every key and type.
 
     Keys missing from `data` keep the values of `base` (default: `cls()`), so a nested section's
@@ -111,34 +103,24 @@ def from_dict(
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}"
-        )
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         names = ", ".join(_dotted(prefix, k) for k in unknown)
-        raise ConfigError(
-            f"unknown config key {names}; valid keys here: {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(f"unknown config key {names}; valid keys here: {', '.join(sorted(fields))}")
     if base is None:
         try:
             base = cls()
-        except (
-            TypeError
-        ):  # a dataclass with required fields: no base, every key must be given
+        except TypeError:  # a dataclass with required fields: no base, every key must be given
             base = None
     kwargs = {}
     for name, value in data.items():
         child_base = getattr(base, name, None) if base is not None else None
-        kwargs[name] = _coerce(
-            value, hints[name], _dotted(prefix, name), base=child_base
-        )
+        kwargs[name] = _coerce(value, hints[name], _dotted(prefix, name), base=child_base)
     try:
-        return (
-            dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
-        )
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except ConfigError:
         raise
     except ValueError as error:  # a __post_init__ check: say which section it came from
@@ -174,9 +156,7 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
         if value is None:
             if type(None) in options:
                 return None
-            raise ConfigError(
-                f"config key {key}: null is not allowed (expected {_type_name(tp)})"
-            )
+            raise ConfigError(f"config key {key}: null is not allowed (expected {_type_name(tp)})")
         errors = []
         for option in options:
             if option is type(None):
@@ -185,15 +165,11 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
                 return _coerce(value, option, key)
             except ConfigError as error:
                 errors.append(str(error))
-        raise ConfigError(
-            f"config key {key}: {value!r} does not match {_type_name(tp)}"
-        )
+        raise ConfigError(f"config key {key}: {value!r} does not match {_type_name(tp)}")
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed:
-            raise ConfigError(
-                f"config key {key}: {value!r} is not one of {list(allowed)}"
-            )
+            raise ConfigError(f"config key {key}: {value!r} is not one of {list(allowed)}")
         return value
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
@@ -205,9 +181,7 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
     if dataclasses.is_dataclass(tp):
         if dataclasses.is_dataclass(value):
             return value
-        return from_dict(
-            tp, value, prefix=key, base=base if isinstance(base, tp) else None
-        )
+        return from_dict(tp, value, prefix=key, base=base if isinstance(base, tp) else None)
     if tp is Any:
         return value
     if tp is bool:
@@ -244,16 +218,12 @@ _FLOAT_LITERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b.c=value`` into (["a", "b", "c"], parsed value). Values are YAML scalars."""
     if "=" not in text:
-        raise ConfigError(
-            f"override {text!r}: expected key=value, e.g. engine.nodes=5000"
-        )
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. engine.nodes=5000")
     key, raw = text.split("=", 1)
     key = key.strip()
     parts = key.split(".")
     if not key or any(not p.isidentifier() for p in parts):
-        raise ConfigError(
-            f"override {text!r}: {key!r} is not a dotted key like engine.nodes"
-        )
+        raise ConfigError(f"override {text!r}: {key!r} is not a dotted key like engine.nodes")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as error:
@@ -261,9 +231,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
-def _apply_override(
-    data: dict[str, Any], parts: list[str], value: Any, cls: type, text: str
-) -> None:
+def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: type, text: str) -> None:
     """Set data[parts] = value, using the dataclass tree to resolve types of string-ish values."""
     node = data
     current_cls: Any = cls
@@ -277,23 +245,15 @@ def _apply_override(
         field_type = get_type_hints(current_cls)[part]
         if depth == len(parts) - 1:
             # `run.name=123` means the string "123": YAML would read it as an int.
-            if (
-                _accepts_str(field_type)
-                and not isinstance(value, str)
-                and value is not None
-            ):
+            if _accepts_str(field_type) and not isinstance(value, str) and value is not None:
                 value = text.split("=", 1)[1].strip()
             node[part] = value
             return
         if not dataclasses.is_dataclass(field_type):
-            raise ConfigError(
-                f"override {text!r}: {'.'.join(parts[: depth + 1])} has no sub-keys"
-            )
+            raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} has no sub-keys")
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(
-                f"override {text!r}: {'.'.join(parts[: depth + 1])} is not a mapping"
-            )
+            raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} is not a mapping")
         node, current_cls = child, field_type
 
 
@@ -305,11 +265,7 @@ def _accepts_str(tp: Any) -> bool:
     return False
 
 
-def load_config(
-    cls: type[T],
-    path: str | os.PathLike | None = None,
-    overrides: typing.Sequence[str] = (),
-) -> T:
+def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: typing.Sequence[str] = ()) -> T:
     """Build a `cls` config from an optional YAML file and ``key=value`` overrides (applied last)."""
     data: dict[str, Any] = {}
     if path is not None:
@@ -319,9 +275,7 @@ def load_config(
         try:
             loaded = yaml.safe_load(path.read_text())
         except yaml.YAMLError as error:
-            raise ConfigError(
-                f"config file {str(path)!r} is not valid YAML: {error}"
-            ) from None
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {error}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
