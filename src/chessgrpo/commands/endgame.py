@@ -26,6 +26,7 @@ from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments
 from chessgrpo.config import ConfigError, load_config, to_dict
+from chessgrpo.train.common import write_json_atomic
 
 ENDGAME_PLAYERS = ("random", "tablebase")
 
@@ -120,9 +121,7 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
     if config.output:
         path = Path(config.output)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"config": to_dict(config), **payload}, indent=1))
-        tmp.replace(path)
+        write_json_atomic(path, {"config": to_dict(config), **payload})
     if args.json:
         print(json.dumps(payload["results"]))
         return 0

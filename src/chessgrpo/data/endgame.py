@@ -157,7 +157,7 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
         raise ConfigError("config key out is required (--out DIR)")
     config.__post_init__()  # flags are applied after construction: validate again
     directory = Path(config.out)
-    if schema.shard_paths(directory) if directory.exists() else False:
+    if schema.shard_paths(directory):  # an empty list for a missing directory
         raise FileExistsError(f"{directory} already holds a dataset; choose another --out or delete it")
     tick = time.perf_counter()
     with TablebaseOracle(config.syzygy_path) as oracle:

@@ -54,7 +54,7 @@ A step of the trajectory task:
      ply (0 for a DTZ-optimal move), so the tablebase is a perfect per-position baseline, and the
      group mean is a worse one: once most plies are waiting moves the group mean sits at the waiting
      move's regret and their advantage vanishes, the policy stops exploring and loops (measured in
-     docs/endgame_section.md). This is REINFORCE with the exact value as baseline; the batch std
+     docs/benchmarks.md, issue 6). This is REINFORCE with the exact value as baseline; the batch std
      only sets the step size.
 
 The learner's forward (`make_forward`) recomputes the log-probs of every valid ply of a minibatch
