@@ -13,6 +13,7 @@ import chess
 import pytest
 
 from chessgrpo.config import ConfigError
+from chessgrpo.board.endgames import symmetric_epds
 from chessgrpo.data import schema
 from chessgrpo.data.endgame import PLY_STEP, EndgameDataConfig, generate_endgame_dataset, move_values
 from chessgrpo.eval.compare import compare_files
@@ -65,6 +66,28 @@ def test_dataset_excludes_the_held_out_set_and_labels_dtz_optimal_moves_best(tmp
         assert top == best  # the top-valued moves are exactly the tablebase's DTZ-optimal moves
     with pytest.raises(FileExistsError, match="already holds a dataset"):
         generate_endgame_dataset(config)  # never overwrites
+
+
+def test_symmetric_images_carry_exact_labels_and_never_touch_the_held_out_set(tmp_path, oracle):
+    config = EndgameDataConfig(out=str(tmp_path / "krk"), material="KRvK", positions=40, processes=1, held_out=200, held_out_seed=0,
+                               syzygy_path=str(SYZYGY_DIR), symmetries=True, test_fraction=0.3)  # fmt: skip
+    summary = generate_endgame_dataset(config)
+    assert summary.drawn == 40 and 40 * 4 < summary.positions <= 40 * 8  # most classes have 8 distinct images
+    by_split = {split: schema.read_positions(tmp_path / "krk", split).to_pylist() for split in schema.SPLITS}
+    rows = [row for split_rows in by_split.values() for row in split_rows]
+    epds = [chess.Board(row["fen"]).epd() for row in rows]
+    assert len(set(epds)) == len(epds) == summary.positions
+    held_out = set()
+    for board in EndgameStarts("KRvK", oracle).hold_out(200, seed=0):
+        held_out |= symmetric_epds(board)
+    assert not held_out & set(epds)  # no image of an evaluation position either
+    split_of = {epd: split for split, split_rows in by_split.items() for epd in (chess.Board(r["fen"]).epd() for r in split_rows)}
+    for row in rows[:: max(1, len(rows) // 12)]:
+        board = chess.Board(row["fen"])
+        assert {split_of[epd] for epd in symmetric_epds(board)} == {split_of[board.epd()]}  # a class stays in one split
+        probed = move_values(oracle, board)  # the mapped labels are what the tables say about the image
+        assert row["legal_moves"] == [uci for uci, _ in probed]
+        assert row["legal_win_probs"] == pytest.approx([value for _, value in probed], abs=1e-6)
 
 
 def test_bad_endgame_config_is_one_clear_error():

@@ -145,3 +145,53 @@ def _seed_value(seed: int | list[int]) -> int:
             raise ValueError(f"seed parts must be non-negative integers, got {seed!r}")
         value = (value * 1_000_003 + part) % (1 << 62)
     return value
+
+
+SquareMap = Callable[[chess.Square], chess.Square]
+
+_DIHEDRAL: tuple[SquareMap, ...] = (
+    lambda s: s,
+    lambda s: s ^ 7,  # mirror files (a <-> h)
+    lambda s: s ^ 56,  # mirror ranks (1 <-> 8)
+    lambda s: s ^ 63,  # rotate 180 degrees
+    lambda s: chess.square(chess.square_rank(s), chess.square_file(s)),  # transpose (a1-h8 diagonal)
+    lambda s: chess.square(7 - chess.square_rank(s), chess.square_file(s)),  # rotate 90 degrees
+    lambda s: chess.square(chess.square_rank(s), 7 - chess.square_file(s)),  # rotate 270 degrees
+    lambda s: chess.square(7 - chess.square_rank(s), 7 - chess.square_file(s)),  # anti-transpose (a8-h1)
+)
+
+
+def board_symmetries(board: chess.Board) -> tuple[SquareMap, ...]:
+    """The square maps that turn `board` into an equivalent position (same value, same distance to mate).
+
+    Without pawns and castling rights the game is symmetric under the 8 rotations and reflections of
+    the board; with pawns (or castling rights) only the mirror a <-> h is (and not even that with
+    castling rights). The side to move and the colours never change.
+    """
+    if board.castling_rights:
+        return _DIHEDRAL[:1]
+    if board.pawns:
+        return _DIHEDRAL[:2]
+    return _DIHEDRAL
+
+
+def transform_board(board: chess.Board, square_map: SquareMap) -> chess.Board:
+    """`board` with every piece (and the en-passant square) moved by `square_map`; clocks and turn kept."""
+    result = chess.Board(None)
+    for square, piece in board.piece_map().items():
+        result.set_piece_at(square_map(square), piece)
+    result.turn = board.turn
+    result.ep_square = None if board.ep_square is None else square_map(board.ep_square)
+    result.halfmove_clock = board.halfmove_clock
+    result.fullmove_number = board.fullmove_number
+    return result
+
+
+def transform_move(move: chess.Move, square_map: SquareMap) -> chess.Move:
+    """`move` under the same square map as `transform_board` (promotion piece kept)."""
+    return chess.Move(square_map(move.from_square), square_map(move.to_square), promotion=move.promotion)
+
+
+def symmetric_epds(board: chess.Board) -> set[str]:
+    """EPD strings of every position equivalent to `board` under `board_symmetries` (itself included)."""
+    return {transform_board(board, square_map).epd() for square_map in board_symmetries(board)}

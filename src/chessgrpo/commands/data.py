@@ -27,7 +27,7 @@ _IMPORT_FLAGS = {
     "multipv": "multipv",
     "seed": "seed",
 }
-_ENDGAME_FLAGS = {"out": "out", "material": "material", "positions": "positions", "seed": "seed"}
+_ENDGAME_FLAGS = {"out": "out", "material": "material", "positions": "positions", "seed": "seed", "symmetries": "symmetries"}
 
 
 class _IntermixedParser(argparse.ArgumentParser):
@@ -96,6 +96,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     endgame.add_argument("--material", metavar="SIG", help="material signature, strong side first, e.g. KQvK (config key material)")
     endgame.add_argument("--positions", type=int, metavar="N", help="distinct won positions (config key positions)")
     endgame.add_argument("--seed", type=int, metavar="S", help="seed of the position draw (config key seed)")
+    endgame.add_argument(
+        "--symmetries", action="store_const", const=True, default=None,
+        help="also write each position's rotations and mirror images (~8x rows, no extra probes; config key symmetries)",
+    )  # fmt: skip
     endgame.set_defaults(handler=run_endgame)
 
     from chessgrpo.commands.rookworld import add_data_parser as add_rookworld_parser  # RookWorld text data
@@ -165,8 +169,9 @@ def run_endgame(args: argparse.Namespace) -> int:
     with _progress_bar(config.positions, 0, f"{config.material} (tablebase)") as bar:
         summary = generate_endgame_dataset(config, progress=bar.update)
     splits = ", ".join(f"{name} {number}" for name, number in summary.splits.items())
+    images = f" ({summary.drawn} drawn and labelled, the rest their symmetric images)" if config.symmetries else ""
     print(
-        f"wrote {summary.positions} {config.material} positions to {summary.directory} ({splits}) in {summary.seconds:.1f}s "
+        f"wrote {summary.positions} {config.material} positions{images} to {summary.directory} ({splits}) in {summary.seconds:.1f}s "
         f"({summary.positions / max(summary.seconds, 1e-9):.0f} positions/s); "
         f"{summary.optimal_moves_per_position:.2f} DTZ-optimal moves per position on average"
     )

@@ -34,7 +34,15 @@ from typing import Any
 import chess
 
 from chessgrpo.board.actions import move_to_action
-from chessgrpo.board.endgames import COLOURS, Material, endgame_positions
+from chessgrpo.board.endgames import (
+    COLOURS,
+    Material,
+    board_symmetries,
+    endgame_positions,
+    symmetric_epds,
+    transform_board,
+    transform_move,
+)
 from chessgrpo.config import ConfigError, save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle
@@ -71,6 +79,10 @@ class EndgameDataConfig:
     """Labelling worker processes (0 = one per CPU core)."""
     shard_size: int = 10000
     """Rows per Parquet shard."""
+    symmetries: bool = False
+    """Also write every position's mirror images and rotations (8 per position without pawns, labels
+    mapped, not re-probed): ~8x the rows for free. Whole symmetry classes then stay in one split, and
+    no image of an evaluation position is written."""
 
     def __post_init__(self) -> None:
         if self.positions < 1:
@@ -94,6 +106,7 @@ class EndgameDataSummary:
     splits: dict[str, int]
     seconds: float
     optimal_moves_per_position: float
+    drawn: int
 
 
 def move_values(oracle: TablebaseOracle, board: chess.Board) -> list[tuple[str, float]]:
@@ -120,6 +133,32 @@ def label_row(oracle: TablebaseOracle, board: chess.Board) -> dict[str, Any]:
     values = move_values(oracle, board)
     if not values:
         raise ValueError(f"no legal move in {board.fen()!r}: not a start position")
+    return _row(board, values)
+
+
+def symmetric_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """`row` and the rows of its distinct symmetric images (`board_symmetries`), values carried over.
+
+    A rotation or reflection of a pawnless position is the same position for the tablebase, so each
+    image's move values are the original's with the moves mapped the same way.
+    """
+    board = chess.Board(row["fen"])
+    rows, seen = [], set()
+    for square_map in board_symmetries(board):
+        image = transform_board(board, square_map)
+        if image.epd() in seen:
+            continue
+        seen.add(image.epd())
+        values = [
+            (transform_move(chess.Move.from_uci(uci), square_map).uci(), value)
+            for uci, value in zip(row["legal_moves"], row["legal_win_probs"], strict=True)
+        ]
+        values.sort(key=lambda item: (-item[1], item[0]))
+        rows.append(_row(image, values))
+    return rows
+
+
+def _row(board: chess.Board, values: list[tuple[str, float]]) -> dict[str, Any]:
     moves = [uci for uci, _ in values]
     wins = [value for _, value in values]
     best = chess.Move.from_uci(moves[0])
@@ -162,15 +201,18 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
     tick = time.perf_counter()
     with TablebaseOracle(config.syzygy_path) as oracle:
         starts = EndgameStarts(config.material, oracle, colours=config.colours)
+        excluded: set[str] = set()
         if config.held_out:
-            starts.hold_out(config.held_out, seed=config.held_out_seed)
+            for board in starts.hold_out(config.held_out, seed=config.held_out_seed):
+                excluded |= symmetric_epds(board) if config.symmetries else {board.epd()}
         boards = endgame_positions(
             starts.material, config.positions, seed=[config.seed, 7], colours=config.colours,
-            accept=oracle.is_won, exclude=starts.held_out, distinct=True,
+            accept=oracle.is_won, exclude=excluded, distinct=True,
         )  # fmt: skip
     fens = [board.fen() for board in boards]
     processes = config.processes or os.cpu_count() or 1
     rows: list[dict[str, Any]] = []
+    drawn = len(fens)
     if processes == 1:
         _init_worker(config.syzygy_path)
         for fen in fens:
@@ -185,8 +227,19 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
                 if progress:
                     progress(1)
     by_split: dict[str, list[dict[str, Any]]] = {split: [] for split in schema.SPLITS}
-    for row in rows:
-        by_split[schema.split_of(row["fen"], config.test_fraction)].append(row)
+    if config.symmetries:
+        written: set[str] = set()  # two drawn positions can share images
+        for row in rows:
+            images = symmetric_rows(row)
+            split = schema.split_of(min(image["fen"] for image in images), config.test_fraction)
+            for image in images:
+                if chess.Board(image["fen"]).epd() not in written:
+                    written.add(chess.Board(image["fen"]).epd())
+                    by_split[split].append(image)
+        rows = [row for split_rows in by_split.values() for row in split_rows]
+    else:
+        for row in rows:
+            by_split[schema.split_of(row["fen"], config.test_fraction)].append(row)
     directory.mkdir(parents=True, exist_ok=True)
     shards = 0
     for split, split_rows in by_split.items():
@@ -205,7 +258,8 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
             "material": config.material,
             "positions": len(rows),
             "splits": {split: len(split_rows) for split, split_rows in by_split.items()},
-            "held_out_excluded": {"count": config.held_out, "seed": config.held_out_seed},
+            "held_out_excluded": {"count": config.held_out, "seed": config.held_out_seed, "with_images": config.symmetries},
+            "symmetries": config.symmetries,
             "label": f"value = 1 - {PLY_STEP} * plies to mate after the move (win), 0.5 draw",
             "config": to_dict(config),
         },
@@ -216,4 +270,5 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
         splits={split: len(split_rows) for split, split_rows in by_split.items()},
         seconds=seconds,
         optimal_moves_per_position=sum(optimal) / max(len(optimal), 1),
+        drawn=drawn,
     )
