@@ -233,8 +233,9 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
             images = symmetric_rows(row)
             split = schema.split_of(min(image["fen"] for image in images), config.test_fraction)
             for image in images:
-                if chess.Board(image["fen"]).epd() not in written:
-                    written.add(chess.Board(image["fen"]).epd())
+                epd = chess.Board(image["fen"]).epd()
+                if epd not in written:
+                    written.add(epd)
                     by_split[split].append(image)
         rows = [row for split_rows in by_split.values() for row in split_rows]
     else:

@@ -194,27 +194,22 @@ class TablebaseOracle:
 
     def probe_wdl(self, board: chess.Board) -> int:
         """WDL for the side to move (2 win, 1 cursed win, 0 draw, -1 blessed loss, -2 loss); KeyError when not covered."""
-        self.lookups += 1
-        key = self._key(board)
-        value = self._wdl.get(key)
-        if value is None:
-            self._check(board)
-            if len(self._wdl) >= _CACHE_LIMIT:
-                self._wdl.clear()
-            value = self._wdl[key] = self._syzygy.probe_wdl(board)
-            self.probes += 1
-        return value
+        return self._probe(self._wdl, self._syzygy.probe_wdl, board)
 
     def probe_dtz(self, board: chess.Board) -> int:
         """DTZ for the side to move (python-chess sign and rounding); KeyError when not covered."""
+        return self._probe(self._dtz, self._syzygy.probe_dtz, board)
+
+    def _probe(self, cache: dict, probe: Callable[[chess.Board], int], board: chess.Board) -> int:
+        """`probe(board)` through `cache` (cleared when full); counts lookups and real probes."""
         self.lookups += 1
         key = self._key(board)
-        value = self._dtz.get(key)
+        value = cache.get(key)
         if value is None:
             self._check(board)
-            if len(self._dtz) >= _CACHE_LIMIT:
-                self._dtz.clear()
-            value = self._dtz[key] = self._syzygy.probe_dtz(board)
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            value = cache[key] = probe(board)
             self.probes += 1
         return value
 
