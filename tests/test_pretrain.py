@@ -24,6 +24,7 @@ from chessgrpo.track.metrics import MetricsWriter, read_metrics
 from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
 from chessgrpo.train.dataset import EpochSampler, load_split
 from chessgrpo.train.pretrain import (
+    ModelConfig,
     PretrainConfig,
     Pretrainer,
     best_move_nll,
@@ -244,3 +245,11 @@ def test_shipped_config_loads_and_documents_every_key():
             assert "#" in line, f"undocumented key line: {line!r}"
     for field in dataclasses.fields(PretrainConfig):
         assert f"\n{field.name}:" in text, field.name
+
+
+def test_model_description_names_the_replaced_fields():
+    """The run summary must not call a 4 x 128 policy "tiny" without saying what was replaced."""
+    assert ModelConfig().describe() == "tiny"
+    described = ModelConfig(n_layers=4, d_model=128).describe()
+    assert described == "tiny, n_layers=4, d_model=128"
+    assert ModelConfig(n_layers=4, d_model=128).policy_config().d_model == 128

@@ -77,7 +77,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
 
-    print(f"run {run_dir}: step {result.step}/{config.steps} ({config.objective}, model {config.model.size}), "
+    print(f"run {run_dir}: step {result.step}/{config.steps} ({config.objective}, model {config.model.describe()}), "
           f"{result.samples_per_s:.0f} samples/s")
     if result.eval_metrics:
         e = result.eval_metrics

@@ -92,6 +92,11 @@ class ModelConfig:
         overrides = {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
         return PolicyConfig(**{**base, **overrides, "dropout": self.dropout, "head": self.head})
 
+    def describe(self) -> str:
+        """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
+        overrides = [f"{f}={getattr(self, f)}" for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None]
+        return ", ".join([self.size, *overrides])
+
 
 @dataclasses.dataclass
 class PretrainConfig:

@@ -1,0 +1,43 @@
+"""Every config under configs/ loads into its command's config class: no stale or misspelt keys ship."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chessgrpo.commands.train import TRAINERS
+from chessgrpo.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+# Configs without a `kind` key, by file name: (module, class) of the command that reads them.
+COMMAND_CLASSES: dict[str, tuple[str, str]] = {
+    "data_tiny.yaml": ("chessgrpo.data.generate", "GenerateConfig"),
+    "engine_eval.yaml": ("chessgrpo.config", "EngineEvalConfig"),
+    "eval.yaml": ("chessgrpo.commands.evaluate", "EvalConfig"),
+    "games.yaml": ("chessgrpo.commands.games", "GamesConfig"),
+    "rookworld_sft_tiny.yaml": ("chessgrpo.train.sft", "SFTConfig"),
+}
+
+
+def config_class(path: Path) -> type:
+    """The class a shipped config file is read into (trainer configs by `kind`, pretrain ones by name)."""
+    data = yaml.safe_load(path.read_text()) or {}
+    if "kind" in data:
+        return importlib.import_module(TRAINERS[data["kind"]]).CONFIG_CLASS
+    if path.name.endswith("pretrain.yaml") or path.name == "pretrain_tiny.yaml":
+        return importlib.import_module("chessgrpo.train.pretrain").PretrainConfig
+    if path.name not in COMMAND_CLASSES:
+        raise AssertionError(f"{path.name}: add it to COMMAND_CLASSES in {Path(__file__).name}")
+    module, name = COMMAND_CLASSES[path.name]
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_config_loads_into_its_class(path):
+    cls = config_class(path)
+    config = load_config(cls, path)  # raises ConfigError naming any unknown key or wrong type
+    assert type(config) is cls
