@@ -87,15 +87,17 @@ class ModelConfig:
     head_dim: int | None = None
     """Override the square_pair head's query/key width (null = d_model)."""
 
+    def overrides(self) -> dict[str, int]:
+        """The fields of the named size that this config replaces."""
+        return {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
+
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        overrides = {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
-        return PolicyConfig(**{**base, **overrides, "dropout": self.dropout, "head": self.head})
+        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head})
 
     def describe(self) -> str:
         """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
-        overrides = [f"{f}={getattr(self, f)}" for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None]
-        return ", ".join([self.size, *overrides])
+        return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items())])
 
 
 @dataclasses.dataclass
