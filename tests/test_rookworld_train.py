@@ -14,6 +14,7 @@ from chessgrpo.cli import main
 from chessgrpo.config import load_config
 from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
 from chessgrpo.models.lm import CharTokenizer, load_lm
+from chessgrpo.tasks.rookworld import parse_policy_completion
 from chessgrpo.track.metrics import read_metrics
 from chessgrpo.train.rookworld import RookWorldTrainConfig, RookWorldTrainer
 from chessgrpo.train.sft import SFTConfig, SFTTrainer
@@ -55,6 +56,30 @@ def test_sft_trains_on_completions_checkpoints_and_loads_for_rl(lab):
     assert rows[0]["loss/train"] > rows[-1]["loss/train"]  # six steps at lr 2e-3 already lower the loss
     lm = load_lm(root / "runs" / "sft")
     assert isinstance(lm.tokenizer, CharTokenizer) and result.checkpoint.name == "step_000006"
+
+
+def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
+    root, _ = lab
+    config = load_config(SFTConfig, "configs/rookworld_sft_tiny.yaml", [
+        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=reshuffle", "model.n_layer=1", "model.n_embd=32",
+        "model.n_head=2",
+    ])  # fmt: skip
+    trainer = SFTTrainer(config)
+    index = next(i for i, task in enumerate(trainer.train_data.tasks) if task == "policy")
+    decode = trainer.lm.tokenizer.decode
+    original = parse_policy_completion(decode(trainer.train_data.completions[index][:-1]))
+    seen = set()
+    for step in range(8):
+        trainer.step = step
+        ids = trainer._completion(index)
+        assert ids == trainer._completion(index) and ids[-1] == trainer.lm.tokenizer.eos_token_id  # seeded by (step, index)
+        answer = parse_policy_completion(decode(ids[:-1]))
+        assert sorted(zip(answer.moves, answer.evals)) == sorted(zip(original.moves, original.evals))  # pairs kept
+        assert answer.best == original.best and len(ids) == len(trainer.train_data.completions[index])
+        seen.add(answer.moves)
+    assert len(seen) > 1  # the order changes between draws
+    config.reshuffle_moves = False
+    assert SFTTrainer(config)._completion(index) == trainer.train_data.completions[index]
 
 
 def test_grpo_on_text_logs_the_core_and_task_metrics_and_resumes_exactly(lab):

@@ -4,6 +4,7 @@ The loop, top to bottom (`SFTTrainer.train`):
 
 1. draw `batch_size` examples from the train split (a seeded permutation per epoch; the position in
    the epoch is part of the checkpoint, so a resumed run sees the same batches);
+   P: examples list their M:/E: pairs in a fresh seeded order each draw (`reshuffle_moves`);
 2. loss = mean negative log-likelihood of the completion tokens (EOS included) given the prompt,
    from `models.lm.completion_log_probs` at temperature 1: the same function and the same
    left-padded layout that sampling and GRPO use, so SFT trains exactly the distribution RL starts
@@ -44,6 +45,7 @@ from chessgrpo.models.lm import (
     right_pad,
     save_lm,
 )
+from chessgrpo.tasks.rookworld import format_policy_completion, parse_policy_line
 from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
@@ -68,6 +70,10 @@ class SFTConfig:
     """A fresh GPT-2 with the character tokenizer, or `model.path` to fine-tune a local model."""
     tasks: tuple[str, ...] = ("policy", "environment")
     """Which tasks of the dataset to train on."""
+    reshuffle_moves: bool = True
+    """Each time a P: example is drawn, list its M: moves (with their E: values) in a fresh seeded
+    order. The format says M is shuffled, so any order is an equally true line; seeing many orders
+    teaches the model that M is a set, so that greedy decoding stops writing one move five times."""
     batch_size: int = 32
     """Examples per optimizer step."""
     steps: int = 1000
@@ -148,6 +154,22 @@ def tokenize_examples(lm: ChessLM, examples: list[Any]) -> TokenizedExamples:
     return TokenizedExamples(prompts, completions, tasks)
 
 
+def _policy_answers(examples: list[Any]) -> dict[int, tuple[str, Any]]:
+    """index -> (FEN, PolicyAnswer) of the P: examples whose line parses and whose moves can be
+    reordered (two or more); other lines are always used as written."""
+    answers = {}
+    for index, example in enumerate(examples):
+        if example.task != "policy":
+            continue
+        try:
+            fen, answer = parse_policy_line(example.line)
+        except ValueError:
+            continue
+        if len(answer.moves) > 1:
+            answers[index] = (fen, answer)
+    return answers
+
+
 def sft_loss(lm: ChessLM, prompts: list[list[int]], completions: list[list[int]]) -> tuple[torch.Tensor, int]:
     """(mean NLL per completion token, number of tokens) for a batch, via `completion_log_probs` at T = 1."""
     device = lm.device
@@ -203,6 +225,7 @@ class SFTTrainer:
         if not train:
             raise ValueError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
         self.train_data = tokenize_examples(self.lm, train)
+        self.train_policy_answers = _policy_answers(train) if config.reshuffle_moves else {}
         self.test_examples = test
         rng = np.random.default_rng(config.run.seed)
         chosen = np.sort(rng.permutation(len(test))[: config.eval_examples]) if test else []
@@ -249,6 +272,17 @@ class SFTTrainer:
                 self.epoch, self.position = self.epoch + 1, 0
         return indices
 
+    def _completion(self, index: int) -> list[int]:
+        """Token ids of train example `index`'s completion; a P: one with its moves in a fresh order
+        seeded by (run seed, step, index), so a resumed run draws the same orders."""
+        parsed = self.train_policy_answers.get(index)
+        if parsed is None:
+            return self.train_data.completions[index]
+        fen, answer = parsed
+        order = np.random.default_rng([self.config.run.seed, self.step, index]).permutation(len(answer.moves))
+        shuffled = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
+        return self.lm.tokenizer.encode(format_policy_completion(fen, shuffled)) + [self.lm.tokenizer.eos_token_id]
+
     def train_step(self) -> dict[str, float]:
         config = self.config
         lr = self.schedule.lr(self.step)
@@ -257,7 +291,8 @@ class SFTTrainer:
         tick = time.perf_counter()
         indices = self._next_batch()
         self.lm.model.train()  # dropout as configured (0 by default)
-        loss, tokens = sft_loss(self.lm, [self.train_data.prompts[i] for i in indices], [self.train_data.completions[i] for i in indices])
+        completions = [self._completion(i) for i in indices]
+        loss, tokens = sft_loss(self.lm, [self.train_data.prompts[i] for i in indices], completions)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         limit = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
