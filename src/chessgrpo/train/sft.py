@@ -72,8 +72,9 @@ class SFTConfig:
     """Which tasks of the dataset to train on."""
     reshuffle_moves: bool = True
     """Each time a P: example is drawn, list its M: moves (with their E: values) in a fresh seeded
-    order. The format says M is shuffled, so any order is an equally true line; seeing many orders
-    teaches the model that M is a set, so that greedy decoding stops writing one move five times."""
+    order. The format says M is shuffled, so any order is an equally true line; many orders show the
+    model that M is a set (meant against greedy decoding writing one move five times; its effect
+    alone is not yet measured, docs/benchmarks.md issue 7)."""
     batch_size: int = 32
     """Examples per optimizer step."""
     steps: int = 1000
