@@ -64,3 +64,19 @@ def test_bad_inputs_give_one_clear_error(tmp_path):
     missing = chessgrpo("engine", "eval", "engine.path=/nonexistent/stockfish", f"run.out_dir={tmp_path}", "random_positions=1")
     assert missing.returncode != 0 and "apt-get install stockfish" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_resume_names_config_keys_the_run_predates(tmp_path):
+    """A key added after a run started resumes with today's default; the warning says which and what."""
+    from chessgrpo.config import save_config
+    from chessgrpo.train.sft import SFTConfig
+
+    run_dir = tmp_path / "old_sft"
+    run_dir.mkdir()
+    save_config(SFTConfig(), run_dir / "config.yaml")
+    written = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del written["reshuffle_moves"]  # as written before the key existed
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(written))
+    result = chessgrpo("sft", "--resume", str(run_dir))
+    assert result.returncode != 0 and "no checkpoint" in result.stderr  # refused, after the warning
+    assert "predates config keys" in result.stderr and "reshuffle_moves=True" in result.stderr

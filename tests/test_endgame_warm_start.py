@@ -106,6 +106,8 @@ def test_cli_data_pretrain_and_eval_endgame_with_paired_compare(tmp_path):
     result = chessgrpo("pretrain", "--config", "configs/endgame_kqk_pretrain.yaml", f"data={data}", f"run.out_dir={tmp_path}",
                        "run.name=warm", "steps=30", "eval_every=0", "checkpoint_every=0", "log_every=10")  # fmt: skip
     assert result.returncode == 0, result.stderr
+    # stderr is a pipe here, as under nohup: the progress bar writes whole lines, no carriage returns
+    assert "\r" not in result.stderr and "30/30" in result.stderr.splitlines()[-1], result.stderr[-500:]
     outputs = []
     for player in (["--policy", "random"], ["--checkpoint", str(tmp_path / "warm")]):
         output = tmp_path / f"{player[1].replace('/', '_')}.json"

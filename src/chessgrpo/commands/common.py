@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import sys
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,6 +61,7 @@ def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_
     if not saved_path.is_file():
         raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: it has no config.yaml (is it a `{command}` run directory?)")
     saved = load_config(config_cls, saved_path)
+    _warn_on_keys_added_since(saved_path, saved)
     saved = dataclasses.replace(saved, stop_at=None)  # a stop point applies to one invocation only
     config = load_config(config_cls, saved_path, ["stop_at=null", *args.overrides])
     before, after = _flatten(to_dict(saved)), _flatten(to_dict(config))
@@ -75,3 +77,46 @@ def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_
     if config.steps != saved.steps:
         logger.warning("steps changed from %d to %d: the schedule now ends at step %d", saved.steps, config.steps, config.steps)
     return config, True
+
+
+def _warn_on_keys_added_since(saved_path: Path, saved: Any) -> None:
+    """Name the config keys a run's config.yaml predates: they resume with today's defaults.
+
+    A key added to the code after the run started (e.g. `reshuffle_moves`) silently takes its
+    default, which may not be how the run was trained so far.
+    """
+    import yaml
+
+    from chessgrpo.config import to_dict
+
+    written = _flatten(yaml.safe_load(saved_path.read_text()) or {})
+    resolved = _flatten(to_dict(saved))
+    missing = [f"{key}={value!r}" for key, value in resolved.items() if key not in written]
+    if missing:
+        logger.warning("%s predates config keys that now resume with their defaults: %s", saved_path, ", ".join(missing))
+
+
+class _LineWriter:
+    """A file for tqdm off a terminal: each refresh becomes one whole line instead of a carriage return."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            self.stream.write(line + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(total: int | None, description: str, unit: str, initial: int = 0, **options: Any) -> Any:
+    """A tqdm bar on stderr for long work: live on a terminal; in a log file, one line every 30 s."""
+    from tqdm import tqdm
+
+    if sys.stderr.isatty():
+        return tqdm(total=total, initial=initial, desc=description, unit=unit, file=sys.stderr, dynamic_ncols=True, **options)
+    return tqdm(
+        total=total, initial=initial, desc=description, unit=unit, file=_LineWriter(sys.stderr), ncols=100, mininterval=30.0, **options
+    )

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from typing import Any
 
-from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.commands.common import add_config_arguments, progress_bar
 from chessgrpo.config import ConfigError, load_config, parse_override
 
 # Flag destination -> config key, per subcommand.
@@ -127,12 +126,6 @@ def _load(cls: type, args: argparse.Namespace, flags: dict[str, str]) -> Any:
     return config
 
 
-def _progress_bar(total: int | None, initial: int, description: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=description, unit="pos", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
-
-
 def _format_counts(counts: dict[str, Any]) -> str:
     splits = ", ".join(f"{name} {number}" for name, number in counts["splits"].items())
     sources = ", ".join(f"{name} {number}" for name, number in counts["sources"].items())
@@ -150,7 +143,7 @@ def run_generate(args: argparse.Namespace) -> int:
         return 0
     if generator.existing:
         logging.getLogger(__name__).info("resuming %s: %d positions already stored", config.out, generator.existing)
-    with _progress_bar(config.positions, generator.existing, "labelling") as bar:
+    with progress_bar(config.positions, "labelling", "pos", initial=generator.existing, smoothing=0.1) as bar:
         summary = generator.run(progress=bar.update)
     rate = summary.added / max(summary.seconds, 1e-9)
     print(
@@ -166,7 +159,7 @@ def run_endgame(args: argparse.Namespace) -> int:
     from chessgrpo.data.endgame import EndgameDataConfig, generate_endgame_dataset
 
     config = _load(EndgameDataConfig, args, _ENDGAME_FLAGS)
-    with _progress_bar(config.positions, 0, f"{config.material} (tablebase)") as bar:
+    with progress_bar(config.positions, f"{config.material} (tablebase)", "pos", smoothing=0.1) as bar:
         summary = generate_endgame_dataset(config, progress=bar.update)
     splits = ", ".join(f"{name} {number}" for name, number in summary.splits.items())
     images = f" ({summary.drawn} drawn and labelled, the rest their symmetric images)" if config.symmetries else ""
@@ -189,7 +182,7 @@ def run_import_pgn(args: argparse.Namespace) -> int:
     if importer.complete:
         print(f"dataset {config.out} already holds the import of {config.pgn} ({importer.existing} positions): nothing to do")
         return 0
-    with _progress_bar(None, importer.existing, "labelling") as bar:
+    with progress_bar(None, "labelling", "pos", initial=importer.existing, smoothing=0.1) as bar:
         summary = importer.run(progress=bar.update)
     games = summary.games
     print(

@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 from pathlib import Path
 
-from chessgrpo.commands.common import add_config_arguments, resolve_run_config
+from chessgrpo.commands.common import (
+    add_config_arguments,
+    progress_bar,
+    resolve_run_config,
+)
 from chessgrpo.config import save_config
 
 logger = logging.getLogger(__name__)
@@ -43,8 +46,6 @@ def resolve_config(args: argparse.Namespace):
 
 def run_pretrain(args: argparse.Namespace) -> int:
     """Train, render a progress bar on stderr, print a summary; 130 when stopped by Ctrl-C."""
-    from tqdm import tqdm
-
     from chessgrpo.train.pretrain import Pretrainer
 
     config, resume = resolve_config(args)
@@ -64,7 +65,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_interrupt)
     end = config.steps if config.stop_at is None else min(config.steps, config.stop_at)
     try:
-        with tqdm(total=end, initial=trainer.step, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
+        with progress_bar(end, config.run.name, "step", initial=trainer.step) as bar:
 
             def progress(step: int, row: dict | None) -> None:
                 bar.update(step - bar.n)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.commands.common import add_config_arguments, progress_bar
 from chessgrpo.config import (
     ConfigError,
     EngineConfig,
@@ -50,8 +50,6 @@ def add_data_parser(data_commands: argparse._SubParsersAction) -> None:
 
 
 def run_data_rookworld(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
 
     config = load_config(RookWorldDataConfig, args.config, args.overrides)
@@ -64,7 +62,7 @@ def run_data_rookworld(args: argparse.Namespace) -> int:
             raise ConfigError(f"{key} is given twice: as a flag and as {key}=...; give it once")
         setattr(config, key, value)
     total = None if config.from_text else config.positions
-    with tqdm(total=total, desc="rookworld", unit="pos", file=sys.stderr, dynamic_ncols=True) as bar:
+    with progress_bar(total, "rookworld", "pos") as bar:
         summary = run_rookworld_data(config, progress=bar.update)
     counts = "; ".join(f"{split}: {c['policy']} P:, {c['environment']} A:" for split, c in summary.counts.items())
     print(f"wrote {summary.directory} ({counts}) in {summary.seconds:.1f}s")

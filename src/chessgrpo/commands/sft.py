@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 from pathlib import Path
 
-from chessgrpo.commands.common import add_config_arguments, resolve_run_config
+from chessgrpo.commands.common import (
+    add_config_arguments,
+    progress_bar,
+    resolve_run_config,
+)
 from chessgrpo.config import save_config
 
 logger = logging.getLogger(__name__)
@@ -32,8 +35,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_sft(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from chessgrpo.train.sft import RESUMABLE_KEYS, SFTConfig, SFTTrainer
 
     config, resume = resolve_run_config(args, SFTConfig, RESUMABLE_KEYS, "sft")
@@ -52,7 +53,7 @@ def run_sft(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_interrupt)
     end = config.steps if config.stop_at is None else min(config.steps, config.stop_at)
     try:
-        with tqdm(total=end, initial=trainer.step, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
+        with progress_bar(end, config.run.name, "step", initial=trainer.step) as bar:
             postfix: dict[str, str] = {}
 
             def progress(step: int, row: dict | None) -> None:

@@ -20,13 +20,16 @@ import argparse
 import importlib
 import logging
 import signal
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import yaml
 
-from chessgrpo.commands.common import add_config_arguments, resolve_run_config
+from chessgrpo.commands.common import (
+    add_config_arguments,
+    progress_bar,
+    resolve_run_config,
+)
 from chessgrpo.config import save_config
 
 logger = logging.getLogger(__name__)
@@ -68,8 +71,6 @@ def _interval(row: dict, key: str) -> str:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     module = trainer_module(args)
     config, resume = resolve_run_config(args, module.CONFIG_CLASS, module.RESUMABLE_KEYS, "train")
     run_dir = config.run.directory
@@ -88,7 +89,7 @@ def run_train(args: argparse.Namespace) -> int:
         end = config.steps if config.stop_at is None else min(config.steps, config.stop_at)
         evals: list[tuple[int, dict]] = []
         try:
-            with tqdm(total=end, initial=trainer.step, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True) as bar:
+            with progress_bar(end, config.run.name, "step", initial=trainer.step) as bar:
                 postfix: dict[str, str] = {}
 
                 def progress(step: int, row: dict | None) -> None:
