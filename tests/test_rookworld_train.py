@@ -128,3 +128,17 @@ def test_cli_runs_data_sft_train_and_eval_lm(lab, tmp_path, capsys):
     assert main(["eval", "lm", "--compare", str(output), str(output)]) == 0
     assert "p_reward" in capsys.readouterr().out
     assert main(["train", "--config", "configs/rookworld_grpo_tiny.yaml", "task.bogus=1"]) == 2  # every key is checked
+
+
+def test_policy_metrics_separate_the_chess_from_the_format():
+    """Best-move accuracy over all answers counts a malformed one as a miss; among well-formed ones it does not."""
+    from chessgrpo.eval.lm import policy_metrics
+
+    def row(malformed, best):
+        return {"malformed": malformed, "best": best, "top5_hit": best, "legal": 1.0, "top5": 0.2, "total": best}
+
+    rows = [row(None, 1.0), row(None, 0.0), row("M: lists a move twice", 0.0), row("missing E:, B:", 0.0)]
+    metrics = policy_metrics(rows, confidence=0.95, resamples=100, seed=0)
+    assert metrics["p_format_rate"].value == 0.5 and metrics["p_best_accuracy"].value == 0.25
+    assert metrics["p_best_accuracy_well_formed"].value == 0.5 and metrics["p_best_accuracy_well_formed"].n == 2
+    assert metrics["p_eval_error"].n == 0  # no answer had an eval error to average

@@ -117,6 +117,11 @@ def progress_bar(total: int | None, description: str, unit: str, initial: int = 
 
     if sys.stderr.isatty():
         return tqdm(total=total, initial=initial, desc=description, unit=unit, file=sys.stderr, dynamic_ncols=True, **options)
-    return tqdm(
+
+    class _LogBar(tqdm):
+        def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
+            super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown at the next 30 s line, not one line per step
+
+    return _LogBar(
         total=total, initial=initial, desc=description, unit=unit, file=_LineWriter(sys.stderr), ncols=100, mininterval=30.0, **options
     )

@@ -46,7 +46,7 @@ from chessgrpo.tasks.rookworld import (
     score_completions,
 )
 
-POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_top5_hit_rate")
+POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate")
 POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
 ENVIRONMENT_PROPORTIONS = ("a_format_rate", "a_fen_accuracy", "a_reward_accuracy", "a_flag_accuracy", "a_exact_state_accuracy")
 ENVIRONMENT_MEANS = ("a_reward",)
@@ -106,6 +106,23 @@ def _rate(flags: Sequence[bool], confidence: float) -> Interval:
     return wilson_interval(int(sum(bool(f) for f in flags)), len(flags), confidence)
 
 
+def policy_metrics(rows: Sequence[dict[str, Any]], *, confidence: float, resamples: int, seed: int) -> dict[str, Interval]:
+    """P: task metrics with intervals from per-prompt records (`malformed`, `best`, `top5_hit`, `legal`, `top5`, `total`,
+    and `eval_error` where the answer had one): Wilson intervals for rates, bootstrap for means."""
+    metrics: dict[str, Interval] = {}
+    metrics["p_format_rate"] = _rate([r["malformed"] is None for r in rows], confidence)
+    metrics["p_best_accuracy"] = _rate([r["best"] == 1.0 for r in rows], confidence)
+    # A malformed answer scores no best move, so p_best_accuracy rises with the format alone; this
+    # rate among well-formed answers says whether the chess improved too (NaN when none is).
+    metrics["p_best_accuracy_well_formed"] = _rate([r["best"] == 1.0 for r in rows if r["malformed"] is None], confidence)
+    metrics["p_top5_hit_rate"] = _rate([r["top5_hit"] == 1.0 for r in rows], confidence)
+    metrics["p_legal_rate"] = _mean([r["legal"] for r in rows], confidence, resamples, seed)
+    metrics["p_top5_overlap"] = _mean([r["top5"] for r in rows], confidence, resamples, seed)
+    metrics["p_eval_error"] = _mean([r["eval_error"] for r in rows if "eval_error" in r], confidence, resamples, seed)
+    metrics["p_reward"] = _mean([r["total"] for r in rows], confidence, resamples, seed)
+    return metrics
+
+
 def evaluate_lm(
     lm: Any,
     *,
@@ -144,14 +161,7 @@ def evaluate_lm(
                 "top5_hit": float(answer is not None and answer.best in truth.moves),
                 "engine_best": truth.best,
             })  # fmt: skip
-        rows = records["policy"]
-        metrics["p_format_rate"] = _rate([r["malformed"] is None for r in rows], confidence)
-        metrics["p_best_accuracy"] = _rate([r["best"] == 1.0 for r in rows], confidence)
-        metrics["p_top5_hit_rate"] = _rate([r["top5_hit"] == 1.0 for r in rows], confidence)
-        metrics["p_legal_rate"] = _mean([r["legal"] for r in rows], confidence, resamples, seed)
-        metrics["p_top5_overlap"] = _mean([r["top5"] for r in rows], confidence, resamples, seed)
-        metrics["p_eval_error"] = _mean([r["eval_error"] for r in rows if "eval_error" in r], confidence, resamples, seed)
-        metrics["p_reward"] = _mean([r["total"] for r in rows], confidence, resamples, seed)
+        metrics.update(policy_metrics(records["policy"], confidence=confidence, resamples=resamples, seed=seed))
 
     if environment_prompts:
         texts = generate_texts(lm, list(environment_prompts), max_new_tokens=environment_max_new_tokens, **common)
