@@ -11,6 +11,7 @@ from typing import Sequence
 
 from chessgrpo.commands import COMMAND_MODULES
 from chessgrpo.config import ConfigError
+from chessgrpo.errors import ChessGRPOError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,16 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"chessgrpo: config error: {error}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError) as error:
-        print(f"chessgrpo: {error}", file=sys.stderr)
-        return 2
-    except RuntimeError as error:  # EngineError and friends: one clear line, no traceback
+    except ChessGRPOError as error:  # expected: one line, no traceback
         print(f"chessgrpo: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    except (ValueError, FileNotFoundError) as error:  # bad input named by the library (a file, a FEN, a key)
+        print(f"chessgrpo: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("chessgrpo: interrupted", file=sys.stderr)
         return 130
-
+    # Anything else (a CUDA out-of-memory, a shape error, a bug) keeps its traceback.
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -24,20 +24,50 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import yaml
 
+from chessgrpo.errors import ChessGRPOError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(ChessGRPOError, ValueError):
     """A configuration file or override is malformed: unknown key, wrong type, bad syntax."""
+
+
+def resumable(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field that a resumed run may change (it does not touch the training math).
+
+    `resumable_keys` collects these markers, so the list of resumable keys lives on the fields.
+    """
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"resumable": True})
+
+
+def resumable_keys(cls: type, prefix: str = "") -> frozenset[str]:
+    """Dotted names of every field of config class `cls` (and its nested sections) marked `resumable`.
+
+    A nested section whose class sets ``RESUMABLE = True`` is resumable as a whole.
+    """
+    keys: set[str] = set()
+    hints = get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        name = _dotted(prefix, field.name)
+        tp = hints[field.name]
+        if dataclasses.is_dataclass(tp):
+            if getattr(tp, "RESUMABLE", False) or field.metadata.get("resumable"):
+                keys |= {_dotted(name, f.name) for f in dataclasses.fields(tp)}
+            else:
+                keys |= resumable_keys(tp, name)
+        elif field.metadata.get("resumable"):
+            keys.add(name)
+    return frozenset(keys)
 
 
 @dataclasses.dataclass
 class EngineConfig:
     """How Stockfish is run for rewards, labels and evaluation."""
 
-    path: str | None = None
+    path: str | None = resumable(None)
     """Stockfish binary; None searches $CHESSGRPO_STOCKFISH, PATH and /usr/games."""
-    processes: int = 0
+    processes: int = resumable(0)
     """Engine processes evaluated in parallel; 0 = one per CPU core."""
     threads: int = 1
     """UCI Threads per process. 1 keeps node-limited searches deterministic."""
@@ -49,13 +79,13 @@ class EngineConfig:
     """Node limit per search (the default limit kind: reproducible, unlike time)."""
     depth: int | None = None
     """Depth limit per search; used instead of nodes when set."""
-    timeout_s: float = 60.0
+    timeout_s: float = resumable(60.0)
     """A search taking longer than this counts as a hung engine: it is restarted and retried once."""
     clear_hash: bool = True
     """Send ucinewgame before each search so results do not depend on earlier searches."""
     cache: bool = True
     """Persistent SQLite cache of evaluations."""
-    cache_path: str = "runs/cache/evaluations.sqlite"
+    cache_path: str = resumable("runs/cache/evaluations.sqlite")
     """Where the evaluation cache lives."""
     syzygy_path: str | None = "../shared/data/syzygy"
     """Directory (or os.pathsep-separated directories) of Syzygy tables; None disables."""
@@ -66,11 +96,18 @@ class RunConfig:
     """Where a run writes its outputs."""
 
     name: str = "default"
-    """Run name; outputs go to <out_dir>/<name>/."""
+    """Run name (a plain name: no path separators, no ..); outputs go to <out_dir>/<name>/."""
     out_dir: str = "runs"
     """Parent directory of run directories."""
     seed: int = 0
     """Seed for every random generator of the run."""
+
+    def __post_init__(self) -> None:
+        if not _PLAIN_NAME.fullmatch(self.name) or self.name in (".", ".."):
+            raise ConfigError(
+                f"config key run.name: {self.name!r} is not a plain name (letters, digits, . _ - only; no path "
+                "separators, no ..); put the parent directory in run.out_dir"
+            )
 
     @property
     def directory(self) -> Path:
@@ -212,6 +249,7 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
 # Files and overrides
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 _FLOAT_LITERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -289,9 +327,6 @@ def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: 
 
 def save_config(config: Any, path: str | os.PathLike) -> Path:
     """Write the resolved config as YAML (creating parent directories); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    tmp.replace(path)  # atomic: a crash never leaves a half-written config
-    return path
+    from chessgrpo.files import write_text_atomic
+
+    return write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))  # never half-written

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from chessgrpo.errors import ChessGRPOError
+
 import os
 import shutil
 from pathlib import Path
@@ -15,7 +17,7 @@ INSTALL_HINT = (
 )
 
 
-class EngineError(RuntimeError):
+class EngineError(ChessGRPOError, RuntimeError):
     """The engine failed: missing binary, crash or hang that persisted after a retry."""
 
 

@@ -3,6 +3,8 @@
 from chessgrpo.models.policy import (
     MODEL_SIZES,
     ActionPolicy,
+    ModelConfig,
+    frozen_parameters,
     PolicyConfig,
     load_policy,
     log_probs,
@@ -15,6 +17,8 @@ from chessgrpo.models.policy import (
 __all__ = [
     "MODEL_SIZES",
     "ActionPolicy",
+    "ModelConfig",
+    "frozen_parameters",
     "PolicyConfig",
     "load_policy",
     "log_probs",

@@ -223,15 +223,16 @@ def build_lm(config: LMModelConfig, *, seed: int | None = None) -> ChessLM:
 
 
 def resolve_lm_directory(path: str | os.PathLike) -> Path:
-    """A model directory from itself, a run directory (its latest checkpoint) or a checkpoints dir."""
-    path = Path(path)
-    for candidate in (path, path / "latest", path / "checkpoints" / "latest"):
-        if (candidate / "config.json").is_file():
-            return candidate.resolve()
-    raise FileNotFoundError(
-        f"no language model at {str(path)!r}: expected a transformers config.json there, in its latest/ "
-        "or in its checkpoints/latest/ (a save_pretrained directory, an SFT run or a checkpoint)"
-    )
+    """A model directory from itself, or a run directory / its checkpoints dir (the newest intact checkpoint)."""
+    from chessgrpo.files import resolve_model_directory
+
+    found = resolve_model_directory(path, lambda d: (d / "config.json").is_file())
+    if found is None:
+        raise FileNotFoundError(
+            f"no language model at {str(path)!r}: expected a transformers config.json there or an intact "
+            "checkpoint in its checkpoints/ (a save_pretrained directory, an SFT run or a checkpoint)"
+        )
+    return found
 
 
 def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", dropout: float | None = None) -> ChessLM:

@@ -244,6 +244,53 @@ class ActionPolicy(nn.Module):
 # The one way from logits to a distribution
 
 
+
+@dataclasses.dataclass
+class ModelConfig:
+    """The policy's shape in a training config: a named size, optionally with some of its fields replaced."""
+
+    size: str = "tiny"
+    """Named size from `MODEL_SIZES`: tiny (~0.2M), small (~7M), medium (~39M)."""
+    n_layers: int | None = None
+    """Override the size's number of transformer blocks (null = the size's value)."""
+    d_model: int | None = None
+    """Override the size's width (null = the size's value)."""
+    n_heads: int | None = None
+    """Override the size's attention heads (null = the size's value)."""
+    d_ff: int | None = None
+    """Override the MLP hidden width (null = the size's value, 4 * d_model)."""
+    dropout: float = 0.0
+    """Dropout during pretraining only (evaluation and every RL forward run without it)."""
+    head: str = "square_pair"
+    """Policy head: square_pair (from-square query . to-square key) or pooled (linear over the mean token)."""
+    head_dim: int | None = None
+    """Override the square_pair head's query/key width (null = d_model)."""
+
+    def overrides(self) -> dict[str, int]:
+        """The fields of the named size that this config replaces."""
+        return {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
+
+    def policy_config(self) -> PolicyConfig:
+        base = dataclasses.asdict(PolicyConfig.from_size(self.size))
+        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head})
+
+    def describe(self) -> str:
+        """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
+        return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items())])
+
+
+def frozen_parameters(model: ActionPolicy, freeze_layers: int) -> list[nn.Parameter]:
+    """The token and position embeddings and the first `freeze_layers` blocks' parameters (none for 0)."""
+    if not freeze_layers:
+        return []
+    if freeze_layers > len(model.blocks):
+        from chessgrpo.config import ConfigError
+
+        raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(model.blocks)} blocks")
+    modules = [model.token_embedding, *model.blocks[:freeze_layers]]
+    return [p for module in modules for p in module.parameters()] + [model.position_embedding]
+
+
 def log_probs(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-probabilities of the masked, tempered policy: log_softmax(logits / T) over legal actions.
 
@@ -291,15 +338,17 @@ def save_policy(model: ActionPolicy, directory: str | os.PathLike) -> Path:
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint directory from a checkpoint dir, a run dir (-> checkpoints/latest), or a checkpoints dir."""
-    path = Path(path)
-    for candidate in (path, path / "latest", path / "checkpoints" / "latest"):
-        if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
-            return candidate.resolve()
-    raise FileNotFoundError(
-        f"no checkpoint at {str(path)!r}: expected {MODEL_FILE} and {CONFIG_FILE} there, "
-        "in its latest/ or in its checkpoints/latest/"
-    )
+    """A checkpoint directory from a checkpoint dir, or a run dir / its checkpoints dir (the newest
+    intact checkpoint: a truncated or partial newer one is skipped with a warning)."""
+    from chessgrpo.files import resolve_model_directory
+
+    found = resolve_model_directory(path, lambda d: (d / MODEL_FILE).is_file() and (d / CONFIG_FILE).is_file())
+    if found is None:
+        raise FileNotFoundError(
+            f"no checkpoint at {str(path)!r}: expected {MODEL_FILE} and {CONFIG_FILE} there "
+            "or an intact checkpoint in its checkpoints/"
+        )
+    return found
 
 
 def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> ActionPolicy:
@@ -314,6 +363,6 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     model = ActionPolicy(config)
     try:
         model.load_state_dict(load_file(str(directory / MODEL_FILE)))
-    except (RuntimeError, OSError) as error:
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError on a truncated file
         raise ValueError(f"{directory / MODEL_FILE} does not match its config: {error}") from None
     return model.to(device).eval()

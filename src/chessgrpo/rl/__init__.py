@@ -8,7 +8,7 @@ code serves a one-move group (L = 1), a trajectory of plies (L = T) and an LM co
 from chessgrpo.rl.advantages import group_advantages, process_advantages, zero_std_groups
 from chessgrpo.rl.batch import RolloutBatch
 from chessgrpo.rl.config import GRPOConfig
-from chessgrpo.rl.invariants import InvariantViolation, check_finite, check_first_minibatch, check_kl_nonnegative
+from chessgrpo.rl.invariants import InvariantViolation, NonFiniteError, check_finite, check_first_minibatch, check_kl_nonnegative
 from chessgrpo.rl.kl_control import KLController
 from chessgrpo.rl.learner import PolicyOutputs, compute_advantages, optimize
 from chessgrpo.rl.loss import LossOutput, aggregate, categorical_entropy, exact_kl, kl_estimate, policy_loss
@@ -18,6 +18,7 @@ __all__ = [
     "InvariantViolation",
     "KLController",
     "LossOutput",
+    "NonFiniteError",
     "PolicyOutputs",
     "RolloutBatch",
     "aggregate",

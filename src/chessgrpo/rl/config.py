@@ -93,8 +93,6 @@ class GRPOConfig:
     1 is exactly on-policy; > 1 is where the clipped ratio starts to matter."""
     minibatch_size: int = 0
     """Default 0 (= the whole batch). Rows (sequences) per optimizer step; rows are never split."""
-    max_grad_norm: float = 1.0
-    """Default 1.0. Global gradient-norm clip (0 = off; grad_norm is logged either way)."""
 
     # ---------------------------------------------------------------- runtime invariants
     ratio_tolerance: float = 1e-4
@@ -140,7 +138,6 @@ class GRPOConfig:
         _at_least("entropy_coef", self.entropy_coef, 0.0)
         _at_least("num_iterations", self.num_iterations, 1)
         _at_least("minibatch_size", self.minibatch_size, 0)
-        _at_least("max_grad_norm", self.max_grad_norm, 0.0)
         if not (math.isfinite(self.ratio_tolerance) and self.ratio_tolerance > 0.0):
             raise ValueError(f"ratio_tolerance must be > 0, got {self.ratio_tolerance!r}")
         if not (math.isfinite(self.ratio_tolerance_bf16) and self.ratio_tolerance_bf16 > 0.0):

@@ -13,9 +13,18 @@ import math
 import torch
 from torch import Tensor
 
+from chessgrpo.errors import ChessGRPOError
 
-class InvariantViolation(RuntimeError):
+
+class InvariantViolation(ChessGRPOError, RuntimeError):
     """A runtime invariant of the GRPO learner does not hold; training must not continue."""
+
+
+class NonFiniteError(InvariantViolation):
+    """A loss or gradient norm is NaN or infinite; the optimizer step was not taken.
+
+    The training loop's divergence policy catches this one (skip, then roll back), unlike the
+    other invariant violations, which always stop a run."""
 
 
 _RATIO_CAUSES = """likely causes:
@@ -47,7 +56,7 @@ def check_first_minibatch(ratio_max_abs_dev: float, clip_frac: float, tolerance:
 
 
 def check_finite(name: str, value: float | Tensor) -> None:
-    """Raise `InvariantViolation` if the metric `name` is NaN or infinite."""
+    """Raise `NonFiniteError` (an `InvariantViolation`) if the metric `name` is NaN or infinite."""
     if isinstance(value, Tensor):
         finite = bool(torch.isfinite(value).all())
         shown = value.detach().flatten()[:4].tolist()
@@ -55,7 +64,7 @@ def check_finite(name: str, value: float | Tensor) -> None:
         finite = math.isfinite(value)
         shown = value
     if not finite:
-        raise InvariantViolation(
+        raise NonFiniteError(
             f"{name} is not finite ({shown}); the optimizer step was not taken. Check the rewards, the "
             "log-probs at masked positions, the learning rate and the precision of the forward."
         )

@@ -61,16 +61,24 @@ def compute_advantages(batch: RolloutBatch, config: GRPOConfig) -> Tensor:
     )
 
 
+UpdateFn = Callable[[Tensor], float]
+"""Takes a minibatch loss, does backward, gradient clipping and one optimizer step (or raises
+`NonFiniteError` without stepping) and returns the gradient norm before clipping. The training
+spine supplies one (`train.loop.Learner.update`), so clipping and divergence handling live there."""
+
+
 def optimize(
     batch: RolloutBatch,
     forward: Forward,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     config: GRPOConfig,
     kl_controller: KLController,
     *,
-    parameters: Iterable[Tensor],
+    parameters: Iterable[Tensor] = (),
     generator: torch.Generator | None,
     bf16: bool = False,
+    max_grad_norm: float = 1.0,
+    update: UpdateFn | None = None,
 ) -> dict[str, float]:
     """One GRPO training step on `batch`; returns its metrics as plain floats.
 
@@ -78,12 +86,15 @@ def optimize(
         batch: the rollout; `batch.advantages` is filled in place when it is None.
         forward: recomputes `PolicyOutputs` for a minibatch (a `RolloutBatch` of whole rows). It must
             run without dropout and with the sampling temperature and masks.
-        optimizer: stepped once per minibatch; the caller steps any LR scheduler.
+        optimizer: stepped once per minibatch; the caller steps any LR scheduler (None with `update`).
         config: the algorithm's hyperparameters.
         kl_controller: supplies the KL coefficient (fixed for this call) and is updated once.
-        parameters: the parameters whose gradient norm is clipped to config.max_grad_norm.
+        parameters: the parameters whose gradient norm is clipped to `max_grad_norm` (without `update`).
         generator: shuffles rows between minibatches (None: torch's global generator).
         bf16: the forwards run in bf16, so the first-minibatch ratio check uses ratio_tolerance_bf16.
+        max_grad_norm: gradient-norm clip of the built-in update (0 = off).
+        update: backward + clip + optimizer step for a minibatch loss (`UpdateFn`); replaces the
+            built-in one (optimizer, parameters, max_grad_norm).
 
     Metrics: the per-minibatch `policy_loss` metrics reduced over minibatches (``*/min*`` by min,
     ``*/max*`` by max, the rest by mean), plus ``grad_norm`` (mean, before clipping),
@@ -98,9 +109,11 @@ def optimize(
             (always; no optimizer step is taken then).
     """
     batch.validate()
-    params = list(parameters)
-    if not params:
-        raise ValueError("optimize needs the parameters to clip (got none)")
+    if update is None:
+        params = list(parameters)
+        if optimizer is None or not params:
+            raise ValueError("optimize needs an update function, or an optimizer and the parameters to clip")
+        update = _builtin_update(optimizer, params, max_grad_norm)
     if batch.advantages is None:
         batch.advantages = compute_advantages(batch, config)
     step_mask = batch.mask if batch.rewards.dim() == 2 else None
@@ -128,7 +141,6 @@ def optimize(
 
     collected: list[dict[str, float]] = []
     first_dev = math.nan
-    optimizer.zero_grad(set_to_none=True)
     for iteration in range(config.num_iterations):
         order = _permutation(n, generator).to(learn_batch.actions.device)
         for start in range(0, n, size):
@@ -165,13 +177,7 @@ def optimize(
             if config.check_invariants and "kl/min" in step_metrics:
                 check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
 
-            out.loss.backward()
-            grad_norm = _clip_grad_norm(params, config.max_grad_norm)
-            if not math.isfinite(grad_norm):
-                optimizer.zero_grad(set_to_none=True)
-                check_finite("grad_norm", grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = update(out.loss)
             collected.append({**step_metrics, "grad_norm": grad_norm})
 
     metrics.update(_reduce(collected))
@@ -205,13 +211,30 @@ def _check_outputs(outputs: PolicyOutputs, minibatch: RolloutBatch) -> None:
         raise ValueError("forward returned logp without grad (was it run under torch.no_grad?)")
 
 
+def _builtin_update(optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float) -> UpdateFn:
+    """backward, clip, step (skipped with `NonFiniteError` on a non-finite gradient norm), zero_grad."""
+
+    def update(loss: Tensor) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = clip_grad_norm(params, max_grad_norm)
+        if not math.isfinite(grad_norm):
+            optimizer.zero_grad(set_to_none=True)
+            check_finite("grad_norm", grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    return update
+
+
 def _permutation(n: int, generator: torch.Generator | None) -> Tensor:
     if generator is None:
         return torch.randperm(n)
     return torch.randperm(n, generator=generator, device=generator.device)
 
 
-def _clip_grad_norm(params: list[Tensor], max_norm: float) -> float:
+def clip_grad_norm(params: list[Tensor], max_norm: float) -> float:
     """The total gradient norm before clipping; clips to max_norm when it is > 0."""
     with_grad = [p for p in params if p.grad is not None]
     if not with_grad:

@@ -43,6 +43,8 @@ class BackendUnavailable(ConfigError):
 class TrackingConfig:
     """Metric tracking: metrics.jsonl always, TensorBoard and W&B when listed (same metric names)."""
 
+    RESUMABLE = True  # a resumed run may change any of these keys (`config.resumable_keys`)
+
     backends: list[str] = dataclasses.field(default_factory=lambda: ["jsonl"])
     """Any of jsonl, tensorboard, wandb. RUN_DIR/metrics.jsonl is written whether or not jsonl is listed."""
     tensorboard_dir: str | None = None

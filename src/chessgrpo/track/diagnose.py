@@ -714,7 +714,7 @@ def check_grad_spikes(run: RunData, t: Thresholds) -> list[Finding]:
     spikes = (z > t.spike_z) & (norm > t.spike_ratio * typical)
     if not spikes.any():
         return []
-    clip = run.setting("grpo.max_grad_norm", run.setting("grad_clip", None))
+    clip = run.setting("max_grad_norm", run.setting("grpo.max_grad_norm", run.setting("grad_clip", None)))
     worst = int(np.argmax(norm))
     ratio = float(norm[worst] / typical)
     fraction = float(spikes.mean())
@@ -727,7 +727,7 @@ def check_grad_spikes(run: RunData, t: Thresholds) -> list[Finding]:
          "max_step": int(steps[worst]), "median_grad_norm": _round(typical), "max_over_median": _round(ratio),
          "fraction_of_steps": _round(fraction), "clipping_max_norm": clip},
         (f"Clipping at {clip} bounds each update, so isolated spikes are mostly harmless. " if clip else
-         "Gradient clipping is off: turn it on (grpo.max_grad_norm / grad_clip = 1.0). ")
+         "Gradient clipping is off: turn it on (max_grad_norm = 1.0). ")
         + "Frequent spikes mean a too-high lr or outlier advantages (a group std near 0 under 'grpo' advantages: raise "
         "grpo.advantage_epsilon or use dr_grpo).",
     )]  # fmt: skip

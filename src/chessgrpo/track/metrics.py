@@ -129,6 +129,16 @@ class MetricsWriter:
                 sink.log(step, values, row["time"])
         return row
 
+    def rewind(self, step: int) -> None:
+        """Drop the rows after `step` (a run rolled back to that step's checkpoint) and append from there."""
+        self._handle.close()
+        kept = [row for row in read_metrics(self.path) if row["step"] <= step]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        os.replace(tmp, self.path)
+        self._handle = self.path.open("a")
+        self._last_step = min(self._last_step, step)
+
     def close(self) -> None:
         sinks, self._sinks = self._sinks, []
         for sink in sinks:

@@ -468,7 +468,7 @@ def figure_optimizer(runs: Sequence[RunData]) -> ReportFigure | None:
     figure, axes = _new_figure(2)
     _plot_metrics(axes[0], runs, ["grad_norm"], band=False)
     for r, run in enumerate(runs):
-        clip = run.setting("grpo.max_grad_norm", run.setting("grad_clip"))
+        clip = run.setting("max_grad_norm", run.setting("grpo.max_grad_norm", run.setting("grad_clip")))
         if clip:
             axes[0].axhline(float(clip), color=_style(r, 0, len(runs))["color"], linestyle="--", linewidth=0.9,
                             label=f"{run.name + ' ' if len(runs) > 1 else ''}clip at {clip}")  # fmt: skip

@@ -1,17 +1,21 @@
-"""Training checkpoints: atomic step directories, a `latest` symlink, pruning, RNG capture.
+"""Training checkpoints: verified step directories, `latest` and `best` links, safe pruning, RNG capture.
 
-Layout (shared by pretraining and the GRPO loop)::
+Layout (every kind of run)::
 
-    RUN_DIR/checkpoints/step_000500/model.safetensors   the policy (`models.policy.save_policy`)
-                                    model_config.json
-                                    trainer_state.pt     optimizer, step, RNG, data position, ...
-    RUN_DIR/checkpoints/latest -> step_000500            relative symlink to the newest step
+    RUN_DIR/checkpoints/step_000500/model files     written by the kind (`Kind.save_model`)
+                                    trainer_state.pt optimizer, step, RNG, the kind's own state, ...
+                                    manifest.json    size and SHA-256 of every file (`chessgrpo.files`)
+    RUN_DIR/checkpoints/latest -> step_000500        relative symlink to the newest step
+    RUN_DIR/checkpoints/best   -> step_000400        the best step by the run's `checkpoint.best_metric`
 
-A checkpoint is written into a hidden temporary directory and renamed into place, then `latest`
-is repointed by renaming a fresh symlink over it. A crash at any moment leaves either the previous
-checkpoint or the new one, never a half-written directory that `latest` points to; stale
-temporary directories are removed on the next save. `load_policy(RUN_DIR)` therefore always
-loads a complete model.
+A checkpoint is written into a hidden temporary directory, its manifest written last, and the
+directory renamed into place; then `latest` is repointed by renaming a fresh symlink over it. A
+crash at any moment leaves the previous checkpoint or the new one. Loaders trust a checkpoint only
+when its manifest verifies (`latest_checkpoint` skips a truncated one with a warning and falls back
+to the newest intact one). Pruning first renames a directory to a hidden name, then deletes it, so
+a kill during pruning leaves debris only under hidden names, which the next save removes.
+Retention keeps the newest `keep` checkpoints plus the one `best` points to, so a collapse late in
+a run never prunes the last good state.
 
 `trainer_state.pt` holds only tensors and plain Python data, so it loads with
 ``torch.load(weights_only=True)`` (no arbitrary code from a checkpoint file).
@@ -22,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -31,14 +34,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from chessgrpo.models.policy import CONFIG_FILE, MODEL_FILE
+from chessgrpo.errors import CheckpointError
+from chessgrpo.files import (
+    CHECKPOINTS_DIR,
+    STEP_DIR,
+    fsync_path,
+    newest_intact_checkpoint,
+    step_checkpoints,
+    verify_manifest,
+    write_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS_DIR = "checkpoints"
 LATEST_LINK = "latest"
+BEST_LINK = "best"
 TRAINER_STATE_FILE = "trainer_state.pt"
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
 _TMP_PREFIX = ".tmp-"
 
 
@@ -50,40 +61,24 @@ def step_dir_name(step: int) -> str:
 
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run as (step, directory), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return []
-    found = []
-    for entry in root.iterdir():
-        match = _STEP_DIR.match(entry.name)
-        if match and entry.is_dir() and not entry.is_symlink() and _is_complete(entry):
-            found.append((int(match.group(1)), entry))
-    return sorted(found)
-
-
-def _is_complete(directory: Path) -> bool:
-    return all((directory / name).is_file() for name in (MODEL_FILE, CONFIG_FILE, TRAINER_STATE_FILE))
+    """Intact checkpoints of a run (manifest verified, trainer state present) as (step, directory), oldest first."""
+    return [(step, d) for step, d in step_checkpoints(run_dir) if (d / TRAINER_STATE_FILE).is_file() and verify_manifest(d) is None]
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint directory of a run, or None when it has none.
+    """The newest intact checkpoint directory of a run, or None when it has none.
 
-    Follows ``checkpoints/latest``; when the link is missing, dangling or older than the newest
-    complete step directory (a crash between the rename and the relink), the newest one wins.
+    A newer checkpoint that fails verification is skipped with a warning naming it.
     """
-    checkpoints = list_checkpoints(run_dir)
-    if not checkpoints:
-        return None
-    newest_step, newest = checkpoints[-1]
-    link = Path(run_dir) / CHECKPOINTS_DIR / LATEST_LINK
-    if link.is_symlink() and link.resolve().is_dir() and _is_complete(link.resolve()):
-        target = link.resolve()
-        match = _STEP_DIR.match(target.name)
-        if match and int(match.group(1)) >= newest_step:
-            return target
-        logger.warning("%s points to %s but %s is newer; using the newer one", link, target.name, newest.name)
-    return newest.resolve()
+    return newest_intact_checkpoint(run_dir)
+
+
+def best_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint `checkpoints/best` points to, when it exists and is intact."""
+    link = Path(run_dir) / CHECKPOINTS_DIR / BEST_LINK
+    if link.is_symlink() and link.resolve().is_dir() and verify_manifest(link.resolve()) is None:
+        return link.resolve()
+    return None
 
 
 def save_checkpoint(
@@ -93,16 +88,17 @@ def save_checkpoint(
     save_model: Callable[[Path], Any],
     trainer_state: dict[str, Any],
     keep: int,
+    best_step: int | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically, point `latest` at it, keep the newest `keep`.
+    """Write checkpoint `step` atomically with its manifest, point `latest` at it, prune.
 
     Args:
         run_dir: the run directory (``checkpoints/`` is created inside it).
         step: optimizer steps completed; names the directory.
-        save_model: writes the model files into the directory it is given (e.g.
-            ``lambda d: save_policy(model, d)``), so the same function serves other model kinds.
+        save_model: writes the model files into the directory it is given.
         trainer_state: tensors and plain data only (see the module docstring).
-        keep: how many checkpoints to keep, newest first (>= 1).
+        keep: how many checkpoints to keep, newest first (>= 1); `best_step` is kept besides.
+        best_step: the step that `best` should point to (None: leave `best` as it is).
 
     Returns the final checkpoint directory.
     """
@@ -110,7 +106,7 @@ def save_checkpoint(
         raise ValueError(f"keep must be >= 1, got {keep}")
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(root)
+    remove_debris(root)
     name = step_dir_name(step)
     final = root / name
     tmp = root / f"{_TMP_PREFIX}{name}-{os.getpid()}"
@@ -119,39 +115,59 @@ def save_checkpoint(
         save_model(tmp)
         torch.save(trainer_state, tmp / TRAINER_STATE_FILE)
         for file in tmp.iterdir():
-            _fsync(file)
-        if final.exists():  # the same step saved again (e.g. a resumed run stopped where it began)
-            old = root / f"{_TMP_PREFIX}old-{name}-{os.getpid()}"
-            os.replace(final, old)
-            shutil.rmtree(old)
+            fsync_path(file)
+        write_manifest(tmp)
+        if final.exists():  # the same step saved again (a resumed run stopped where it began, a rollback)
+            _discard(root, final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _point_latest(root, name)
-    _fsync(root)
+    _point_link(root, LATEST_LINK, name)
+    if best_step is not None:
+        _point_link(root, BEST_LINK, step_dir_name(best_step))
+    fsync_path(root)
     _prune(root, keep)
     logger.debug("saved checkpoint %s", final)
     return final
 
 
-def _point_latest(root: Path, name: str) -> None:
-    """Atomically repoint root/latest at `name` (relative target, so the run dir can move)."""
-    tmp_link = root / f"{_TMP_PREFIX}{LATEST_LINK}-{os.getpid()}"
+def _point_link(root: Path, link: str, name: str) -> None:
+    """Atomically repoint root/link at `name` (relative target, so the run dir can move)."""
+    tmp_link = root / f"{_TMP_PREFIX}{link}-{os.getpid()}"
     if tmp_link.is_symlink() or tmp_link.exists():
         tmp_link.unlink()
     os.symlink(name, tmp_link)
-    os.replace(tmp_link, root / LATEST_LINK)
+    os.replace(tmp_link, root / link)
+
+
+def _protected(root: Path) -> set[str]:
+    names = set()
+    for link in (LATEST_LINK, BEST_LINK):
+        if (root / link).is_symlink():
+            names.add(os.readlink(root / link))
+    return names
 
 
 def _prune(root: Path, keep: int) -> None:
-    checkpoints = list_checkpoints(root.parent)
-    for _, directory in checkpoints[:-keep]:
-        shutil.rmtree(directory)
-        logger.debug("pruned checkpoint %s", directory)
+    checkpoints = step_checkpoints(root.parent)
+    protected = _protected(root)
+    newest = {d.name for _, d in checkpoints[-keep:]}
+    for _, directory in checkpoints:
+        if directory.name not in newest and directory.name not in protected:
+            _discard(root, directory)
+            logger.debug("pruned checkpoint %s", directory)
 
 
-def _remove_stale_tmp(root: Path) -> None:
+def _discard(root: Path, directory: Path) -> None:
+    """Rename first (atomic), then delete: a kill in between leaves only a hidden name behind."""
+    hidden = root / f"{_TMP_PREFIX}old-{directory.name}-{os.getpid()}"
+    os.replace(directory, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
+
+
+def remove_debris(root: Path) -> None:
+    """Delete what an interrupted save or prune left under hidden names."""
     for entry in root.iterdir():
         if entry.name.startswith(_TMP_PREFIX):
             if entry.is_symlink() or entry.is_file():
@@ -160,26 +176,22 @@ def _remove_stale_tmp(root: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def load_trainer_state(checkpoint_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """The trainer state of a checkpoint directory (loaded with ``weights_only=True``)."""
     path = Path(checkpoint_dir) / TRAINER_STATE_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(checkpoint_dir)!r} has no {TRAINER_STATE_FILE}")
+        raise CheckpointError(f"checkpoint {str(checkpoint_dir)!r} has no {TRAINER_STATE_FILE}")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001 - unpickling raises many kinds; name the file
-        raise ValueError(f"{path} is not a readable trainer state: {error}") from None
+        raise CheckpointError(f"{path} is not a readable trainer state: {error}") from None
     if not isinstance(state, dict):
-        raise ValueError(f"{path} does not hold a trainer state dict")
+        raise CheckpointError(f"{path} does not hold a trainer state dict")
     return state
+
+
+def is_step_dir(path: Path) -> bool:
+    return bool(STEP_DIR.match(path.name))
 
 
 # ------------------------------------------------------------------------------------------------

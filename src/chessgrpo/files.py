@@ -1,0 +1,167 @@
+"""Atomic file writes and checkpoint manifests: the one place that writes files crash-safely.
+
+Every writer here writes into a temporary file beside the target, fsyncs it and renames it over
+the target, so a reader (or a process killed mid-write) sees the old file or the new one, never
+half of one.
+
+A *manifest* (``manifest.json``) lists every file of a directory with its size and SHA-256. A
+checkpoint directory counts as complete only when its manifest exists and every listed file
+matches (`verify_manifest`); loaders use `newest_intact_checkpoint` to skip a truncated or
+half-written checkpoint with a warning and fall back to the newest intact one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+CHECKPOINTS_DIR = "checkpoints"
+STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory (so a rename that follows is durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` via a temporary file, fsync and rename (parent created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """`write_bytes_atomic` for UTF-8 text."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any, *, indent: int | None = 1) -> Path:
+    """Write `payload` as JSON atomically, so readers never see half a file."""
+    return write_text_atomic(path, json.dumps(payload, indent=indent))
+
+
+# ------------------------------------------------------------------------------------------------
+# Manifests
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``manifest.json`` listing every regular file under `directory` (size and SHA-256)."""
+    directory = Path(directory)
+    files = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and path.name != MANIFEST_FILE:
+            files[path.relative_to(directory).as_posix()] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return write_json_atomic(directory / MANIFEST_FILE, {"files": files, **(extra or {})})
+
+
+def verify_manifest(directory: str | os.PathLike) -> str | None:
+    """None when every file listed in `directory`'s manifest matches it; else what is wrong.
+
+    A directory without a manifest (a checkpoint from before manifests) is accepted unverified."""
+    directory = Path(directory)
+    manifest = directory / MANIFEST_FILE
+    if not manifest.is_file():
+        # Checkpoints of versions before manifests: their directory rename was atomic, so accept them.
+        logger.debug("%s has no %s (written before manifests); not verified", directory, MANIFEST_FILE)
+        return None
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"{MANIFEST_FILE} is unreadable ({error})"
+    for name, expected in files.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != expected["size"]:
+            return f"{name} has {size} bytes, the manifest says {expected['size']}"
+        if _sha256(path) != expected["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest"
+    return None
+
+
+def step_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Every ``checkpoints/step_NNNNNN`` directory of a run as (step, path), oldest first (unverified)."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in root.iterdir():
+        match = STEP_DIR.match(entry.name)
+        if match and entry.is_dir() and not entry.is_symlink():
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def newest_intact_checkpoint(run_dir: str | os.PathLike, *, warn: bool = True) -> Path | None:
+    """The newest checkpoint directory of a run whose manifest verifies, or None.
+
+    A newer checkpoint that fails verification (truncated weights, a missing file, no manifest)
+    is skipped with a warning naming it and what is wrong with it.
+    """
+    for step, directory in reversed(step_checkpoints(run_dir)):
+        problem = verify_manifest(directory)
+        if problem is None:
+            return directory.resolve()
+        if warn:
+            logger.warning("skipping checkpoint %s: %s", directory, problem)
+    return None
+
+
+def resolve_model_directory(path: str | os.PathLike, is_model_dir: Any) -> Path | None:
+    """A model directory from itself, a run directory or its checkpoints/ directory.
+
+    `path` itself wins when `is_model_dir(path)` holds and it is not a corrupt checkpoint (a
+    ``step_NNNNNN`` directory with a failing manifest is an error, not silently used). For a run
+    directory (or its checkpoints/) the newest intact checkpoint is used. None when nothing fits.
+    """
+    path = Path(path)
+    if is_model_dir(path) and not (path / CHECKPOINTS_DIR).is_dir():
+        if (path / MANIFEST_FILE).is_file():
+            problem = verify_manifest(path)
+            if problem is not None:
+                raise_corrupt(path, problem)
+        return path.resolve()
+    run_dir = path.parent if path.name == CHECKPOINTS_DIR else path
+    if (run_dir / CHECKPOINTS_DIR).is_dir():
+        checkpoint = newest_intact_checkpoint(run_dir)
+        if checkpoint is not None and is_model_dir(checkpoint):
+            return checkpoint
+    return None
+
+
+def raise_corrupt(path: Path, problem: str) -> None:
+    from chessgrpo.errors import CheckpointError
+
+    raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or incomplete: {problem}")

@@ -1,0 +1,145 @@
+"""What a kind of run plugs into the training spine (`train.loop.Trainer`).
+
+A kind (pretrain, sft, move_group, trajectory, rookworld) builds its model(s) and data, does one
+training step, evaluates, and saves/loads what is its own. Everything every run shares (the run
+directory and its lock, seeding, device and precision, the optimizer and schedule, clipping, the
+step loop, metrics and tracking, evaluation cadence, checkpoints, resume, divergence recovery,
+early stops, signals) is the `Trainer`'s, written once.
+
+A kind's `train_step` calls ``learner.update(loss)`` for every optimizer update it wants (one for
+supervised kinds, one per minibatch for GRPO): the learner does backward, clipping and the step,
+and raises `rl.NonFiniteError` on a non-finite loss or gradient, which the loop handles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+if TYPE_CHECKING:
+    from chessgrpo.train.loop import Learner
+
+
+@dataclasses.dataclass
+class RunContext:
+    """What the loop tells a kind when it builds it."""
+
+    run_dir: Path
+    device: torch.device
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+    bf16: bool = False
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast on the run's device when the run asks for it, else nothing."""
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+
+class Kind:
+    """Base class of a kind of run. Subclasses set `name` and `config_class` and override the hooks.
+
+    Construction (``Kind(config, context)``) builds models and data and writes nothing. `model` is
+    the module the optimizer trains. The loop restores a checkpoint by calling `load_model` and
+    `load_state_dict` after construction.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type] = object
+    model: torch.nn.Module
+
+    def __init__(self, config: Any, context: RunContext) -> None:
+        self.config = config
+        self.context = context
+
+    # -- optimisation ------------------------------------------------------------------------------
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        """Parameters trained at `head_lr` (when set)."""
+        return []
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        """Parameters not trained when the config freezes the embeddings and first `freeze_layers` blocks."""
+        if freeze_layers:
+            from chessgrpo.config import ConfigError
+
+            raise ConfigError(f"config key freeze_layers: kind {self.name} cannot freeze layers")
+        return []
+
+    def train_step(self, step: int, learner: Learner) -> dict[str, float]:
+        """Do training step `step` (0-based: the number of steps already done); return its metrics."""
+        raise NotImplementedError
+
+    def finish_window(self, values: dict[str, float]) -> dict[str, float]:
+        """Turn the mean of a log window's rows into the logged row (e.g. a perplexity from a mean NLL)."""
+        return values
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether this run has anything to evaluate."""
+        return False
+
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """Held-out evaluation of the current model: flat ``eval/`` metrics (``_low``/``_high`` interval
+        bounds) for metrics.jsonl; full results go to ``out_dir/step_NNNNNN_<what>.json``."""
+        return {}
+
+    def after_run(self, out_dir: Path) -> None:
+        """Called once a run reached its last step (e.g. a paired first-vs-last comparison)."""
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def save_model(self, directory: Path) -> None:
+        """Write the model files of a checkpoint."""
+        raise NotImplementedError
+
+    def load_model(self, checkpoint: Path) -> None:
+        """Load the weights of a checkpoint written by `save_model` into `model`."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The kind's own resumable state (generators, data positions, controllers): plain data and tensors."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict`."""
+
+    # -- presentation --------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        """A few numbers from a metrics row for the progress bar."""
+        return {}
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        """One line describing an evaluation row (None: the row holds no evaluation)."""
+        return None
+
+    def summary(self) -> list[str]:
+        """Lines for the end-of-run summary (model, data)."""
+        return []
+
+    def close(self) -> None:
+        """Release engines, tablebases and other processes."""
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[Kind]:
+        try:
+            yield self
+        finally:
+            self.close()
+
+
+def interval_text(row: dict[str, Any], key: str, digits: int = 3) -> str:
+    """``value [low, high]`` for an evaluation metric with interval bounds (value alone without)."""
+    if f"{key}_low" in row:
+        return f"{row[key]:.{digits}f} [{row[key + '_low']:.{digits}f}, {row[key + '_high']:.{digits}f}]"
+    return f"{row[key]:.{digits}f}"

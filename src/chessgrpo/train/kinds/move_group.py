@@ -1,0 +1,290 @@
+"""`kind: move_group`: GRPO of the action policy on one-move groups with engine rewards.
+
+One step (`MoveGroupKind.train_step`):
+
+1. **sample**: draw B fresh start positions (seeded by seed, step and rank), sample G moves each
+   from the current policy at the rollout temperature, recording behaviour and reference
+   log-probs, exact entropy and exact KL to the reference;
+2. **reward**: value every distinct sampled move with the engine pool (cached);
+3. **learn**: `rl.optimize` (advantages, clipped surrogate, KL, PPO epochs over minibatches, the
+   first-minibatch ratio check), each update through the loop's `Learner`.
+
+The reference policy is the starting checkpoint, frozen. Every forward of the policy and the
+reference runs in eval mode (no dropout, ARCHITECTURE invariant 2); the learner recomputes
+log-probs with the same `log_probs`, temperature and masks as the sampler (invariant 1).
+
+Evaluation is the code of ``chessgrpo eval offline|puzzles`` (held-out ESL, top-1 and blunder
+rate with bootstrap intervals; puzzle first-move accuracy with Wilson intervals); full results go
+to RUN_DIR/eval/step_NNNNNN_{offline,puzzles}.json, the format ``chessgrpo eval compare`` reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig
+from chessgrpo.files import write_json_atomic
+from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
+from chessgrpo.rl import GRPOConfig, KLController, optimize
+from chessgrpo.tasks.move_group import MoveGroupConfig, StartPositions, make_forward, sample_groups, score_groups, to_rollout_batch
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.kind import Kind, RunContext, interval_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class MoveGroupEvalConfig:
+    """Held-out evaluation during GRPO (the code of `chessgrpo eval offline|puzzles`); cadence: eval_every."""
+
+    positions: str | None = "data/tiny"
+    """Held-out positions: a dataset directory (its test split), .parquet, .epd/.fen/.txt or .pgn; null = skip."""
+    max_positions: int = 1000
+    """Positions sampled (seeded) from `positions`; the same ones at every evaluation (paired)."""
+    nodes: int = 2000
+    """Stockfish nodes for labelling and valuing moves (as `chessgrpo eval offline`)."""
+    puzzles: str | None = "../shared/data/lichess_puzzles_dev.csv"
+    """Lichess puzzle CSV for first-move accuracy and solve rate; null = skip."""
+    max_puzzles: int = 500
+    """Puzzles sampled (seeded) from `puzzles`."""
+    resamples: int = 2000
+    """Bootstrap resamples of the offline intervals."""
+
+    def __post_init__(self) -> None:
+        if self.max_positions < 1 or self.nodes < 1 or self.max_puzzles < 1 or self.resamples < 10:
+            raise ValueError("need max_positions >= 1, nodes >= 1, max_puzzles >= 1, resamples >= 10")
+
+
+@dataclasses.dataclass
+class MoveGroupTrainConfig(TrainConfig):
+    """`chessgrpo train` with ``kind: move_group``: GRPO on one-move groups with Stockfish rewards."""
+
+    kind: str = "move_group"
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="grpo"))
+    init_checkpoint: str | None = "runs/pretrain_tiny"
+    """Starting policy (checkpoint or run directory); it is also the frozen reference. null = from scratch (`model`)."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy's shape when training from scratch (ignored with init_checkpoint)."""
+    positions: str = "data/tiny"
+    """Start positions: a dataset directory (its `positions_split`), .parquet, .epd/.fen/.txt, .pgn or random:N."""
+    positions_split: str = "train"
+    """Split of a dataset directory to draw start positions from (keep evaluation on the other)."""
+    max_start_positions: int | None = None
+    """Keep at most this many start positions (a seeded sample); null = all."""
+    start_win_prob_range: tuple[float, float] | None = None
+    """Datasets only: keep start positions whose best move's labelled win probability is in [low, high]
+    (e.g. [0.05, 0.95]); decided positions give every move the same reward. null = keep all."""
+    task: MoveGroupConfig = dataclasses.field(default_factory=MoveGroupConfig)
+    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    """The Stockfish pool for rewards and evaluation (task.reward_nodes / eval.nodes set the limits)."""
+    eval: MoveGroupEvalConfig = dataclasses.field(default_factory=MoveGroupEvalConfig)
+    debug_learn_temperature: float | None = None
+    """DEBUG: learn at this temperature instead of task.temperature, to watch the ratio check fire."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "move_group":
+            raise ConfigError(f"config key kind must be move_group for this config, got {self.kind!r}")
+        low_high = self.start_win_prob_range
+        if low_high is not None and not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
+            raise ConfigError(f"config key start_win_prob_range must be [low, high] within [0, 1], got {list(low_high)}")
+        if self.debug_learn_temperature is not None and self.debug_learn_temperature <= 0:
+            raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
+
+    def default_best_metric(self) -> tuple[str, str] | None:
+        if self.eval.positions:
+            return "eval/esl", "min"
+        return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
+
+
+class MoveGroupKind(Kind):
+    """One-move-group GRPO of an `ActionPolicy` (module docstring)."""
+
+    name = "move_group"
+    config_class = MoveGroupTrainConfig
+
+    def __init__(self, config: MoveGroupTrainConfig, context: RunContext):
+        from chessgrpo.engine import EnginePool
+
+        super().__init__(config, context)
+        device = context.device
+        self.start_positions = StartPositions.from_source(
+            config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed,
+            win_prob_range=config.start_win_prob_range,
+        )  # fmt: skip
+        logger.info("%d start positions from %s", len(self.start_positions), config.positions)
+        if config.init_checkpoint:
+            self.reference = load_policy(config.init_checkpoint, device=device)
+        else:
+            self.reference = ActionPolicy(config.model.policy_config()).to(device)
+        self.reference.eval().requires_grad_(False)
+        self.model = copy.deepcopy(self.reference).requires_grad_(True)
+        self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
+        self.kl_controller = KLController.from_config(config.grpo)
+        self.generator = torch.Generator(device=device).manual_seed(config.run.seed * 1_000_003 + context.rank)
+        self.pool = EnginePool.from_config(config.engine)
+        self._eval_positions: list | None = None
+        self._puzzles: list | None = None
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.head.parameters())
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        return frozen_parameters(self.model, freeze_layers)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        config, task, bf16 = self.config, self.config.task, self.context.bf16
+        stats_before = dataclasses.replace(self.pool.stats)
+
+        tick = time.perf_counter()
+        boards = self.start_positions.draw(task.positions_per_step, seed=config.run.seed, step=step, rank=self.context.rank)
+        # The reference forward always runs (one forward of B positions): KL is logged even at kl_coef = 0.
+        groups = sample_groups(
+            self.model, boards, task.group_size, temperature=task.temperature, generator=self.generator,
+            reference=self.reference, bf16=bf16,
+        )  # fmt: skip
+        sample_s = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        scored = score_groups(self.pool, groups, nodes=task.reward_nodes, best_move_values=task.best_move_values)
+        rewards = scored.rewards(task.reward)
+        reward_s = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        batch = to_rollout_batch(groups, rewards.to(self.context.device))
+        learn_temperature = config.debug_learn_temperature or task.temperature
+        forward = make_forward(self.model, groups, temperature=learn_temperature, bf16=bf16)
+        metrics = optimize(
+            batch, forward, None, config.grpo, self.kl_controller, generator=self.generator, bf16=bf16, update=learner.update
+        )
+        learn_s = time.perf_counter() - tick
+
+        stats = self.pool.stats
+        lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)
+        samples = task.positions_per_step * task.group_size
+        unique_moves = torch.tensor([len(set(row)) for row in groups.actions.tolist()], dtype=torch.float32)
+        metrics.update(
+            {
+                "entropy/mean": float(groups.entropy.mean()),
+                "entropy/ln_legal": float(groups.ln_legal.mean()),
+                "reward/win_prob": float(scored.values.mean()),
+                "rollout/unique_moves": float(unique_moves.mean()),
+                "rollout/positions": float(len(boards)),
+                "perf/sample_s": sample_s,
+                "perf/reward_s": reward_s,
+                "perf/learn_s": learn_s,
+                "perf/step_s": sample_s + reward_s + learn_s,
+                "perf/samples_per_s": samples / max(sample_s + reward_s + learn_s, 1e-9),
+                "perf/engine_evals_per_s": scored.evaluations / max(reward_s, 1e-9),
+                "perf/engine_searches": float(stats.searches - stats_before.searches),
+                "perf/cache_hit_rate": (stats.cache_hits - stats_before.cache_hits) / lookups if lookups else 0.0,
+                "perf/engine_retries": float(stats.retries),
+                "perf/engine_failures": float(stats.failures),
+            }
+        )
+        if groups.exact_kl is not None:
+            metrics["kl/exact"] = float(groups.exact_kl.mean())
+        if scored.best_values is not None:
+            metrics["reward/regret"] = float(scored.regret.mean())
+            metrics["reward/esl"] = float(-scored.regret.mean())
+            metrics["reward/best_win_prob"] = float(scored.best_values.mean())
+        return metrics
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.config.eval.positions or self.config.eval.puzzles)
+
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """Held-out offline metrics and puzzle accuracy of the current policy (argmax), with intervals."""
+        from chessgrpo.eval.offline import evaluate_offline
+        from chessgrpo.eval.players import PolicyPlayer
+        from chessgrpo.eval.positions import load_eval_positions
+        from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
+
+        config, seed = self.config.eval, self.config.run.seed
+        player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
+        metrics: dict[str, float] = {}
+        if config.positions:
+            if self._eval_positions is None:
+                self._eval_positions = load_eval_positions(config.positions, config.max_positions, seed, pool=self.pool, nodes=config.nodes)
+            result = evaluate_offline(player, self._eval_positions, self.pool, nodes=config.nodes, resamples=config.resamples, seed=seed)
+            metrics.update(interval_metrics(result, ("top1", "esl", "blunder_rate")))
+            payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
+            write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
+        if config.puzzles:
+            if self._puzzles is None:
+                self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, seed).puzzles)
+            result = solve_puzzles(player, self._puzzles)
+            metrics.update(interval_metrics(result, ("first_move_accuracy", "solve_rate"), prefix="eval/puzzle_"))
+            payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
+            write_json_atomic(out_dir / f"step_{step:06d}_puzzles.json", payload)
+        return metrics
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def save_model(self, directory: Path) -> None:
+        save_policy(self.model, directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kl_controller.load_state_dict(state["kl_controller"])
+        self.generator.set_state(state["generator"])
+
+    # -- presentation -------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        postfix = {}
+        if "reward/win_prob" in row:
+            postfix["reward"] = f"{row['reward/win_prob']:.3f}"
+        if "reward/esl" in row:
+            postfix["esl"] = f"{row['reward/esl']:.3f}"
+        if "perf/samples_per_s" in row:
+            postfix["sps"] = f"{row['perf/samples_per_s']:.0f}"
+        if "eval/esl" in row:
+            postfix["heldout_esl"] = f"{row['eval/esl']:.3f}"
+        return postfix
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        parts = []
+        if "eval/esl" in row:
+            parts.append(f"ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}")
+        if "eval/puzzle_first_move_accuracy" in row:
+            parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
+        return f"step {step}: " + " ".join(parts) if parts else None
+
+    def summary(self) -> list[str]:
+        out = self.context.run_dir / "eval"
+        files = sorted(out.glob("step_*_offline.json"))
+        if len(files) >= 2:
+            return [f"paired before/after: chessgrpo eval compare {files[0]} {files[-1]}"]
+        return []
+
+
+def interval_metrics(result: Any, names: tuple[str, ...], prefix: str = "eval/") -> dict[str, float]:
+    """``{prefix}{name}`` with ``_low``/``_high`` from the `Interval` attributes `names` of an evaluation result."""
+    metrics = {}
+    for name in names:
+        interval = getattr(result, name)
+        key = f"{prefix}{name}"
+        metrics.update({key: interval.value, f"{key}_low": interval.low, f"{key}_high": interval.high})
+    return metrics

@@ -1,0 +1,472 @@
+"""The training spine: one loop that every kind of run plugs into.
+
+Read top to bottom, a run is:
+
+1. **set-up** (`Trainer.__init__`): take the run directory's lock; device, threads, seed; build
+   the kind (its models and data, `train.kinds`); AdamW over the trainable parameters (head and
+   frozen parameters as the kind says, decay on matrices only) with a warmup + cosine schedule;
+   on ``--resume`` restore the newest *intact* checkpoint (model, optimizer, RNG, the kind's
+   state, the health state).
+2. **the loop** (`Trainer.train`): evaluate the start (step 0); save a step-0 checkpoint (a
+   rollback target); then per step: set the learning rate, let the kind do the step (it calls
+   `Learner.update` for each optimizer update: backward, clip, step), apply the divergence policy
+   and the early-stop rules, log the mean of the window every `log_every` steps (metrics.jsonl and
+   every tracking backend), evaluate every `eval_every` steps and at the last, checkpoint every
+   `checkpoint_every` steps, when the held-out metric improves, and at the end.
+3. **stops**: `request_stop` (SIGINT/SIGTERM from the CLI), `stop_at`, an early-stop rule, or the
+   last step; every stop checkpoints first.
+
+Divergence policy (``divergence:``): a non-finite loss or gradient skips that optimizer update
+(`rl.NonFiniteError`); after `max_consecutive_skips` skipped steps in a row the run rolls back to
+its newest intact checkpoint with the learning rate multiplied by `lr_backoff`, at most
+`max_rollbacks` times, then stops with `TrainingDiverged`. Checkpoints are never written while
+steps are being skipped, and the best checkpoint is never pruned. Every event goes to
+``RUN_DIR/events.jsonl`` and to ``health/`` metrics, which `chessgrpo diagnose` reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from chessgrpo.config import ConfigError, to_dict
+from chessgrpo.errors import TrainingDiverged
+from chessgrpo.rl.invariants import NonFiniteError, check_finite
+from chessgrpo.rl.learner import clip_grad_norm
+from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
+from chessgrpo.train.checkpoint import (
+    capture_rng_state,
+    latest_checkpoint,
+    load_trainer_state,
+    restore_rng_state,
+    save_checkpoint,
+)
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.kind import Kind, RunContext
+from chessgrpo.train.lock import RunLock
+from chessgrpo.train.schedule import WarmupCosine
+
+logger = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.jsonl"
+Progress = Callable[[int, dict[str, Any] | None], None]
+"""Called after every step with the step and the metrics row when one was written, else None."""
+
+# Metrics that may legitimately be NaN (e.g. no first minibatch when a step learned nothing).
+_MAY_BE_NAN = frozenset({"ratio/first_max_abs_dev"})
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a `Trainer.train` call did."""
+
+    step: int
+    """Optimizer steps completed (over the whole run, resumes included)."""
+    finished: bool
+    """True when the run reached `steps`."""
+    checkpoint: Path
+    """The checkpoint written last."""
+    eval_metrics: dict[str, float] | None
+    """The last held-out evaluation (None when the run has none)."""
+    stop_reason: str | None = None
+    """Why the run stopped before `steps` (interrupt, stop_at, an early-stop rule)."""
+    best_checkpoint: Path | None = None
+    """The checkpoint `checkpoints/best` points to, when the run tracks a best metric."""
+
+
+class Learner:
+    """What a kind's step calls for every optimizer update: backward, clipping, the step.
+
+    `update` raises `NonFiniteError` (and takes no step) when the loss or gradient is not finite;
+    the debug hook turns the loss into NaN on the steps it names.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, parameters: list[torch.nn.Parameter], max_grad_norm: float):
+        self.optimizer = optimizer
+        self.parameters = parameters
+        self.max_grad_norm = max_grad_norm
+        self.inject_nonfinite = False
+
+    def update(self, loss: torch.Tensor) -> float:
+        """backward(loss), clip, optimizer step; returns the gradient norm before clipping."""
+        if self.inject_nonfinite:
+            loss = loss * float("nan")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            check_finite("grad_norm", grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+
+def build_optimizer(kind: Kind, config: TrainConfig) -> tuple[torch.optim.AdamW, list[torch.nn.Parameter]]:
+    """AdamW over the kind's trainable parameters: (body, head) x (decay on >= 2-D tensors, no decay).
+
+    The parameters of the first `freeze_layers` blocks (and embeddings) are frozen (requires_grad
+    off). Groups carry ``head: bool`` so `Trainer` can scale the head's learning rate.
+    """
+    model = kind.model
+    frozen = {id(p) for p in kind.frozen_parameters(config.freeze_layers)}
+    head = {id(p) for p in kind.head_parameters()}
+    groups: list[dict[str, Any]] = []
+    for is_head in (False, True):
+        params = [p for p in model.parameters() if id(p) not in frozen and (id(p) in head) == is_head]
+        for decay in (True, False):
+            chosen = [p for p in params if (p.dim() >= 2) == decay]
+            if chosen:
+                groups.append({"params": chosen, "weight_decay": config.weight_decay if decay else 0.0, "head": is_head})
+    for param in model.parameters():
+        param.requires_grad_(id(param) not in frozen)
+    trainable = [p for p in model.parameters() if id(p) not in frozen]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas)), trainable
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for config key `device`, or a `ConfigError` saying why it cannot be used."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"config key device: {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config key device: {name!r} requested but CUDA is not available (use device=cpu)")
+    return device
+
+
+class Trainer:
+    """Set up a run of any kind (fresh or resumed), then `train`. See the module docstring.
+
+    Construction takes the run directory's lock and writes nothing else; call `close` (or use it
+    as a context manager) to release the lock and the kind's processes.
+    """
+
+    def __init__(self, config: TrainConfig, *, resume: bool = False):
+        from chessgrpo.train.kinds import kind_class
+
+        self.config = config
+        self.run_dir = config.run.directory
+        kind_cls = kind_class(config.kind)
+        self.lock = RunLock(self.run_dir).acquire()
+        self.kind: Kind | None = None
+        try:
+            self.device = resolve_device(config.device)
+            if config.threads:
+                torch.set_num_threads(config.threads)
+            self.rank, self.world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+            context = RunContext(self.run_dir, self.device, config.run.seed, self.rank, self.world_size, config.bf16)
+            checkpoint = latest_checkpoint(self.run_dir) if resume else None
+            if resume and checkpoint is None:
+                raise FileNotFoundError(f"no intact checkpoint to resume under {str(self.run_dir / 'checkpoints')!r}")
+
+            torch.manual_seed(config.run.seed)  # the one explicit seeding: model init, dropout
+            self.kind = kind_cls(config, context)
+            self.optimizer, trainable = build_optimizer(self.kind, config)
+            self.learner = Learner(self.optimizer, trainable, config.max_grad_norm)
+            self.schedule = WarmupCosine(config.lr, config.warmup_steps, config.steps, config.min_lr_ratio)
+            self.best = config.best_metric()
+
+            self.step = 0
+            self.lr_scale = 1.0  # divergence backoff, kept across rollbacks and resumes
+            self.rollbacks = 0
+            self.best_value: float | None = None
+            self.best_step: int | None = None
+            self.evals_since_best = 0
+            self.consecutive_skips = 0
+            self._stop_reason: str | None = None
+            self._breaches = {"kl": 0, "entropy": 0}
+            self._injected: set[int] = set()
+            self.last_checkpoint: Path | None = None
+            self.resumed = checkpoint is not None
+            if checkpoint is not None:
+                self._restore(checkpoint, health=True)
+                logger.info("resumed %s from %s (step %d)", self.run_dir, checkpoint, self.step)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def close(self) -> None:
+        if self.kind is not None:
+            self.kind.close()
+        self.lock.release()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request_stop(self, reason: str = "interrupted") -> None:
+        """Finish the current step, checkpoint and return from `train`."""
+        self._stop_reason = self._stop_reason or reason
+
+    @property
+    def end_step(self) -> int:
+        config = self.config
+        return config.steps if config.stop_at is None else min(config.steps, config.stop_at)
+
+    # ---------------------------------------------------------------------------------------------
+    # Checkpoints
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": capture_rng_state(),
+            "kind": self.kind.state_dict(),
+            "health": {"lr_scale": self.lr_scale, "rollbacks": self.rollbacks},
+            "best": {"value": self.best_value, "step": self.best_step, "evals_since": self.evals_since_best},
+            "config": to_dict(self.config),
+        }
+
+    def _checkpoint(self) -> Path | None:
+        """Save a checkpoint of the current step unless the model is not healthy (then keep the last good one)."""
+        if self.consecutive_skips:
+            logger.warning("step %d: not checkpointing while updates are being skipped", self.step)
+            return None
+        if not all(bool(torch.isfinite(p).all()) for p in self.kind.model.parameters()):
+            logger.warning("step %d: the weights are not finite; not checkpointing", self.step)
+            return None
+        self.last_checkpoint = save_checkpoint(
+            self.run_dir, self.step, save_model=self.kind.save_model, trainer_state=self._trainer_state(),
+            keep=self.config.keep_checkpoints, best_step=self.best_step,
+        )  # fmt: skip
+        return self.last_checkpoint
+
+    def _restore(self, checkpoint: Path, *, health: bool) -> None:
+        """Load a checkpoint into the model, optimizer, kind and RNGs (and the health state when `health`)."""
+        state = load_trainer_state(checkpoint)
+        self.kind.load_model(checkpoint)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kind.load_state_dict(state.get("kind", {}))
+        self.step = int(state["step"])
+        if health:
+            self.lr_scale = float(state.get("health", {}).get("lr_scale", 1.0))
+            self.rollbacks = int(state.get("health", {}).get("rollbacks", 0))
+            best = state.get("best", {})
+            self.best_value, self.best_step = best.get("value"), best.get("step")
+            self.evals_since_best = int(best.get("evals_since", 0))
+        restore_rng_state(state["rng"])
+        self.last_checkpoint = checkpoint
+
+    # ---------------------------------------------------------------------------------------------
+    # One step
+
+    def _set_lr(self) -> float:
+        lr = self.schedule.lr(self.step) * self.lr_scale
+        head_scale = (self.config.head_lr / self.config.lr) if self.config.head_lr else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * head_scale if group.get("head") else lr
+        return lr
+
+    def _inject(self) -> bool:
+        """Whether the debug hook poisons this step's loss (each step at most once per process)."""
+        debug = self.config.debug
+        number = self.step + 1  # 1-based, as the config says
+        if debug.nonfinite_at_step is None or number in self._injected:
+            return False
+        if debug.nonfinite_at_step <= number < debug.nonfinite_at_step + debug.nonfinite_steps:
+            self._injected.add(number)
+            return True
+        return False
+
+    def train_step(self) -> dict[str, float]:
+        """One step of the kind under the divergence policy; returns the step's metrics."""
+        lr = self._set_lr()
+        self.learner.inject_nonfinite = self._inject()
+        tick = time.perf_counter()
+        try:
+            values = self.kind.train_step(self.step, self.learner)
+            bad = {k: v for k, v in values.items() if k not in _MAY_BE_NAN and not math.isfinite(v)}
+            if bad:
+                raise NonFiniteError(f"non-finite metrics {bad}")
+        except NonFiniteError as error:
+            self.step += 1
+            return self._skipped(lr, error)
+        finally:
+            self.learner.inject_nonfinite = False
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.step += 1
+        self.consecutive_skips = 0
+        values.setdefault("lr", lr)
+        values.setdefault("perf/step_s", time.perf_counter() - tick)
+        return values
+
+    def _skipped(self, lr: float, error: Exception) -> dict[str, float]:
+        self.consecutive_skips += 1
+        self._event("nonfinite_skip", f"step {self.step}: update skipped ({self.consecutive_skips} in a row): {str(error)[:300]}")
+        values = {"health/nonfinite_skip": 1.0, "health/consecutive_skips": float(self.consecutive_skips), "lr": lr}
+        if self.consecutive_skips >= self.config.divergence.max_consecutive_skips:
+            self._rollback(error)
+            values = {"health/rollback": 1.0, "health/lr_scale": self.lr_scale, "lr": self.schedule.lr(self.step) * self.lr_scale}
+        return values
+
+    def _rollback(self, error: Exception) -> None:
+        divergence = self.config.divergence
+        checkpoint = latest_checkpoint(self.run_dir)
+        if self.rollbacks >= divergence.max_rollbacks or checkpoint is None:
+            message = (
+                f"training diverged at step {self.step}: {self.consecutive_skips} non-finite steps in a row after "
+                f"{self.rollbacks} rollback(s) (divergence.max_rollbacks={divergence.max_rollbacks}); last error: "
+                f"{str(error)[:300]}. The last good checkpoint is {checkpoint}; try a lower lr, a larger KL "
+                f"coefficient or bf16=false"
+            )
+            self._event("diverged", message)
+            raise TrainingDiverged(message)
+        failed_at = self.step
+        self._restore(checkpoint, health=False)
+        self.rollbacks += 1
+        self.lr_scale *= divergence.lr_backoff
+        self.consecutive_skips = 0
+        self._event(
+            "rollback",
+            f"step {failed_at}: rolled back to {checkpoint.name} (rollback {self.rollbacks} of at most "
+            f"{divergence.max_rollbacks}); learning rate now x{self.lr_scale:g}",
+        )
+        if self._writer is not None:
+            self._writer.rewind(self.step)
+
+    # ---------------------------------------------------------------------------------------------
+    # Stop rules
+
+    def _check_early_stop(self, values: dict[str, float]) -> None:
+        rules = self.config.early_stop
+        kl = values.get("kl/exact", values.get("kl/value") if self._kl_estimate_is_nonnegative() else None)
+        checks = (("kl", rules.kl_max, kl, rules.kl_patience, lambda v, t: v > t, "KL to the reference", "above"),
+                  ("entropy", rules.entropy_min, values.get("entropy/mean"), rules.entropy_patience, lambda v, t: v < t,
+                   "mean entropy", "below"))  # fmt: skip
+        for name, threshold, value, patience, breached, label, side in checks:
+            if threshold is None or value is None:
+                continue
+            self._breaches[name] = self._breaches[name] + 1 if breached(value, threshold) else 0
+            if self._breaches[name] >= patience:
+                self._early_stop(f"{label} {value:.4g} {side} {threshold:g} for {patience} step(s) in a row")
+
+    def _kl_estimate_is_nonnegative(self) -> bool:
+        grpo = getattr(self.config, "grpo", None)
+        return grpo is not None and grpo.kl_estimator in ("k2", "k3")
+
+    def _early_stop(self, why: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = f"early stop: {why}"
+            self._event("early_stop", f"step {self.step}: {why}")
+
+    def _track_best(self, eval_metrics: dict[str, float]) -> bool:
+        """Update the best held-out value; True when this evaluation is the new best."""
+        if self.best is None:
+            return False
+        name, mode = self.best
+        value = eval_metrics.get(name)
+        if value is None or not math.isfinite(value):
+            return False
+        better = self.best_value is None or (value < self.best_value if mode == "min" else value > self.best_value)
+        if better:
+            self.best_value, self.best_step, self.evals_since_best = value, self.step, 0
+            return True
+        self.evals_since_best += 1
+        patience = self.config.early_stop.heldout_patience
+        if patience is not None and self.evals_since_best >= patience:
+            self._early_stop(f"held-out {name} has not improved on {self.best_value:.4g} (step {self.best_step}) for {patience} evaluations")
+        return False
+
+    def _event(self, event: str, message: str) -> None:
+        logger.warning("%s", message)
+        record = {"step": self.step, "time": time.time(), "event": event, "message": message}
+        with open(self.run_dir / EVENTS_FILE, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    # ---------------------------------------------------------------------------------------------
+    # The loop
+
+    def _evaluate(self) -> dict[str, float]:
+        tick = time.perf_counter()
+        metrics = self.kind.evaluate(self.step, self.run_dir / "eval")
+        metrics.setdefault("perf/eval_s", time.perf_counter() - tick)
+        return metrics
+
+    def train(self, progress: Progress | None = None) -> TrainResult:
+        """Train from the current step to `steps` (or `stop_at`, or an earlier stop)."""
+        config, kind = self.config, self.kind
+        end = self.end_step
+        eval_metrics: dict[str, float] | None = None
+        resume_step = self.step if self.resumed else None
+        if not self.resumed:
+            (self.run_dir / EVENTS_FILE).unlink(missing_ok=True)
+        with MetricsWriter(
+            self.run_dir / METRICS_FILE, resume_step=resume_step, tracking=config.tracking, run_config=to_dict(config)
+        ) as writer:
+            self._writer = writer
+            if self.step == 0 and not self.resumed:
+                if kind.evaluates and config.eval_at_start:
+                    eval_metrics = self._evaluate()
+                    self._track_best(eval_metrics)
+                    row = writer.log(0, eval_metrics)
+                    if progress is not None:
+                        progress(0, row)
+                self._checkpoint()  # the rollback target of a fresh run
+            window: list[dict[str, float]] = []
+            while self.step < end and self._stop_reason is None:
+                values = self.train_step()
+                if "health/rollback" in values:
+                    window = []
+                    writer.log(self.step, values)
+                    continue
+                if "health/nonfinite_skip" not in values:
+                    self._check_early_stop(values)
+                window.append(values)
+                last = self.step == end or self._stop_reason is not None
+                row_values: dict[str, float] = {}
+                if self.step % config.log_every == 0 or last:
+                    row_values = kind.finish_window(_window_mean(window))
+                    row_values["lr"] = window[-1]["lr"]
+                    window = []
+                best_now = False
+                if kind.evaluates and ((config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps):
+                    eval_metrics = self._evaluate()
+                    best_now = self._track_best(eval_metrics)
+                    row_values.update(eval_metrics)
+                    last = last or self._stop_reason is not None
+                if self._stop_reason is not None:
+                    row_values["health/early_stop"] = float(self._stop_reason.startswith("early stop"))
+                row = writer.log(self.step, row_values) if row_values else None
+                if (config.checkpoint_every and self.step % config.checkpoint_every == 0) or last or best_now:
+                    self._checkpoint()
+                if progress is not None:
+                    progress(self.step, row)
+            self._writer = None
+        if self.last_checkpoint is None:
+            self._checkpoint()
+        finished = self.step >= config.steps
+        if finished and kind.evaluates:
+            kind.after_run(self.run_dir / "eval")
+        stop_reason = self._stop_reason
+        if stop_reason is None and not finished:
+            stop_reason = f"stop_at={config.stop_at}"
+        from chessgrpo.train.checkpoint import best_checkpoint
+
+        return TrainResult(
+            step=self.step, finished=finished, checkpoint=self.last_checkpoint, eval_metrics=eval_metrics,
+            stop_reason=stop_reason, best_checkpoint=best_checkpoint(self.run_dir),
+        )  # fmt: skip
+
+    _writer: MetricsWriter | None = None
+
+
+def _window_mean(window: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each metric over the rows of a log window that hold it."""
+    keys = dict.fromkeys(key for row in window for key in row)
+    return {key: sum(row[key] for row in window if key in row) / sum(key in row for row in window) for key in keys}
