@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chessgrpo.commands.train import TRAINERS
 from chessgrpo.config import load_config
+from chessgrpo.train.kinds import config_class as kind_config_class
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -19,17 +19,14 @@ COMMAND_CLASSES: dict[str, tuple[str, str]] = {
     "engine_eval.yaml": ("chessgrpo.config", "EngineEvalConfig"),
     "eval.yaml": ("chessgrpo.commands.evaluate", "EvalConfig"),
     "games.yaml": ("chessgrpo.commands.games", "GamesConfig"),
-    "rookworld_sft_tiny.yaml": ("chessgrpo.train.sft", "SFTConfig"),
 }
 
 
 def config_class(path: Path) -> type:
-    """The class a shipped config file is read into (trainer configs by `kind`, pretrain ones by name)."""
+    """The class a shipped config file is read into (every training config by its `kind`)."""
     data = yaml.safe_load(path.read_text()) or {}
     if "kind" in data:
-        return importlib.import_module(TRAINERS[data["kind"]]).CONFIG_CLASS
-    if path.name.endswith("pretrain.yaml") or path.name == "pretrain_tiny.yaml":
-        return importlib.import_module("chessgrpo.train.pretrain").PretrainConfig
+        return kind_config_class(data["kind"])
     if path.name not in COMMAND_CLASSES:
         raise AssertionError(f"{path.name}: add it to COMMAND_CLASSES in {Path(__file__).name}")
     module, name = COMMAND_CLASSES[path.name]

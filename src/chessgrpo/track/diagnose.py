@@ -697,6 +697,45 @@ def check_non_finite(run: RunData, t: Thresholds) -> list[Finding]:
     )]  # fmt: skip
 
 
+def check_health_events(run: RunData, t: Thresholds) -> list[Finding]:
+    """The training loop's divergence and stop events (events.jsonl): what happened, where, and why."""
+    findings = []
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for event in run.events:
+        by_kind.setdefault(event["event"], []).append(event)
+    if "diverged" in by_kind:
+        last = by_kind["diverged"][-1]
+        findings.append(Finding(
+            "health.diverged", "critical", f"the run diverged and stopped at step {last['step']}: {last['message']}",
+            {"step": last["step"], "rollbacks": len(by_kind.get("rollback", []))},
+            "Restart from the last good checkpoint with a lower lr or a larger KL coefficient; check the rewards for NaN.",
+        ))  # fmt: skip
+    if "rollback" in by_kind:
+        events = by_kind["rollback"]
+        findings.append(Finding(
+            "health.rollback", "warning",
+            f"{len(events)} rollback(s) to the last good checkpoint after non-finite updates (first at step {events[0]['step']}); "
+            "the learning rate was lowered each time",
+            {"steps": [e["step"] for e in events][:10], "messages": [e["message"] for e in events][:3]},
+            "The run recovered, but it was unstable at its learning rate: lower lr (the backoff already did, for this run).",
+        ))  # fmt: skip
+    if "nonfinite_skip" in by_kind and "rollback" not in by_kind and "diverged" not in by_kind:
+        events = by_kind["nonfinite_skip"]
+        findings.append(Finding(
+            "health.nonfinite_skip", "warning",
+            f"{len(events)} update(s) skipped for a non-finite loss or gradient (steps {', '.join(str(e['step']) for e in events[:5])})",
+            {"steps": [e["step"] for e in events][:10]},
+            "Isolated skips are harmless; repeated ones mean the learning rate or the precision is too aggressive.",
+        ))  # fmt: skip
+    for event in by_kind.get("early_stop", []):
+        findings.append(Finding(
+            "health.early_stop", "warning", f"the run stopped early: {event['message']}", {"step": event["step"]},
+            "A KL or entropy stop means the policy left its reference or collapsed: lower lr or raise the KL coefficient. "
+            "A held-out stop means more steps would not have helped at these settings.",
+        ))  # fmt: skip
+    return findings
+
+
 def check_grad_spikes(run: RunData, t: Thresholds) -> list[Finding]:
     """Gradient-norm spikes: robust z-score of log grad_norm above `spike_z` and `spike_ratio` x the median."""
     steps, norm = _finite(*run.series("grad_norm", _learning_rows(run)))
@@ -851,6 +890,7 @@ def check_phase_time(run: RunData, t: Thresholds) -> list[Finding]:
 
 CHECKS: tuple[Check, ...] = (
     check_first_minibatch,
+    check_health_events,
     check_non_finite,
     check_negative_kl,
     check_engine,

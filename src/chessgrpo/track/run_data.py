@@ -37,6 +37,15 @@ HELDOUT_METRICS: dict[str, tuple[str, str, str, bool]] = {
     "blunder_rate": ("offline", "blunder_rate", "blunder", False),
     "puzzle_first_move_accuracy": ("puzzles", "first_move_accuracy", "first_move_correct", True),
     "puzzle_solve_rate": ("puzzles", "solve_rate", "solved", True),
+    # endgame runs (kind: trajectory, positions: endgame:...): against the tablebase-perfect defender
+    "mate_rate": ("endgame", "mate_rate", "mated", True),
+    "dtz_optimal_rate": ("endgame", "dtz_optimal_rate", "dtz_optimal", True),
+    # chess language model runs (kind: rookworld): greedy answers to held-out P:/A: prompts
+    "p_reward": ("lm", "p_reward", "total", True),
+    "p_format_rate": ("lm", "p_format_rate", "malformed", True),
+    "p_best_accuracy": ("lm", "p_best_accuracy", "best", True),
+    "a_format_rate": ("lm", "a_format_rate", "malformed", True),
+    "a_exact_state_accuracy": ("lm", "a_exact_state_accuracy", "exact_state", True),
 }
 HELDOUT_UNITS = {
     "esl": "expected score loss (win-prob units)",
@@ -44,7 +53,16 @@ HELDOUT_UNITS = {
     "blunder_rate": "fraction of positions",
     "puzzle_first_move_accuracy": "fraction of puzzles",
     "puzzle_solve_rate": "fraction of puzzles",
+    "mate_rate": "fraction of held-out endgame positions",
+    "dtz_optimal_rate": "fraction of own moves",
+    "p_reward": "P: reward per prompt",
+    "p_format_rate": "fraction of P: answers",
+    "p_best_accuracy": "fraction of P: answers",
+    "a_format_rate": "fraction of A: answers",
+    "a_exact_state_accuracy": "fraction of A: answers",
 }
+EVENTS_FILE = "events.jsonl"
+"""Health events of the training loop (skips, rollbacks, early stops, divergence), one JSON object a line."""
 TRAIN_KEYS = ("loss/total", "loss/train", "reward/mean")
 """A metrics row holding any of these is a training row (the rest are evaluation-only rows)."""
 
@@ -95,6 +113,8 @@ class RunData:
     rows: list[dict[str, Any]]
     evals: list[EvalPoint]
     standalone: list[StandaloneEval] = dataclasses.field(default_factory=list)
+    events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The training loop's health events (events.jsonl): skipped updates, rollbacks, early stops, divergence."""
     label: str | None = None
     """Display name (reports comparing runs of the same name set it); None = the directory name."""
 
@@ -155,7 +175,13 @@ def load_run(run_dir: str | Path) -> RunData:
         config = loaded if isinstance(loaded, dict) else {}
     rows = read_metrics(metrics_path)
     evals, standalone = _read_evaluations(path / "eval", rows)
-    return RunData(path=path, config=config, rows=rows, evals=evals, standalone=standalone)
+    events = [event for event in read_metrics_like(path / EVENTS_FILE) if isinstance(event.get("event"), str)]
+    return RunData(path=path, config=config, rows=rows, evals=evals, standalone=standalone, events=events)
+
+
+def read_metrics_like(path: Path) -> list[dict[str, Any]]:
+    """The complete JSON rows of a JSONL file that has a "step" in every row (a torn line is skipped)."""
+    return read_metrics(path)
 
 
 def _held_out(entry: Any) -> HeldOut | None:

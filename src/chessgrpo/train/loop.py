@@ -2,12 +2,12 @@
 
 Read top to bottom, a run is:
 
-1. **set-up** (`Trainer.__init__`): take the run directory's lock; device, threads, seed; build
+1. **set-up** (`Trainer.__init__`): take the run directory's lock (`train.lock`); device, threads, seed; build
    the kind (its models and data, `train.kinds`); AdamW over the trainable parameters (head and
    frozen parameters as the kind says, decay on matrices only) with a warmup + cosine schedule;
    on ``--resume`` restore the newest *intact* checkpoint (model, optimizer, RNG, the kind's
    state, the health state).
-2. **the loop** (`Trainer.train`): evaluate the start (step 0); save a step-0 checkpoint (a
+2. **the loop** (`Trainer.train`): write RUN_DIR/config.yaml (the resolved config); evaluate the start (step 0); save a step-0 checkpoint (a
    rollback target); then per step: set the learning rate, let the kind do the step (it calls
    `Learner.update` for each optimizer update: backward, clip, step), apply the divergence policy
    and the early-stop rules, log the mean of the window every `log_every` steps (metrics.jsonl and
@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from chessgrpo.config import ConfigError, to_dict
+from chessgrpo.config import ConfigError, save_config, to_dict
 from chessgrpo.errors import TrainingDiverged
 from chessgrpo.rl.invariants import NonFiniteError, check_finite
 from chessgrpo.rl.learner import clip_grad_norm
@@ -404,6 +404,7 @@ class Trainer:
         end = self.end_step
         eval_metrics: dict[str, float] | None = None
         resume_step = self.step if self.resumed else None
+        save_config(config, self.run_dir / "config.yaml")
         if not self.resumed:
             (self.run_dir / EVENTS_FILE).unlink(missing_ok=True)
         with MetricsWriter(
