@@ -24,7 +24,8 @@ from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs, save_
 from chessgrpo.rl import GRPOConfig, InvariantViolation
 from chessgrpo.tasks.move_group import MoveGroupConfig, MoveGroups, StartPositions, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.track.metrics import read_metrics
-from chessgrpo.train.grpo import GRPOEvalConfig, GRPOTrainConfig, GRPOTrainer
+from chessgrpo.train.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.train.loop import Trainer
 
 from helpers import shared_file
 
@@ -88,15 +89,15 @@ def test_start_positions_are_fresh_each_step_and_reproducible():
     assert len(set(first)) == 16  # without replacement
 
 
-def _config(tmp_path: Path, name: str, **overrides) -> GRPOTrainConfig:
-    base = GRPOTrainConfig(
+def _config(tmp_path: Path, name: str, **overrides) -> MoveGroupTrainConfig:
+    base = MoveGroupTrainConfig(
         run=RunConfig(name=name, out_dir=str(tmp_path), seed=0),
         init_checkpoint=None,
         positions="random:64",
         task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=8, kl_coef=0.05),
         engine=EngineConfig(processes=1, cache=False),
-        eval=GRPOEvalConfig(positions=None, puzzles=None),
+        eval=MoveGroupEvalConfig(positions=None, puzzles=None),
         steps=4,
         lr=1e-3,
         warmup_steps=0,
@@ -108,19 +109,19 @@ def _config(tmp_path: Path, name: str, **overrides) -> GRPOTrainConfig:
 
 def test_invariant_check_fires_on_an_injected_temperature_mismatch(tmp_path):
     config = _config(tmp_path, "mismatch", debug_learn_temperature=1.3)
-    with GRPOTrainer(config) as trainer, pytest.raises(InvariantViolation, match="temperature"):
+    with Trainer(config) as trainer, pytest.raises(InvariantViolation, match="temperature"):
         trainer.train_step()
-    with GRPOTrainer(_config(tmp_path, "consistent")) as trainer:
+    with Trainer(_config(tmp_path, "consistent")) as trainer:
         metrics = trainer.train_step()
     assert metrics["ratio/first_max_abs_dev"] < 1e-4 and metrics["kl/exact"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_resume_continues_bitwise_identically(tmp_path):
-    with GRPOTrainer(_config(tmp_path, "straight")) as trainer:
+    with Trainer(_config(tmp_path, "straight")) as trainer:
         assert trainer.train().finished
-    with GRPOTrainer(_config(tmp_path, "resumed", stop_at=2)) as trainer:
+    with Trainer(_config(tmp_path, "resumed", stop_at=2)) as trainer:
         assert not trainer.train().finished and trainer.step == 2
-    with GRPOTrainer(_config(tmp_path, "resumed"), resume=True) as trainer:
+    with Trainer(_config(tmp_path, "resumed"), resume=True) as trainer:
         assert trainer.step == 2 and trainer.train().finished
     straight = load_file(str(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors"))
     resumed = load_file(str(tmp_path / "resumed" / "checkpoints" / "latest" / "model.safetensors"))
@@ -162,10 +163,10 @@ def test_grpo_learns_to_mate_in_one(tmp_path):
         mates = torch.tensor([move_to_action(move) for _, move in positions])
         return float(probs.gather(1, mates.unsqueeze(1)).mean())
 
-    with GRPOTrainer(config) as trainer:
-        before = mate_probability(trainer.model)
+    with Trainer(config) as trainer:
+        before = mate_probability(trainer.kind.model)
         trainer.train()
-        after = mate_probability(trainer.model)
+        after = mate_probability(trainer.kind.model)
     rows = read_metrics(tmp_path / "mates" / "metrics.jsonl")
     first, last = rows[:8], rows[-8:]
     mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)
@@ -186,7 +187,7 @@ def test_train_command_runs_evaluates_and_writes_a_run_directory(tmp_path):
         f"init_checkpoint={checkpoint}", "positions=random:50", "steps=2", f"run.out_dir={tmp_path}", "run.name=cli",
         "task.positions_per_step=4", "task.group_size=4", "task.reward_nodes=50", "engine.processes=1", "engine.cache=false",
         f"eval.positions={tmp_path / 'eval.fen'}", "eval.max_positions=20", "eval.nodes=100", "eval.max_puzzles=20",
-        "eval.every=0", "grpo.minibatch_size=8", "start_win_prob_range=null",
+        "eval_every=0", "grpo.minibatch_size=8", "start_win_prob_range=null",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]

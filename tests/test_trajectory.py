@@ -36,7 +36,8 @@ from chessgrpo.tasks.trajectory import (
     to_rollout_batch,
 )
 from chessgrpo.track.metrics import read_metrics
-from chessgrpo.train.trajectory import TrajectoryEvalConfig, TrajectoryTrainConfig, TrajectoryTrainer
+from chessgrpo.train.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
+from chessgrpo.train.loop import Trainer
 
 from helpers import SYZYGY_DIR
 
@@ -201,7 +202,9 @@ def _config(tmp_path: Path, name: str, **overrides) -> TrajectoryTrainConfig:
         task=TrajectoryConfig(group_size=4, positions_per_step=4, horizon=3, opponent="tablebase"),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=8),
         engine=EngineConfig(syzygy_path=str(SYZYGY_DIR), cache=False),
-        eval=TrajectoryEvalConfig(positions=20, every=0, at_start=False, baselines=False),
+        eval=TrajectoryEvalConfig(positions=20, baselines=False),
+        eval_every=0,
+        eval_at_start=False,
         steps=4,
         lr=1e-3,
         warmup_steps=0,
@@ -209,6 +212,24 @@ def _config(tmp_path: Path, name: str, **overrides) -> TrajectoryTrainConfig:
         threads=1,
     )
     return dataclasses.replace(base, **overrides)
+
+
+def test_config_plugs_into_the_spine(tmp_path):
+    from chessgrpo.config import ConfigError, load_config
+    from chessgrpo.train.kinds import config_class, kind_class
+
+    assert kind_class("trajectory") is TrajectoryKind and config_class("trajectory") is TrajectoryTrainConfig
+    config = _config(tmp_path, "spine")
+    assert config.best_metric() == ("eval/mate_rate", "max") and config.lr == 1e-3
+    defaults = TrajectoryTrainConfig()
+    assert defaults.run.name == "trajectory" and defaults.lr == 1e-3 and defaults.engine.cache is False
+    offline = dataclasses.replace(config, positions="random:8", eval=TrajectoryEvalConfig(offline_positions="data/tiny"))
+    assert offline.best_metric() == ("eval/esl", "min")
+    assert dataclasses.replace(config, positions="random:8").best_metric() is None  # nothing held out to pick by
+    with pytest.raises(ConfigError, match="every"):  # the cadence moved to the top-level eval_every
+        load_config(TrajectoryTrainConfig, None, ["eval.every=10"])
+    with pytest.raises(ConfigError, match="max_grad_norm"):  # ... and clipping to the top-level max_grad_norm
+        load_config(TrajectoryTrainConfig, None, ["grpo.max_grad_norm=1.0"])
 
 
 def test_forward_recomputes_behaviour_log_probs_and_a_temperature_mismatch_raises(tmp_path, oracle):
@@ -224,18 +245,18 @@ def test_forward_recomputes_behaviour_log_probs_and_a_temperature_mismatch_raise
     assert torch.allclose(outputs.logp[mask], batch.behaviour_logp[[4, 0, 7]][mask], atol=1e-5)
     assert (outputs.logp[~mask] == 0).all() and outputs.logp.requires_grad
     assert torch.allclose(outputs.entropy[mask], trajectories.entropy[[4, 0, 7]][mask], atol=1e-5)
-    with TrajectoryTrainer(_config(tmp_path, "mismatch", debug_learn_temperature=1.3)) as trainer, pytest.raises(
+    with Trainer(_config(tmp_path, "mismatch", debug_learn_temperature=1.3)) as trainer, pytest.raises(
         InvariantViolation, match="temperature"
     ):
         trainer.train_step()
 
 
 def test_resume_continues_bitwise_identically(tmp_path):
-    with TrajectoryTrainer(_config(tmp_path, "straight")) as trainer:
+    with Trainer(_config(tmp_path, "straight")) as trainer:
         assert trainer.train().finished
-    with TrajectoryTrainer(_config(tmp_path, "resumed", stop_at=2)) as trainer:
+    with Trainer(_config(tmp_path, "resumed", stop_at=2)) as trainer:
         assert not trainer.train().finished and trainer.step == 2
-    with TrajectoryTrainer(_config(tmp_path, "resumed"), resume=True) as trainer:
+    with Trainer(_config(tmp_path, "resumed"), resume=True) as trainer:
         assert trainer.step == 2 and trainer.train().finished
     straight = load_file(str(tmp_path / "straight" / "checkpoints" / "latest" / "model.safetensors"))
     resumed = load_file(str(tmp_path / "resumed" / "checkpoints" / "latest" / "model.safetensors"))
@@ -256,7 +277,7 @@ def test_short_endgame_run_learns_to_mate(tmp_path, oracle):
         task=TrajectoryConfig(group_size=8, positions_per_step=8, horizon=2, opponent="tablebase", shaping=0.1),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=32),
     )  # fmt: skip
-    with TrajectoryTrainer(config) as trainer:
+    with Trainer(config) as trainer:
         trainer.train()
     rows = read_metrics(tmp_path / "learn" / "metrics.jsonl")
     mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)

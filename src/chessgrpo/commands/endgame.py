@@ -26,7 +26,7 @@ from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments
 from chessgrpo.config import ConfigError, load_config, to_dict
-from chessgrpo.train.common import write_json_atomic
+from chessgrpo.files import write_json_atomic
 
 ENDGAME_PLAYERS = ("random", "tablebase")
 

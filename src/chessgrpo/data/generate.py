@@ -411,11 +411,9 @@ class DatasetGenerator:
         return EngineGames(self.config, shard_rng(self.config.seed, shard_index, "games"))
 
     def _save_games(self, shard_index: int, games: EngineGames) -> None:
-        path = self._games_path(shard_index)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(games.state()))
-        os.replace(tmp, path)
+        from chessgrpo.files import write_json_atomic
+
+        write_json_atomic(self._games_path(shard_index), games.state(), indent=None)
 
     def _summary(self, before: int, shards_before: int, started: float, engine: str | None) -> GenerateSummary:
         return GenerateSummary(

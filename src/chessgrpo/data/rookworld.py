@@ -30,6 +30,8 @@ split, and the same settings give the same files.
 
 from __future__ import annotations
 
+from chessgrpo.files import write_text_atomic
+
 import dataclasses
 import logging
 import os
@@ -295,10 +297,7 @@ def write_examples(directory: Path, examples: Iterable[RookWorldExample], test_f
         tmp = shard.with_name(shard.name + ".tmp")
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, shard)
-        text = directory / SPLIT_FILES[split]
-        tmp = text.with_name(text.name + ".tmp")
-        tmp.write_text("".join(r.line + "\n" for r in rows))
-        os.replace(tmp, text)
+        write_text_atomic(directory / SPLIT_FILES[split], "".join(r.line + "\n" for r in rows))
         counts[split] = {task: sum(r.task == task for r in rows) for task in ("policy", "environment")}
     return counts
 

@@ -113,11 +113,9 @@ def read_positions(source: str | os.PathLike, split: Split | None = None, column
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> None:
     """Write DIR/manifest.json atomically, stamping the schema version."""
-    path = Path(directory) / "manifest.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("manifest.json.tmp")
-    tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **manifest}, indent=2))
-    os.replace(tmp, path)
+    from chessgrpo.files import write_json_atomic
+
+    write_json_atomic(Path(directory) / "manifest.json", {"schema_version": SCHEMA_VERSION, **manifest}, indent=2)
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:

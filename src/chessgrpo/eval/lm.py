@@ -241,12 +241,9 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
 
 
 def write_result(path: str | Path, payload: dict[str, Any]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(path)
-    return path
+    from chessgrpo.files import write_json_atomic
+
+    return write_json_atomic(path, payload)
 
 
 def environment_truth(prompt: str):

@@ -577,3 +577,41 @@ def make_forward(model: ActionPolicy, trajectories: Trajectories, *, temperature
         return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy))
 
     return forward
+
+
+# ------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def outcome_metrics(
+    trajectories: Trajectories, step_rewards: torch.Tensor, reward: str, *, shaping: float = 0.0, tablebase_opponent: bool = False,
+    regret: bool = False,
+) -> dict[str, float]:
+    """rollout/length, rollout/{mate,mated,draw,horizon}_rate, reward/outcome and, for tablebase rewards,
+    rollout/win_lost_rate and (against the tablebase) rollout/dtz_optimal_rate.
+
+    The tablebase outcome (+1 mate, -1 mated or drawn, 0 undecided) assumes the row's mover starts
+    winning, as in the endgame curriculum."""
+    outcomes = trajectories.outcomes()
+    n = max(len(outcomes), 1)
+    metrics = {
+        "rollout/length": float(trajectories.lengths.float().mean()),
+        "rollout/mate_rate": sum(o == "mate" for o in outcomes) / n,
+        "rollout/mated_rate": sum(o == "mated" for o in outcomes) / n,
+        "rollout/draw_rate": sum(o.startswith("draw:") for o in outcomes) / n,
+        "rollout/horizon_rate": sum(o == "horizon" for o in outcomes) / n,
+    }
+    if reward == "tablebase":
+        # Outcome of a row: +1 mate, -1 the mover's win given away / mated, 0 otherwise (undecided at the horizon).
+        scores = [1.0 if o == "mate" else -1.0 if (o == "mated" or o.startswith("draw:")) else 0.0 for o in outcomes]
+        metrics["reward/outcome"] = sum(scores) / n
+        metrics["rollout/win_lost_rate"] = sum(s < 0 for s in scores) / n
+        if shaping > 0 and tablebase_opponent:
+            # Against the perfect defender a ply earns >= shaping exactly when it mates or shortens DTZ by 2 plies.
+            valid = step_rewards[trajectories.mask]
+            threshold = -1e-6 if regret else shaping - 1e-6  # regret: an optimal ply scores 0
+            metrics["rollout/dtz_optimal_rate"] = float((valid >= threshold).float().mean())
+    else:
+        # The final expected score for the mover is the start value plus the summed step rewards.
+        metrics["reward/outcome"] = float(torch.where(trajectories.mask, step_rewards, torch.zeros_like(step_rewards)).sum(1).mean())
+    return metrics

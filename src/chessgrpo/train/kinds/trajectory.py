@@ -1,0 +1,420 @@
+"""`kind: trajectory`: GRPO over multi-ply trajectory groups (`tasks.trajectory`), e.g. the endgame curriculum.
+
+One step (`TrajectoryKind.train_step`):
+
+1. **sample**: draw B fresh start positions (seeded by seed, step and rank; endgame positions are
+   generated uniformly among the won ones and never include a held-out evaluation position),
+   play G games from each, T own plies at most, against the configured opponent, recording the
+   behaviour log-prob, exact entropy and (when the KL is used) the reference log-prob of every ply;
+2. **reward**: per own ply from the tablebase (exact) or the engine pool (win probability);
+3. **learn**: `rl.optimize` with L = T and the mask: outcome supervision (rewards [N]), process
+   supervision (rewards [N, T]) or per-step advantages (`tasks.trajectory.step_advantages`); the
+   first-minibatch ratio check and KL as in the GRPO core, each update through the loop's `Learner`
+   (backward, clipping to `max_grad_norm`, the optimizer step).
+
+The reference policy is the starting checkpoint (or the random initialisation), frozen. Every
+forward runs in eval mode (no dropout). The kind's resumable state is the KL controller and the
+sampling generator (the loop saves the rest); start positions are a function of (seed, step,
+rank), so ``--resume`` continues bitwise identically to a straight run.
+
+Evaluation (every `eval_every` steps, at the start with `eval_at_start`, and at the end):
+
+- endgame runs (``positions: endgame:KQvK``): the policy at argmax plays the strong side of
+  `eval.positions` held-out won start positions for up to `eval.max_moves` own moves against the
+  tablebase-perfect defender (`tasks.endgame.evaluate_endgame`): ``eval/mate_rate`` with a Wilson
+  interval, ``eval/dtz_optimal_rate``, ``eval/moves_to_mate`` vs ``eval/optimal_moves_to_mate``,
+  ``eval/win_lost_rate``. At step 0 the random mover is evaluated too (``eval/random_*``); the
+  tablebase itself mates every position in ``eval/optimal_moves_all`` moves on average.
+- other runs: the held-out offline evaluation of ``chessgrpo eval offline`` (ESL, top-1, blunder
+  rate with bootstrap intervals) on `eval.offline_positions`.
+
+Results go to RUN_DIR/eval/step_NNNNNN_{endgame,offline}.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from chessgrpo.board.endgames import COLOURS
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig
+from chessgrpo.files import write_json_atomic
+from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
+from chessgrpo.rl import GRPOConfig, KLController, optimize
+from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
+from chessgrpo.tasks.move_group import StartPositions
+from chessgrpo.tasks.trajectory import (
+    Opponent,
+    PolicyOpponent,
+    StockfishOpponent,
+    TablebaseOpponent,
+    TrajectoryConfig,
+    engine_step_rewards,
+    make_forward,
+    outcome_metrics,
+    play_trajectories,
+    tablebase_step_rewards,
+    to_rollout_batch,
+)
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.kind import Kind, RunContext, interval_text
+from chessgrpo.train.kinds.move_group import interval_metrics
+
+logger = logging.getLogger(__name__)
+
+ENDGAME_PREFIX = "endgame:"
+
+
+@dataclasses.dataclass
+class TrajectoryEvalConfig:
+    """What trajectory GRPO evaluates on held-out data (module docstring); cadence: eval_every, eval_at_start."""
+
+    positions: int = 200
+    """Endgame runs: held-out won start positions (generated once, never drawn for training)."""
+    max_moves: int = 50
+    """Endgame runs: own moves allowed to mate against the perfect defender."""
+    baselines: bool = True
+    """Endgame runs: at step 0 also evaluate the random mover on the same positions (eval/random_*)."""
+    offline_positions: str | None = None
+    """Other runs: held-out positions for ESL/top-1 (dataset dir's test split, .parquet, .epd/.fen/.txt, .pgn); null = skip."""
+    max_offline_positions: int = 1000
+    """Other runs: positions sampled (seeded) from offline_positions; the same ones at every evaluation."""
+    nodes: int = 2000
+    """Other runs: Stockfish nodes for labelling and valuing moves."""
+    resamples: int = 2000
+    """Other runs: bootstrap resamples of the offline intervals."""
+
+    def __post_init__(self) -> None:
+        if self.positions < 1 or self.max_moves < 1 or self.max_offline_positions < 1 or self.nodes < 1:
+            raise ValueError("need positions >= 1, max_moves >= 1, max_offline_positions >= 1, nodes >= 1")
+        if self.resamples < 10:
+            raise ValueError(f"resamples must be >= 10, got {self.resamples}")
+
+
+@dataclasses.dataclass
+class TrajectoryTrainConfig(TrainConfig):
+    """`chessgrpo train` with ``kind: trajectory``: GRPO over multi-ply trajectory groups."""
+
+    kind: str = "trajectory"
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="trajectory"))
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    init_checkpoint: str | None = None
+    """Starting policy (checkpoint or run directory), also the frozen reference; null = randomly initialised `model`."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy's shape when init_checkpoint is null."""
+    positions: str = "endgame:KQvK"
+    """Start positions: ``endgame:<material>`` (uniform won positions of e.g. KQvK, KRvK, KBBvK, KBNvK from the
+    Syzygy tables in engine.syzygy_path) or any `tasks.move_group.StartPositions` source (dataset dir, .parquet,
+    .epd/.fen/.txt, .pgn, random:N)."""
+    positions_split: str = "train"
+    """Split of a dataset directory to draw start positions from (not used by endgame positions)."""
+    max_start_positions: int | None = None
+    """Keep at most this many start positions of a file or dataset (a seeded sample); null = all."""
+    endgame_colours: str = "white"
+    """Endgame positions: the strong side's colour, white | black | both."""
+    curriculum_start_dtz: int | None = None
+    """Endgame positions: reverse curriculum (Florensa et al. 2017): at step s only won positions with DTZ <=
+    curriculum_start_dtz + s * curriculum_dtz_per_step plies are drawn (near-mate first); null = uniform over all won."""
+    curriculum_dtz_per_step: float = 0.2
+    """Endgame positions: growth of the curriculum's DTZ limit in plies per step (KQvK's longest DTZ is 19 plies)."""
+    task: TrajectoryConfig = dataclasses.field(default_factory=TrajectoryConfig)
+    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=lambda: EngineConfig(cache=False))
+    """Stockfish pool (started only for engine rewards, the stockfish opponent or offline evaluation) and
+    engine.syzygy_path, the Syzygy tables (for tablebase rewards/opponent and endgame positions)."""
+    eval: TrajectoryEvalConfig = dataclasses.field(default_factory=TrajectoryEvalConfig)
+    debug_learn_temperature: float | None = None
+    """DEBUG: learn at this temperature instead of task.temperature, to watch the ratio check fire."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "trajectory":
+            raise ConfigError(f"config key kind must be trajectory for this config, got {self.kind!r}")
+        if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
+            raise ConfigError("config keys curriculum_start_dtz must be >= 1 (or null) and curriculum_dtz_per_step >= 0")
+        if self.endgame_colours not in COLOURS:
+            raise ConfigError(f"config key endgame_colours must be one of {list(COLOURS)}, got {self.endgame_colours!r}")
+        if self.debug_learn_temperature is not None and self.debug_learn_temperature <= 0:
+            raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
+        if self.needs_tables and not self.engine.syzygy_path:
+            raise ConfigError("endgame positions and tablebase rewards/opponents need engine.syzygy_path")
+        if self.task.supervision == "critic" and not (self.task.reward == "tablebase" and self.task.regret):
+            raise ConfigError("task.supervision: critic needs task.reward: tablebase and task.regret: true (rewards relative to the exact value)")
+        if self.task.reward == "tablebase" and not self.is_endgame:
+            logger.warning("tablebase rewards with positions %r: every position must be covered by the tables", self.positions)
+
+    @property
+    def is_endgame(self) -> bool:
+        return self.positions.startswith(ENDGAME_PREFIX)
+
+    @property
+    def needs_tables(self) -> bool:
+        """Whether the run probes the Syzygy tables (endgame positions, tablebase rewards or opponent)."""
+        return self.is_endgame or self.task.reward == "tablebase" or self.task.opponent == "tablebase"
+
+    @property
+    def needs_pool(self) -> bool:
+        """Whether the run starts Stockfish (engine rewards, the stockfish opponent, offline evaluation)."""
+        return self.task.reward == "engine" or self.task.opponent == "stockfish" or (
+            not self.is_endgame and self.eval.offline_positions is not None
+        )
+
+    def default_best_metric(self) -> tuple[str, str] | None:
+        if self.is_endgame:
+            return "eval/mate_rate", "max"
+        return ("eval/esl", "min") if self.eval.offline_positions else None
+
+
+class TrajectoryKind(Kind):
+    """Trajectory-group GRPO of an `ActionPolicy` (module docstring)."""
+
+    name = "trajectory"
+    config_class = TrajectoryTrainConfig
+
+    def __init__(self, config: TrajectoryTrainConfig, context: RunContext):
+        super().__init__(config, context)
+        device = context.device
+        # Nothing here draws from torch's global generator before the model is built (endgame and file
+        # start positions use their own seeded generators), so building them after the loop's seeding
+        # gives the same weights as the old trainer, which built them before.
+        self.oracle = TablebaseOracle(config.engine.syzygy_path) if config.needs_tables else None
+        self.pool = None
+        try:
+            self.endgame: EndgameStarts | None = None
+            self.start_positions: StartPositions | None = None
+            self._held_out: list | None = None
+            if config.is_endgame:
+                assert self.oracle is not None
+                self.endgame = EndgameStarts(config.positions[len(ENDGAME_PREFIX):], self.oracle, colours=config.endgame_colours)
+                # Held out first, so that no training draw can ever contain an evaluation position.
+                self._held_out = self.endgame.hold_out(config.eval.positions, seed=config.run.seed)
+            else:
+                self.start_positions = StartPositions.from_source(
+                    config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed
+                )  # fmt: skip
+                logger.info("%d start positions from %s", len(self.start_positions), config.positions)
+
+            if config.init_checkpoint:
+                self.reference = load_policy(config.init_checkpoint, device=device)
+            else:
+                self.reference = ActionPolicy(config.model.policy_config()).to(device)
+            self.reference.eval().requires_grad_(False)
+            self.model = copy.deepcopy(self.reference).requires_grad_(True)
+            self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
+            self.kl_controller = KLController.from_config(config.grpo)
+            self.generator = torch.Generator(device=device).manual_seed(config.run.seed * 1_000_003 + context.rank)
+
+            if config.needs_pool:
+                from chessgrpo.engine import EnginePool
+
+                self.pool = EnginePool.from_config(config.engine)
+            self.opponent: Opponent | None = self._make_opponent()
+        except BaseException:
+            self.close()
+            raise
+        self._offline_positions: list | None = None
+
+    def _make_opponent(self) -> Opponent | None:
+        kind = self.config.task.opponent
+        if kind == "self":
+            return None
+        if kind == "reference":
+            return PolicyOpponent(self.reference, self.config.task.temperature, self.generator)
+        if kind == "stockfish":
+            assert self.pool is not None
+            return StockfishOpponent(self.pool, self.config.task.opponent_nodes)
+        assert self.oracle is not None
+        return TablebaseOpponent(self.oracle)
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.head.parameters())
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        return frozen_parameters(self.model, freeze_layers)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.oracle is not None:
+            self.oracle.close()
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    @property
+    def _uses_kl(self) -> bool:
+        grpo = self.config.grpo
+        return grpo.kl_coef > 0 or grpo.kl_schedule == "adaptive"
+
+    def curriculum_max_plies(self, step: int) -> int | None:
+        """The DTZ limit (plies) of step `step`'s endgame start positions, None without a curriculum."""
+        start = self.config.curriculum_start_dtz
+        if start is None:
+            return None
+        return int(start + step * self.config.curriculum_dtz_per_step)
+
+    def draw_starts(self, step: int) -> list:
+        """The start positions of step `step` (0-based) for this rank."""
+        count, seed, rank = self.config.task.positions_per_step, self.config.run.seed, self.context.rank
+        if self.endgame is not None:
+            return self.endgame.draw(count, seed=seed, step=step, rank=rank, max_plies=self.curriculum_max_plies(step))
+        assert self.start_positions is not None
+        return self.start_positions.draw(count, seed=seed, step=step, rank=rank)
+
+    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        """Sample trajectories, reward every own ply, learn (one `learner.update` per minibatch)."""
+        config, task, bf16 = self.config, self.config.task, self.context.bf16
+        probes_before = self.oracle.probes if self.oracle is not None else 0
+        searches_before = self.pool.stats.searches if self.pool is not None else 0
+
+        tick = time.perf_counter()
+        starts = self.draw_starts(step)
+        trajectories = play_trajectories(
+            self.model, starts, task, opponent=self.opponent, generator=self.generator,
+            reference=self.reference if self._uses_kl else None, bf16=bf16,
+        )  # fmt: skip
+        sample_s = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        evaluations = 0
+        if task.reward == "tablebase":
+            assert self.oracle is not None
+            step_rewards = tablebase_step_rewards(trajectories, self.oracle, shaping=task.shaping, regret=task.regret)
+        else:
+            assert self.pool is not None
+            step_rewards, evaluations = engine_step_rewards(trajectories, self.pool, nodes=task.reward_nodes)
+        reward_s = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        batch = to_rollout_batch(
+            trajectories, step_rewards, task.supervision, estimator=config.grpo.advantage_estimator,
+            epsilon=config.grpo.advantage_epsilon,
+        )  # fmt: skip
+        learn_temperature = config.debug_learn_temperature or task.temperature
+        forward = make_forward(self.model, trajectories, temperature=learn_temperature, bf16=bf16)
+        metrics = optimize(
+            batch, forward, None, config.grpo, self.kl_controller, generator=self.generator, bf16=bf16, update=learner.update
+        )
+        learn_s = time.perf_counter() - tick
+
+        mask = trajectories.mask
+        plies = int(mask.sum())
+        step_s = sample_s + reward_s + learn_s
+        metrics.update(
+            {
+                "entropy/mean": float(trajectories.entropy[mask].mean()),
+                "entropy/ln_legal": float(trajectories.ln_legal[mask].mean()),
+                "rollout/positions": float(len(starts)),
+                "rollout/curriculum_max_dtz": float(self.curriculum_max_plies(step) or 0),
+                "rollout/rows": float(trajectories.num_rows),
+                "rollout/plies": float(plies),
+                "rollout/unique_positions": float(trajectories.tokens.shape[0]),
+                "reward/step_mean": float(step_rewards[mask].mean()),
+                "perf/sample_s": sample_s,
+                "perf/reward_s": reward_s,
+                "perf/learn_s": learn_s,
+                "perf/step_s": step_s,
+                "perf/samples_per_s": plies / max(step_s, 1e-9),
+            }
+        )
+        metrics.update(
+            outcome_metrics(
+                trajectories, step_rewards, task.reward, shaping=task.shaping, tablebase_opponent=task.opponent == "tablebase",
+                regret=task.regret,
+            )
+        )
+        if trajectories.exact_kl is not None:
+            metrics["kl/exact"] = float(trajectories.exact_kl[mask].mean())
+        if self.oracle is not None:
+            metrics["perf/tablebase_probes"] = float(self.oracle.probes - probes_before)
+        if self.pool is not None:
+            metrics["perf/engine_searches"] = float(self.pool.stats.searches - searches_before)
+            metrics["perf/engine_evals_per_s"] = evaluations / max(reward_s, 1e-9)
+            metrics["perf/engine_retries"] = float(self.pool.stats.retries)
+            metrics["perf/engine_failures"] = float(self.pool.stats.failures)
+        return metrics
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        return self._held_out is not None or bool(self.config.eval.offline_positions)
+
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """Held-out evaluation of the current policy at argmax (module docstring); writes out_dir/step_NNNNNN_*.json."""
+        config, seed = self.config.eval, self.config.run.seed
+        metrics: dict[str, float] = {}
+        if self._held_out is not None:
+            assert self.oracle is not None
+            result = evaluate_endgame(policy_picker(self.model), self._held_out, self.oracle, max_moves=config.max_moves)
+            metrics.update(result.metrics("eval/"))
+            payload: dict[str, Any] = {"step": step, "positions": self.config.positions, "policy": result.to_json(),
+                                       "starts": [board.fen() for board in self._held_out]}  # fmt: skip
+            if config.baselines and step == 0:
+                baseline = evaluate_endgame(random_picker(seed), self._held_out, self.oracle, max_moves=config.max_moves)
+                metrics.update(baseline.metrics("eval/random_"))
+                payload["random"] = baseline.to_json()
+            write_json_atomic(out_dir / f"step_{step:06d}_endgame.json", payload)
+        elif config.offline_positions:
+            from chessgrpo.eval.offline import evaluate_offline
+            from chessgrpo.eval.players import PolicyPlayer
+            from chessgrpo.eval.positions import load_eval_positions
+
+            assert self.pool is not None
+            if self._offline_positions is None:
+                self._offline_positions = load_eval_positions(
+                    config.offline_positions, config.max_offline_positions, seed, pool=self.pool, nodes=config.nodes
+                )  # fmt: skip
+            player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
+            result = evaluate_offline(player, self._offline_positions, self.pool, nodes=config.nodes, resamples=config.resamples, seed=seed)
+            metrics.update(interval_metrics(result, ("top1", "esl", "blunder_rate")))
+            payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
+            write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
+        return metrics
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def save_model(self, directory: Path) -> None:
+        save_policy(self.model, directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kl_controller.load_state_dict(state["kl_controller"])
+        self.generator.set_state(state["generator"])
+
+    # -- presentation -------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        postfix = {}
+        for key, label in (("rollout/mate_rate", "mate"), ("reward/mean", "reward_mean"), ("eval/mate_rate", "heldout_mate"),
+                           ("eval/esl", "heldout_esl")):  # fmt: skip
+            if key in row:
+                postfix[label] = f"{row[key]:.3f}"
+        return postfix
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        if "eval/mate_rate" in row:
+            return f"step {step}: held-out mate rate {interval_text(row, 'eval/mate_rate')}"
+        if "eval/esl" in row:
+            return f"step {step}: ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}"
+        return None
+
+    def summary(self) -> list[str]:
+        out = self.context.run_dir / "eval"
+        offline = sorted(out.glob("step_*_offline.json"))
+        if len(offline) >= 2:
+            return [f"paired before/after: chessgrpo eval compare {offline[0]} {offline[-1]}"]
+        if any(out.glob("step_*_endgame.json")):
+            return [f"held-out endgame results: {out}/step_NNNNNN_endgame.json"]
+        return []
