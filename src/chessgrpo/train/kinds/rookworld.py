@@ -1,0 +1,392 @@
+"""`kind: rookworld`: GRPO on text for the chess language model (the P: policy and A: environment tasks).
+
+One step (`RookWorldKind.train_step`):
+
+1. **prompts**: B prompts from the dataset's train split, round(B * policy_fraction) P: prompts
+   and the rest A: prompts, drawn without replacement as a function of (seed, step, rank), so a
+   resumed run sees what a straight run would;
+2. **sample**: G completions per prompt from the current model at the rollout temperature
+   (`tasks.rookworld.sample_completion_groups`: batched, left-padded, KV cache, temperature only);
+   the behaviour and reference log-probs and the exact per-token entropy are then computed by
+   `models.lm.completion_log_probs` on the finished sequences;
+3. **reward**: `tasks.rookworld.score_completions` (engine pool with its cache for P:, python-chess
+   for A:), each component logged per task, malformed completions at the configured penalty;
+4. **learn**: `rl.optimize` with L = completion tokens and their mask: token-level (or GSPO
+   sequence-level) ratios against the behaviour log-probs, the chosen aggregation, KL to the frozen
+   SFT reference (k3 by default, fixed/warmup/adaptive coefficient), the first-minibatch ratio
+   check; each optimizer update through the loop's `Learner` (clipping at the top-level
+   `max_grad_norm`). Reward normalisation: `grpo.advantage_estimator` (``batch_std`` = batch-level).
+
+The reference is the starting model, frozen; the policy is its copy. Both run with every dropout
+off and in eval mode (`models.lm.prepare_for_rl`), whatever the model config says (ARCHITECTURE
+invariant 2). With ``bf16: true`` the sampling and learner forwards run under bf16 autocast
+(log-probs stay fp32) and the ratio check uses its bf16 tolerance.
+
+Evaluation (cadence: the loop's `eval_every` / `eval_at_start`) is the code of `chessgrpo eval lm`
+(`eval.lm.evaluate_lm`): the greedy model on the same held-out P: positions, A: prompts and
+puzzles every time, written to RUN_DIR/eval/step_NNNNNN_lm.json. When the run reaches its last
+step, the paired difference last - first of those files (`eval.lm.compare_lm_results`, across
+resumes too) is logged and written to RUN_DIR/eval/paired_first_last.json (`after_run`).
+
+Checkpoints hold the model (a `save_pretrained` directory, `models.lm.save_lm`); the kind's own
+resumable state is the KL controller and the sampling generator.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig, resumable
+from chessgrpo.files import write_json_atomic
+from chessgrpo.models.lm import ChessLM, LMModelConfig, build_lm, load_lm, prepare_for_rl, save_lm
+from chessgrpo.rl import GRPOConfig, KLController, optimize
+from chessgrpo.tasks.rookworld import (
+    ENVIRONMENT_COMPONENTS,
+    POLICY_COMPONENTS,
+    RookWorldRewardConfig,
+    RookWorldTaskConfig,
+    make_forward,
+    sample_completion_groups,
+    score_completions,
+    to_rollout_batch,
+)
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.kind import Kind, RunContext, interval_text
+
+logger = logging.getLogger(__name__)
+
+PAIRED_FILE = "paired_first_last.json"
+"""The paired last - first comparison `after_run` writes under RUN_DIR/eval/."""
+
+
+@dataclasses.dataclass
+class RookWorldEvalConfig:
+    """Held-out evaluation during GRPO (the code of `chessgrpo eval lm`); cadence: eval_every, eval_at_start."""
+
+    policy_prompts: int = 200
+    """Held-out P: positions (the first N of the test split: the same ones every time)."""
+    environment_prompts: int = 100
+    """Held-out A: prompts (the first N of the test split)."""
+    puzzles: str | None = None
+    """Lichess puzzle CSV, solved through the P: prompt; null = skip."""
+    max_puzzles: int = 200
+    """Puzzles sampled (seeded) from `puzzles`."""
+    batch_size: int = resumable(64)
+    """Prompts per greedy generation batch."""
+    resamples: int = 2000
+    """Bootstrap resamples of the intervals."""
+
+    def __post_init__(self) -> None:
+        if self.policy_prompts < 0 or self.environment_prompts < 0 or self.max_puzzles < 1:
+            raise ValueError("need policy_prompts, environment_prompts >= 0 and max_puzzles >= 1")
+        if self.batch_size < 1 or self.resamples < 10:
+            raise ValueError("need batch_size >= 1 and resamples >= 10")
+
+
+@dataclasses.dataclass
+class RookWorldTrainConfig(TrainConfig):
+    """`chessgrpo train` with ``kind: rookworld``: GRPO of a chess LM on the P:/A: text tasks."""
+
+    kind: str = "rookworld"
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="rookworld_grpo"))
+    init_checkpoint: str | None = "runs/rookworld_sft"
+    """Starting model, also the frozen KL reference: an SFT run or checkpoint, or any local
+    `save_pretrained` directory (e.g. RookWorld-LM-124M). null = a fresh `model` (for tests)."""
+    model: LMModelConfig = dataclasses.field(default_factory=LMModelConfig)
+    """Shape of a fresh model (only with init_checkpoint: null). Its dropout is ignored: RL runs without."""
+    data: str = "data/rookworld_tiny"
+    """`chessgrpo data rookworld` directory: prompts from its train split, evaluation on its test split."""
+    task: RookWorldTaskConfig = dataclasses.field(default_factory=RookWorldTaskConfig)
+    rewards: RookWorldRewardConfig = dataclasses.field(default_factory=RookWorldRewardConfig)
+    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    """Stockfish pool for P: rewards and evaluation (rewards.policy.nodes is the limit); keep the cache on."""
+    eval: RookWorldEvalConfig = dataclasses.field(default_factory=RookWorldEvalConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "rookworld":
+            raise ConfigError(f"config key kind must be rookworld for this config, got {self.kind!r}")
+
+    def default_best_metric(self) -> tuple[str, str] | None:
+        if self.eval.policy_prompts:
+            return "eval/p_reward", "max"
+        if self.eval.environment_prompts:
+            return "eval/a_reward", "max"
+        return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
+
+
+class RookWorldKind(Kind):
+    """Text GRPO of a `ChessLM` on the RookWorld tasks (module docstring). `model` is ``lm.model``."""
+
+    name = "rookworld"
+    config_class = RookWorldTrainConfig
+
+    def __init__(self, config: RookWorldTrainConfig, context: RunContext):
+        from chessgrpo.data.rookworld import read_rookworld
+        from chessgrpo.engine import EnginePool
+
+        super().__init__(config, context)
+        device = context.device
+        train = read_rookworld(config.data, "train")
+        self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
+        self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
+        n_policy, n_environment = config.task.split()
+        for label, prompts, wanted in (("P:", self.policy_prompts, n_policy), ("A:", self.environment_prompts, n_environment)):
+            if wanted and not prompts:
+                raise ConfigError(
+                    f"config key data: {config.data!r} has no {label} train prompts but the task mix asks for {wanted} per step"
+                )
+        test = read_rookworld(config.data, "test")
+        self.eval_policy_fens = [e.fen for e in test if e.task == "policy"][: config.eval.policy_prompts]
+        self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][: config.eval.environment_prompts]
+
+        if config.init_checkpoint:
+            self.reference = load_lm(config.init_checkpoint, device=device)
+        else:
+            self.reference = build_lm(config.model, seed=config.run.seed)
+            self.reference.model.to(device)
+        prepare_for_rl(self.reference.model).requires_grad_(False)
+        self.lm = ChessLM(copy.deepcopy(self.reference.model), self.reference.tokenizer, self.reference.source)
+        prepare_for_rl(self.lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
+        self.model = self.lm.model
+        limit = self.lm.max_positions
+        longest = max(len(self.lm.tokenizer.encode(p)) for p in self.policy_prompts[:2000] + self.environment_prompts[:2000])
+        if limit is not None and longest + config.task.max_new_tokens > limit:
+            raise ConfigError(
+                f"config key task.max_new_tokens={config.task.max_new_tokens} + the longest prompt ({longest} tokens) "
+                f"exceeds the model's {limit} positions"
+            )
+
+        self.kl_controller = KLController.from_config(config.grpo)
+        self.generator = torch.Generator(device=device).manual_seed(config.run.seed * 1_000_003 + context.rank)
+        self.pool = EnginePool.from_config(config.engine) if (n_policy or self.eval_policy_fens) else None
+        self._puzzles: list | None = None
+        self.paired: dict[str, Any] | None = None
+        """The paired last - first comparison once `after_run` made it (the content of PAIRED_FILE)."""
+        self._paired_lines: list[str] = []
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    # -- optimisation ------------------------------------------------------------------------------
+
+    def _head_is_tied(self) -> bool:
+        head = self.model.get_output_embeddings()
+        return head is None or head.weight is self.model.get_input_embeddings().weight
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        """The LM head when it is its own matrix; a head tied to the token embeddings (GPT-2's) has none."""
+        if self._head_is_tied():
+            if self.config.head_lr is not None:
+                raise ConfigError("config key head_lr: the model's lm_head is tied to its token embeddings (no separate head)")
+            return []
+        return list(self.model.get_output_embeddings().parameters())
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        """GPT-2: the token and position embeddings (wte, wpe) and the first `freeze_layers` blocks of
+        transformer.h. A head tied to wte is frozen with it."""
+        if not freeze_layers:
+            return []
+        transformer = getattr(self.model, "transformer", None)
+        blocks = getattr(transformer, "h", None)
+        if blocks is None or not hasattr(transformer, "wte") or not hasattr(transformer, "wpe"):
+            raise ConfigError(f"config key freeze_layers: only GPT-2 models can freeze layers, not {type(self.model).__name__}")
+        if freeze_layers > len(blocks):
+            raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(blocks)} blocks")
+        modules = [transformer.wte, transformer.wpe, *blocks[:freeze_layers]]
+        return [p for module in modules for p in module.parameters()]
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    def draw_prompts(self, step: int) -> list[str]:
+        """The prompts of `step` (P: first, then A:), a function of (seed, step, rank)."""
+        n_policy, n_environment = self.config.task.split()
+        rng = np.random.default_rng([self.config.run.seed, step, self.context.rank])
+        prompts = []
+        for pool, count in ((self.policy_prompts, n_policy), (self.environment_prompts, n_environment)):
+            if count:
+                chosen = rng.choice(len(pool), count, replace=count > len(pool))
+                prompts += [pool[int(i)] for i in chosen]
+        return prompts
+
+    def _learner_forward(self, temperature: float) -> Any:
+        """`tasks.rookworld.make_forward` of the policy, under bf16 autocast when the run asks for it."""
+        forward = make_forward(self.model, temperature=temperature)
+        if not self.context.bf16:
+            return forward
+
+        def autocast_forward(minibatch: Any) -> Any:
+            with self.context.autocast():
+                return forward(minibatch)
+
+        return autocast_forward
+
+    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        config, task, context = self.config, self.config.task, self.context
+        stats_before = dataclasses.replace(self.pool.stats) if self.pool is not None else None
+
+        tick = time.perf_counter()
+        prompts = self.draw_prompts(step)
+        with context.autocast():
+            groups = sample_completion_groups(
+                self.lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
+                generator=self.generator, reference=self.reference.model,
+            )  # fmt: skip
+        sample_s = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        row_prompts = groups.row_prompts()
+        scored = score_completions(self.pool, row_prompts, groups.texts, config.rewards)
+        rewards = torch.tensor([r.total for r in scored], dtype=torch.float32)
+        reward_s = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        batch = to_rollout_batch(groups, rewards.to(context.device))
+        metrics = optimize(
+            batch, self._learner_forward(task.temperature), None, config.grpo, self.kl_controller,
+            generator=self.generator, bf16=context.bf16, update=learner.update,
+        )  # fmt: skip
+        learn_s = time.perf_counter() - tick
+
+        mask = groups.generation.completion_mask
+        lengths = groups.generation.lengths.float()
+        rollout_entropy = float(groups.entropy[mask].mean())
+        metrics.update(
+            {
+                "entropy/rollout": rollout_entropy,
+                "entropy/mean": rollout_entropy,  # the sampling policy's, as every kind logs it (the entropy early stop)
+                "rollout/completion_tokens": float(lengths.mean()),
+                "rollout/completion_tokens_max": float(lengths.max()),
+                "rollout/truncated_frac": float((~groups.generation.finished).float().mean()),
+                "rollout/malformed_rate": sum(r.malformed is not None for r in scored) / len(scored),
+                "rollout/prompts": float(len(prompts)),
+                "perf/sample_s": sample_s,
+                "perf/reward_s": reward_s,
+                "perf/learn_s": learn_s,
+                "perf/step_s": sample_s + reward_s + learn_s,
+                "perf/samples_per_s": len(scored) / max(sample_s + reward_s + learn_s, 1e-9),
+            }
+        )
+        for name, components in (("policy", POLICY_COMPONENTS), ("environment", ENVIRONMENT_COMPONENTS)):
+            rows = [r for r, p in zip(scored, row_prompts) if p.startswith("P:" if name == "policy" else "A:")]
+            if not rows:
+                continue
+            metrics[f"reward/{name}_total"] = sum(r.total for r in rows) / len(rows)
+            metrics[f"reward/{name}_malformed_rate"] = sum(r.malformed is not None for r in rows) / len(rows)
+            for component in components:
+                metrics[f"reward/{name}_{component}"] = sum(r.components[component] for r in rows) / len(rows)
+            errors = [r.components["eval_error"] for r in rows if "eval_error" in r.components]
+            if errors:
+                metrics[f"reward/{name}_eval_error"] = sum(errors) / len(errors)
+        if self.pool is not None and stats_before is not None:
+            stats = self.pool.stats
+            lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)
+            metrics["perf/engine_searches"] = float(stats.searches - stats_before.searches)
+            metrics["perf/cache_hit_rate"] = (stats.cache_hits - stats_before.cache_hits) / lookups if lookups else 0.0
+        return metrics
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.eval_policy_fens or self.eval_environment_prompts or self.config.eval.puzzles)
+
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """Greedy held-out evaluation (flat ``eval/`` metrics); writes out_dir/step_NNNNNN_lm.json."""
+        from chessgrpo.eval.lm import evaluate_lm
+
+        config, seed = self.config.eval, self.config.run.seed
+        if self._puzzles is None and config.puzzles:
+            from chessgrpo.eval.puzzles import read_puzzles
+
+            self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, seed).puzzles)
+        result = evaluate_lm(
+            self.lm, policy_fens=self.eval_policy_fens, environment_prompts=self.eval_environment_prompts,
+            puzzles=self._puzzles or (), pool=self.pool, rewards=self.config.rewards, batch_size=config.batch_size,
+            policy_max_new_tokens=self.config.task.max_new_tokens, environment_max_new_tokens=self.config.task.max_new_tokens,
+            seed=seed, resamples=config.resamples,
+        )  # fmt: skip
+        write_json_atomic(out_dir / f"step_{step:06d}_lm.json", {**result.to_json(), "step": step})
+        return result.flat()
+
+    def after_run(self, out_dir: Path) -> None:
+        """Paired last - first difference of this run directory's evaluations (also across resumes)."""
+        from chessgrpo.eval.lm import compare_lm_results
+
+        files = sorted(out_dir.glob("step_*_lm.json"))
+        if len(files) < 2:
+            return
+        first, last = json.loads(files[0].read_text()), json.loads(files[-1].read_text())
+        diffs = compare_lm_results(first, last, resamples=self.config.eval.resamples, seed=self.config.run.seed)
+        self.paired = {"a": files[0].name, "b": files[-1].name, "differences": {k: v.to_json() for k, v in diffs.items()}}
+        write_json_atomic(out_dir / PAIRED_FILE, self.paired)
+        self._paired_lines = [f"paired held-out {files[0].name} -> {files[-1].name} ({out_dir / PAIRED_FILE}):"]
+        for name, interval in diffs.items():
+            logger.info("held-out %s, %s -> %s: %s", name, files[0].name, files[-1].name, interval.format(4))
+            self._paired_lines.append(f"  {name}: {interval.format(4)}")
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def save_model(self, directory: Path) -> None:
+        save_lm(self.lm, directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        self.model.load_state_dict(load_lm(checkpoint, device=self.context.device).model.state_dict())
+        prepare_for_rl(self.model)  # still dropout off, eval mode
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kl_controller.load_state_dict(state["kl_controller"])
+        self.generator.set_state(state["generator"])
+
+    # -- presentation -------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        postfix = {}
+        if "reward/mean" in row:
+            postfix["reward"] = f"{row['reward/mean']:.3f}"
+        if "rollout/malformed_rate" in row:
+            postfix["malformed"] = f"{row['rollout/malformed_rate']:.2f}"
+        if "perf/samples_per_s" in row:
+            postfix["sps"] = f"{row['perf/samples_per_s']:.1f}"
+        if "eval/p_reward" in row:
+            postfix["heldout_p_reward"] = f"{row['eval/p_reward']:.3f}"
+        return postfix
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        parts = []
+        if "eval/p_format_rate" in row:
+            text = f"P: format {interval_text(row, 'eval/p_format_rate')}"
+            for key, label in (("eval/p_best_accuracy", "best"), ("eval/p_best_accuracy_well_formed", "best (well-formed)"),
+                               ("eval/p_reward", "reward")):  # fmt: skip
+                if key in row:
+                    text += f", {label} {interval_text(row, key)}"
+            parts.append(text)
+        if "eval/a_format_rate" in row:
+            text = f"A: format {interval_text(row, 'eval/a_format_rate')}"
+            if "eval/a_exact_state_accuracy" in row:
+                text += f", exact state {interval_text(row, 'eval/a_exact_state_accuracy')}"
+            parts.append(text)
+        if "eval/puzzle_first_move_accuracy" in row:
+            parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
+        return f"step {step}: " + "; ".join(parts) if parts else None
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"model: {self.lm.source} ({self.lm.num_parameters():,} parameters); data: {self.config.data} "
+            f"({len(self.policy_prompts)} P: / {len(self.environment_prompts)} A: train prompts)"
+        ]
+        return lines + self._paired_lines
