@@ -42,7 +42,7 @@ def run_variant(name: str, overrides: list[str], args: argparse.Namespace) -> di
         command = [
             str(ROOT / ".venv" / "bin" / "chessgrpo"), "train", "--config", args.config,
             f"init_checkpoint={args.init}", f"run.out_dir={args.out}", f"run.name={name}", f"steps={args.steps}",
-            f"eval.every={args.steps}", f"run.seed={args.seed}", *args.common, *overrides,
+            f"eval_every={args.steps}", f"run.seed={args.seed}", *args.common, *overrides,
         ]  # fmt: skip
         started = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)

@@ -11,13 +11,15 @@ import pytest
 import torch
 
 from chessgrpo.cli import main
-from chessgrpo.config import load_config
+from chessgrpo.config import ConfigError, load_config
 from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
 from chessgrpo.models.lm import CharTokenizer, load_lm
 from chessgrpo.tasks.rookworld import parse_policy_completion
 from chessgrpo.track.metrics import read_metrics
-from chessgrpo.train.rookworld import RookWorldTrainConfig, RookWorldTrainer
-from chessgrpo.train.sft import SFTConfig, SFTTrainer
+from chessgrpo.train.kind import RunContext
+from chessgrpo.train.kinds.rookworld import PAIRED_FILE, RookWorldTrainConfig
+from chessgrpo.train.kinds.sft import SFTKind, SFTTrainConfig
+from chessgrpo.train.loop import Trainer
 
 NODES = 300
 
@@ -30,12 +32,13 @@ def lab(tmp_path_factory):
     data.engine.processes = 1
     data.engine.cache_path = str(root / "cache.sqlite")
     run_rookworld_data(data)
-    sft = load_config(SFTConfig, "configs/rookworld_sft_tiny.yaml", [
+    sft = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
         f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=sft", "model.n_layer=1", "model.n_embd=32",
         "model.n_head=2", "steps=6", "batch_size=8", "eval_every=0", "eval_examples=16", "eval_prompts=3",
         "max_new_tokens=16", "log_every=2", "checkpoint_every=0",
     ])  # fmt: skip
-    result = SFTTrainer(sft).train()
+    with Trainer(sft) as trainer:
+        result = trainer.train()
     return root, result
 
 
@@ -44,7 +47,8 @@ def _grpo_config(root, name: str, *overrides: str) -> RookWorldTrainConfig:
         f"data={root / 'data'}", f"init_checkpoint={root / 'runs' / 'sft'}", f"run.out_dir={root / 'runs'}", f"run.name={name}",
         "task.prompts_per_step=3", "task.group_size=2", "task.max_new_tokens=20", "grpo.minibatch_size=3",
         f"rewards.policy.nodes={NODES}", "engine.processes=1", f"engine.cache_path={root / 'cache.sqlite'}",
-        "eval.policy_prompts=3", "eval.environment_prompts=2", "eval.every=0", "eval.resamples=50", "steps=3", "checkpoint_every=1",
+        "eval.policy_prompts=3", "eval.environment_prompts=2", "eval_every=0", "eval.resamples=50", "steps=4", "checkpoint_every=1",
+        "grpo.entropy_coef=0.01",  # the 6-step SFT model writes no well-formed answer: the entropy term moves the weights
         *overrides,
     ])  # fmt: skip
 
@@ -55,57 +59,147 @@ def test_sft_trains_on_completions_checkpoints_and_loads_for_rl(lab):
     assert rows[-1]["step"] == 6 and "eval/loss" in rows[-1] and "eval/policy_format_rate" in rows[-1]
     assert rows[0]["loss/train"] > rows[-1]["loss/train"]  # six steps at lr 2e-3 already lower the loss
     lm = load_lm(root / "runs" / "sft")
-    assert isinstance(lm.tokenizer, CharTokenizer) and result.checkpoint.name == "step_000006"
+    assert isinstance(lm.tokenizer, CharTokenizer) and result.checkpoint.name == "step_000006" and result.finished
+    assert result.best_checkpoint is not None  # eval/loss picks checkpoints/best
 
 
 def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
     root, _ = lab
-    config = load_config(SFTConfig, "configs/rookworld_sft_tiny.yaml", [
+    config = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
         f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=reshuffle", "model.n_layer=1", "model.n_embd=32",
         "model.n_head=2",
     ])  # fmt: skip
-    trainer = SFTTrainer(config)
-    index = next(i for i, task in enumerate(trainer.train_data.tasks) if task == "policy")
-    decode = trainer.lm.tokenizer.decode
-    original = parse_policy_completion(decode(trainer.train_data.completions[index][:-1]))
+    context = RunContext(config.run.directory, torch.device("cpu"), config.run.seed)
+    kind = SFTKind(config, context)
+    index = next(i for i, task in enumerate(kind.train_data.tasks) if task == "policy")
+    decode = kind.lm.tokenizer.decode
+    original = parse_policy_completion(decode(kind.train_data.completions[index][:-1]))
     seen = set()
     for step in range(8):
-        trainer.step = step
-        ids = trainer._completion(index)
-        assert ids == trainer._completion(index) and ids[-1] == trainer.lm.tokenizer.eos_token_id  # seeded by (step, index)
+        ids = kind._completion(index, step)
+        assert ids == kind._completion(index, step) and ids[-1] == kind.lm.tokenizer.eos_token_id  # seeded by (step, index)
         answer = parse_policy_completion(decode(ids[:-1]))
         assert sorted(zip(answer.moves, answer.evals)) == sorted(zip(original.moves, original.evals))  # pairs kept
-        assert answer.best == original.best and len(ids) == len(trainer.train_data.completions[index])
+        assert answer.best == original.best and len(ids) == len(kind.train_data.completions[index])
         seen.add(answer.moves)
     assert len(seen) > 1  # the order changes between draws
     config.reshuffle_moves = False
-    assert SFTTrainer(config)._completion(index) == trainer.train_data.completions[index]
+    assert SFTKind(config, context)._completion(index, 0) == kind.train_data.completions[index]
+
+
+def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:
+    """Dropout on (the step consumes torch's RNG) and 37-example batches (epochs end mid-batch)."""
+    return load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
+        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", f"run.name={name}", "model.n_layer=1", "model.n_embd=32",
+        "model.n_head=2", "model.dropout=0.1", "steps=8", "batch_size=37", "warmup_steps=2", "eval_every=3",
+        "eval_examples=16", "eval_prompts=2", "max_new_tokens=8", "log_every=1", "checkpoint_every=0", *overrides,
+    ])  # fmt: skip
+
+
+def test_sft_resumed_run_equals_a_straight_run_bitwise(lab):
+    root, _ = lab
+    with Trainer(_sft_config(root, "sft_straight")) as trainer:
+        assert trainer.train().finished
+    with Trainer(_sft_config(root, "sft_resumed", "stop_at=4")) as trainer:
+        result = trainer.train()
+    assert result.step == 4 and not result.finished and result.stop_reason == "stop_at=4"
+    with Trainer(_sft_config(root, "sft_resumed"), resume=True) as trainer:
+        assert trainer.step == 4 and trainer.kind.epoch >= 1  # the data position came back with the checkpoint
+        assert trainer.train().finished
+    straight = load_lm(root / "runs" / "sft_straight").model.state_dict()
+    resumed = load_lm(root / "runs" / "sft_resumed").model.state_dict()
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    rows = {name: read_metrics(root / "runs" / name / "metrics.jsonl") for name in ("sft_straight", "sft_resumed")}
+    losses = {name: [(r["step"], r.get("loss/train"), r.get("eval/loss")) for r in found] for name, found in rows.items()}
+    assert losses["sft_straight"] == losses["sft_resumed"] and [r["step"] for r in rows["sft_straight"]] == list(range(1, 9))
+
+
+def test_sft_freezes_gpt2_embeddings_and_first_blocks(lab):
+    """freeze_layers=1 trains only the final norm of the one-block model (the head is tied to the frozen wte)."""
+    root, _ = lab
+    with Trainer(_sft_config(root, "sft_frozen", "freeze_layers=1", "steps=1", "model.dropout=0.0")) as trainer:
+        assert trainer.kind.head_parameters() == []
+        assert trainer.train().finished
+    start = load_lm(root / "runs" / "sft_frozen" / "checkpoints" / "step_000000").model.state_dict()
+    trained = load_lm(root / "runs" / "sft_frozen").model.state_dict()
+    assert {k for k in start if not torch.equal(start[k], trained[k])} == {"transformer.ln_f.weight", "transformer.ln_f.bias"}
+    with pytest.raises(ConfigError, match="freeze_layers=2"):
+        Trainer(_sft_config(root, "sft_frozen2", "freeze_layers=2"))
+    with pytest.raises(ConfigError, match="head_lr"):
+        Trainer(_sft_config(root, "sft_head_lr", "head_lr=1e-3"))
+
+
+def test_sft_cli_trains_resumes_and_refuses_another_kind(lab, tmp_path, capsys):
+    root, _ = lab
+    args = ["sft", "--config", "configs/rookworld_sft_tiny.yaml", f"data={root / 'data'}", f"run.out_dir={tmp_path / 'runs'}",
+            "run.name=cli_sft", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "steps=2", "batch_size=4",
+            "eval_examples=4", "eval_prompts=1", "max_new_tokens=4", "log_every=1", "stop_at=1"]  # fmt: skip
+    assert main(args) == 0
+    assert "chessgrpo train --resume" in capsys.readouterr().out
+    assert main(["sft", "--resume", str(tmp_path / "runs" / "cli_sft")]) == 0
+    printed = capsys.readouterr().out
+    assert "step 2/2" in printed and "parameters" in printed and "loss" in printed
+    assert load_lm(tmp_path / "runs" / "cli_sft").model is not None
+    assert main(["sft", "--config", "configs/rookworld_grpo_tiny.yaml"]) == 2  # not kind: sft
 
 
 def test_grpo_on_text_logs_the_core_and_task_metrics_and_resumes_exactly(lab):
     root, _ = lab
-    with RookWorldTrainer(_grpo_config(root, "straight")) as trainer:
+    with Trainer(_grpo_config(root, "straight")) as trainer:
         result = trainer.train()
-    assert result.finished and result.paired is not None and "p_reward" in result.paired["differences"]
+    assert result.finished and result.step == 4 and result.stop_reason is None
+    paired = json.loads((root / "runs" / "straight" / "eval" / PAIRED_FILE).read_text())
+    assert paired["a"] == "step_000000_lm.json" and paired["b"] == "step_000004_lm.json" and "p_reward" in paired["differences"]
+    assert result.best_checkpoint is not None  # eval/p_reward picks checkpoints/best
     rows = read_metrics(root / "runs" / "straight" / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     step = rows[1]
-    for key in ("loss/policy", "kl/value", "kl/coef", "ratio/first_max_abs_dev", "entropy/mean", "reward/mean", "adv/std",
-                "rollout/completion_tokens", "rollout/malformed_rate", "reward/policy_total", "reward/policy_best",
-                "reward/policy_format", "reward/environment_fen_exact", "perf/cache_hit_rate"):  # fmt: skip
+    for key in ("loss/policy", "kl/value", "kl/coef", "ratio/first_max_abs_dev", "entropy/mean", "entropy/rollout", "reward/mean",
+                "adv/std", "grad_norm", "lr", "rollout/completion_tokens", "rollout/malformed_rate", "reward/policy_total",
+                "reward/policy_best", "reward/policy_format", "reward/environment_fen_exact", "perf/cache_hit_rate"):  # fmt: skip
         assert key in step, key
+    assert all(r["entropy/mean"] == r["entropy/rollout"] for r in rows[1:])  # what the entropy early stop reads
     assert all(r["ratio/first_max_abs_dev"] < 1e-4 for r in rows[1:]) and all(r["kl/min"] >= 0 for r in rows[1:])
-    assert "eval/p_format_rate" in rows[0] and "eval/a_format_rate" in rows[-1]
+    assert "eval/p_format_rate" in rows[0] and "eval/a_format_rate" in rows[-1] and "eval/p_reward" in rows[-1]
 
-    with RookWorldTrainer(_grpo_config(root, "resumed", "stop_at=2")) as trainer:
-        assert trainer.train().step == 2
-    resumed_config = _grpo_config(root, "resumed")
-    with RookWorldTrainer(resumed_config, resume=True) as trainer:
+    # 2 steps, stop, resume, 2 more steps == 4 straight steps, bitwise (weights and every logged number).
+    with Trainer(_grpo_config(root, "resumed", "stop_at=2")) as trainer:
+        stopped = trainer.train()
+    assert stopped.step == 2 and not stopped.finished and stopped.stop_reason == "stop_at=2"
+    assert not (root / "runs" / "resumed" / "eval" / PAIRED_FILE).exists()  # only a run that reached its last step compares
+    with Trainer(_grpo_config(root, "resumed"), resume=True) as trainer:
         assert trainer.step == 2
-        trainer.train()
+        assert trainer.train().finished
     straight = load_lm(root / "runs" / "straight").model.state_dict()
     resumed = load_lm(root / "runs" / "resumed").model.state_dict()
+    start = load_lm(root / "runs" / "sft").model.state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    assert any(not torch.equal(straight[k], start[k]) for k in straight)  # the weights did move
+    resumed_rows = read_metrics(root / "runs" / "resumed" / "metrics.jsonl")
+    assert [r["step"] for r in resumed_rows] == [0, 1, 2, 3, 4]
+
+    def numbers(row):
+        return {k: v for k, v in row.items() if not k.startswith("perf/") and k != "time"}
+
+    assert [numbers(r) for r in rows] == [numbers(r) for r in resumed_rows]
+    assert json.loads((root / "runs" / "resumed" / "eval" / PAIRED_FILE).read_text())["differences"] == paired["differences"]
+
+
+def test_grpo_on_text_freezes_gpt2_embeddings_and_first_blocks(lab):
+    """freeze_layers=1 trains only the final norm of the one-block model (the head is tied to the frozen wte)."""
+    root, _ = lab
+    no_eval = ("eval.policy_prompts=0", "eval.environment_prompts=0", "steps=1", "checkpoint_every=0")
+    with Trainer(_grpo_config(root, "frozen", "freeze_layers=1", *no_eval)) as trainer:
+        assert not trainer.kind.evaluates and trainer.kind.head_parameters() == []
+        assert trainer.train().finished
+    start = load_lm(root / "runs" / "sft").model.state_dict()
+    trained = load_lm(root / "runs" / "frozen").model.state_dict()
+    changed = {k for k in start if not torch.equal(start[k], trained[k])}
+    assert changed == {"transformer.ln_f.weight", "transformer.ln_f.bias"}
+    with pytest.raises(ConfigError, match="freeze_layers=2"):
+        Trainer(_grpo_config(root, "frozen2", "freeze_layers=2", *no_eval))
+    with pytest.raises(ConfigError, match="head_lr"):
+        Trainer(_grpo_config(root, "head_lr", "head_lr=1e-3", *no_eval))
 
 
 def test_cli_runs_data_sft_train_and_eval_lm(lab, tmp_path, capsys):

@@ -1,0 +1,79 @@
+"""Supervised fine-tuning on RookWorld text: tokenized examples and the completion-only LM loss.
+
+Pure helpers of ``kind: sft`` (`chessgrpo.train.kinds.sft`); they own no optimizer.
+
+- `tokenize_examples`: prompt ids and completion ids (EOS appended) of `data.rookworld` examples;
+- `sft_loss`: mean negative log-likelihood of the completion tokens given the prompt, from
+  `models.lm.completion_log_probs` at temperature 1: the same function and the same left-padded
+  layout that sampling and GRPO use, so SFT trains exactly the distribution RL starts from.
+  Prompt tokens carry no loss;
+- `policy_answers`: the P: examples whose M:/E: pairs can be listed in another order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from chessgrpo.models.lm import ChessLM, completion_log_probs, left_pad, right_pad
+from chessgrpo.tasks.rookworld import parse_policy_line
+
+
+@dataclasses.dataclass
+class TokenizedExamples:
+    """Examples as token ids: prompt ids and completion ids ending with EOS."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    tasks: list[str]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def tokenize_examples(lm: ChessLM, examples: list[Any]) -> TokenizedExamples:
+    """Token ids of `examples` (with ``prompt``, ``completion``, ``task``, ``line``); EOS ends each completion.
+
+    Raises `ValueError` when an example is longer than the model's positions.
+    """
+    eos = lm.tokenizer.eos_token_id
+    limit = lm.max_positions
+    prompts, completions, tasks = [], [], []
+    for example in examples:
+        prompt = lm.tokenizer.encode(example.prompt)
+        completion = lm.tokenizer.encode(example.completion) + [eos]
+        if limit is not None and len(prompt) + len(completion) > limit:
+            raise ValueError(f"example of {len(prompt) + len(completion)} tokens exceeds the model's {limit} positions: {example.line[:60]!r}")
+        prompts.append(prompt)
+        completions.append(completion)
+        tasks.append(example.task)
+    return TokenizedExamples(prompts, completions, tasks)
+
+
+def policy_answers(examples: list[Any]) -> dict[int, tuple[str, Any]]:
+    """index -> (FEN, PolicyAnswer) of the P: examples whose line parses and whose moves can be
+    reordered (two or more); other lines are always used as written."""
+    answers = {}
+    for index, example in enumerate(examples):
+        if example.task != "policy":
+            continue
+        try:
+            fen, answer = parse_policy_line(example.line)
+        except ValueError:
+            continue
+        if len(answer.moves) > 1:
+            answers[index] = (fen, answer)
+    return answers
+
+
+def sft_loss(lm: ChessLM, prompts: list[list[int]], completions: list[list[int]]) -> tuple[torch.Tensor, int]:
+    """(mean NLL per completion token, number of tokens) for a batch, via `completion_log_probs` at T = 1."""
+    device = lm.device
+    pad = lm.tokenizer.eos_token_id
+    prompt_ids, prompt_mask = left_pad(prompts, pad, device)
+    completion_ids, completion_mask = right_pad(completions, pad, device)
+    logp, _ = completion_log_probs(lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0)
+    tokens = int(completion_mask.sum())
+    return -logp.sum() / max(tokens, 1), tokens

@@ -1,0 +1,323 @@
+"""`kind: sft`: supervised fine-tuning of a chess LM on RookWorld text (loss on completions only).
+
+One step (`SFTKind.train_step`):
+
+1. draw `batch_size` examples from the train split (a seeded permutation per epoch; the epoch and
+   the position in it are the kind's checkpointed state, so a resumed run sees the same batches);
+   P: examples list their M:/E: pairs in a fresh order seeded by (seed, step, example) each draw
+   (`reshuffle_moves`);
+2. loss = mean negative log-likelihood of the completion tokens (EOS included) given the prompt
+   (`tasks.sft.sft_loss`: `models.lm.completion_log_probs` at temperature 1, the same function and
+   left-padded layout that sampling and GRPO use). Prompt tokens carry no loss. The model is in
+   train mode for the step (dropout as `model.dropout` says, 0 by default) and in eval mode after;
+3. one optimizer update through the loop's `Learner` (AdamW, warmup + cosine, clipping: the spine's).
+
+Evaluation (`eval_every`): held-out loss on `eval_examples` test examples, and `eval_prompts`
+held-out prompts per task decoded greedily, giving the well-formed rate per task (the acceptance
+number), the best-move agreement with the dataset's engine label (P:) and the exact-completion rate
+(A:), from the data alone (no engine). `eval/loss` picks `checkpoints/best`.
+
+The model starts fresh from `model` (character tokenizer) or from `model.path` (any local
+GPT-2-family directory, e.g. RookWorld-LM-124M). Checkpoints are `save_pretrained` directories
+(`models.lm.save_lm`) plus the trainer state; `load_lm(RUN_DIR)` loads the newest, and a
+``kind: rookworld`` GRPO run takes the run directory as its `init_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from chessgrpo.config import ConfigError, RunConfig, resumable
+from chessgrpo.models.lm import LMModelConfig, build_lm, load_lm, save_lm
+from chessgrpo.tasks.rookworld import format_policy_completion
+from chessgrpo.tasks.sft import policy_answers, sft_loss, tokenize_examples
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.kind import Kind, RunContext, interval_text
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("policy", "environment")
+
+
+@dataclasses.dataclass
+class SFTTrainConfig(TrainConfig):
+    """`chessgrpo sft` (``kind: sft``): supervised fine-tuning on a `chessgrpo data rookworld` dataset."""
+
+    kind: str = "sft"
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="rookworld_sft"))
+    data: str = "data/rookworld_tiny"
+    """Dataset directory from `chessgrpo data rookworld` (train/ and test/ Parquet shards)."""
+    model: LMModelConfig = dataclasses.field(default_factory=LMModelConfig)
+    """A fresh GPT-2 with the character tokenizer, or `model.path` to fine-tune a local model."""
+    tasks: tuple[str, ...] = TASKS
+    """Which tasks of the dataset to train on."""
+    reshuffle_moves: bool = True
+    """Each time a P: example is drawn, list its M: moves (with their E: values) in a fresh seeded
+    order. The format says M is shuffled, so any order is an equally true line; many orders show the
+    model that M is a set (meant against greedy decoding writing one move five times; its effect
+    alone is not yet measured, docs/benchmarks.md issue 7)."""
+    batch_size: int = 32
+    """Examples per optimizer step."""
+    eval_examples: int = resumable(256)
+    """Held-out examples for the held-out loss."""
+    eval_prompts: int = resumable(100)
+    """Held-out prompts per task decoded greedily for the well-formed rate."""
+    eval_batch_size: int = resumable(64)
+    max_new_tokens: int = resumable(176)
+    """Longest decoded completion in evaluation (characters for the char tokenizer)."""
+
+    # Shared knobs with other defaults (train/config.py has their meanings).
+    steps: int = resumable(1000)
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.99)
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.1
+    log_every: int = resumable(10)
+    eval_every: int = resumable(200)
+    checkpoint_every: int = resumable(500)
+    eval_at_start: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "sft":
+            raise ConfigError(f"config key kind must be sft for this config, got {self.kind!r}")
+        for name in ("batch_size", "eval_examples", "eval_batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_prompts < 0:
+            raise ConfigError(f"config key eval_prompts must be >= 0, got {self.eval_prompts}")
+        if not self.tasks or any(t not in TASKS for t in self.tasks):
+            raise ConfigError(f"config key tasks must be a non-empty list of policy/environment, got {list(self.tasks)}")
+
+    def default_best_metric(self) -> tuple[str, str] | None:
+        return "eval/loss", "min"
+
+
+class SFTKind(Kind):
+    """Supervised fine-tuning of a `ChessLM` on RookWorld P:/A: text (module docstring)."""
+
+    name = "sft"
+    config_class = SFTTrainConfig
+
+    def __init__(self, config: SFTTrainConfig, context: RunContext):
+        from chessgrpo.data.rookworld import read_rookworld
+
+        super().__init__(config, context)
+        device, seed = context.device, config.run.seed
+        if config.model.path:
+            self.lm = load_lm(config.model.path, device=device, dropout=config.model.dropout)
+        else:
+            self.lm = build_lm(config.model, seed=seed)
+            self.lm.model.to(device)
+        self.lm.model.eval()
+        self.model = self.lm.model
+        train = [e for e in read_rookworld(config.data, "train") if e.task in config.tasks]
+        test = [e for e in read_rookworld(config.data, "test") if e.task in config.tasks]
+        if not train:
+            raise ValueError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
+        self.train_data = tokenize_examples(self.lm, train)
+        self.train_policy_answers = policy_answers(train) if config.reshuffle_moves else {}
+        self.test_examples = test
+        rng = np.random.default_rng(seed)
+        chosen = np.sort(rng.permutation(len(test))[: config.eval_examples]) if test else []
+        self.test_data = tokenize_examples(self.lm, [test[i] for i in chosen]) if test else None
+        self.epoch = 0
+        self.position = 0
+        self._orders: tuple[int, np.ndarray] | None = None
+        logger.info("SFT of a %.2fM-parameter model on %d train examples", self.lm.num_parameters() / 1e6, len(self.train_data))
+
+    # -- optimisation (the same rules as kind: rookworld) ------------------------------------------
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        """The LM head when it is its own matrix; a head tied to the token embeddings (GPT-2's) has none."""
+        head = self.model.get_output_embeddings()
+        if head is None or head.weight is self.model.get_input_embeddings().weight:
+            if self.config.head_lr is not None:
+                raise ConfigError("config key head_lr: the model's lm_head is tied to its token embeddings; there is no separate head")
+            return []
+        return list(head.parameters())
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        """GPT-2: the token and position embeddings (wte, wpe) and the first `freeze_layers` blocks of
+        transformer.h. A head tied to wte is frozen with it."""
+        if not freeze_layers:
+            return []
+        transformer = getattr(self.model, "transformer", None)
+        blocks = getattr(transformer, "h", None)
+        if blocks is None or not hasattr(transformer, "wte") or not hasattr(transformer, "wpe"):
+            raise ConfigError(f"config key freeze_layers: only GPT-2 models can freeze layers, not {type(self.model).__name__}")
+        if freeze_layers > len(blocks):
+            raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(blocks)} blocks")
+        modules = [transformer.wte, transformer.wpe, *blocks[:freeze_layers]]
+        return [p for module in modules for p in module.parameters()]
+
+    # -- data ---------------------------------------------------------------------------------------
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """A seeded permutation of the train examples, sorted by (task, prompt length) within chunks of
+        8 batches: batches are then nearly uniform in shape and carry little padding (a mixed P:/A:
+        batch is ~30% padding, since P: completions and A: prompts are the long parts)."""
+        if self._orders is not None and self._orders[0] == epoch:
+            return self._orders[1]
+        data = self.train_data
+        order = np.random.default_rng([self.config.run.seed, epoch]).permutation(len(data))
+        chunk = 8 * self.config.batch_size
+        out = []
+        for start in range(0, len(order), chunk):
+            part = order[start : start + chunk].tolist()
+            out += sorted(part, key=lambda i: (data.tasks[i], len(data.prompts[i])))
+        result = np.asarray(out, dtype=np.int64)
+        self._orders = (epoch, result)
+        return result
+
+    def _next_batch(self) -> list[int]:
+        indices: list[int] = []
+        while len(indices) < self.config.batch_size:
+            order = self._order(self.epoch)
+            take = order[self.position : self.position + self.config.batch_size - len(indices)]
+            indices += take.tolist()
+            self.position += len(take)
+            if self.position >= len(order):
+                self.epoch, self.position = self.epoch + 1, 0
+        return indices
+
+    def _completion(self, index: int, step: int) -> list[int]:
+        """Token ids of train example `index`'s completion; a P: one with its moves in a fresh order
+        seeded by (run seed, step, index), so a resumed run draws the same orders."""
+        parsed = self.train_policy_answers.get(index)
+        if parsed is None:
+            return self.train_data.completions[index]
+        fen, answer = parsed
+        order = np.random.default_rng([self.config.run.seed, step, index]).permutation(len(answer.moves))
+        shuffled = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
+        return self.lm.tokenizer.encode(format_policy_completion(fen, shuffled)) + [self.lm.tokenizer.eos_token_id]
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        tick = time.perf_counter()
+        indices = self._next_batch()
+        self.model.train()  # dropout as configured (0 by default)
+        try:
+            completions = [self._completion(i, step) for i in indices]
+            with self.context.autocast():
+                loss, tokens = sft_loss(self.lm, [self.train_data.prompts[i] for i in indices], completions)
+            grad_norm = learner.update(loss)
+        finally:
+            self.model.eval()
+        seconds = time.perf_counter() - tick
+        return {
+            "loss/train": float(loss.detach()),
+            "grad_norm": grad_norm,
+            "perf/step_s": seconds,
+            "perf/tokens_per_s": tokens / max(seconds, 1e-9),
+            "train/epoch": float(self.epoch),
+        }
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        return self.test_data is not None
+
+    @torch.no_grad()
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """Held-out loss and greedy well-formed rates (see the module docstring)."""
+        from chessgrpo.eval.lm import generate_texts
+        from chessgrpo.eval.stats import wilson_interval
+        from chessgrpo.tasks.rookworld import Malformed, parse_environment_completion, parse_policy_completion
+
+        config = self.config
+        self.model.eval()
+        metrics: dict[str, float] = {}
+        if self.test_data is None:
+            return metrics
+        total = tokens = 0.0
+        for start in range(0, len(self.test_data), config.eval_batch_size):
+            with self.context.autocast():
+                loss, n = sft_loss(
+                    self.lm,
+                    self.test_data.prompts[start : start + config.eval_batch_size],
+                    self.test_data.completions[start : start + config.eval_batch_size],
+                )
+            total += float(loss.detach()) * n
+            tokens += n
+        metrics["eval/loss"] = total / max(tokens, 1)
+        well_formed_all: list[bool] = []
+        for task in config.tasks:
+            examples = [e for e in self.test_examples if e.task == task][: config.eval_prompts]
+            if not examples:
+                continue
+            texts = generate_texts(self.lm, [e.prompt for e in examples], max_new_tokens=config.max_new_tokens, batch_size=config.eval_batch_size)
+            parse = parse_policy_completion if task == "policy" else parse_environment_completion
+            parsed = [parse(t) for t in texts]
+            well_formed = [not isinstance(p, Malformed) for p in parsed]
+            well_formed_all += well_formed
+            rate = wilson_interval(sum(well_formed), len(well_formed))
+            metrics.update({f"eval/{task}_format_rate": rate.value, f"eval/{task}_format_rate_low": rate.low,
+                            f"eval/{task}_format_rate_high": rate.high})  # fmt: skip
+            if task == "policy":
+                best = [not isinstance(p, Malformed) and bool(e.moves) and p.best == e.moves[0] for p, e in zip(parsed, examples)]
+                metrics["eval/policy_best_label_accuracy"] = sum(best) / len(best)
+            else:
+                exact = [t.strip() == e.completion.strip() for t, e in zip(texts, examples)]
+                metrics["eval/environment_exact_rate"] = sum(exact) / len(exact)
+        if well_formed_all:
+            rate = wilson_interval(sum(well_formed_all), len(well_formed_all))
+            metrics.update({"eval/format_rate": rate.value, "eval/format_rate_low": rate.low, "eval/format_rate_high": rate.high})
+        return metrics
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def save_model(self, directory: Path) -> None:
+        save_lm(self.lm, directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        """The checkpoint's weights, in place (the optimizer holds these parameters)."""
+        loaded = load_lm(checkpoint, device=self.context.device)
+        self.model.load_state_dict(loaded.model.state_dict())
+        self.model.eval()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    # -- presentation -------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        postfix = {}
+        if "loss/train" in row:
+            postfix["loss"] = f"{row['loss/train']:.3f}"
+        if "eval/format_rate" in row:
+            postfix["well_formed"] = f"{row['eval/format_rate']:.3f}"
+        return postfix
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        if "eval/loss" not in row:
+            return None
+        parts = [f"step {step}: loss {row['eval/loss']:.4f}"]
+        for task in TASKS:
+            key = f"eval/{task}_format_rate"
+            if key in row:
+                parts.append(f"{task} well-formed {interval_text(row, key)}")
+        if "eval/policy_best_label_accuracy" in row:
+            parts.append(f"best-move = label {row['eval/policy_best_label_accuracy']:.3f}")
+        if "eval/environment_exact_rate" in row:
+            parts.append(f"A: exact {row['eval/environment_exact_rate']:.3f}")
+        return ", ".join(parts)
+
+    def summary(self) -> list[str]:
+        return [
+            f"model: {self.lm.num_parameters() / 1e6:.2f}M parameters ({self.lm.source})",
+            f"data: {len(self.train_data)} train examples of {', '.join(self.config.tasks)} from {self.config.data}",
+        ]
