@@ -283,6 +283,37 @@ def save_lm(lm: ChessLM, directory: str | os.PathLike) -> Path:
     return directory
 
 
+
+def lm_head_parameters(model: torch.nn.Module, head_lr: float | None) -> list[torch.nn.Parameter]:
+    """The LM head's parameters when it is its own matrix; a head tied to the token embeddings
+    (GPT-2's) has none, and asking for a separate `head_lr` is then a config error."""
+    from chessgrpo.config import ConfigError
+
+    head = model.get_output_embeddings()
+    if head is None or head.weight is model.get_input_embeddings().weight:
+        if head_lr is not None:
+            raise ConfigError("config key head_lr: the model's lm_head is tied to its token embeddings; there is no separate head")
+        return []
+    return list(head.parameters())
+
+
+def lm_frozen_parameters(model: torch.nn.Module, freeze_layers: int) -> list[torch.nn.Parameter]:
+    """GPT-2: the token and position embeddings (wte, wpe) and the first `freeze_layers` blocks of
+    transformer.h (a head tied to wte is frozen with it); none for 0."""
+    from chessgrpo.config import ConfigError
+
+    if not freeze_layers:
+        return []
+    transformer = getattr(model, "transformer", None)
+    blocks = getattr(transformer, "h", None)
+    if blocks is None or not hasattr(transformer, "wte") or not hasattr(transformer, "wpe"):
+        raise ConfigError(f"config key freeze_layers: only GPT-2 models can freeze layers, not {type(model).__name__}")
+    if freeze_layers > len(blocks):
+        raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(blocks)} blocks")
+    modules = [transformer.wte, transformer.wpe, *blocks[:freeze_layers]]
+    return [p for module in modules for p in module.parameters()]
+
+
 def dropout_probabilities(model: torch.nn.Module) -> list[float]:
     """p of every dropout module (for tests and diagnostics)."""
     return [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
-from chessgrpo.models.lm import LMModelConfig, build_lm, load_lm, save_lm
+from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
 from chessgrpo.tasks.rookworld import format_policy_completion
 from chessgrpo.tasks.sft import policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
@@ -137,27 +137,10 @@ class SFTKind(Kind):
     # -- optimisation (the same rules as kind: rookworld) ------------------------------------------
 
     def head_parameters(self) -> list[torch.nn.Parameter]:
-        """The LM head when it is its own matrix; a head tied to the token embeddings (GPT-2's) has none."""
-        head = self.model.get_output_embeddings()
-        if head is None or head.weight is self.model.get_input_embeddings().weight:
-            if self.config.head_lr is not None:
-                raise ConfigError("config key head_lr: the model's lm_head is tied to its token embeddings; there is no separate head")
-            return []
-        return list(head.parameters())
+        return lm_head_parameters(self.model, self.config.head_lr)
 
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        """GPT-2: the token and position embeddings (wte, wpe) and the first `freeze_layers` blocks of
-        transformer.h. A head tied to wte is frozen with it."""
-        if not freeze_layers:
-            return []
-        transformer = getattr(self.model, "transformer", None)
-        blocks = getattr(transformer, "h", None)
-        if blocks is None or not hasattr(transformer, "wte") or not hasattr(transformer, "wpe"):
-            raise ConfigError(f"config key freeze_layers: only GPT-2 models can freeze layers, not {type(self.model).__name__}")
-        if freeze_layers > len(blocks):
-            raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(blocks)} blocks")
-        modules = [transformer.wte, transformer.wpe, *blocks[:freeze_layers]]
-        return [p for module in modules for p in module.parameters()]
+        return lm_frozen_parameters(self.model, freeze_layers)
 
     # -- data ---------------------------------------------------------------------------------------
 

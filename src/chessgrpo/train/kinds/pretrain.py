@@ -1,0 +1,249 @@
+"""`kind: pretrain`: supervised pretraining of the action policy on engine-labelled positions.
+
+The objectives (``bc``: cross-entropy to the best move; ``distill``: cross-entropy to
+``softmax(win_probs / T)`` over the labelled multipv moves), their targets and the held-out
+metrics are the pure functions of `tasks.supervised`.
+
+One step (`PretrainKind.train_step`): the next `batch_size` positions of the shuffled train split
+(`train.dataset.EpochSampler`: one seeded permutation per epoch), the forward in train mode
+(dropout on, bf16 autocast when asked; the log-probs and the loss stay fp32), one optimizer update
+through the loop's `Learner` (backward, clipping to `max_grad_norm`, AdamW step).
+
+Evaluation runs on the dataset's test split in eval mode and fp32 (eval/loss, eval/top1,
+eval/top5, eval/nll, eval/perplexity, eval/in_multipv); a dataset without a test split is trained
+without held-out evaluation. `checkpoints/best` follows eval/nll (the best-move cross-entropy,
+comparable across objectives) unless `checkpoint_best_metric` says otherwise.
+
+The kind's resumable state is the sampler's position; with the loop's optimizer and RNG state a
+resumed run is bitwise identical to a straight one on the same device and thread count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from chessgrpo.config import ConfigError, RunConfig, resumable
+from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, log_probs, masked_entropy, save_policy
+from chessgrpo.tasks.supervised import OBJECTIVES, Objective, accuracy_sums, evaluate_policy_on_split, objective_loss
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.dataset import EpochSampler, has_split, load_split
+from chessgrpo.train.kind import Kind, RunContext
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PretrainTrainConfig(TrainConfig):
+    """`chessgrpo pretrain` (= `chessgrpo train` with ``kind: pretrain``): supervised pretraining of the action policy."""
+
+    kind: str = "pretrain"
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="pretrain"))
+    steps: int = resumable(1000)
+    """Total optimizer steps of the run (the cosine reaches its floor here). A resume may extend it (the schedule then moves)."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay, on matrices and embeddings only (not biases or norms)."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW (beta1, beta2)."""
+    warmup_steps: int = 50
+    """Linear warmup steps before the cosine decay."""
+    min_lr_ratio: float = 0.1
+    """Floor of the cosine as a fraction of lr."""
+    log_every: int = resumable(10)
+    """Write train metrics (averaged over the steps since the last row) every this many steps."""
+    eval_every: int = resumable(200)
+    """Evaluate on the test split every this many steps and at the last step (0 = only at the last)."""
+    eval_at_start: bool = False
+    """Also evaluate the initial (random) policy at step 0."""
+    checkpoint_every: int = resumable(200)
+    """Save a checkpoint every this many steps (0 = only at the end); the last step is always saved."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy's shape (a named size, optionally with fields replaced) and its pretraining dropout."""
+    data: str = "data/tiny"
+    """Dataset directory with train/ and test/ Parquet shards (`chessgrpo data generate`)."""
+    objective: Objective = "bc"
+    """bc: cross-entropy to the best move; distill: cross-entropy to softmax(win_probs / T) over the multipv moves."""
+    distill_temperature: float = 0.05
+    """T of the distill target, in win-probability units (0.05: a move 0.05 worse gets e^-1 of the weight)."""
+    batch_size: int = 256
+    """Positions per optimizer step."""
+    eval_batch_size: int = resumable(1024)
+    """Positions per forward pass during evaluation (does not change the metrics beyond float rounding)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "pretrain":
+            raise ConfigError(f"config key kind must be pretrain for this config, got {self.kind!r}")
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"config key objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
+            raise ConfigError(f"config key distill_temperature must be > 0, got {self.distill_temperature}")
+        try:
+            self.model.policy_config()
+        except ValueError as error:
+            raise ConfigError(f"config key model: {error}") from None
+
+    def default_best_metric(self) -> tuple[str, str] | None:
+        return "eval/nll", "min"
+
+
+class PretrainKind(Kind):
+    """Supervised pretraining of an `ActionPolicy` (module docstring)."""
+
+    name = "pretrain"
+    config_class = PretrainTrainConfig
+
+    def __init__(self, config: PretrainTrainConfig, context: RunContext):
+        super().__init__(config, context)
+        started = time.perf_counter()
+        self.train_data = load_split(config.data, "train")
+        self.test_data = load_split(config.data, "test") if has_split(config.data, "test") else None
+        if self.test_data is None:
+            logger.warning("dataset %s has no test split: held-out evaluation is skipped", config.data)
+        logger.info(
+            "loaded %d train and %d test positions from %s in %.1fs",
+            len(self.train_data), len(self.test_data or ()), config.data, time.perf_counter() - started,
+        )  # fmt: skip
+        # The loop seeded torch just before building the kind: this draws the initial weights.
+        self.model = ActionPolicy(config.model.policy_config()).to(context.device)
+        self.model.train()  # dropout during the steps; evaluation switches to eval mode and back
+        self.sampler = EpochSampler(len(self.train_data), config.batch_size, config.run.seed)
+        self.last_eval: dict[str, float] | None = None
+        self._samples, self._seconds = 0, 0.0  # this invocation's training throughput (the summary)
+        logger.info("model: %s, %.2fM parameters", self.model.config, self.model.num_parameters() / 1e6)
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.head.parameters())
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        return frozen_parameters(self.model, freeze_layers)
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        config, device = self.config, self.context.device
+        tick = time.perf_counter()
+        batch = self.train_data.batch(self.sampler.next_indices()).to(device)
+        with self.context.autocast():
+            logits = self.model(batch.tokens)
+        logp = log_probs(logits, batch.legal_mask)  # float32 whatever the autocast dtype
+        loss = objective_loss(logp, batch, config.objective, config.distill_temperature).mean()
+        grad_norm = learner.update(loss)
+
+        with torch.no_grad():
+            sums = accuracy_sums(logp.detach(), batch)
+            size = len(batch.best_action)
+            metrics = {
+                "loss/train": float(loss),
+                "train/top1": sums["top1"] / size,
+                "train/top5": sums["top5"] / size,
+                "train/nll": sums["nll"] / size,
+                "entropy/mean": float(masked_entropy(logits.detach(), batch.legal_mask).mean()),
+                "entropy/ln_legal": float(batch.legal_mask.sum(dim=-1).float().log().mean()),
+                "grad_norm": grad_norm,
+            }
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - tick
+        self._samples += size
+        self._seconds += seconds
+        metrics["perf/step_s"] = seconds  # batch, forward, update: what perf/samples_per_s divides by
+        return metrics
+
+    def finish_window(self, values: dict[str, float]) -> dict[str, float]:
+        """train/nll (a mean over the window) becomes train/perplexity; perf/samples_per_s from the mean step time."""
+        row = dict(values)
+        if "train/nll" in row:
+            row["train/perplexity"] = math.exp(row.pop("train/nll"))
+        if "perf/step_s" in row:
+            row["perf/samples_per_s"] = self.config.batch_size / max(row["perf/step_s"], 1e-9)
+        return row
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        return self.test_data is not None
+
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """The objective, top-1/top-5, best-move nll and perplexity on the test split (fp32, eval mode)."""
+        return dict(self._evaluate_test_split())
+
+    def after_run(self, out_dir: Path) -> None:
+        """A resumed run that was already finished evaluated nothing in this invocation: evaluate for the summary."""
+        if self.last_eval is None and self.test_data is not None:
+            self._evaluate_test_split()
+
+    def _evaluate_test_split(self) -> dict[str, float]:
+        assert self.test_data is not None
+        config = self.config
+        self.last_eval = evaluate_policy_on_split(
+            self.model, self.test_data, objective=config.objective, temperature=config.distill_temperature,
+            batch_size=config.eval_batch_size, device=self.context.device,
+        )  # fmt: skip
+        return self.last_eval
+
+    # -- state --------------------------------------------------------------------------------------
+
+    def save_model(self, directory: Path) -> None:
+        save_policy(self.model, directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        config = self.config
+        self.sampler = EpochSampler.from_state(state["sampler"], len(self.train_data), config.batch_size, config.run.seed)
+
+    # -- presentation -------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        postfix = {}
+        if "loss/train" in row:
+            postfix["loss"] = f"{row['loss/train']:.3f}"
+        if "train/top1" in row:
+            postfix["top1"] = f"{row['train/top1']:.3f}"
+        if "perf/samples_per_s" in row:
+            postfix["sps"] = f"{row['perf/samples_per_s']:.0f}"
+        if "eval/top1" in row:
+            postfix["heldout_top1"] = f"{row['eval/top1']:.3f}"
+        return postfix
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        if "eval/top1" not in row:
+            return None
+        return (
+            f"step {step}: held-out top-1 {row['eval/top1']:.3f}, top-5 {row['eval/top5']:.3f}, "
+            f"loss {row['eval/loss']:.4f}, best-move nll {row['eval/nll']:.4f}"
+        )
+
+    def summary(self) -> list[str]:
+        config = self.config
+        throughput = f", {self._samples / self._seconds:.0f} samples/s" if self._seconds else ""
+        lines = [
+            f"{config.objective} on {config.data}, model {config.model.describe()} "
+            f"({self.model.num_parameters() / 1e6:.2f}M parameters){throughput}"
+        ]
+        if self.test_data is None:
+            lines.append("held-out: the dataset has no test split")
+        elif self.last_eval is not None:
+            e = self.last_eval
+            lines.append(
+                f"held-out ({len(self.test_data)} positions): top-1 {100 * e['eval/top1']:.1f}%, top-5 {100 * e['eval/top5']:.1f}%, "
+                f"loss {e['eval/loss']:.4f}, best-move nll {e['eval/nll']:.4f} (perplexity {e['eval/perplexity']:.2f})"
+            )
+        return lines
