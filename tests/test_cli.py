@@ -69,11 +69,11 @@ def test_bad_inputs_give_one_clear_error(tmp_path):
 def test_resume_names_config_keys_the_run_predates(tmp_path):
     """A key added after a run started resumes with today's default; the warning says which and what."""
     from chessgrpo.config import save_config
-    from chessgrpo.train.sft import SFTConfig
+    from chessgrpo.train.kinds.sft import SFTTrainConfig
 
     run_dir = tmp_path / "old_sft"
     run_dir.mkdir()
-    save_config(SFTConfig(), run_dir / "config.yaml")
+    save_config(SFTTrainConfig(), run_dir / "config.yaml")
     written = yaml.safe_load((run_dir / "config.yaml").read_text())
     del written["reshuffle_moves"]  # as written before the key existed
     (run_dir / "config.yaml").write_text(yaml.safe_dump(written))

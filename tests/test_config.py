@@ -104,11 +104,11 @@ def test_overriding_one_nested_key_keeps_the_parents_defaults_for_the_others():
 
 def test_scientific_notation_without_a_dot_is_a_number(tmp_path):
     # YAML 1.1 reads 3e-4 as a string; a learning rate written that way must still load as 0.0003.
-    from chessgrpo.train.pretrain import PretrainConfig
+    from chessgrpo.train.kinds.pretrain import PretrainTrainConfig
 
-    assert load_config(PretrainConfig, None, ["lr=3e-4"]).lr == pytest.approx(3e-4)
+    assert load_config(PretrainTrainConfig, None, ["lr=3e-4"]).lr == pytest.approx(3e-4)
     path = tmp_path / "c.yaml"
     path.write_text("lr: 2E-3\n")
-    assert load_config(PretrainConfig, path).lr == pytest.approx(2e-3)
+    assert load_config(PretrainTrainConfig, path).lr == pytest.approx(2e-3)
     with pytest.raises(ConfigError, match="lr"):
-        load_config(PretrainConfig, None, ["lr=fast"])
+        load_config(PretrainTrainConfig, None, ["lr=fast"])

@@ -40,8 +40,9 @@ from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
 from chessgrpo.track.metrics import MetricsWriter, read_metrics
 from chessgrpo.track.run_data import load_run
-from chessgrpo.train.grpo import GRPOEvalConfig, GRPOTrainConfig, GRPOTrainer
-from chessgrpo.train.pretrain import PretrainConfig, Pretrainer
+from chessgrpo.train.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.train.loop import Trainer
+from chessgrpo.train.kinds.pretrain import PretrainTrainConfig
 
 from helpers import shared_file
 
@@ -61,9 +62,9 @@ class Lab:
     collapse: Path
 
 
-def grpo_config(lab_root: Path, name: str, **overrides) -> GRPOTrainConfig:
+def grpo_config(lab_root: Path, name: str, **overrides) -> MoveGroupTrainConfig:
     """A short GRPO run from the lab's pretrained policy on the lab's dataset (no evaluation)."""
-    base = GRPOTrainConfig(
+    base = MoveGroupTrainConfig(
         run=RunConfig(name=name, out_dir=str(lab_root), seed=0),
         init_checkpoint=str(lab_root / "pretrain"),
         positions=str(lab_root / "data"),
@@ -71,7 +72,7 @@ def grpo_config(lab_root: Path, name: str, **overrides) -> GRPOTrainConfig:
         task=MoveGroupConfig(group_size=8, positions_per_step=8, reward_nodes=50),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05),
         engine=EngineConfig(processes=1, cache=False),
-        eval=GRPOEvalConfig(positions=None, puzzles=None),
+        eval=MoveGroupEvalConfig(positions=None, puzzles=None),
         steps=8,
         lr=1e-4,
         warmup_steps=0,
@@ -81,12 +82,12 @@ def grpo_config(lab_root: Path, name: str, **overrides) -> GRPOTrainConfig:
     return dataclasses.replace(base, **overrides)
 
 
-def _grpo_run(config: GRPOTrainConfig) -> Path:
+def _grpo_run(config: MoveGroupTrainConfig) -> Path:
     run_dir = config.run.directory
     if not (run_dir / "checkpoints" / "latest").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
         save_config(config, run_dir / "config.yaml")  # as `chessgrpo train` does
-        with GRPOTrainer(config) as trainer:
+        with Trainer(config) as trainer:
             trainer.train()
     return run_dir
 
@@ -113,14 +114,15 @@ def build_lab(root: Path) -> Lab:
         write_shard(rows[100:], data / "test" / "shard-00000.parquet")
     pretrain = root / "pretrain"
     if not (pretrain / "checkpoints" / "latest").exists():
-        config = PretrainConfig(
+        config = PretrainTrainConfig(
             run=RunConfig(name="pretrain", out_dir=str(root)), data=str(data), batch_size=64, steps=40, lr=3e-3, warmup_steps=5,
             log_every=5, eval_every=20, checkpoint_every=0, threads=1,
         )  # fmt: skip
         save_config(config, pretrain / "config.yaml")
-        Pretrainer(config).train()
-    healthy_eval = GRPOEvalConfig(
-        every=8, positions=str(data), max_positions=20, nodes=100, puzzles=str(shared_file("lichess_puzzles_dev.csv")),
+        with Trainer(config) as trainer:
+            trainer.train()
+    healthy_eval = MoveGroupEvalConfig(
+        positions=str(data), max_positions=20, nodes=100, puzzles=str(shared_file("lichess_puzzles_dev.csv")),
         max_puzzles=30, resamples=200,
     )  # fmt: skip
     mismatch_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, check_invariants=False)
@@ -134,7 +136,7 @@ def build_lab(root: Path) -> Lab:
         root=root,
         data=data,
         pretrain=pretrain,
-        healthy=_grpo_run(grpo_config(root, "healthy", steps=16, eval=healthy_eval)),
+        healthy=_grpo_run(grpo_config(root, "healthy", steps=16, eval=healthy_eval, eval_every=8)),
         mismatch=_grpo_run(grpo_config(root, "mismatch", steps=6, debug_learn_temperature=1.3, grpo=mismatch_grpo)),
         entropy=_grpo_run(grpo_config(root, "entropy", grpo=entropy_grpo)),
         adaptive_kl=_grpo_run(grpo_config(root, "adaptive_kl", steps=12, grpo=adaptive_grpo)),
@@ -285,9 +287,9 @@ def _eval_row(step: int, esl: float, top1: float, half: float = 0.01) -> dict[st
             "eval/top1": top1, "eval/top1_low": top1 - 4 * half, "eval/top1_high": top1 + 4 * half}  # fmt: skip
 
 
-def _write_run(directory: Path, rows: list[dict], config: GRPOTrainConfig | None = None) -> Path:
+def _write_run(directory: Path, rows: list[dict], config: MoveGroupTrainConfig | None = None) -> Path:
     """A synthetic run directory: config.yaml (save_config) and metrics.jsonl (MetricsWriter), no eval files."""
-    config = config or GRPOTrainConfig(run=RunConfig(name=directory.name, out_dir=str(directory.parent)))
+    config = config or MoveGroupTrainConfig(run=RunConfig(name=directory.name, out_dir=str(directory.parent)))
     save_config(config, directory / "config.yaml")
     merged: dict[int, dict] = {}
     for row in rows:
@@ -327,7 +329,7 @@ def test_negative_kl_estimates(tmp_path):
         row["kl/min"] = -0.003
     finding = _by_id(diagnose(load_run(_write_run(tmp_path / "k3", rows))), "kl.negative")
     assert finding.severity == "critical" and finding.evidence["kl/min"]["steps"][0] == 31
-    k1 = GRPOTrainConfig(run=RunConfig(name="k1", out_dir=str(tmp_path)), grpo=GRPOConfig(kl_estimator="k1"))
+    k1 = MoveGroupTrainConfig(run=RunConfig(name="k1", out_dir=str(tmp_path)), grpo=GRPOConfig(kl_estimator="k1"))
     assert "kl.negative" not in _ids(diagnose(load_run(_write_run(tmp_path / "k1", rows, k1))))  # k1 may go below 0 per token
 
 
@@ -385,7 +387,7 @@ def test_gradient_spikes(tmp_path):
     rows[69]["grad_norm"] = 40.0
     spike = _by_id(diagnose(load_run(_write_run(tmp_path / "clipped", rows))), "grad_norm.spikes")
     assert spike.severity == "info" and spike.evidence["steps"] == [70]
-    unclipped = GRPOTrainConfig(run=RunConfig(name="u", out_dir=str(tmp_path)), grpo=GRPOConfig(max_grad_norm=0.0))
+    unclipped = MoveGroupTrainConfig(run=RunConfig(name="u", out_dir=str(tmp_path)), max_grad_norm=0.0)
     spike = _by_id(diagnose(load_run(_write_run(tmp_path / "unclipped", rows, unclipped))), "grad_norm.spikes")
     assert spike.severity == "warning"
 
@@ -396,7 +398,7 @@ def test_inert_controller_phase_time_and_cache(tmp_path):
     for row in rows:
         row.update({"kl/value": 0.5, "perf/reward_s": 0.9, "perf/step_s": 1.0, "perf/sample_s": 0.05, "perf/learn_s": 0.05,
                     "perf/cache_hit_rate": 0.02})  # fmt: skip
-    adaptive = GRPOTrainConfig(
+    adaptive = MoveGroupTrainConfig(
         run=RunConfig(name="a", out_dir=str(tmp_path)),
         grpo=GRPOConfig(kl_coef=0.05, kl_schedule="adaptive", kl_target=0.01, kl_horizon=10_000_000),
     )

@@ -1,5 +1,6 @@
-"""Pretraining: targets and losses against hand-computed numbers, the schedule, learning on a
-small engine-labelled dataset (both objectives), metrics rows, exact resume across processes."""
+"""Pretraining (`kind: pretrain` on the training spine): targets and losses against hand-computed
+numbers, the schedule, learning on a small engine-labelled dataset (both objectives), metrics rows,
+the best checkpoint, the loop's freezing and divergence hooks, exact resume across processes."""
 
 from __future__ import annotations
 
@@ -19,23 +20,19 @@ from chessgrpo.board import NUM_ACTIONS, move_to_action, random_playout_position
 from chessgrpo.config import RunConfig, load_config
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
-from chessgrpo.models.policy import load_policy, log_probs
+from chessgrpo.models.policy import ModelConfig, load_policy, log_probs
+from chessgrpo.tasks.supervised import best_move_nll, distill_targets, soft_cross_entropy
 from chessgrpo.track.metrics import MetricsWriter, read_metrics
-from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
+from chessgrpo.train.checkpoint import best_checkpoint, latest_checkpoint, list_checkpoints
 from chessgrpo.train.dataset import EpochSampler, load_split
-from chessgrpo.train.pretrain import (
-    ModelConfig,
-    PretrainConfig,
-    Pretrainer,
-    best_move_nll,
-    distill_targets,
-    soft_cross_entropy,
-)
+from chessgrpo.train.kinds import config_class
+from chessgrpo.train.kinds.pretrain import PretrainKind, PretrainTrainConfig
+from chessgrpo.train.loop import Trainer
 from chessgrpo.train.schedule import WarmupCosine
 
 TRAIN_KEYS = {
     "step", "time", "loss/train", "train/top1", "train/top5", "train/perplexity", "entropy/mean", "entropy/ln_legal",
-    "lr", "grad_norm", "perf/samples_per_s",
+    "lr", "grad_norm", "perf/step_s", "perf/samples_per_s",
 }  # fmt: skip
 EVAL_KEYS = {"eval/loss", "eval/top1", "eval/top5", "eval/nll", "eval/perplexity", "eval/in_multipv"}
 
@@ -60,13 +57,19 @@ def dataset(tmp_path_factory):
     return directory
 
 
-def _config(dataset, tmp_path, name="run", **overrides) -> PretrainConfig:
+def _config(dataset, tmp_path, name="run", **overrides) -> PretrainTrainConfig:
     values = dict(
         data=str(dataset), batch_size=64, steps=40, lr=3e-3, warmup_steps=5, log_every=1, eval_every=20,
         checkpoint_every=20, threads=1,
     )  # fmt: skip
     values.update(overrides)
-    return PretrainConfig(run=RunConfig(name=name, out_dir=str(tmp_path)), **values)
+    return PretrainTrainConfig(run=RunConfig(name=name, out_dir=str(tmp_path)), **values)
+
+
+def _train(config: PretrainTrainConfig):
+    with Trainer(config) as trainer:
+        assert isinstance(trainer.kind, PretrainKind)
+        return trainer.train(), trainer.kind.summary()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -153,10 +156,17 @@ def test_dataset_rejects_a_mislabelled_row(dataset, tmp_path):
 # Training
 
 
+def test_registered_as_the_pretrain_kind():
+    assert config_class("pretrain") is PretrainTrainConfig
+    config = PretrainTrainConfig()
+    assert (config.kind, config.run.name, config.steps, config.lr, config.eval_at_start) == ("pretrain", "pretrain", 1000, 1e-3, False)
+    assert config.best_metric() == ("eval/nll", "min")
+
+
 @pytest.mark.parametrize("objective", ["bc", "distill"])
 def test_learns_on_a_small_dataset(dataset, tmp_path, objective):
-    result = Pretrainer(_config(dataset, tmp_path, objective=objective, distill_temperature=0.05)).train()
-    assert result.finished and result.step == 40
+    result, summary = _train(_config(dataset, tmp_path, objective=objective, distill_temperature=0.05))
+    assert result.finished and result.step == 40 and result.stop_reason is None
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 41))
     first, last = rows[:5], rows[-5:]
@@ -168,8 +178,15 @@ def test_learns_on_a_small_dataset(dataset, tmp_path, objective):
         assert TRAIN_KEYS <= set(row), TRAIN_KEYS - set(row)
         assert row["entropy/mean"] <= row["entropy/ln_legal"] + 1e-4  # entropy never exceeds ln(#legal)
     assert EVAL_KEYS <= set(rows[19]) and EVAL_KEYS <= set(rows[39]) and not EVAL_KEYS & set(rows[20])
-    assert result.eval_metrics == {k: rows[39][k] for k in EVAL_KEYS}
+    assert {k: result.eval_metrics[k] for k in EVAL_KEYS} == {k: rows[39][k] for k in EVAL_KEYS}
     assert rows[0]["lr"] == pytest.approx(3e-3 / 5) and rows[4]["lr"] == pytest.approx(3e-3)
+    for row in rows:  # log_every=1: the throughput is the batch over that step's time
+        assert row["perf/samples_per_s"] == pytest.approx(64 / row["perf/step_s"], rel=1e-6)
+    # checkpoints/best is the evaluation with the lowest held-out best-move nll.
+    best_step = min((19, 39), key=lambda i: rows[i]["eval/nll"]) + 1
+    assert result.best_checkpoint is not None and result.best_checkpoint.name == f"step_{best_step:06d}"
+    assert f"{objective} on {dataset}, model tiny" in summary[0] and "samples/s" in summary[0]
+    assert summary[1].startswith("held-out (16 positions): top-1")
     # The loop optimises the chosen objective: bc's loss is the best-move nll, distill's is not.
     # (Compared on the last row: at initialisation both are close to ln(#legal).)
     nll = math.log(rows[-1]["train/perplexity"])
@@ -177,6 +194,45 @@ def test_learns_on_a_small_dataset(dataset, tmp_path, objective):
         assert rows[-1]["loss/train"] == pytest.approx(nll, rel=1e-5)
     else:
         assert abs(rows[-1]["loss/train"] - nll) > 1e-3
+
+
+def test_freeze_layers_and_head_lr(dataset, tmp_path):
+    """The loop's shared knobs reach the policy: frozen embeddings and first block stay put; the head has its own rate."""
+    config = _config(dataset, tmp_path, steps=3, warmup_steps=0, eval_every=0, freeze_layers=1, head_lr=1e-2)
+    with Trainer(config) as trainer:
+        model = trainer.kind.model
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        trainer.train()
+        frozen = {id(p) for p in trainer.kind.frozen_parameters(1)}
+        head = {id(p) for p in model.head.parameters()}
+        lrs = {g["head"]: g["lr"] for g in trainer.optimizer.param_groups}
+    unchanged = {name for name, param in model.named_parameters() if torch.equal(param, before[name])}
+    assert {name for name, param in model.named_parameters() if id(param) in frozen} <= unchanged
+    assert not any(name.startswith("blocks.1.") for name in unchanged)  # the second block trains
+    assert frozen and head and not head & frozen and lrs[True] == pytest.approx(lrs[False] * 1e-2 / 3e-3)
+
+
+def test_nonfinite_step_is_skipped_and_training_goes_on(dataset, tmp_path):
+    config = _config(dataset, tmp_path, steps=5, eval_every=0, checkpoint_every=0)
+    config.debug.nonfinite_at_step = 3
+    with Trainer(config) as trainer:
+        result = trainer.train()
+        assert all(torch.isfinite(p).all() for p in trainer.kind.model.parameters())
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert result.finished and [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[2].get("health/nonfinite_skip") == 1.0 and "loss/train" not in rows[2]
+    assert all("loss/train" in r for i, r in enumerate(rows) if i != 2)
+    assert "nonfinite_skip" in (tmp_path / "run" / "events.jsonl").read_text()
+
+
+def test_dataset_without_a_test_split_trains_without_evaluation(dataset, tmp_path):
+    data = tmp_path / "train_only" / "train"
+    data.mkdir(parents=True)
+    (data / "shard-00000.parquet").write_bytes((Path(dataset) / "train" / "shard-00000.parquet").read_bytes())
+    result, summary = _train(_config(tmp_path / "train_only", tmp_path, steps=4, eval_every=2, eval_at_start=True))
+    assert result.finished and result.eval_metrics is None and result.best_checkpoint is None
+    assert not any(k.startswith("eval/") for r in read_metrics(tmp_path / "run" / "metrics.jsonl") for k in r)
+    assert summary[-1] == "held-out: the dataset has no test split"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -193,7 +249,7 @@ def test_resume_is_bitwise_exact_across_processes(dataset, tmp_path, capsys):
     # The same run in two invocations: stopped at step 7 (between checkpoints and log rows), then resumed.
     first = _cli("pretrain", *common, "run.name=halves", "stop_at=7")
     assert first.returncode == 0, first.stderr
-    assert "stopped early; continue with: chessgrpo pretrain --resume" in first.stdout
+    assert "continue with: chessgrpo train --resume" in first.stdout
     halves = tmp_path / "halves"
     assert latest_checkpoint(halves).name == "step_000007"
     second = _cli("pretrain", "--resume", str(halves))
@@ -207,15 +263,25 @@ def test_resume_is_bitwise_exact_across_processes(dataset, tmp_path, capsys):
         assert torch.equal(straight[name], resumed[name]), f"{name} differs after resume"
     model = load_policy(halves)  # the run directory loads its latest checkpoint
     assert all(torch.equal(t, resumed[n]) for n, t in model.state_dict().items())
-    # latest -> newest step, pruned to keep_checkpoints=2.
+    # latest -> newest step; pruned to keep_checkpoints=2 plus checkpoints/best, which the resumed
+    # run tracks on from the first invocation (the lowest eval/nll of steps 5, 10 and 12).
     assert os.readlink(halves / "checkpoints" / "latest") == "step_000012"
-    assert [s for s, _ in list_checkpoints(halves)] == [9, 12]
+    rows = read_metrics(halves / "metrics.jsonl")
+    evals = {r["step"]: r["eval/nll"] for r in rows if "eval/nll" in r}
+    assert sorted(evals) == [5, 10, 12]
+    best_step = min(evals, key=evals.get)
+    assert best_checkpoint(halves).name == f"step_{best_step:06d}"
+    kept = [s for s, _ in list_checkpoints(halves)]
+    assert kept[-1] == 12 and best_step in kept and len(kept) <= 3 and set(kept) - {best_step} <= {9, 10, 12}
     # Metrics: appended, no duplicate steps; the rows up to the stop come from the first process.
-    steps = [r["step"] for r in read_metrics(halves / "metrics.jsonl")]
+    steps = [r["step"] for r in rows]
     assert steps == sorted(set(steps)) and steps[-1] == 12 and 7 in steps
     straight_rows = {r["step"]: r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")}
-    final = read_metrics(halves / "metrics.jsonl")[-1]
-    assert final["eval/loss"] == straight_rows[12]["eval/loss"]
+    assert set(straight_rows) == set(steps) - {7}  # the stop wrote a row of its partial window
+    for row in rows:
+        keys = ["eval/loss", "eval/nll"] + (["loss/train", "grad_norm", "train/perplexity"] if row["step"] not in (7, 8) else [])
+        for key in keys:  # window means equal too, except the two windows the stop split
+            assert row.get(key) == straight_rows.get(row["step"], {}).get(key), (row["step"], key)
 
     # A second fresh run into the same directory is refused, not overwritten.
     capsys.readouterr()
@@ -232,19 +298,27 @@ def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "nope" in err and "chessgrpo data generate" in err
-    assert not (tmp_path / "pretrain").exists()  # nothing written for a run that could not start
+    # Nothing written for a run that could not start (taking the lock may leave the empty directory).
+    run_dir = tmp_path / "pretrain"
+    assert not run_dir.exists() or not any(run_dir.iterdir())
 
 
-def test_shipped_config_loads_and_documents_every_key():
-    path = Path(__file__).resolve().parents[1] / "configs" / "pretrain_tiny.yaml"
-    config = load_config(PretrainConfig, path)
-    assert config.model.size == "tiny"
+PRETRAIN_CONFIGS = ("pretrain_tiny", "endgame_kqk_pretrain", "endgame_krk_pretrain", "endgame_kbbk_pretrain", "endgame_kbnk_pretrain")
+
+
+@pytest.mark.parametrize("name", PRETRAIN_CONFIGS)
+def test_shipped_config_loads_and_documents_every_key(name):
+    path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml"
+    config = load_config(PretrainTrainConfig, path)
+    assert config.kind == "pretrain" and config.run.name == name and config.model.size == "tiny"
     text = path.read_text()
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#") and not line.rstrip().endswith(":"):
             assert "#" in line, f"undocumented key line: {line!r}"
-    for field in dataclasses.fields(PretrainConfig):
-        assert f"\n{field.name}:" in text, field.name
+    for field in dataclasses.fields(PretrainTrainConfig):
+        if field.name != "debug":  # test hooks (train/config.py DebugConfig) are not shipped
+            assert f"\n{field.name}:" in text, field.name
+    assert "src/chessgrpo/train/kinds/pretrain.py (PretrainTrainConfig)" in text
 
 
 def test_model_description_names_the_replaced_fields():

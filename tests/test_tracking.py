@@ -20,20 +20,21 @@ from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track import backends
 from chessgrpo.track.backends import BackendUnavailable, TrackingConfig
 from chessgrpo.track.metrics import MetricsWriter, read_metrics
-from chessgrpo.train.grpo import GRPOEvalConfig, GRPOTrainConfig, GRPOTrainer
-from chessgrpo.train.pretrain import PretrainConfig, Pretrainer
+from chessgrpo.train.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.train.loop import Trainer
+from chessgrpo.train.kinds.pretrain import PretrainTrainConfig
 
 from test_diagnose import labelled_row
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _grpo(tmp_path: Path, name: str, tracking: TrackingConfig, steps: int = 3) -> GRPOTrainConfig:
-    return GRPOTrainConfig(
+def _grpo(tmp_path: Path, name: str, tracking: TrackingConfig, steps: int = 3) -> MoveGroupTrainConfig:
+    return MoveGroupTrainConfig(
         run=RunConfig(name=name, out_dir=str(tmp_path), seed=0), init_checkpoint=None, positions="random:32",
         task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
         grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05), engine=EngineConfig(processes=1, cache=False),
-        eval=GRPOEvalConfig(positions=None, puzzles=None), steps=steps, warmup_steps=0, checkpoint_every=0, threads=1,
+        eval=MoveGroupEvalConfig(positions=None, puzzles=None), steps=steps, warmup_steps=0, checkpoint_every=0, threads=1,
         tracking=tracking,
     )  # fmt: skip
 
@@ -66,20 +67,20 @@ def _config_text(log_dir: Path) -> str:
 def test_tracking_config_validates_backends(monkeypatch):
     assert TrackingConfig().backends == ["jsonl"]
     with pytest.raises(ConfigError, match="unknown backend.*mlflow"):
-        load_config(GRPOTrainConfig, REPO / "configs" / "grpo_tiny.yaml", ["tracking.backends=[jsonl,mlflow]"])
+        load_config(MoveGroupTrainConfig, REPO / "configs" / "grpo_tiny.yaml", ["tracking.backends=[jsonl,mlflow]"])
     with pytest.raises(ConfigError, match="twice"):
         TrackingConfig(backends=["jsonl", "jsonl"])
     with pytest.raises(ConfigError, match="wandb_mode"):
-        load_config(GRPOTrainConfig, None, ["tracking.wandb_mode=sometimes"])
+        load_config(MoveGroupTrainConfig, None, ["tracking.wandb_mode=sometimes"])
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(backends.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real_find_spec(name, *a))
     with pytest.raises(BackendUnavailable, match=r"pip install 'chessgrpo\[tracking\]'") as error:
-        load_config(PretrainConfig, REPO / "configs" / "pretrain_tiny.yaml", ["tracking.backends=[jsonl,wandb]"])
+        load_config(PretrainTrainConfig, REPO / "configs" / "pretrain_tiny.yaml", ["tracking.backends=[jsonl,wandb]"])
     assert isinstance(error.value, ConfigError) and "wandb" in str(error.value)
 
 
 def test_shipped_configs_have_a_tracking_section():
-    for path, cls in (("grpo_tiny.yaml", GRPOTrainConfig), ("pretrain_tiny.yaml", PretrainConfig)):
+    for path, cls in (("grpo_tiny.yaml", MoveGroupTrainConfig), ("pretrain_tiny.yaml", PretrainTrainConfig)):
         assert "\ntracking:\n" in (REPO / "configs" / path).read_text()
         assert load_config(cls, REPO / "configs" / path).tracking == TrackingConfig()
 
@@ -98,7 +99,7 @@ def test_jsonl_only_writer_is_unchanged(tmp_path):
 def test_grpo_run_logs_the_same_metrics_and_config_to_tensorboard(tmp_path):
     pytest.importorskip("tensorboard")
     config = _grpo(tmp_path, "tb", TrackingConfig(backends=["jsonl", "tensorboard"]))
-    with GRPOTrainer(config) as trainer:
+    with Trainer(config) as trainer:
         trainer.train()
     run = tmp_path / "tb"
     scalars = _scalars(run / "tensorboard")
@@ -119,10 +120,11 @@ def test_pretraining_logs_to_tensorboard_and_resume_purges_later_steps(tmp_path)
     rows = [labelled_row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 100)
             for b, a in zip(boards, analyses)]  # fmt: skip
     write_shard(rows, tmp_path / "data" / "train" / "shard-00000.parquet")
-    config = PretrainConfig(run=RunConfig(name="pre", out_dir=str(tmp_path)), data=str(tmp_path / "data"), batch_size=8, steps=4,
+    config = PretrainTrainConfig(run=RunConfig(name="pre", out_dir=str(tmp_path)), data=str(tmp_path / "data"), batch_size=8, steps=4,
                             warmup_steps=1, log_every=1, checkpoint_every=2, threads=1,
                             tracking=TrackingConfig(backends=["tensorboard"]))  # fmt: skip
-    Pretrainer(config).train()
+    with Trainer(config) as trainer:
+        trainer.train()
     run = tmp_path / "pre"
     scalars = _scalars(run / "tensorboard")
     assert set(scalars) == _metric_names(run) and [s for s, _ in scalars["loss/train"]] == [1, 2, 3, 4]
@@ -144,7 +146,7 @@ def test_grpo_run_logs_to_wandb_offline(tmp_path, monkeypatch):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     config = _grpo(tmp_path, "wb", TrackingConfig(backends=["jsonl", "wandb"], wandb_project="chessgrpo-test"), steps=2)
-    with GRPOTrainer(config) as trainer:
+    with Trainer(config) as trainer:
         trainer.train()
     run = tmp_path / "wb"
     [log] = list((run / "wandb").glob("offline-run-*/run-*.wandb"))  # offline: a local run file, nothing uploaded

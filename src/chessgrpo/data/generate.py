@@ -28,7 +28,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import random
 import time
 from pathlib import Path

@@ -21,7 +21,6 @@ intervals (`compare_lm_results`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path

@@ -138,6 +138,36 @@ class Kind:
             self.close()
 
 
+class GRPOKind(Kind):
+    """A GRPO kind: a KL controller and a sampling generator that are part of its resumable state.
+
+    The generator is seeded by (seed, rank) so ranks sample differently and a run is reproducible;
+    subclasses call `init_grpo_state` once their models are built.
+    """
+
+    kl_controller: Any
+    generator: torch.Generator
+
+    def init_grpo_state(self, grpo_config: Any) -> None:
+        from chessgrpo.rl import KLController
+
+        self.kl_controller = KLController.from_config(grpo_config)
+        seed = self.context.seed * 1_000_003 + self.context.rank
+        self.generator = torch.Generator(device=self.context.device).manual_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kl_controller.load_state_dict(state["kl_controller"])
+        self.generator.set_state(state["generator"])
+
+
+def postfix(row: dict[str, Any], fields: tuple[tuple[str, str, str], ...]) -> dict[str, str]:
+    """Progress-bar entries ``label: format(row[key])`` for the (key, label, format) fields present in `row`."""
+    return {label: format(row[key], spec) for key, label, spec in fields if key in row}
+
+
 def interval_text(row: dict[str, Any], key: str, digits: int = 3) -> str:
     """``value [low, high]`` for an evaluation metric with interval bounds (value alone without)."""
     if f"{key}_low" in row:

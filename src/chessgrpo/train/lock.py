@@ -37,9 +37,12 @@ class RunLock:
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOCK_FILE
         self.held = False
+        self._created_dir = False
 
     def acquire(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True)
+            self._created_dir = True  # removed again on release if the run never wrote anything
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -78,6 +81,8 @@ class RunLock:
             if holder.get("pid") == os.getpid():
                 self.path.unlink(missing_ok=True)
             self.held = False
+            if self._created_dir and not any(self.path.parent.iterdir()):
+                self.path.parent.rmdir()
 
     def __enter__(self) -> RunLock:
         return self.acquire()

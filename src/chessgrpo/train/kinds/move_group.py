@@ -32,10 +32,10 @@ import torch
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
-from chessgrpo.rl import GRPOConfig, KLController, optimize
+from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.tasks.move_group import MoveGroupConfig, StartPositions, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.kind import Kind, RunContext, interval_text
+from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,56 @@ class MoveGroupTrainConfig(TrainConfig):
         return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
 
 
-class MoveGroupKind(Kind):
+class PolicyGRPOKind(GRPOKind):
+    """GRPO of an `ActionPolicy` (move_group, trajectory): the frozen reference, its trainable copy,
+    checkpoints, head and frozen parameters, and the held-out offline evaluation of `chessgrpo eval offline`."""
+
+    reference: ActionPolicy
+    _offline_positions: list | None = None
+
+    def build_policy(self, init_checkpoint: str | None, model_config: ModelConfig, grpo_config: GRPOConfig) -> None:
+        """The reference (the starting checkpoint, or a fresh `model_config`), frozen; `model`, a trainable copy."""
+        device = self.context.device
+        if init_checkpoint:
+            self.reference = load_policy(init_checkpoint, device=device)
+        else:
+            self.reference = ActionPolicy(model_config.policy_config()).to(device)
+        self.reference.eval().requires_grad_(False)
+        self.model = copy.deepcopy(self.reference).requires_grad_(True)
+        self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
+        self.init_grpo_state(grpo_config)
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.head.parameters())
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        return frozen_parameters(self.model, freeze_layers)
+
+    def save_model(self, directory: Path) -> None:
+        save_policy(self.model, directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
+
+    def offline_evaluation(self, step: int, out_dir: Path, pool: Any, source: str, max_positions: int, nodes: int,
+                           resamples: int) -> dict[str, float]:  # fmt: skip
+        """Held-out ESL, top-1 and blunder rate of the argmax policy (intervals) on the same seeded sample of
+        `source` every time; writes out_dir/step_NNNNNN_offline.json (what `chessgrpo eval compare` reads)."""
+        from chessgrpo.eval.offline import evaluate_offline
+        from chessgrpo.eval.players import PolicyPlayer
+        from chessgrpo.eval.positions import load_eval_positions
+
+        seed = self.context.seed
+        if self._offline_positions is None:
+            self._offline_positions = load_eval_positions(source, max_positions, seed, pool=pool, nodes=nodes)
+        player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
+        result = evaluate_offline(player, self._offline_positions, pool, nodes=nodes, resamples=resamples, seed=seed)
+        payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
+        write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
+        return interval_metrics(result, ("top1", "esl", "blunder_rate"))
+
+
+class MoveGroupKind(PolicyGRPOKind):
     """One-move-group GRPO of an `ActionPolicy` (module docstring)."""
 
     name = "move_group"
@@ -115,30 +164,14 @@ class MoveGroupKind(Kind):
         from chessgrpo.engine import EnginePool
 
         super().__init__(config, context)
-        device = context.device
         self.start_positions = StartPositions.from_source(
             config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed,
             win_prob_range=config.start_win_prob_range,
         )  # fmt: skip
         logger.info("%d start positions from %s", len(self.start_positions), config.positions)
-        if config.init_checkpoint:
-            self.reference = load_policy(config.init_checkpoint, device=device)
-        else:
-            self.reference = ActionPolicy(config.model.policy_config()).to(device)
-        self.reference.eval().requires_grad_(False)
-        self.model = copy.deepcopy(self.reference).requires_grad_(True)
-        self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
-        self.kl_controller = KLController.from_config(config.grpo)
-        self.generator = torch.Generator(device=device).manual_seed(config.run.seed * 1_000_003 + context.rank)
+        self.build_policy(config.init_checkpoint, config.model, config.grpo)
         self.pool = EnginePool.from_config(config.engine)
-        self._eval_positions: list | None = None
         self._puzzles: list | None = None
-
-    def head_parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.model.head.parameters())
-
-    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        return frozen_parameters(self.model, freeze_layers)
 
     def close(self) -> None:
         self.pool.close()
@@ -211,58 +244,29 @@ class MoveGroupKind(Kind):
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
         """Held-out offline metrics and puzzle accuracy of the current policy (argmax), with intervals."""
-        from chessgrpo.eval.offline import evaluate_offline
         from chessgrpo.eval.players import PolicyPlayer
-        from chessgrpo.eval.positions import load_eval_positions
         from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
 
-        config, seed = self.config.eval, self.config.run.seed
-        player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
+        config = self.config.eval
         metrics: dict[str, float] = {}
         if config.positions:
-            if self._eval_positions is None:
-                self._eval_positions = load_eval_positions(config.positions, config.max_positions, seed, pool=self.pool, nodes=config.nodes)
-            result = evaluate_offline(player, self._eval_positions, self.pool, nodes=config.nodes, resamples=config.resamples, seed=seed)
-            metrics.update(interval_metrics(result, ("top1", "esl", "blunder_rate")))
-            payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-            write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
+            metrics.update(self.offline_evaluation(step, out_dir, self.pool, config.positions, config.max_positions, config.nodes,
+                                                   config.resamples))  # fmt: skip
         if config.puzzles:
             if self._puzzles is None:
-                self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, seed).puzzles)
+                self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, self.context.seed).puzzles)
+            player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
             result = solve_puzzles(player, self._puzzles)
             metrics.update(interval_metrics(result, ("first_move_accuracy", "solve_rate"), prefix="eval/puzzle_"))
             payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
             write_json_atomic(out_dir / f"step_{step:06d}_puzzles.json", payload)
         return metrics
 
-    # -- state --------------------------------------------------------------------------------------
-
-    def save_model(self, directory: Path) -> None:
-        save_policy(self.model, directory)
-
-    def load_model(self, checkpoint: Path) -> None:
-        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.kl_controller.load_state_dict(state["kl_controller"])
-        self.generator.set_state(state["generator"])
-
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        postfix = {}
-        if "reward/win_prob" in row:
-            postfix["reward"] = f"{row['reward/win_prob']:.3f}"
-        if "reward/esl" in row:
-            postfix["esl"] = f"{row['reward/esl']:.3f}"
-        if "perf/samples_per_s" in row:
-            postfix["sps"] = f"{row['perf/samples_per_s']:.0f}"
-        if "eval/esl" in row:
-            postfix["heldout_esl"] = f"{row['eval/esl']:.3f}"
-        return postfix
+        return postfix(row, (("reward/win_prob", "reward", ".3f"), ("reward/esl", "esl", ".3f"),
+                             ("perf/samples_per_s", "sps", ".0f"), ("eval/esl", "heldout_esl", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         parts = []

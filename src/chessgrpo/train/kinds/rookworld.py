@@ -57,7 +57,7 @@ from chessgrpo.models.lm import (
     prepare_for_rl,
     save_lm,
 )
-from chessgrpo.rl import GRPOConfig, KLController, optimize
+from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.tasks.rookworld import (
     ENVIRONMENT_COMPONENTS,
     POLICY_COMPONENTS,
@@ -69,7 +69,7 @@ from chessgrpo.tasks.rookworld import (
     to_rollout_batch,
 )
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.kind import Kind, RunContext, interval_text
+from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class RookWorldTrainConfig(TrainConfig):
         return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
 
 
-class RookWorldKind(Kind):
+class RookWorldKind(GRPOKind):
     """Text GRPO of a `ChessLM` on the RookWorld tasks (module docstring). `model` is ``lm.model``."""
 
     name = "rookworld"
@@ -176,8 +176,7 @@ class RookWorldKind(Kind):
                 f"exceeds the model's {limit} positions"
             )
 
-        self.kl_controller = KLController.from_config(config.grpo)
-        self.generator = torch.Generator(device=device).manual_seed(config.run.seed * 1_000_003 + context.rank)
+        self.init_grpo_state(config.grpo)
         self.pool = EnginePool.from_config(config.engine) if (n_policy or self.eval_policy_fens) else None
         self._puzzles: list | None = None
         self.paired: dict[str, Any] | None = None
@@ -334,26 +333,11 @@ class RookWorldKind(Kind):
         self.model.load_state_dict(load_lm(checkpoint, device=self.context.device).model.state_dict())
         prepare_for_rl(self.model)  # still dropout off, eval mode
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.kl_controller.load_state_dict(state["kl_controller"])
-        self.generator.set_state(state["generator"])
-
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        postfix = {}
-        if "reward/mean" in row:
-            postfix["reward"] = f"{row['reward/mean']:.3f}"
-        if "rollout/malformed_rate" in row:
-            postfix["malformed"] = f"{row['rollout/malformed_rate']:.2f}"
-        if "perf/samples_per_s" in row:
-            postfix["sps"] = f"{row['perf/samples_per_s']:.1f}"
-        if "eval/p_reward" in row:
-            postfix["heldout_p_reward"] = f"{row['eval/p_reward']:.3f}"
-        return postfix
+        return postfix(row, (("reward/mean", "reward", ".3f"), ("rollout/malformed_rate", "malformed", ".2f"),
+                             ("perf/samples_per_s", "sps", ".1f"), ("eval/p_reward", "heldout_p_reward", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         parts = []

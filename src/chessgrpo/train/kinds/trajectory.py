@@ -33,20 +33,17 @@ Results go to RUN_DIR/eval/step_NNNNNN_{endgame,offline}.json.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from chessgrpo.board.endgames import COLOURS
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
-from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
-from chessgrpo.rl import GRPOConfig, KLController, optimize
+from chessgrpo.models.policy import ModelConfig
+from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
 from chessgrpo.tasks.move_group import StartPositions
 from chessgrpo.tasks.trajectory import (
@@ -63,8 +60,8 @@ from chessgrpo.tasks.trajectory import (
     to_rollout_batch,
 )
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.kind import Kind, RunContext, interval_text
-from chessgrpo.train.kinds.move_group import interval_metrics
+from chessgrpo.train.kind import RunContext, interval_text, postfix
+from chessgrpo.train.kinds.move_group import PolicyGRPOKind
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +169,7 @@ class TrajectoryTrainConfig(TrainConfig):
         return ("eval/esl", "min") if self.eval.offline_positions else None
 
 
-class TrajectoryKind(Kind):
+class TrajectoryKind(PolicyGRPOKind):
     """Trajectory-group GRPO of an `ActionPolicy` (module docstring)."""
 
     name = "trajectory"
@@ -180,7 +177,6 @@ class TrajectoryKind(Kind):
 
     def __init__(self, config: TrajectoryTrainConfig, context: RunContext):
         super().__init__(config, context)
-        device = context.device
         # Nothing here draws from torch's global generator before the model is built (endgame and file
         # start positions use their own seeded generators), so building them after the loop's seeding
         # gives the same weights as the old trainer, which built them before.
@@ -201,15 +197,7 @@ class TrajectoryKind(Kind):
                 )  # fmt: skip
                 logger.info("%d start positions from %s", len(self.start_positions), config.positions)
 
-            if config.init_checkpoint:
-                self.reference = load_policy(config.init_checkpoint, device=device)
-            else:
-                self.reference = ActionPolicy(config.model.policy_config()).to(device)
-            self.reference.eval().requires_grad_(False)
-            self.model = copy.deepcopy(self.reference).requires_grad_(True)
-            self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
-            self.kl_controller = KLController.from_config(config.grpo)
-            self.generator = torch.Generator(device=device).manual_seed(config.run.seed * 1_000_003 + context.rank)
+            self.build_policy(config.init_checkpoint, config.model, config.grpo)
 
             if config.needs_pool:
                 from chessgrpo.engine import EnginePool
@@ -219,7 +207,6 @@ class TrajectoryKind(Kind):
         except BaseException:
             self.close()
             raise
-        self._offline_positions: list | None = None
 
     def _make_opponent(self) -> Opponent | None:
         kind = self.config.task.opponent
@@ -232,12 +219,6 @@ class TrajectoryKind(Kind):
             return StockfishOpponent(self.pool, self.config.task.opponent_nodes)
         assert self.oracle is not None
         return TablebaseOpponent(self.oracle)
-
-    def head_parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.model.head.parameters())
-
-    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        return frozen_parameters(self.model, freeze_layers)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -362,46 +343,15 @@ class TrajectoryKind(Kind):
                 payload["random"] = baseline.to_json()
             write_json_atomic(out_dir / f"step_{step:06d}_endgame.json", payload)
         elif config.offline_positions:
-            from chessgrpo.eval.offline import evaluate_offline
-            from chessgrpo.eval.players import PolicyPlayer
-            from chessgrpo.eval.positions import load_eval_positions
-
-            assert self.pool is not None
-            if self._offline_positions is None:
-                self._offline_positions = load_eval_positions(
-                    config.offline_positions, config.max_offline_positions, seed, pool=self.pool, nodes=config.nodes
-                )  # fmt: skip
-            player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
-            result = evaluate_offline(player, self._offline_positions, self.pool, nodes=config.nodes, resamples=config.resamples, seed=seed)
-            metrics.update(interval_metrics(result, ("top1", "esl", "blunder_rate")))
-            payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-            write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
+            metrics.update(self.offline_evaluation(step, out_dir, self.pool, config.offline_positions, config.max_offline_positions,
+                                                   config.nodes, config.resamples))  # fmt: skip
         return metrics
-
-    # -- state --------------------------------------------------------------------------------------
-
-    def save_model(self, directory: Path) -> None:
-        save_policy(self.model, directory)
-
-    def load_model(self, checkpoint: Path) -> None:
-        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.kl_controller.load_state_dict(state["kl_controller"])
-        self.generator.set_state(state["generator"])
 
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        postfix = {}
-        for key, label in (("rollout/mate_rate", "mate"), ("reward/mean", "reward_mean"), ("eval/mate_rate", "heldout_mate"),
-                           ("eval/esl", "heldout_esl")):  # fmt: skip
-            if key in row:
-                postfix[label] = f"{row[key]:.3f}"
-        return postfix
+        return postfix(row, (("rollout/mate_rate", "mate", ".3f"), ("reward/mean", "reward_mean", ".3f"),
+                             ("eval/mate_rate", "heldout_mate", ".3f"), ("eval/esl", "heldout_esl", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         if "eval/mate_rate" in row:
