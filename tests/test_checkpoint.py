@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from chessgrpo.errors import CheckpointError
+from chessgrpo.files import verify_manifest
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
 from chessgrpo.train.checkpoint import (
     TRAINER_STATE_FILE,
@@ -99,5 +101,21 @@ def test_rng_state_roundtrip_through_a_checkpoint(tmp_path):
 def test_bad_trainer_state_file_is_a_clear_error(tmp_path):
     path = _save(tmp_path, 1, ActionPolicy(TINY))
     (path / TRAINER_STATE_FILE).write_bytes(b"not a torch file")
-    with pytest.raises(ValueError, match="not a readable trainer state"):
+    with pytest.raises(CheckpointError, match="not a readable trainer state"):
         load_trainer_state(path)
+
+
+def test_manifest_catches_a_damaged_file_and_loaders_fall_back(tmp_path, caplog):
+    model = ActionPolicy(TINY)
+    _save(tmp_path, 1, model)
+    newest = _save(tmp_path, 2, model)
+    assert verify_manifest(newest) is None
+    weights = newest / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, one flipped bit
+    weights.write_bytes(bytes(data))
+    assert "SHA-256" in verify_manifest(newest)
+    assert latest_checkpoint(tmp_path).name == "step_000001" and "step_000002" in caplog.text
+    assert load_policy(tmp_path) is not None  # a run directory loads its newest intact checkpoint
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_policy(newest)  # naming the damaged checkpoint itself is an error, never silently used

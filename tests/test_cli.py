@@ -69,7 +69,7 @@ def test_bad_inputs_give_one_clear_error(tmp_path):
 def test_resume_names_config_keys_the_run_predates(tmp_path):
     """A key added after a run started resumes with today's default; the warning says which and what."""
     from chessgrpo.config import save_config
-    from chessgrpo.train.kinds.sft import SFTTrainConfig
+    from chessgrpo.tasks.kinds.sft import SFTTrainConfig
 
     run_dir = tmp_path / "old_sft"
     run_dir.mkdir()

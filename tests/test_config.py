@@ -104,7 +104,7 @@ def test_overriding_one_nested_key_keeps_the_parents_defaults_for_the_others():
 
 def test_scientific_notation_without_a_dot_is_a_number(tmp_path):
     # YAML 1.1 reads 3e-4 as a string; a learning rate written that way must still load as 0.0003.
-    from chessgrpo.train.kinds.pretrain import PretrainTrainConfig
+    from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 
     assert load_config(PretrainTrainConfig, None, ["lr=3e-4"]).lr == pytest.approx(3e-4)
     path = tmp_path / "c.yaml"

@@ -40,9 +40,9 @@ from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
 from chessgrpo.track.metrics import MetricsWriter, read_metrics
 from chessgrpo.track.run_data import load_run
-from chessgrpo.train.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
-from chessgrpo.train.kinds.pretrain import PretrainTrainConfig
+from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 
 from helpers import shared_file
 

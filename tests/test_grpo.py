@@ -24,7 +24,7 @@ from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs, save_
 from chessgrpo.rl import GRPOConfig, InvariantViolation
 from chessgrpo.tasks.move_group import MoveGroupConfig, MoveGroups, StartPositions, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.track.metrics import read_metrics
-from chessgrpo.train.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 
 from helpers import shared_file

@@ -26,7 +26,7 @@ from chessgrpo.track.metrics import MetricsWriter, read_metrics
 from chessgrpo.train.checkpoint import best_checkpoint, latest_checkpoint, list_checkpoints
 from chessgrpo.train.dataset import EpochSampler, load_split
 from chessgrpo.train.kinds import config_class
-from chessgrpo.train.kinds.pretrain import PretrainKind, PretrainTrainConfig
+from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.schedule import WarmupCosine
 
@@ -318,7 +318,7 @@ def test_shipped_config_loads_and_documents_every_key(name):
     for field in dataclasses.fields(PretrainTrainConfig):
         if field.name != "debug":  # test hooks (train/config.py DebugConfig) are not shipped
             assert f"\n{field.name}:" in text, field.name
-    assert "src/chessgrpo/train/kinds/pretrain.py (PretrainTrainConfig)" in text
+    assert "src/chessgrpo/tasks/kinds/pretrain.py (PretrainTrainConfig)" in text
 
 
 def test_model_description_names_the_replaced_fields():

@@ -17,8 +17,8 @@ from chessgrpo.models.lm import CharTokenizer, load_lm
 from chessgrpo.tasks.rookworld import parse_policy_completion
 from chessgrpo.track.metrics import read_metrics
 from chessgrpo.train.kind import RunContext
-from chessgrpo.train.kinds.rookworld import PAIRED_FILE, RookWorldTrainConfig
-from chessgrpo.train.kinds.sft import SFTKind, SFTTrainConfig
+from chessgrpo.tasks.kinds.rookworld import PAIRED_FILE, RookWorldTrainConfig
+from chessgrpo.tasks.kinds.sft import SFTKind, SFTTrainConfig
 from chessgrpo.train.loop import Trainer
 
 NODES = 300

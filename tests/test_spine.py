@@ -24,7 +24,7 @@ from chessgrpo.models.policy import load_policy
 from chessgrpo.track.diagnose import diagnose_run
 from chessgrpo.track.metrics import read_metrics
 from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
-from chessgrpo.train.kinds.move_group import MoveGroupTrainConfig
+from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.lock import LOCK_FILE, RunLock
 from chessgrpo.train.loop import Trainer
 

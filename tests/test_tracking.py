@@ -20,9 +20,9 @@ from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track import backends
 from chessgrpo.track.backends import BackendUnavailable, TrackingConfig
 from chessgrpo.track.metrics import MetricsWriter, read_metrics
-from chessgrpo.train.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
-from chessgrpo.train.kinds.pretrain import PretrainTrainConfig
+from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 
 from test_diagnose import labelled_row
 

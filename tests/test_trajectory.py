@@ -36,7 +36,7 @@ from chessgrpo.tasks.trajectory import (
     to_rollout_batch,
 )
 from chessgrpo.track.metrics import read_metrics
-from chessgrpo.train.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
+from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
 from chessgrpo.train.loop import Trainer
 
 from helpers import SYZYGY_DIR

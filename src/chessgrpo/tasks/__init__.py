@@ -5,4 +5,7 @@
   reference, Stockfish, tablebase defender); outcome or process supervision.
 - `endgame`: tablebase rewards and metrics for the KQvK/KRvK/... curriculum.
 - `rookworld`: the RookWorld text tasks (P: policy, A: environment), parsers and rewards.
+- `supervised`, `sft`: the losses of pretraining the action policy and of fine-tuning the chess LM.
+- `kinds/`: the plug-ins of the training spine, one per kind of run (pretrain, sft, move_group,
+  trajectory, rookworld), each with its config.
 """

@@ -1,6 +1,6 @@
 """Supervised fine-tuning on RookWorld text: tokenized examples and the completion-only LM loss.
 
-Pure helpers of ``kind: sft`` (`chessgrpo.train.kinds.sft`); they own no optimizer.
+Pure helpers of ``kind: sft`` (`chessgrpo.tasks.kinds.sft`); they own no optimizer.
 
 - `tokenize_examples`: prompt ids and completion ids (EOS appended) of `data.rookworld` examples;
 - `sft_loss`: mean negative log-likelihood of the completion tokens given the prompt, from

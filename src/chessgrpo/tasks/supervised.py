@@ -11,7 +11,7 @@ to a distribution, legal mask applied):
   behaviour cloning (up to ties); a large T spreads mass evenly over the top-M list.
 
 Everything here is a pure function of tensors (no optimizer, no run directory); the training
-kind that uses them is `train.kinds.pretrain`.
+kind that uses them is `tasks.kinds.pretrain`.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ from chessgrpo.tasks.trajectory import (
 )
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import RunContext, interval_text, postfix
-from chessgrpo.train.kinds.move_group import PolicyGRPOKind
+from chessgrpo.tasks.kinds.move_group import PolicyGRPOKind
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import importlib
 from chessgrpo.config import ConfigError
 
 KINDS: dict[str, str] = {
-    "pretrain": "chessgrpo.train.kinds.pretrain:PretrainKind",
-    "sft": "chessgrpo.train.kinds.sft:SFTKind",
-    "move_group": "chessgrpo.train.kinds.move_group:MoveGroupKind",
-    "trajectory": "chessgrpo.train.kinds.trajectory:TrajectoryKind",
-    "rookworld": "chessgrpo.train.kinds.rookworld:RookWorldKind",
+    "pretrain": "chessgrpo.tasks.kinds.pretrain:PretrainKind",
+    "sft": "chessgrpo.tasks.kinds.sft:SFTKind",
+    "move_group": "chessgrpo.tasks.kinds.move_group:MoveGroupKind",
+    "trajectory": "chessgrpo.tasks.kinds.trajectory:TrajectoryKind",
+    "rookworld": "chessgrpo.tasks.kinds.rookworld:RookWorldKind",
 }
 """Config `kind` -> "module:class" of its plug-in."""
 
