@@ -6,8 +6,9 @@ pairs jointly (`eval.stats.paired_bootstrap_difference`) cancels that shared par
 improvement shows up with a much tighter interval than two independent intervals would give.
 A difference whose interval contains 0 is not progress, whatever its sign.
 
-Inputs are the JSON files written by ``chessgrpo eval offline|puzzles|endgame ... output=FILE`` (they
-hold one record per position or puzzle). Offline and endgame records are matched by FEN and puzzles by id;
+Inputs are the JSON files written by ``chessgrpo eval offline|puzzles|endgame|games ... output=FILE`` (they
+hold one record per position, puzzle or colour-swapped game pair). Offline and endgame records are
+matched by FEN, puzzles by id and game pairs by anchor, pair index and opening (the pentanomial unit);
 only items present in both files are compared, and the count is reported.
 """
 
@@ -27,7 +28,18 @@ PUZZLE_METRICS: dict[str, tuple[str, bool]] = {
     "solve_rate": ("solved", True),
 }
 ENDGAME_METRICS: dict[str, tuple[str, bool]] = {"mate_rate": ("mate", True)}
-KINDS = {"offline": ("fen", OFFLINE_METRICS), "puzzles": ("id", PUZZLE_METRICS), "endgame": ("fen", ENDGAME_METRICS)}
+# Games: one record per colour-swapped pair (same anchor, pair index and opening); values are per-game shares.
+GAMES_METRICS: dict[str, tuple[str, bool]] = {
+    "score": ("pair_score", True),
+    "win_rate": ("pair_win", True),
+    "stalemate_rate": ("pair_stalemate", False),
+}
+KINDS = {
+    "offline": ("fen", OFFLINE_METRICS),
+    "puzzles": ("id", PUZZLE_METRICS),
+    "endgame": ("fen", ENDGAME_METRICS),
+    "games": ("pair_id", GAMES_METRICS),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +112,8 @@ def compare_records(
     by_key_b = {record[key]: record for record in records_b}
     pairs = [(record, by_key_b[record[key]]) for record in records_a if record[key] in by_key_b]
     if not pairs:
-        raise ValueError(f"the two {kind} evaluations share no {'puzzles' if kind == 'puzzles' else 'positions'}")
+        items = {"puzzles": "puzzles", "games": "game pairs (same anchors, seed and openings)"}.get(kind, "positions")
+        raise ValueError(f"the two {kind} evaluations share no {items}")
     results = []
     for metric, (field, higher_is_better) in metrics.items():
         a = [float(first[field]) for first, _ in pairs]
@@ -128,15 +141,17 @@ def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
         raise ValueError(f"{path} is not JSON: {error}") from None
     records = payload.get("records", {}).get("player") if isinstance(payload, dict) else None
     if not isinstance(records, list) or not records:
-        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval offline|puzzles|endgame ... output={path}`")
+        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval offline|puzzles|endgame|games ... output={path}`")
     if "esl" in records[0]:
         kind = "offline"
     elif "first_move_correct" in records[0]:
         kind = "puzzles"
     elif "mate" in records[0]:
         kind = "endgame"
+    elif "pair_score" in records[0]:
+        kind = "games"
     else:
-        raise ValueError(f"{path}: records are neither offline, puzzle nor endgame records")
+        raise ValueError(f"{path}: records are neither offline, puzzle, endgame nor games records")
     return kind, str(payload.get("player", path)), records
 
 

@@ -30,23 +30,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import chess
-import chess.pgn
-import numpy as np
 import torch
 
-from chessgrpo.board import ACTIONS, random_playout_positions, read_fen_file
-from chessgrpo.board.validation import parse_board
+from chessgrpo.board import ACTIONS
+from chessgrpo.board.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
 from chessgrpo.models.policy import ActionPolicy, log_probs
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl
+from chessgrpo.tasks.rewards import shaped_value, tablebase_evaluation
 
 if TYPE_CHECKING:  # pragma: no cover
-    from chessgrpo.engine import EnginePool
+    from chessgrpo.engine import EnginePool, Tablebase
 
-REWARDS = ("win_prob", "regret")
+REWARDS = ("win_prob", "regret", "shaped")
 
 
 @dataclasses.dataclass
@@ -61,7 +59,9 @@ class MoveGroupConfig:
     """Rollout temperature. The learner uses the same one (ARCHITECTURE invariant 1)."""
     reward: str = "win_prob"
     """win_prob: the mover's expected score after the move; regret: that minus the best move's
-    (needs best_move_values). Same advantages under a per-group baseline (module docstring)."""
+    (needs best_move_values). Same advantages under a per-group baseline (module docstring).
+    shaped: `tasks.rewards.shaped_value`, ordered among winning moves (mate distance, tablebase
+    DTZ, material) and with every draw at 0.5: signal in decided positions too."""
     reward_nodes: int = 1000
     """Stockfish node limit for valuing moves (and the best move)."""
     best_move_values: bool = True
@@ -80,102 +80,6 @@ class MoveGroupConfig:
             raise ValueError("reward 'regret' needs best_move_values: true")
         if self.reward_nodes < 1:
             raise ValueError(f"reward_nodes must be >= 1, got {self.reward_nodes}")
-
-
-# ------------------------------------------------------------------------------------------------
-# Start positions
-
-
-class StartPositions:
-    """A fixed set of non-terminal start positions and a seeded, per-step draw from it."""
-
-    def __init__(self, boards: Sequence[chess.Board], source: str):
-        self.boards = [board.copy(stack=False) for board in boards if any(board.generate_legal_moves())]
-        self.source = source
-        if not self.boards:
-            raise ValueError(f"start positions {source!r}: no position with a legal move")
-
-    def __len__(self) -> int:
-        return len(self.boards)
-
-    @classmethod
-    def from_source(
-        cls,
-        source: str,
-        *,
-        split: str = "train",
-        max_positions: int | None = None,
-        seed: int = 0,
-        win_prob_range: tuple[float, float] | None = None,
-    ) -> StartPositions:
-        """Load start positions.
-
-        `source`: a dataset directory (its `split`), a .parquet file, a .epd/.fen/.txt file (one
-        position per line), a .pgn file (every position of every game's main line), or
-        ``random:N`` (N positions from uniformly random playouts of up to 40 plies, seeded).
-        At most `max_positions` are kept (a seeded sample).
-
-        `win_prob_range` (datasets only) keeps positions whose labelled best move's win probability
-        lies inside [low, high]: in a decided position (win probability ~0 or ~1 whatever is
-        played) every move gets the same reward and the group teaches nothing.
-        """
-        if source.startswith("random:"):
-            count = source.split(":", 1)[1]
-            if not count.isdigit() or int(count) < 1:
-                raise ValueError(f"start positions {source!r}: expected random:N with N >= 1")
-            return cls(random_playout_positions(int(count), seed=seed, max_plies=40), source)
-        path = Path(source)
-        if not path.exists():
-            raise FileNotFoundError(f"start positions {source!r} do not exist")
-        suffix = path.suffix.lower()
-        if path.is_dir() or suffix == ".parquet":
-            from chessgrpo.data.schema import read_positions
-
-            table = read_positions(path, split=split if path.is_dir() else None, columns=["fen", "win_probs"])
-            boards = []
-            for row, (fen, win_probs) in enumerate(zip(table.column("fen").to_pylist(), table.column("win_probs").to_pylist())):
-                if win_prob_range is not None and win_probs and not win_prob_range[0] <= win_probs[0] <= win_prob_range[1]:
-                    continue
-                try:
-                    boards.append(parse_board(fen))
-                except ValueError as error:
-                    raise ValueError(f"start positions {source!r} row {row}: {error}") from None
-        elif win_prob_range is not None:
-            raise ValueError(f"start positions {source!r}: win_prob_range needs a labelled dataset (directory or .parquet)")
-        elif suffix in (".epd", ".fen", ".txt"):
-            boards = list(read_fen_file(path))
-        elif suffix == ".pgn":
-            boards = _pgn_positions(path)
-        else:
-            raise ValueError(f"start positions {source!r}: expected a dataset directory, .parquet, .epd/.fen/.txt, .pgn or random:N")
-        if max_positions is not None and len(boards) > max_positions:
-            chosen = np.sort(np.random.default_rng(seed).choice(len(boards), max_positions, replace=False))
-            boards = [boards[i] for i in chosen]
-        return cls(boards, source)
-
-    def draw(self, count: int, *, seed: int, step: int, rank: int = 0) -> list[chess.Board]:
-        """`count` positions for (`step`, `rank`): without replacement when the set is big enough.
-
-        The same (seed, step, rank) always gives the same positions, so a resumed run continues
-        with exactly the positions a straight run would have seen.
-        """
-        rng = np.random.default_rng([seed, step, rank])
-        indices = rng.choice(len(self.boards), count, replace=count > len(self.boards))
-        return [self.boards[int(i)].copy() for i in indices]
-
-
-def _pgn_positions(path: Path) -> list[chess.Board]:
-    boards: list[chess.Board] = []
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        while (game := chess.pgn.read_game(handle)) is not None:
-            if game.errors:
-                raise ValueError(f"{path}: game {len(boards)} does not parse: {game.errors[0]}")
-            board = game.board()
-            for move in game.mainline_moves():
-                board.push(move)
-                if not board.is_game_over(claim_draw=False):
-                    boards.append(board.copy(stack=False))
-    return boards
 
 
 # ------------------------------------------------------------------------------------------------
@@ -261,6 +165,8 @@ class GroupRewards:
     """[B, G] expected score for the mover after each sampled move (1 = mate, 0.5 = draw)."""
     best_values: torch.Tensor | None
     """[B] the same for the engine's best move (None without best_move_values)."""
+    shaped: torch.Tensor
+    """[B, G] `tasks.rewards.shaped_value` of each sampled move."""
     evaluations: int
     """Distinct positions sent to the pool this step (cache hits included)."""
 
@@ -278,6 +184,8 @@ class GroupRewards:
             return self.values
         if kind == "regret":
             return self.regret
+        if kind == "shaped":
+            return self.shaped
         raise ValueError(f"unknown reward {kind!r}; choose one of {list(REWARDS)}")
 
 
@@ -300,8 +208,13 @@ def move_value_positions(boards: Sequence[chess.Board], moves: Sequence[Sequence
     return after_boards, indices
 
 
-def score_groups(pool: "EnginePool", groups: MoveGroups, *, nodes: int, best_move_values: bool = True) -> GroupRewards:
+def score_groups(
+    pool: "EnginePool", groups: MoveGroups, *, nodes: int, best_move_values: bool = True, tablebase: "Tablebase | None" = None
+) -> GroupRewards:
     """Value every sampled move (and the best move) for the mover with the engine pool.
+
+    `values` are win probabilities (what ESL measures); `shaped` are `tasks.rewards.shaped_value`,
+    with `tablebase` (optional) giving exact values at few pieces.
 
     An engine failure is retried by the pool on a fresh process and raises if it persists:
     never a silent 0 reward (ARCHITECTURE invariant 5).
@@ -317,15 +230,20 @@ def score_groups(pool: "EnginePool", groups: MoveGroups, *, nodes: int, best_mov
     else:
         rows = moves
     after_boards, indices = move_value_positions(groups.boards, rows)
-    evaluations = pool.evaluate(after_boards, nodes=nodes)
+    # Positions the tables cover need no search: their values are exact (and the shaped reward probes them anyway).
+    exact = [tablebase_evaluation(board, tablebase) if tablebase is not None else None for board in after_boards]
+    searched = iter(pool.evaluate([b for b, e in zip(after_boards, exact) if e is None], nodes=nodes))
+    evaluations = [e if e is not None else next(searched) for e in exact]
     mover_value = torch.tensor([1.0 - e.win_probability for e in evaluations], dtype=torch.float32)
+    mover_shaped = torch.tensor([shaped_value(b, e, tablebase) for b, e in zip(after_boards, evaluations)], dtype=torch.float32)
     table = torch.tensor(indices, dtype=torch.long)
-    values = mover_value[table]  # [B, G (+1)]
+    values, shaped = mover_value[table], mover_shaped[table]  # [B, G (+1)]
     best_values = None
     if best_move_values:
         values, best_values = values[:, :-1].contiguous(), values[:, -1].contiguous()
+        shaped = shaped[:, :-1].contiguous()
     count = len(after_boards) + (len(groups.boards) if best_move_values else 0)
-    return GroupRewards(values=values, best_values=best_values, evaluations=count)
+    return GroupRewards(values=values, best_values=best_values, shaped=shaped, evaluations=count)
 
 
 # ------------------------------------------------------------------------------------------------

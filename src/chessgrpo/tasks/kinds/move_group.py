@@ -33,7 +33,9 @@ from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
 from chessgrpo.rl import GRPOConfig, optimize
-from chessgrpo.tasks.move_group import MoveGroupConfig, StartPositions, make_forward, sample_groups, score_groups, to_rollout_batch
+from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
+from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
+from chessgrpo.tasks.move_group import MoveGroupConfig, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
 
@@ -72,8 +74,9 @@ class MoveGroupTrainConfig(TrainConfig):
     """Starting policy (checkpoint or run directory); it is also the frozen reference. null = from scratch (`model`)."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     """The policy's shape when training from scratch (ignored with init_checkpoint)."""
-    positions: str = "data/tiny"
-    """Start positions: a dataset directory (its `positions_split`), .parquet, .epd/.fen/.txt, .pgn or random:N."""
+    positions: str | None = "data/tiny"
+    """Start positions: a dataset directory (its `positions_split`), .parquet, .epd/.fen/.txt, .pgn or random:N;
+    null when `position_mixture` is given."""
     positions_split: str = "train"
     """Split of a dataset directory to draw start positions from (keep evaluation on the other)."""
     max_start_positions: int | None = None
@@ -81,6 +84,9 @@ class MoveGroupTrainConfig(TrainConfig):
     start_win_prob_range: tuple[float, float] | None = None
     """Datasets only: keep start positions whose best move's labelled win probability is in [low, high]
     (e.g. [0.05, 0.95]); decided positions give every move the same reward. null = keep all."""
+    position_mixture: list[PositionSource] = dataclasses.field(default_factory=list)
+    """Draw each step's start positions from several sources with weights (each item: positions, weight,
+    name, split, max_positions, win_prob_range, skip_mover); replaces `positions` (set it to null)."""
     task: MoveGroupConfig = dataclasses.field(default_factory=MoveGroupConfig)
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
@@ -93,6 +99,10 @@ class MoveGroupTrainConfig(TrainConfig):
         super().__post_init__()
         if self.kind != "move_group":
             raise ConfigError(f"config key kind must be move_group for this config, got {self.kind!r}")
+        if self.position_mixture and self.positions is not None:
+            raise ConfigError("config keys positions and position_mixture are exclusive: set positions: null to use the mixture")
+        if not self.position_mixture and self.positions is None:
+            raise ConfigError("config key positions is null and position_mixture is empty: no start positions")
         low_high = self.start_win_prob_range
         if low_high is not None and not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
             raise ConfigError(f"config key start_win_prob_range must be [low, high] within [0, 1], got {list(low_high)}")
@@ -164,17 +174,45 @@ class MoveGroupKind(PolicyGRPOKind):
         from chessgrpo.engine import EnginePool
 
         super().__init__(config, context)
-        self.start_positions = StartPositions.from_source(
-            config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed,
-            win_prob_range=config.start_win_prob_range,
-        )  # fmt: skip
-        logger.info("%d start positions from %s", len(self.start_positions), config.positions)
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
+        self.start_positions: StartPositions | StartPositionMixture
+        if config.position_mixture:
+            self.start_positions = StartPositionMixture.from_config(
+                config.position_mixture, seed=config.run.seed, load=self._policy_games_source
+            )
+        else:
+            assert config.positions is not None  # __post_init__
+            self.start_positions = self._policy_games_source(PositionSource(config.positions)) or StartPositions.from_source(
+                config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed,
+                win_prob_range=config.start_win_prob_range,
+            )  # fmt: skip
+        logger.info("%d start positions from %s", len(self.start_positions), self.start_positions.source)
         self.pool = EnginePool.from_config(config.engine)
+        # Exact rewards at few pieces for the shaped reward (tasks/rewards.py).
+        self.tablebase = None
+        if config.task.reward == "shaped" and config.engine.syzygy_path:
+            from chessgrpo.engine import Tablebase
+
+            self.tablebase = Tablebase(config.engine.syzygy_path)
         self._puzzles: list | None = None
+
+    def _policy_games_source(self, item: PositionSource) -> StartPositions | None:
+        """``policy_games:N``: positions from N games of the starting (reference) policy against a random mover."""
+        if not item.positions.startswith(SOURCE_PREFIX):
+            return None
+        games = parse_policy_games(item.positions)
+        tick = time.perf_counter()
+        boards = policy_game_positions(self.reference, games, seed=self.config.run.seed + 7919)
+        if item.max_positions is not None and len(boards) > item.max_positions:
+            boards = StartPositions(boards, item.positions).draw(item.max_positions, seed=self.config.run.seed, step=0, stream=99)
+        logger.info("%s: %d positions from %d games against a random mover (%.1f s)", item.positions, len(boards), games,
+                    time.perf_counter() - tick)  # fmt: skip
+        return StartPositions(boards, item.positions)
 
     def close(self) -> None:
         self.pool.close()
+        if self.tablebase is not None:
+            self.tablebase.close()
 
     # -- the step -----------------------------------------------------------------------------------
 
@@ -192,7 +230,9 @@ class MoveGroupKind(PolicyGRPOKind):
         sample_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        scored = score_groups(self.pool, groups, nodes=task.reward_nodes, best_move_values=task.best_move_values)
+        scored = score_groups(
+            self.pool, groups, nodes=task.reward_nodes, best_move_values=task.best_move_values, tablebase=self.tablebase
+        )
         rewards = scored.rewards(task.reward)
         reward_s = time.perf_counter() - tick
 
@@ -214,6 +254,7 @@ class MoveGroupKind(PolicyGRPOKind):
                 "entropy/mean": float(groups.entropy.mean()),
                 "entropy/ln_legal": float(groups.ln_legal.mean()),
                 "reward/win_prob": float(scored.values.mean()),
+                "reward/shaped": float(scored.shaped.mean()),
                 "rollout/unique_moves": float(unique_moves.mean()),
                 "rollout/positions": float(len(boards)),
                 "perf/sample_s": sample_s,
@@ -228,6 +269,9 @@ class MoveGroupKind(PolicyGRPOKind):
                 "perf/engine_failures": float(stats.failures),
             }
         )
+        if isinstance(self.start_positions, StartPositionMixture):
+            for label, fraction in self.start_positions.source_fractions().items():
+                metrics[f"rollout/source/{label}"] = fraction
         if groups.exact_kl is not None:
             metrics["kl/exact"] = float(groups.exact_kl.mean())
         if scored.best_values is not None:

@@ -45,7 +45,7 @@ from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
-from chessgrpo.tasks.move_group import StartPositions
+from chessgrpo.board.start_positions import StartPositions
 from chessgrpo.tasks.trajectory import (
     Opponent,
     PolicyOpponent,
@@ -108,7 +108,7 @@ class TrajectoryTrainConfig(TrainConfig):
     """The policy's shape when init_checkpoint is null."""
     positions: str = "endgame:KQvK"
     """Start positions: ``endgame:<material>`` (uniform won positions of e.g. KQvK, KRvK, KBBvK, KBNvK from the
-    Syzygy tables in engine.syzygy_path) or any `tasks.move_group.StartPositions` source (dataset dir, .parquet,
+    Syzygy tables in engine.syzygy_path) or any `board.start_positions.StartPositions` source (dataset dir, .parquet,
     .epd/.fen/.txt, .pgn, random:N)."""
     positions_split: str = "train"
     """Split of a dataset directory to draw start positions from (not used by endgame positions)."""
