@@ -6,7 +6,8 @@
 #   4. offline strength + puzzles     chessgrpo eval offline / eval puzzles (with baselines)
 #   5. GRPO from the pretrained policy chessgrpo train         -> runs/quickstart/grpo/
 #      (it evaluates itself at step 0 and at the end on the same held-out positions and puzzles)
-#   6. before/after table             chessgrpo eval compare (paired bootstrap intervals)
+#   6. before/after table             chessgrpo eval compare (paired bootstrap intervals): held-out
+#      positions, puzzles, and 200 games each against a random mover (chessgrpo eval games)
 #   7. diagnosis and HTML report       chessgrpo diagnose / chessgrpo report -> runs/quickstart/grpo/report.html
 # Every step resumes or skips finished work, so running it again is cheap.
 set -euo pipefail
@@ -40,6 +41,15 @@ echo
 echo "== before (pretrained) / after (GRPO) =="
 $CLI eval compare "$BEFORE" "$AFTER"
 $CLI eval compare "${BEFORE%_offline.json}_puzzles.json" "${AFTER%_offline.json}_puzzles.json"
+
+# Games: both policies against the random mover from the same 100 balanced openings (colour-swapped
+# pairs, seed 0); compared pair by pair (the pentanomial unit). GRPO trained on positions from the
+# pretrained policy's own games, played from other (unchecked, random) openings.
+for STAGE in pretrain grpo; do
+  $CLI eval games --config configs/games.yaml --checkpoint "$OUT/$STAGE" --anchors random --games 200 \
+    output=$OUT/$STAGE/eval/games_random.json pgn=$OUT/$STAGE/eval/games_random.pgn
+done
+$CLI eval compare $PRETRAIN/eval/games_random.json $GRPO/eval/games_random.json
 
 # Why (or whether) the run learned, and a report with every plot; `report` prints the report's path.
 echo

@@ -15,6 +15,7 @@ from helpers import SYZYGY_DIR, shared_file
 
 from chessgrpo.board import move_to_action
 from chessgrpo.board.openings import Opening
+from chessgrpo.eval.compare import compare_files
 from chessgrpo.eval.anchors import (
     EngineMover,
     PolicyMover,
@@ -304,6 +305,15 @@ def test_eval_games_command_json_and_pgn(tmp_path, checkpoint):
     games = parse_pgns(pgn.read_text())
     assert len(games) == summary["games_played"] == 4
     assert {g.headers["Anchor"] for g in games} == {"random", "sf-nodes:1"}
+    # One record per colour-swapped pair: `eval compare` pairs two players' games by anchor, pair and opening.
+    records = summary["records"]["player"]
+    assert len(records) == 2 and {r["pair_id"].split("|")[0] for r in records} == {"random", "sf-nodes:1"}
+    row_scores = {row["anchor"]: (row["wins"] + row["draws"] / 2) / 2 for row in summary["anchors"]}
+    assert {r["pair_id"].split("|")[0]: r["pair_score"] for r in records} == row_scores
+    (tmp_path / "a.json").write_text(json.dumps(summary))
+    comparison = compare_files(tmp_path / "a.json", tmp_path / "a.json")
+    assert comparison.kind == "games" and comparison.n == 2
+    assert {m.metric: m.difference.value for m in comparison.metrics} == {"score": 0.0, "win_rate": 0.0, "stalemate_rate": 0.0}
 
 
 def test_eval_games_command_rejects_bad_input_clearly(tmp_path, checkpoint):

@@ -151,8 +151,13 @@ class PositionSource:
     """Datasets only: keep positions whose labelled best move's win probability is in [low, high]."""
     skip_mover: str | None = None
     """.pgn only: drop positions where this player (a White/Black header value, e.g. random) is to move."""
+    max_defender_pieces: int | None = None
+    """Keep only positions where the side not to move has at most this many pieces, king included
+    (e.g. 2: a lone king or king and one piece: the conversion phase, where stalemates happen)."""
 
     def __post_init__(self) -> None:
+        if self.max_defender_pieces is not None and self.max_defender_pieces < 1:
+            raise ValueError(f"position source {self.positions!r}: max_defender_pieces must be >= 1 (the king), got {self.max_defender_pieces}")
         if not (self.weight >= 0 and np.isfinite(self.weight)):
             raise ValueError(f"position source {self.positions!r}: weight must be a finite number >= 0, got {self.weight}")
         if self.win_prob_range is not None and not 0.0 <= self.win_prob_range[0] <= self.win_prob_range[1] <= 1.0:
@@ -202,6 +207,11 @@ class StartPositionMixture:
                     item.positions, split=item.split, max_positions=item.max_positions, seed=seed,
                     win_prob_range=item.win_prob_range, skip_mover=item.skip_mover,
                 )  # fmt: skip
+            if item.max_defender_pieces is not None:
+                kept = [b for b in loaded.boards if chess.popcount(b.occupied_co[not b.turn]) <= item.max_defender_pieces]
+                if not kept:
+                    raise ValueError(f"start positions {item.positions!r}: none with at most {item.max_defender_pieces} defender pieces")
+                loaded = StartPositions(kept, loaded.source)
             sources.append(loaded)
         return cls(sources, [item.weight for item in items], [item.label for item in items])
 

@@ -175,6 +175,7 @@ class MoveGroupKind(PolicyGRPOKind):
 
         super().__init__(config, context)
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
+        self._policy_games: dict[str, list] = {}
         self.start_positions: StartPositions | StartPositionMixture
         if config.position_mixture:
             self.start_positions = StartPositionMixture.from_config(
@@ -202,7 +203,9 @@ class MoveGroupKind(PolicyGRPOKind):
             return None
         games = parse_policy_games(item.positions)
         tick = time.perf_counter()
-        boards = policy_game_positions(self.reference, games, seed=self.config.run.seed + 7919)
+        if item.positions not in self._policy_games:  # two sources may filter the same games differently
+            self._policy_games[item.positions] = policy_game_positions(self.reference, games, seed=self.config.run.seed + 7919)
+        boards = self._policy_games[item.positions]
         if item.max_positions is not None and len(boards) > item.max_positions:
             boards = StartPositions(boards, item.positions).draw(item.max_positions, seed=self.config.run.seed, step=0, stream=99)
         logger.info("%s: %d positions from %d games against a random mover (%.1f s)", item.positions, len(boards), games,
