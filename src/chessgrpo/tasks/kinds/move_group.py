@@ -100,7 +100,7 @@ class MoveGroupTrainConfig(TrainConfig):
         if self.kind != "move_group":
             raise ConfigError(f"config key kind must be move_group for this config, got {self.kind!r}")
         if self.position_mixture and self.positions is not None:
-            raise ConfigError("config keys positions and position_mixture are exclusive: set positions: null to use the mixture")
+            raise ConfigError("config keys positions and position_mixture are exclusive: set positions: null to use the mixture, or position_mixture: [] (override position_mixture=[]) for one source")
         if not self.position_mixture and self.positions is None:
             raise ConfigError("config key positions is null and position_mixture is empty: no start positions")
         low_high = self.start_win_prob_range
