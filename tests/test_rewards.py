@@ -10,7 +10,7 @@ from chessgrpo.board import move_to_action
 from chessgrpo.engine import EnginePool, Evaluation, Tablebase
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.tasks.move_group import MoveGroups, score_groups
-from chessgrpo.tasks.rewards import DRAW, WIN_FLOOR, forced_win_value, shaped_value, undecided_value
+from chessgrpo.tasks.rewards import DRAW, WIN_FLOOR, forced_win_value, probe_tablebase, shaped_value, undecided_value
 
 from helpers import SYZYGY_DIR
 
@@ -67,7 +67,7 @@ def test_tablebase_wins_are_ordered_by_dtz(tablebase):
         after = board.copy(stack=False)
         after.push(move)
         probe = tablebase.probe(after)
-        scored.append((probe.wdl, abs(probe.dtz), shaped_value(after, draw_evaluation, tablebase)))
+        scored.append((probe.wdl, abs(probe.dtz), shaped_value(draw_evaluation, probe_tablebase(after, tablebase))))
     wins = sorted((dtz, value) for wdl, dtz, value in scored if wdl == -2)
     draws = [value for wdl, _, value in scored if wdl == 0]
     assert len(wins) > 5 and draws  # Qd4+?? Kxd4 and the like hang the queen
@@ -83,7 +83,7 @@ def test_engine_mate_scores_and_material_keep_an_order():
     # From the side to move after the move (the opponent): mate -1 = we mate next move.
     def after(**fields) -> float:
         evaluation = Evaluation(fen="", win_probability=fields.pop("wp"), wdl=(0, 0, 1000), **fields)
-        return shaped_value(chess.Board("4k3/8/8/8/8/8/8/R3K3 b - - 0 1"), evaluation)
+        return shaped_value(evaluation)
 
     mate_in_1, mate_in_5 = after(wp=0.0, mate=-1), after(wp=0.0, mate=-5)
     two_queens, one_queen, equal = after(wp=0.0, cp=-1800), after(wp=0.0, cp=-900), after(wp=0.5, cp=0)

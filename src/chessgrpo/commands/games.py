@@ -205,7 +205,7 @@ def run_games_command(args: argparse.Namespace) -> int:
         probe_engine,
     )
     from chessgrpo.eval.elo import sprt
-    from chessgrpo.eval.games import GameSettings, make_tasks, run_games
+    from chessgrpo.eval.games import GameSettings, make_tasks, pair_records, run_games
     from chessgrpo.models.policy import resolve_checkpoint
 
     config = _load(args)
@@ -326,7 +326,7 @@ def run_games_command(args: argparse.Namespace) -> int:
         openings=opening_note,
         pgn=str(pgn_path),
         calibration=CALIBRATION_NOTE,
-        records={"player": pair_records(results)},
+        records={"player": pair_records(results)},  # for `eval compare`
     )
     if config.output:
         _write_atomic(Path(config.output), json.dumps({"config": to_dict(config), **summary}, indent=1))
@@ -339,36 +339,6 @@ def run_games_command(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------------
 # Statistics and rendering
-
-
-def pair_records(results) -> list[dict[str, Any]]:
-    """One record per complete colour-swapped pair, keyed by anchor, pair and opening: what
-    `chessgrpo eval compare` pairs between two players that met the same anchors from the same openings."""
-    by_pair: dict[tuple[str, int], list] = collections.defaultdict(list)
-    for result in results:
-        by_pair[(result.anchor, result.pair)].append(result)
-    records = []
-    for (anchor, pair), games in sorted(by_pair.items()):
-        if len(games) != 2:
-            continue
-        opening = _pgn_opening(games[0].pgn)
-        records.append(
-            {
-                "pair_id": f"{anchor}|{pair}|{opening}",
-                "pair_score": sum(g.player_points for g in games) / 2,
-                "pair_stalemate": sum(g.termination == "stalemate" for g in games) / 2,
-                "pair_win": sum(g.player_points == 1.0 for g in games) / 2,
-            }
-        )
-    return records
-
-
-def _pgn_opening(pgn: str) -> str:
-    """The FEN tag of a game's PGN (its opening position), or "startpos"."""
-    for line in pgn.splitlines():
-        if line.startswith('[FEN "'):
-            return line[6:-2]
-    return "startpos"
 
 
 def summarise(results, anchors, described, ratings, *, confidence: float = 0.95, sprt_result=None) -> dict:

@@ -114,12 +114,35 @@ class GameResult:
     plies: int
     seconds: float
     pgn: str
+    opening: str = ""
+    """FEN of the game's opening position: with anchor and pair, what pairs two players' games."""
 
     @property
     def player_points(self) -> float:
         if self.result == "1/2-1/2":
             return 0.5
         return 1.0 if (self.result == "1-0") == self.player_white else 0.0
+
+
+def pair_records(results: "list[GameResult]") -> list[dict]:
+    """One record per complete colour-swapped pair, keyed by anchor, pair and opening: what
+    `chessgrpo eval compare` pairs between two players that met the same anchors from the same openings.
+    Values are per-game shares: score, wins and stalemates of the pair's two games."""
+    by_pair: dict[tuple[str, int], list[GameResult]] = {}
+    for result in results:
+        by_pair.setdefault((result.anchor, result.pair), []).append(result)
+    records = []
+    for (anchor, pair), games in sorted(by_pair.items()):
+        if len(games) == 2:
+            records.append(
+                {
+                    "pair_id": f"{anchor}|{pair}|{games[0].opening}",
+                    "pair_score": sum(g.player_points for g in games) / 2,
+                    "pair_win": sum(g.player_points == 1.0 for g in games) / 2,
+                    "pair_stalemate": sum(g.termination == "stalemate" for g in games) / 2,
+                }
+            )
+    return records
 
 
 def game_seed(seed: int, anchor: str, pair: int, game: int) -> int:
@@ -263,6 +286,7 @@ def play_game(
         plies=plies,
         seconds=time.perf_counter() - started,
         pgn=pgn,
+        opening=task.opening.fen,
     )
 
 

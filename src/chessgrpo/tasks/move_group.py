@@ -39,7 +39,7 @@ from chessgrpo.board import ACTIONS
 from chessgrpo.board.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
 from chessgrpo.models.policy import ActionPolicy, log_probs
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl
-from chessgrpo.tasks.rewards import shaped_value, tablebase_evaluation
+from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool, Tablebase
@@ -230,12 +230,12 @@ def score_groups(
     else:
         rows = moves
     after_boards, indices = move_value_positions(groups.boards, rows)
-    # Positions the tables cover need no search: their values are exact (and the shaped reward probes them anyway).
-    exact = [tablebase_evaluation(board, tablebase) if tablebase is not None else None for board in after_boards]
-    searched = iter(pool.evaluate([b for b, e in zip(after_boards, exact) if e is None], nodes=nodes))
-    evaluations = [e if e is not None else next(searched) for e in exact]
+    # Positions the tables cover need no search: their values are exact, probed once for both rewards.
+    probes = [probe_tablebase(board, tablebase) for board in after_boards]
+    searched = iter(pool.evaluate([b for b, p in zip(after_boards, probes) if p is None], nodes=nodes))
+    evaluations = [tablebase_evaluation(b, p) if p is not None else next(searched) for b, p in zip(after_boards, probes)]
     mover_value = torch.tensor([1.0 - e.win_probability for e in evaluations], dtype=torch.float32)
-    mover_shaped = torch.tensor([shaped_value(b, e, tablebase) for b, e in zip(after_boards, evaluations)], dtype=torch.float32)
+    mover_shaped = torch.tensor([shaped_value(e, p) for e, p in zip(evaluations, probes)], dtype=torch.float32)
     table = torch.tensor(indices, dtype=torch.long)
     values, shaped = mover_value[table], mover_shaped[table]  # [B, G (+1)]
     best_values = None

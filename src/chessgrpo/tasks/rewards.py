@@ -23,8 +23,8 @@ forced mate ranks above every non-mate, so mate in one beats winning a queen; a 
 won position (0.5) ranks below every winning continuation (> 0.5 for a positive engine score).
 Under GRPO's per-group normalisation only the order and relative gaps inside a group matter.
 
-Tablebase probes (when a `Tablebase` is given and covers the position after the move) replace
-the engine's value: exact WDL under the 50-move rule, and DTZ as the distance for ordering wins.
+A tablebase probe of the position after the move (`probe_tablebase`, when the tables cover it)
+replaces the engine's value, and `tablebase_evaluation` spares its search: exact WDL under the 50-move rule, and DTZ as the distance for ordering wins.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import chess
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import Evaluation, Tablebase
+    from chessgrpo.engine.tablebase import TablebaseResult
 
 WIN_FLOOR = 0.9
 """Every forced win scores above this; every undecided position below it."""
@@ -57,51 +58,46 @@ def undecided_value(win_probability: float, cp: int | None) -> float:
     return (1.0 - WIN_FLOOR) + (2 * WIN_FLOOR - 1.0) * 0.5 * (win_probability + material)
 
 
-def tablebase_evaluation(board: chess.Board, tablebase: "Tablebase") -> "Evaluation | None":
-    """The exact evaluation of a position the tables cover (side to move's view), else None.
-
-    Terminal positions are left to the engine pool, which scores them without searching.
-    """
-    from chessgrpo.engine import Evaluation
-
-    if not tablebase.covers(board) or board.is_game_over():
+def probe_tablebase(board: chess.Board, tablebase: "Tablebase | None") -> "TablebaseResult | None":
+    """The exact tablebase values of a non-terminal position the tables cover, else None."""
+    if tablebase is None or not tablebase.covers(board) or board.is_game_over():
         return None
     try:
-        probe = tablebase.probe(board)
-    except KeyError:
+        return tablebase.probe(board)
+    except KeyError:  # a table of this material is missing: the engine values it
         return None
+
+
+def tablebase_evaluation(board: chess.Board, probe: "TablebaseResult") -> "Evaluation":
+    """An `Evaluation` (side to move's view) from a tablebase probe: no search needed."""
+    from chessgrpo.engine import Evaluation
+
     wdl = {2: (1000, 0, 0), -2: (0, 0, 1000)}.get(probe.wdl, (0, 1000, 0))
     return Evaluation(fen=board.fen(), win_probability=probe.win_probability, wdl=wdl)
 
 
-def shaped_value(board_after: chess.Board, evaluation: "Evaluation", tablebase: "Tablebase | None" = None) -> float:
+def shaped_value(evaluation: "Evaluation", probe: "TablebaseResult | None" = None) -> float:
     """The mover's value of the position after its move (module table), in [0, 1].
 
-    `evaluation` is the engine's evaluation of `board_after`, from the side to move there (the
-    opponent); `tablebase`, when given and covering the position, overrides it with exact values.
+    `evaluation` is the engine pool's evaluation of the position after the move, from the side
+    to move there (the opponent); the pool marks finished games (`terminal`) without searching.
+    `probe`, the tablebase's values of that position when the tables cover it, overrides it.
     """
-    if board_after.is_checkmate():
+    if evaluation.terminal == "checkmate":
         return 1.0
-    if board_after.is_stalemate() or board_after.is_insufficient_material() or board_after.is_fifty_moves():
+    if evaluation.terminal is not None:  # stalemate, insufficient material, fifty moves
         return DRAW
-    if tablebase is not None and tablebase.covers(board_after):
-        try:
-            probe = tablebase.probe(board_after)
-        except KeyError:  # a table of this material is missing: fall back to the engine
-            probe = None
-        if probe is not None:
-            if probe.wdl == -2:  # the opponent (to move) loses: the mover wins
-                return forced_win_value(abs(probe.dtz))
-            if probe.wdl == 2:
-                return 1.0 - forced_win_value(abs(probe.dtz))
-            return DRAW
+    if probe is not None:
+        if probe.wdl == -2:  # the opponent (to move) loses: the mover wins
+            return forced_win_value(abs(probe.dtz))
+        if probe.wdl == 2:
+            return 1.0 - forced_win_value(abs(probe.dtz))
+        return DRAW  # draw, cursed win or blessed loss under the 50-move rule
     if evaluation.mate is not None:
         moves = evaluation.mate  # the opponent's view: < 0 it gets mated in |mate| moves
         if moves < 0:
             return forced_win_value(2 * -moves - 1)
         if moves > 0:
             return 1.0 - forced_win_value(2 * moves - 1)
-        return 1.0  # mate 0: the opponent is mated now (checkmate, handled above)
-    if evaluation.terminal is not None:  # a draw the pool scored without searching
-        return DRAW
+        return 1.0  # mate 0: the opponent is mated now
     return undecided_value(1.0 - evaluation.win_probability, None if evaluation.cp is None else -evaluation.cp)
