@@ -89,8 +89,9 @@ def run_train(args: argparse.Namespace) -> int:
 
         previous = {signum: signal.signal(signum, on_signal) for signum in _EXIT_CODES}
         kind_plugin = trainer.kind
+        main = trainer.parallel.is_main  # in a torchrun job rank 0 shows progress and the summary
         try:
-            with progress_bar(trainer.end_step, config.run.name, "step", initial=trainer.step) as bar:
+            with progress_bar(trainer.end_step, config.run.name, "step", initial=trainer.step, disable=not main) as bar:
                 postfix: dict[str, str] = {}
                 evals: list[str] = []
 
@@ -110,6 +111,10 @@ def run_train(args: argparse.Namespace) -> int:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
+        if not main:
+            return _EXIT_CODES[received[0]] if received else 0
+        if trainer.parallel.enabled:
+            print(f"data-parallel: {trainer.parallel.world_size} processes ({trainer.parallel.backend})")
         print(f"run {run_dir} ({kind}): step {result.step}/{config.steps}")
         for line in kind_plugin.summary():
             print(line)

@@ -463,12 +463,15 @@ def generate(
     eos_token_id: int,
     max_new_tokens: int,
     temperature: float = 1.0,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     pad_token_id: int | None = None,
+    row_groups: Sequence[int] | None = None,
 ) -> Generation:
     """Sample completions for token-id prompts, batched with left padding and a KV cache.
 
     `temperature` > 0 samples from `tempered_log_probs` (no top-k/top-p); 0 is greedy decoding.
+    `generator` may be one generator per group, `row_groups` then naming each row's group (see
+    `models.policy.multinomial_by_group`: a group's completions do not depend on the other rows).
     A row stops at its EOS (kept in the completion and its mask); the batch stops when every row
     has stopped or after `max_new_tokens`. The model must be in eval mode.
     """
@@ -478,6 +481,8 @@ def generate(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not math.isfinite(temperature):
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    from chessgrpo.models.policy import multinomial_by_group
+
     device = next(model.parameters()).device
     pad = eos_token_id if pad_token_id is None else pad_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad, device)
@@ -501,7 +506,8 @@ def generate(
             token = next_logits.float().argmax(dim=-1)
         else:
             probs = tempered_log_probs(next_logits, temperature).exp()
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            groups = range(n) if row_groups is None else row_groups
+            token = multinomial_by_group(probs, 1, groups, generator).squeeze(1)
         token = torch.where(finished, torch.full_like(token, pad), token)
         valid.append(~finished)
         tokens.append(token)

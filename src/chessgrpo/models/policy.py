@@ -323,6 +323,36 @@ def sample_actions(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+Generators = torch.Generator | Sequence[torch.Generator] | None
+"""One generator for every row, one per group (index = the row's group), or None (torch's global one)."""
+
+
+def multinomial_by_group(
+    probs: torch.Tensor,
+    num_samples: int,
+    groups: Sequence[int] | torch.Tensor,
+    generator: Generators,
+    *,
+    replacement: bool = False,
+) -> torch.Tensor:
+    """`torch.multinomial` of rows [R, A] where row r draws from ``generator[groups[r]]``.
+
+    With one generator per group, a group's samples depend only on its own rows and its own seed
+    (data-parallel ranks and resumed runs draw the same moves); a single generator (or None) is
+    one plain call.
+    """
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probs, num_samples, replacement=replacement, generator=generator)
+    group_of_row = torch.as_tensor(groups, dtype=torch.long).cpu()
+    if group_of_row.shape != probs.shape[:1]:
+        raise ValueError(f"groups has {group_of_row.numel()} entries for {probs.shape[0]} rows")
+    out = torch.empty(probs.shape[0], num_samples, dtype=torch.long, device=probs.device)
+    for group in torch.unique(group_of_row).tolist():
+        rows = (group_of_row == group).nonzero().flatten().to(probs.device)
+        out[rows] = torch.multinomial(probs[rows], num_samples, replacement=replacement, generator=generator[group])
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Saving and loading
 

@@ -21,7 +21,7 @@ PROCESS_ESTIMATORS = ("grpo", "dr_grpo")
 
 
 def group_advantages(
-    rewards: Tensor, group_ids: Tensor, estimator: str = "grpo", epsilon: float = 1e-4
+    rewards: Tensor, group_ids: Tensor, estimator: str = "grpo", epsilon: float = 1e-4, *, batch_std: Tensor | None = None
 ) -> Tensor:
     """Advantages [N] of outcome rewards [N] relative to their groups.
 
@@ -33,7 +33,8 @@ def group_advantages(
     - ``batch_std``: A_i = (r_i - mean_g) / (std(r over the whole batch) + epsilon)  (REINFORCE++ / Lite PPO)
 
     A group of size 1 gets A = 0. For ``batch_std`` the batch std is the unbiased std of all N
-    rewards (0 when N = 1), as TRL's ``scale_rewards="batch"``.
+    rewards (0 when N = 1), as TRL's ``scale_rewards="batch"``; a data-parallel learner passes the
+    std of the whole batch over all ranks as `batch_std`.
     """
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"advantage estimator must be one of {list(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
@@ -53,8 +54,9 @@ def group_advantages(
         scale = torch.where(counts > 1, n / (n - 1).clamp(min=1.0), torch.zeros_like(n))
         advantages = deviation * scale[inverse]
     else:  # batch_std
-        batch_std = r.std() if r.numel() > 1 else r.new_zeros(())
-        advantages = deviation / (batch_std + epsilon)
+        if batch_std is None:
+            batch_std = r.std() if r.numel() > 1 else r.new_zeros(())
+        advantages = deviation / (batch_std.to(r) + epsilon)
     return advantages.to(rewards.dtype)
 
 

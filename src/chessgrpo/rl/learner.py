@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -52,10 +53,31 @@ class PolicyOutputs:
 Forward = Callable[[RolloutBatch], PolicyOutputs]
 
 
-def compute_advantages(batch: RolloutBatch, config: GRPOConfig) -> Tensor:
-    """Advantages for `batch`: group-relative for rewards [N], process supervision for rewards [N, L]."""
+class DataParallel(Protocol):
+    """What `optimize` needs from a data-parallel run (`train.distributed.Parallel` provides it)."""
+
+    world_size: int
+    rank: int
+
+    def all_gather(self, value: Any) -> list[Any]: ...
+
+    def sum(self, values: Sequence[float]) -> list[float]: ...
+
+    def std(self, values: Tensor) -> Tensor: ...
+
+
+def compute_advantages(batch: RolloutBatch, config: GRPOConfig, parallel: DataParallel | None = None) -> Tensor:
+    """Advantages for `batch`: group-relative for rewards [N], process supervision for rewards [N, L].
+
+    Groups never span ranks, so only ``batch_std`` needs the other ranks' rewards (`parallel`).
+    """
     if batch.rewards.dim() == 1:
-        return group_advantages(batch.rewards, batch.group_ids, config.advantage_estimator, config.advantage_epsilon)
+        batch_std = None
+        if config.advantage_estimator == "batch_std" and parallel is not None and parallel.world_size > 1:
+            batch_std = parallel.std(batch.rewards.double())
+        return group_advantages(
+            batch.rewards, batch.group_ids, config.advantage_estimator, config.advantage_epsilon, batch_std=batch_std
+        )
     return process_advantages(
         batch.rewards, batch.mask, batch.group_ids, config.advantage_epsilon, estimator=config.advantage_estimator
     )
@@ -79,6 +101,8 @@ def optimize(
     bf16: bool = False,
     max_grad_norm: float = 1.0,
     update: UpdateFn | None = None,
+    parallel: DataParallel | None = None,
+    shuffle_seed: int | None = None,
 ) -> dict[str, float]:
     """One GRPO training step on `batch`; returns its metrics as plain floats.
 
@@ -90,18 +114,24 @@ def optimize(
         config: the algorithm's hyperparameters.
         kl_controller: supplies the KL coefficient (fixed for this call) and is updated once.
         parameters: the parameters whose gradient norm is clipped to `max_grad_norm` (without `update`).
-        generator: shuffles rows between minibatches (None: torch's global generator).
+        generator: shuffles rows between minibatches when `shuffle_seed` is None (None: torch's global generator).
         bf16: the forwards run in bf16, so the first-minibatch ratio check uses ratio_tolerance_bf16.
         max_grad_norm: gradient-norm clip of the built-in update (0 = off).
         update: backward + clip + optimizer step for a minibatch loss (`UpdateFn`); replaces the
             built-in one (optimizer, parameters, max_grad_norm).
+        parallel: in a data-parallel run, `batch` holds this rank's rows (whole groups) and the
+            global batch is every rank's rows in rank order. Minibatches are drawn over the global
+            rows; each rank backpropagates its share, weighted by (its normaliser / the minibatch's)
+            x world size, so the gradient DDP averages equals the one-process gradient.
+        shuffle_seed: seeds the minibatch shuffle (the same rows in every process and world size).
 
     Metrics: the per-minibatch `policy_loss` metrics reduced over minibatches (``*/min*`` by min,
     ``*/max*`` by max, the rest by mean), plus ``grad_norm`` (mean, before clipping),
     ``reward/{mean,std,min,max}`` (per row; the row's sum of valid step rewards for step rewards),
     ``adv/{mean,std}`` (per row, or per valid token for [N, L] advantages), ``rollout/frac_reward_zero_std``,
     ``ratio/first_max_abs_dev``, ``kl/coef`` (used in this step), ``kl/frac_at_min``,
-    ``kl/frac_at_max``, ``learn/minibatches``, ``learn/rows`` and ``loss/skipped``.
+    ``kl/frac_at_max``, ``learn/minibatches``, ``learn/rows`` and ``loss/skipped``. In a
+    data-parallel run the metrics are this rank's (the training spine averages them over ranks).
 
     Raises:
         InvariantViolation: the first minibatch's ratio is not 1 (with config.check_invariants), a
@@ -114,8 +144,9 @@ def optimize(
         if optimizer is None or not params:
             raise ValueError("optimize needs an update function, or an optimizer and the parameters to clip")
         update = _builtin_update(optimizer, params, max_grad_norm)
+    world_size = parallel.world_size if parallel is not None else 1
     if batch.advantages is None:
-        batch.advantages = compute_advantages(batch, config)
+        batch.advantages = compute_advantages(batch, config, parallel)
     step_mask = batch.mask if batch.rewards.dim() == 2 else None
     zero_rows, frac_zero = zero_std_groups(batch.rewards, batch.group_ids, step_mask)
     metrics: dict[str, float] = {"rollout/frac_reward_zero_std": frac_zero, **_rollout_metrics(batch)}
@@ -123,28 +154,38 @@ def optimize(
     learn_batch = batch
     if config.drop_zero_std_groups:
         keep = (~zero_rows).nonzero().flatten()
-        if keep.numel() == 0:
-            logger.info("every group of the %d-row batch has all-equal rewards: step skipped", batch.num_rows)
-            metrics.update({"loss/skipped": 1.0, "learn/minibatches": 0.0, "learn/rows": 0.0})
-            return metrics
         if keep.numel() < batch.num_rows:
             learn_batch = batch.select(keep)
+    layout = _RowLayout.of(learn_batch, parallel)
+    n = layout.total_rows
+    if n == 0:
+        logger.info("every group of the %d-row batch has all-equal rewards: step skipped", batch.num_rows)
+        metrics.update({"loss/skipped": 1.0, "learn/minibatches": 0.0, "learn/rows": 0.0})
+        return metrics
 
     kl_coef = kl_controller.coef
-    n = learn_batch.num_rows
     size = min(config.minibatch_size or n, n)
     tolerance = config.ratio_tolerance_for(bf16)
     eps_low, eps_high = config.clip_range
     # With the bf16 tolerance and GSPO-sized clip ranges (~3e-4) a ratio within tolerance may
     # legitimately clip; then the ratio bound alone is the check.
     check_clipping = tolerance < min(eps_low, eps_high)
+    shuffler = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else generator
 
     collected: list[dict[str, float]] = []
     first_dev = math.nan
+    minibatches = 0
     for iteration in range(config.num_iterations):
-        order = _permutation(n, generator).to(learn_batch.actions.device)
+        order = _permutation(n, shuffler)
         for start in range(0, n, size):
-            minibatch = learn_batch.select(order[start : start + size])
+            rows = order[start : start + size]
+            local, weight = layout.share(rows, config.loss_aggregation, world_size)
+            minibatches += 1
+            if local.numel() == 0:  # this rank holds none of the minibatch's rows: join DDP's reduction with 0
+                outputs = forward(layout.placeholder(learn_batch, batch))
+                update(outputs.logp.sum() * 0.0)
+                continue
+            minibatch = learn_batch.select(local.to(learn_batch.actions.device))
             outputs = forward(minibatch)
             _check_outputs(outputs, minibatch)
             ref_logp = outputs.ref_logp if outputs.ref_logp is not None else minibatch.ref_logp
@@ -164,8 +205,7 @@ def optimize(
                 kl_coef=kl_coef,
             )
             step_metrics = out.metrics
-            check_finite("loss/total", step_metrics["loss/total"])
-            if not collected:  # the first minibatch: weights still equal the behaviour policy's
+            if iteration == 0 and start == 0:  # the first minibatch: weights still equal the behaviour policy's
                 first_dev = step_metrics["ratio/max_abs_dev"]
                 if config.check_invariants:
                     check_first_minibatch(
@@ -177,11 +217,16 @@ def optimize(
             if config.check_invariants and "kl/min" in step_metrics:
                 check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
 
-            grad_norm = update(out.loss)
+            grad_norm = update(out.loss if weight == 1.0 else out.loss * weight)
             collected.append({**step_metrics, "grad_norm": grad_norm})
 
-    metrics.update(_reduce(collected))
+    if collected:
+        metrics.update(_reduce(collected))
     observed_kl = metrics.get("kl/value")
+    if world_size > 1:  # every rank updates its controller with the same value
+        kl_values = [m["kl/value"] for m in collected if "kl/value" in m]
+        total, count = parallel.sum([math.fsum(kl_values), len(kl_values)])
+        observed_kl = total / count if count else None
     kl_controller.update(observed_kl, n_steps=n)
     controller = kl_controller.metrics()
     metrics.update(
@@ -189,13 +234,56 @@ def optimize(
             "kl/coef": kl_coef,
             "kl/frac_at_min": controller["kl/frac_at_min"],
             "kl/frac_at_max": controller["kl/frac_at_max"],
-            "ratio/first_max_abs_dev": first_dev,
-            "learn/minibatches": float(len(collected)),
+            "learn/minibatches": float(minibatches),
             "learn/rows": float(n),
             "loss/skipped": 0.0,
         }
     )
+    if world_size == 1 or not math.isnan(first_dev):  # a rank without the first minibatch has nothing to say
+        metrics["ratio/first_max_abs_dev"] = first_dev
     return metrics
+
+
+@dataclasses.dataclass
+class _RowLayout:
+    """Where this rank's rows sit in the global batch (every rank's rows in rank order)."""
+
+    offset: int
+    local_rows: int
+    tokens: Tensor
+    """[total rows] valid tokens of every global row (the token_mean normaliser)."""
+
+    @classmethod
+    def of(cls, batch: RolloutBatch, parallel: DataParallel | None) -> _RowLayout:
+        counts = batch.mask.sum(dim=1).cpu() if batch.num_rows else torch.zeros(0, dtype=torch.long)
+        if parallel is None or parallel.world_size == 1:
+            return cls(0, batch.num_rows, counts)
+        everyone = parallel.all_gather(counts)
+        rank = parallel.rank
+        offset = sum(int(c.numel()) for c in everyone[:rank])
+        return cls(offset, batch.num_rows, torch.cat(everyone))
+
+    @property
+    def total_rows(self) -> int:
+        return int(self.tokens.numel())
+
+    def share(self, rows: Tensor, aggregation: str, world_size: int) -> tuple[Tensor, float]:
+        """This rank's rows (local indices) of the global minibatch `rows`, and the weight of its loss."""
+        if world_size == 1:
+            return rows, 1.0
+        mine = (rows >= self.offset) & (rows < self.offset + self.local_rows)
+        local = rows[mine] - self.offset
+        if aggregation == "token_mean":  # each rank's loss is a token mean: weight by its share of tokens
+            part, whole = float(self.tokens[rows[mine]].sum()), float(self.tokens[rows].sum())
+        else:  # sequence means: weight by its share of rows
+            part, whole = float(local.numel()), float(rows.numel())
+        return local, world_size * part / whole
+
+    @staticmethod
+    def placeholder(learn_batch: RolloutBatch, batch: RolloutBatch) -> RolloutBatch:
+        """One row to run the forward on when this rank holds none of a minibatch (its loss counts 0)."""
+        source = learn_batch if learn_batch.num_rows else batch
+        return source.select(torch.zeros(1, dtype=torch.long, device=source.actions.device))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -215,6 +303,7 @@ def _builtin_update(optimizer: torch.optim.Optimizer, params: list[Tensor], max_
     """backward, clip, step (skipped with `NonFiniteError` on a non-finite gradient norm), zero_grad."""
 
     def update(loss: Tensor) -> float:
+        check_finite("loss/total", float(loss.detach()))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = clip_grad_norm(params, max_grad_norm)

@@ -37,7 +37,7 @@ import torch
 
 from chessgrpo.board import ACTIONS
 from chessgrpo.board.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
-from chessgrpo.models.policy import ActionPolicy, log_probs
+from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl
 from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
 
@@ -123,7 +123,7 @@ def sample_groups(
     group_size: int,
     *,
     temperature: float,
-    generator: torch.Generator | None = None,
+    generator: Generators = None,
     reference: ActionPolicy | None = None,
     bf16: bool = False,
 ) -> MoveGroups:
@@ -134,7 +134,8 @@ def sample_groups(
     with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(tokens)
     logp_full = log_probs(logits, legal, temperature)
-    actions = torch.multinomial(logp_full.exp(), group_size, replacement=True, generator=generator)
+    # Row b is group b: with one generator per group, each group's moves depend only on its seed.
+    actions = multinomial_by_group(logp_full.exp(), group_size, range(len(boards)), generator, replacement=True)
     groups = MoveGroups(
         boards=list(boards),
         tokens=tokens,

@@ -788,7 +788,7 @@ def sample_completion_groups(
     *,
     temperature: float,
     max_new_tokens: int,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     reference: torch.nn.Module | None = None,
 ) -> CompletionGroups:
     """Sample G completions per prompt, then record behaviour (and reference) log-probs and entropy.
@@ -813,7 +813,7 @@ def _sample_completion_groups(lm, prompts, group_size, temperature, max_new_toke
     rows = [ids for ids in encoded for _ in range(group_size)]
     generation = generate(
         model, rows, eos_token_id=lm.tokenizer.eos_token_id, max_new_tokens=max_new_tokens,
-        temperature=temperature, generator=generator,
+        temperature=temperature, generator=generator, row_groups=[i // group_size for i in range(len(rows))],
     )  # fmt: skip
     logp, entropy = completion_log_probs(
         model, generation.prompt_ids, generation.prompt_mask, generation.completion_ids, generation.completion_mask,

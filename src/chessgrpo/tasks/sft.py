@@ -68,12 +68,17 @@ def policy_answers(examples: list[Any]) -> dict[int, tuple[str, Any]]:
     return answers
 
 
-def sft_loss(lm: ChessLM, prompts: list[list[int]], completions: list[list[int]]) -> tuple[torch.Tensor, int]:
-    """(mean NLL per completion token, number of tokens) for a batch, via `completion_log_probs` at T = 1."""
+def sft_loss(
+    lm: ChessLM, prompts: list[list[int]], completions: list[list[int]], model: torch.nn.Module | None = None
+) -> tuple[torch.Tensor, int]:
+    """(mean NLL per completion token, number of tokens) for a batch, via `completion_log_probs` at T = 1.
+
+    `model` replaces ``lm.model`` in the forward (the spine's DDP wrapper of it in a data-parallel run).
+    """
     device = lm.device
     pad = lm.tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad, device)
     completion_ids, completion_mask = right_pad(completions, pad, device)
-    logp, _ = completion_log_probs(lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0)
+    logp, _ = completion_log_probs(model if model is not None else lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0)
     tokens = int(completion_mask.sum())
     return -logp.sum() / max(tokens, 1), tokens

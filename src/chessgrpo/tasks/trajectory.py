@@ -67,13 +67,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import chess
 import torch
 
 from chessgrpo.board import ACTIONS
-from chessgrpo.models.policy import ActionPolicy, log_probs
+from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl, process_advantages
 from chessgrpo.tasks.endgame import TablebaseOracle, best_step_reward, game_over, step_reward
 
@@ -148,23 +148,28 @@ class TrajectoryConfig:
 class Opponent(Protocol):
     """Answers the learner's plies: one move per board."""
 
-    def moves(self, boards: list[chess.Board]) -> list[chess.Move]: ...
+    def moves(self, boards: list[chess.Board], groups: Sequence[int] | None = None) -> list[chess.Move]:
+        """One move per board; `groups` (the start-position index of each board) lets a sampling
+        opponent draw from that group's generator."""
+        ...
 
 
 class PolicyOpponent:
     """A policy sampled at `temperature` (the frozen reference; eval mode, no grad)."""
 
-    def __init__(self, model: ActionPolicy, temperature: float, generator: torch.Generator | None):
+    def __init__(self, model: ActionPolicy, temperature: float, generator: Generators = None):
         self.model, self.temperature, self.generator = model, temperature, generator
 
     @torch.no_grad()
-    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+    def moves(self, boards: list[chess.Board], groups: Sequence[int] | None = None) -> list[chess.Move]:
+        """One sampled move per board; with per-group generators `groups` names each board's group."""
         if self.model.training:
             raise RuntimeError("the policy opponent must be in eval mode (no dropout)")
         unique, _, inverse = _distinct(boards)
         tokens, legal = self.model.inputs(unique)
         logp_full = log_probs(self.model(tokens), legal, self.temperature)
-        actions = torch.multinomial(logp_full[inverse].exp(), 1, generator=self.generator).squeeze(1)
+        groups = range(len(boards)) if groups is None else groups
+        actions = multinomial_by_group(logp_full[inverse].exp(), 1, groups, self.generator).squeeze(1)
         return [chess.Move.from_uci(ACTIONS[a]) for a in actions.tolist()]
 
 
@@ -174,7 +179,7 @@ class StockfishOpponent:
     def __init__(self, pool: EnginePool, nodes: int):
         self.pool, self.nodes = pool, nodes
 
-    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+    def moves(self, boards: list[chess.Board], groups: Sequence[int] | None = None) -> list[chess.Move]:
         out = []
         for board, evaluation in zip(boards, self.pool.evaluate(boards, nodes=self.nodes)):
             if evaluation.best_move is None:
@@ -189,7 +194,7 @@ class TablebaseOpponent:
     def __init__(self, oracle: TablebaseOracle):
         self.oracle = oracle
 
-    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+    def moves(self, boards: list[chess.Board], groups: Sequence[int] | None = None) -> list[chess.Move]:
         return [self.oracle.tablebase_move(board) for board in boards]
 
 
@@ -307,7 +312,7 @@ def play_trajectories(
     config: TrajectoryConfig,
     *,
     opponent: Opponent | None,
-    generator: torch.Generator | None = None,
+    generator: Generators = None,
     reference: ActionPolicy | None = None,
     bf16: bool = False,
 ) -> Trajectories:
@@ -357,7 +362,10 @@ def play_trajectories(
                 logits = model(tokens)
             logp_full = log_probs(logits, legal, config.temperature)
             inverse = inverse.to(device)
-            actions = torch.multinomial(logp_full[inverse].exp(), 1, generator=generator).squeeze(1)
+            # Game g belongs to start g // group_size: with per-start generators a group's games do
+            # not depend on the other groups (data-parallel ranks play the same games).
+            starts_of = [g // group_size for g in learner]
+            actions = multinomial_by_group(logp_full[inverse].exp(), 1, starts_of, generator).squeeze(1)
             entropy = categorical_entropy(logp_full)
             ln_legal = legal.sum(dim=-1).float().log()
             chosen_logp = logp_full[inverse].gather(1, actions.unsqueeze(1)).squeeze(1)
@@ -394,7 +402,7 @@ def play_trajectories(
                 board.push(chess.Move.from_uci(ACTIONS[actions_list[j]]))
         if others:
             assert opponent is not None
-            for g, move in zip(others, opponent.moves([boards[g] for g in others])):
+            for g, move in zip(others, opponent.moves([boards[g] for g in others], [g // group_size for g in others])):
                 if not boards[g].is_legal(move):
                     raise RuntimeError(f"opponent played illegal move {move.uci()} in {boards[g].fen()!r}")
                 boards[g].push(move)
@@ -524,8 +532,10 @@ def to_rollout_batch(
     *,
     estimator: str = "grpo",
     epsilon: float = 1e-4,
+    parallel: Any = None,
 ) -> RolloutBatch:
-    """Rows = trajectories (L = T, masked).
+    """Rows = trajectories (L = T, masked). `parallel` (`train.distributed.Parallel`): the critic's
+    std spans every rank's rows.
 
     outcome: rewards [N] = row sums of the step rewards (the learner makes one advantage per row);
     process: rewards [N, T] (the learner runs `rl.process_advantages`); step: rewards [N, T] and
@@ -551,7 +561,8 @@ def to_rollout_batch(
         batch.advantages = step_advantages(rewards, trajectories.mask, batch.group_ids, estimator=estimator, epsilon=epsilon)
     elif supervision == "critic":
         valid = rewards[trajectories.mask].double()
-        scale = float(valid.std()) if valid.numel() > 1 else 0.0
+        # The std of the whole step's valid rewards, over every data-parallel rank when there are several.
+        scale = float(parallel.std(valid)) if parallel is not None else (float(valid.std()) if valid.numel() > 1 else 0.0)
         batch.advantages = torch.where(trajectories.mask, rewards / (scale + epsilon), torch.zeros_like(rewards))
     return batch
 

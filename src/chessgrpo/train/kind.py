@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from chessgrpo.train.distributed import Parallel, derived_seed, group_generators
+
 if TYPE_CHECKING:
     from chessgrpo.train.loop import Learner
 
@@ -35,6 +37,8 @@ class RunContext:
     rank: int = 0
     world_size: int = 1
     bf16: bool = False
+    parallel: Parallel = dataclasses.field(default_factory=lambda: Parallel())
+    """This process's place in a data-parallel run (world size 1 for a plain run): see `train.distributed`."""
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast on the run's device when the run asks for it, else nothing."""
@@ -54,10 +58,21 @@ class Kind:
     name: ClassVar[str] = ""
     config_class: ClassVar[type] = object
     model: torch.nn.Module
+    _learner_model: torch.nn.Module | None = None
 
     def __init__(self, config: Any, context: RunContext) -> None:
         self.config = config
         self.context = context
+
+    @property
+    def learner_model(self) -> torch.nn.Module:
+        """What the learner's forwards call: `model`, or `model` in DDP in a data-parallel run (set by
+        the spine), so that backward averages gradients over the ranks. Sampling and evaluation use `model`."""
+        return self._learner_model if self._learner_model is not None else self.model
+
+    @learner_model.setter
+    def learner_model(self, module: torch.nn.Module) -> None:
+        self._learner_model = module
 
     # -- optimisation ------------------------------------------------------------------------------
 
@@ -139,28 +154,40 @@ class Kind:
 
 
 class GRPOKind(Kind):
-    """A GRPO kind: a KL controller and a sampling generator that are part of its resumable state.
+    """A GRPO kind: a KL controller (part of its resumable state) and the step's seeded randomness.
 
-    The generator is seeded by (seed, rank) so ranks sample differently and a run is reproducible;
-    subclasses call `init_grpo_state` once their models are built.
+    Nothing random carries over between steps: the step's groups are drawn by (seed, step) and
+    split over the ranks (`shard_groups`), each group samples from its own generator seeded by
+    (seed, step, group) (`group_generators`) and the learner's minibatch shuffle is seeded by
+    (seed, step) (`shuffle_seed`). So N processes run the same experiment as one, and a resumed
+    run the same as a straight one. Subclasses call `init_grpo_state` once their models are built.
     """
 
     kl_controller: Any
-    generator: torch.Generator
 
     def init_grpo_state(self, grpo_config: Any) -> None:
         from chessgrpo.rl import KLController
 
         self.kl_controller = KLController.from_config(grpo_config)
-        seed = self.context.seed * 1_000_003 + self.context.rank
-        self.generator = torch.Generator(device=self.context.device).manual_seed(seed)
+
+    def shard_groups(self, count: int, what: str) -> range:
+        """This rank's groups (global indices) of the step's `count` groups; `what` names the config key."""
+        return self.context.parallel.shard(count, what)
+
+    def group_generators(self, step: int, groups: range) -> list[torch.Generator]:
+        """One sampling generator per group in `groups` (global indices), on the run's device."""
+        return group_generators(self.context.seed, step, groups, self.context.device)
+
+    def shuffle_seed(self, step: int) -> int:
+        """The seed of step `step`'s minibatch shuffle (the same in every process)."""
+        return derived_seed(self.context.seed, step, 0x5B)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"kl_controller": self.kl_controller.state_dict(), "generator": self.generator.get_state()}
+        return {"kl_controller": self.kl_controller.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Checkpoints of earlier versions also hold a "generator": sampling no longer carries state.
         self.kl_controller.load_state_dict(state["kl_controller"])
-        self.generator.set_state(state["generator"])
 
 
 def postfix(row: dict[str, Any], fields: tuple[tuple[str, str, str], ...]) -> dict[str, str]:

@@ -30,7 +30,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +49,9 @@ from chessgrpo.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
+from chessgrpo.engine.pool import available_cores
 from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.distributed import Parallel
 from chessgrpo.train.kind import Kind, RunContext
 from chessgrpo.train.lock import RunLock
 from chessgrpo.train.schedule import WarmupCosine
@@ -90,16 +91,28 @@ class Learner:
     the debug hook turns the loss into NaN on the steps it names.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, parameters: list[torch.nn.Parameter], max_grad_norm: float):
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, parameters: list[torch.nn.Parameter], max_grad_norm: float,
+        parallel: Parallel | None = None,
+    ):  # fmt: skip
         self.optimizer = optimizer
         self.parameters = parameters
         self.max_grad_norm = max_grad_norm
+        self.parallel = parallel or Parallel()
         self.inject_nonfinite = False
 
     def update(self, loss: torch.Tensor) -> float:
-        """backward(loss), clip, optimizer step; returns the gradient norm before clipping."""
+        """backward(loss), clip, optimizer step; returns the gradient norm before clipping.
+
+        In a data-parallel run every rank calls this the same number of times per step; the ranks
+        agree on a non-finite loss before backward (all skip, or none), and DDP's backward averages
+        the gradients, so the clipped norm and the step are the same on every rank.
+        """
         if self.inject_nonfinite:
             loss = loss * float("nan")
+        if self.parallel.any(not math.isfinite(float(loss.detach()))):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(f"loss is not finite ({float(loss.detach())} on rank {self.parallel.rank}); update skipped")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
@@ -157,22 +170,31 @@ class Trainer:
         self.config = config
         self.run_dir = config.run.directory
         kind_cls = kind_class(config.kind)
-        self.lock = RunLock(self.run_dir).acquire()
+        device = resolve_device(config.device)
+        # torchrun's process group (world size 1 without torchrun); rank 0 owns the run directory.
+        self.parallel = Parallel.from_env(device)
+        self.lock = RunLock(self.run_dir).acquire() if self.parallel.is_main else None
         self.kind: Kind | None = None
         try:
-            self.device = resolve_device(config.device)
+            self.device = self.parallel.device_for(device)
             if config.threads:
                 torch.set_num_threads(config.threads)
-            self.rank, self.world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-            context = RunContext(self.run_dir, self.device, config.run.seed, self.rank, self.world_size, config.bf16)
-            checkpoint = latest_checkpoint(self.run_dir) if resume else None
+            elif self.parallel.local_world_size > 1:  # share the machine's cores between its ranks
+                torch.set_num_threads(max(1, available_cores() // self.parallel.local_world_size))
+            self.rank, self.world_size = self.parallel.rank, self.parallel.world_size
+            context = RunContext(
+                self.run_dir, self.device, config.run.seed, self.rank, self.world_size, config.bf16, self.parallel
+            )
+            checkpoint = self.parallel.broadcast(latest_checkpoint(self.run_dir) if resume and self.parallel.is_main else None)
             if resume and checkpoint is None:
                 raise FileNotFoundError(f"no intact checkpoint to resume under {str(self.run_dir / 'checkpoints')!r}")
 
             torch.manual_seed(config.run.seed)  # the one explicit seeding: model init, dropout
             self.kind = kind_cls(config, context)
             self.optimizer, trainable = build_optimizer(self.kind, config)
-            self.learner = Learner(self.optimizer, trainable, config.max_grad_norm)
+            # After build_optimizer: DDP registers gradient hooks on the parameters that train.
+            self.kind.learner_model = self.parallel.wrap(self.kind.model)
+            self.learner = Learner(self.optimizer, trainable, config.max_grad_norm, self.parallel)
             self.schedule = WarmupCosine(config.lr, config.warmup_steps, config.steps, config.min_lr_ratio)
             self.best = config.best_metric()
 
@@ -201,7 +223,9 @@ class Trainer:
     def close(self) -> None:
         if self.kind is not None:
             self.kind.close()
-        self.lock.release()
+        if self.lock is not None:
+            self.lock.release()
+        self.parallel.close()
 
     def __enter__(self) -> Trainer:
         return self
@@ -233,7 +257,18 @@ class Trainer:
         }
 
     def _checkpoint(self) -> Path | None:
-        """Save a checkpoint of the current step unless the model is not healthy (then keep the last good one)."""
+        """Save a checkpoint of the current step unless the model is not healthy (then keep the last good one).
+
+        Rank 0 writes it; every rank returns its path once it is complete (the ranks hold the same
+        weights, so they take the same decision).
+        """
+        if self.parallel.enabled:
+            path = self._save_checkpoint() if self.parallel.is_main else None
+            self.last_checkpoint = self.parallel.broadcast(path) or self.last_checkpoint
+            return path
+        return self._save_checkpoint()
+
+    def _save_checkpoint(self) -> Path | None:
         if self.consecutive_skips:
             logger.warning("step %d: not checkpointing while updates are being skipped", self.step)
             return None
@@ -289,7 +324,7 @@ class Trainer:
         self.learner.inject_nonfinite = self._inject()
         tick = time.perf_counter()
         try:
-            values = self.kind.train_step(self.step, self.learner)
+            values = self.parallel.mean_metrics(self.kind.train_step(self.step, self.learner))
             bad = {k: v for k, v in values.items() if k not in _MAY_BE_NAN and not math.isfinite(v)}
             if bad:
                 raise NonFiniteError(f"non-finite metrics {bad}")
@@ -317,7 +352,7 @@ class Trainer:
 
     def _rollback(self, error: Exception) -> None:
         divergence = self.config.divergence
-        checkpoint = latest_checkpoint(self.run_dir)
+        checkpoint = self.parallel.broadcast(latest_checkpoint(self.run_dir) if self.parallel.is_main else None)
         if self.rollbacks >= divergence.max_rollbacks or checkpoint is None:
             message = (
                 f"training diverged at step {self.step}: {self.consecutive_skips} non-finite steps in a row after "
@@ -384,6 +419,8 @@ class Trainer:
         return False
 
     def _event(self, event: str, message: str) -> None:
+        if not self.parallel.is_main:  # every rank took the same decision; rank 0 records it
+            return
         logger.warning("%s", message)
         record = {"step": self.step, "time": time.time(), "event": event, "message": message}
         with open(self.run_dir / EVENTS_FILE, "a") as handle:
@@ -393,10 +430,19 @@ class Trainer:
     # The loop
 
     def _evaluate(self) -> dict[str, float]:
-        tick = time.perf_counter()
-        metrics = self.kind.evaluate(self.step, self.run_dir / "eval")
-        metrics.setdefault("perf/eval_s", time.perf_counter() - tick)
-        return metrics
+        """The kind's held-out evaluation, on rank 0 (the other ranks wait and receive its metrics)."""
+        metrics: dict[str, float] | None = None
+        if self.parallel.is_main:
+            tick = time.perf_counter()
+            metrics = self.kind.evaluate(self.step, self.run_dir / "eval")
+            metrics.setdefault("perf/eval_s", time.perf_counter() - tick)
+        return self.parallel.broadcast(metrics)
+
+    def _sync_stop(self) -> None:
+        """A stop requested on any rank (a signal reaches each process on its own) stops every rank."""
+        if self.parallel.enabled:
+            reasons = [r for r in self.parallel.all_gather(self._stop_reason) if r is not None]
+            self._stop_reason = reasons[0] if reasons else None
 
     def train(self, progress: Progress | None = None) -> TrainResult:
         """Train from the current step to `steps` (or `stop_at`, or an earlier stop)."""
@@ -404,12 +450,18 @@ class Trainer:
         end = self.end_step
         eval_metrics: dict[str, float] | None = None
         resume_step = self.step if self.resumed else None
-        save_config(config, self.run_dir / "config.yaml")
-        if not self.resumed:
-            (self.run_dir / EVENTS_FILE).unlink(missing_ok=True)
-        with MetricsWriter(
-            self.run_dir / METRICS_FILE, resume_step=resume_step, tracking=config.tracking, run_config=to_dict(config)
-        ) as writer:
+        main = self.parallel.is_main
+        if main:
+            save_config(config, self.run_dir / "config.yaml")
+            if not self.resumed:
+                (self.run_dir / EVENTS_FILE).unlink(missing_ok=True)
+        if not main:  # rank 0 alone writes metrics; the others compute the same rows and drop them
+            progress = None
+        writer_context = (
+            MetricsWriter(self.run_dir / METRICS_FILE, resume_step=resume_step, tracking=config.tracking, run_config=to_dict(config))
+            if main else _NullWriter()
+        )  # fmt: skip
+        with writer_context as writer:
             self._writer = writer
             if self.step == 0 and not self.resumed:
                 if kind.evaluates and config.eval_at_start:
@@ -422,6 +474,7 @@ class Trainer:
             window: list[dict[str, float]] = []
             while self.step < end and self._stop_reason is None:
                 values = self.train_step()
+                self._sync_stop()
                 if "health/rollback" in values:
                     window = []
                     writer.log(self.step, values)
@@ -452,7 +505,7 @@ class Trainer:
         if self.last_checkpoint is None:
             self._checkpoint()
         finished = self.step >= config.steps
-        if finished and kind.evaluates:
+        if finished and kind.evaluates and main:
             kind.after_run(self.run_dir / "eval")
         stop_reason = self._stop_reason
         if stop_reason is None and not finished:
@@ -465,6 +518,22 @@ class Trainer:
         )  # fmt: skip
 
     _writer: MetricsWriter | None = None
+
+
+class _NullWriter:
+    """What the ranks other than 0 log to: nothing (`MetricsWriter`'s interface)."""
+
+    def __enter__(self) -> _NullWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def log(self, step: int, values: dict[str, float]) -> dict[str, Any]:
+        return {"step": step, **values}
+
+    def rewind(self, step: int) -> None:
+        pass
 
 
 def _window_mean(window: list[dict[str, float]]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 One step (`MoveGroupKind.train_step`):
 
-1. **sample**: draw B fresh start positions (seeded by seed, step and rank), sample G moves each
+1. **sample**: draw B fresh start positions (seeded by seed and step; each rank plays its share), sample G moves each
    from the current policy at the rollout temperature, recording behaviour and reference
    log-probs, exact entropy and exact KL to the reference;
 2. **reward**: value every distinct sampled move with the engine pool (cached);
@@ -224,10 +224,12 @@ class MoveGroupKind(PolicyGRPOKind):
         stats_before = dataclasses.replace(self.pool.stats)
 
         tick = time.perf_counter()
-        boards = self.start_positions.draw(task.positions_per_step, seed=config.run.seed, step=step, rank=self.context.rank)
+        # The step's B positions are a function of (seed, step); this rank plays its share of them.
+        mine = self.shard_groups(task.positions_per_step, "task.positions_per_step")
+        boards = self.start_positions.draw(task.positions_per_step, seed=config.run.seed, step=step)[mine.start : mine.stop]
         # The reference forward always runs (one forward of B positions): KL is logged even at kl_coef = 0.
         groups = sample_groups(
-            self.model, boards, task.group_size, temperature=task.temperature, generator=self.generator,
+            self.model, boards, task.group_size, temperature=task.temperature, generator=self.group_generators(step, mine),
             reference=self.reference, bf16=bf16,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
@@ -242,15 +244,16 @@ class MoveGroupKind(PolicyGRPOKind):
         tick = time.perf_counter()
         batch = to_rollout_batch(groups, rewards.to(self.context.device))
         learn_temperature = config.debug_learn_temperature or task.temperature
-        forward = make_forward(self.model, groups, temperature=learn_temperature, bf16=bf16)
+        forward = make_forward(self.learner_model, groups, temperature=learn_temperature, bf16=bf16)
         metrics = optimize(
-            batch, forward, None, config.grpo, self.kl_controller, generator=self.generator, bf16=bf16, update=learner.update
-        )
+            batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
+            parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
+        )  # fmt: skip
         learn_s = time.perf_counter() - tick
 
         stats = self.pool.stats
         lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)
-        samples = task.positions_per_step * task.group_size
+        samples = task.positions_per_step * task.group_size  # every rank's: the ranks step together
         unique_moves = torch.tensor([len(set(row)) for row in groups.actions.tolist()], dtype=torch.float32)
         metrics.update(
             {
@@ -259,7 +262,7 @@ class MoveGroupKind(PolicyGRPOKind):
                 "reward/win_prob": float(scored.values.mean()),
                 "reward/shaped": float(scored.shaped.mean()),
                 "rollout/unique_moves": float(unique_moves.mean()),
-                "rollout/positions": float(len(boards)),
+                "rollout/positions": float(task.positions_per_step),
                 "perf/sample_s": sample_s,
                 "perf/reward_s": reward_s,
                 "perf/learn_s": learn_s,

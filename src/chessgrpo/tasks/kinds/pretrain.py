@@ -134,12 +134,17 @@ class PretrainKind(Kind):
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         config, device = self.config, self.context.device
         tick = time.perf_counter()
-        batch = self.train_data.batch(self.sampler.next_indices()).to(device)
+        indices = self.sampler.next_indices()  # the global batch; a data-parallel rank learns from its share
+        parallel = self.context.parallel
+        mine = parallel.split(len(indices))
+        batch = self.train_data.batch(indices[mine.start : mine.stop]).to(device)
         with self.context.autocast():
-            logits = self.model(batch.tokens)
+            logits = self.learner_model(batch.tokens)
         logp = log_probs(logits, batch.legal_mask)  # float32 whatever the autocast dtype
         loss = objective_loss(logp, batch, config.objective, config.distill_temperature).mean()
-        grad_norm = learner.update(loss)
+        # The mean over the global batch: each rank's mean weighted by its share (DDP averages gradients).
+        weight = parallel.world_size * len(mine) / len(indices)
+        grad_norm = learner.update(loss if parallel.world_size == 1 else loss * weight)
 
         with torch.no_grad():
             sums = accuracy_sums(logp.detach(), batch)
@@ -156,7 +161,7 @@ class PretrainKind(Kind):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - tick
-        self._samples += size
+        self._samples += len(indices)  # every rank's samples: the ranks step together
         self._seconds += seconds
         metrics["perf/step_s"] = seconds  # batch, forward, update: what perf/samples_per_s divides by
         return metrics

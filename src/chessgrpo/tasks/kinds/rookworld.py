@@ -3,8 +3,8 @@
 One step (`RookWorldKind.train_step`):
 
 1. **prompts**: B prompts from the dataset's train split, round(B * policy_fraction) P: prompts
-   and the rest A: prompts, drawn without replacement as a function of (seed, step, rank), so a
-   resumed run sees what a straight run would;
+   and the rest A: prompts, drawn without replacement as a function of (seed, step), so a
+   resumed run sees what a straight run would (each data-parallel rank takes its share of them);
 2. **sample**: G completions per prompt from the current model at the rollout temperature
    (`tasks.rookworld.sample_completion_groups`: batched, left-padded, KV cache, temperature only);
    the behaviour and reference log-probs and the exact per-token entropy are then computed by
@@ -29,7 +29,7 @@ step, the paired difference last - first of those files (`eval.lm.compare_lm_res
 resumes too) is logged and written to RUN_DIR/eval/paired_first_last.json (`after_run`).
 
 Checkpoints hold the model (a `save_pretrained` directory, `models.lm.save_lm`); the kind's own
-resumable state is the KL controller and the sampling generator.
+resumable state is the KL controller (sampling is seeded by (seed, step, group)).
 """
 
 from __future__ import annotations
@@ -198,9 +198,9 @@ class RookWorldKind(GRPOKind):
     # -- the step -----------------------------------------------------------------------------------
 
     def draw_prompts(self, step: int) -> list[str]:
-        """The prompts of `step` (P: first, then A:), a function of (seed, step, rank)."""
+        """The prompts of `step` (P: first, then A:), a function of (seed, step) (every rank draws all of them)."""
         n_policy, n_environment = self.config.task.split()
-        rng = np.random.default_rng([self.config.run.seed, step, self.context.rank])
+        rng = np.random.default_rng([self.config.run.seed, step])
         prompts = []
         for pool, count in ((self.policy_prompts, n_policy), (self.environment_prompts, n_environment)):
             if count:
@@ -210,7 +210,7 @@ class RookWorldKind(GRPOKind):
 
     def _learner_forward(self, temperature: float) -> Any:
         """`tasks.rookworld.make_forward` of the policy, under bf16 autocast when the run asks for it."""
-        forward = make_forward(self.model, temperature=temperature)
+        forward = make_forward(self.learner_model, temperature=temperature)
         if not self.context.bf16:
             return forward
 
@@ -226,10 +226,12 @@ class RookWorldKind(GRPOKind):
 
         tick = time.perf_counter()
         prompts = self.draw_prompts(step)
+        mine = self.shard_groups(len(prompts), "task.prompts_per_step")
+        prompts = prompts[mine.start : mine.stop]
         with context.autocast():
             groups = sample_completion_groups(
                 self.lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
-                generator=self.generator, reference=self.reference.model,
+                generator=self.group_generators(step, mine), reference=self.reference.model,
             )  # fmt: skip
         sample_s = time.perf_counter() - tick
 
@@ -243,7 +245,8 @@ class RookWorldKind(GRPOKind):
         batch = to_rollout_batch(groups, rewards.to(context.device))
         metrics = optimize(
             batch, self._learner_forward(task.temperature), None, config.grpo, self.kl_controller,
-            generator=self.generator, bf16=context.bf16, update=learner.update,
+            generator=None, bf16=context.bf16, update=learner.update, parallel=context.parallel,
+            shuffle_seed=self.shuffle_seed(step),
         )  # fmt: skip
         learn_s = time.perf_counter() - tick
 
@@ -258,12 +261,13 @@ class RookWorldKind(GRPOKind):
                 "rollout/completion_tokens_max": float(lengths.max()),
                 "rollout/truncated_frac": float((~groups.generation.finished).float().mean()),
                 "rollout/malformed_rate": sum(r.malformed is not None for r in scored) / len(scored),
-                "rollout/prompts": float(len(prompts)),
+                "rollout/prompts": float(task.prompts_per_step),
                 "perf/sample_s": sample_s,
                 "perf/reward_s": reward_s,
                 "perf/learn_s": learn_s,
                 "perf/step_s": sample_s + reward_s + learn_s,
-                "perf/samples_per_s": len(scored) / max(sample_s + reward_s + learn_s, 1e-9),
+                # the whole step's completions (every rank's) per second of this rank's step
+                "perf/samples_per_s": task.prompts_per_step * task.group_size / max(sample_s + reward_s + learn_s, 1e-9),
             }
         )
         for name, components in (("policy", POLICY_COMPONENTS), ("environment", ENVIRONMENT_COMPONENTS)):

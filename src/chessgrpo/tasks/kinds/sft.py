@@ -187,13 +187,21 @@ class SFTKind(Kind):
 
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         tick = time.perf_counter()
-        indices = self._next_batch()
+        indices = self._next_batch()  # the global batch; a data-parallel rank learns from its share
+        parallel = self.context.parallel
         self.model.train()  # dropout as configured (0 by default)
         try:
             completions = [self._completion(i, step) for i in indices]
+            mine = parallel.split(len(indices))
             with self.context.autocast():
-                loss, tokens = sft_loss(self.lm, [self.train_data.prompts[i] for i in indices], completions)
-            grad_norm = learner.update(loss)
+                loss, tokens = sft_loss(
+                    self.lm, [self.train_data.prompts[i] for i in indices[mine.start : mine.stop]],
+                    completions[mine.start : mine.stop], model=self.learner_model,
+                )  # fmt: skip
+            # A token mean over the global batch: each rank's mean weighted by its share of the tokens
+            # (DDP averages the gradients over the ranks).
+            weight = parallel.world_size * tokens / max(sum(len(c) for c in completions), 1)
+            grad_norm = learner.update(loss if parallel.world_size == 1 else loss * weight)
         finally:
             self.model.eval()
         seconds = time.perf_counter() - tick
@@ -201,7 +209,7 @@ class SFTKind(Kind):
             "loss/train": float(loss.detach()),
             "grad_norm": grad_norm,
             "perf/step_s": seconds,
-            "perf/tokens_per_s": tokens / max(seconds, 1e-9),
+            "perf/tokens_per_s": sum(len(c) for c in completions) / max(seconds, 1e-9),  # every rank's tokens
             "train/epoch": float(self.epoch),
         }
 

@@ -2,7 +2,7 @@
 
 One step (`TrajectoryKind.train_step`):
 
-1. **sample**: draw B fresh start positions (seeded by seed, step and rank; endgame positions are
+1. **sample**: draw B fresh start positions (seeded by seed and step, each rank playing its share; endgame positions are
    generated uniformly among the won ones and never include a held-out evaluation position),
    play G games from each, T own plies at most, against the configured opponent, recording the
    behaviour log-prob, exact entropy and (when the KL is used) the reference log-prob of every ply;
@@ -213,7 +213,7 @@ class TrajectoryKind(PolicyGRPOKind):
         if kind == "self":
             return None
         if kind == "reference":
-            return PolicyOpponent(self.reference, self.config.task.temperature, self.generator)
+            return PolicyOpponent(self.reference, self.config.task.temperature)  # per-step generators: train_step
         if kind == "stockfish":
             assert self.pool is not None
             return StockfishOpponent(self.pool, self.config.task.opponent_nodes)
@@ -240,13 +240,15 @@ class TrajectoryKind(PolicyGRPOKind):
             return None
         return int(start + step * self.config.curriculum_dtz_per_step)
 
-    def draw_starts(self, step: int) -> list:
-        """The start positions of step `step` (0-based) for this rank."""
-        count, seed, rank = self.config.task.positions_per_step, self.config.run.seed, self.context.rank
+    def draw_starts(self, step: int, groups: range | None = None) -> list:
+        """The start positions of step `step` (0-based), a function of (seed, step); `groups` selects this rank's share."""
+        count, seed = self.config.task.positions_per_step, self.config.run.seed
         if self.endgame is not None:
-            return self.endgame.draw(count, seed=seed, step=step, rank=rank, max_plies=self.curriculum_max_plies(step))
-        assert self.start_positions is not None
-        return self.start_positions.draw(count, seed=seed, step=step, rank=rank)
+            starts = self.endgame.draw(count, seed=seed, step=step, max_plies=self.curriculum_max_plies(step))
+        else:
+            assert self.start_positions is not None
+            starts = self.start_positions.draw(count, seed=seed, step=step)
+        return starts if groups is None else starts[groups.start : groups.stop]
 
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         """Sample trajectories, reward every own ply, learn (one `learner.update` per minibatch)."""
@@ -255,9 +257,13 @@ class TrajectoryKind(PolicyGRPOKind):
         searches_before = self.pool.stats.searches if self.pool is not None else 0
 
         tick = time.perf_counter()
-        starts = self.draw_starts(step)
+        mine = self.shard_groups(task.positions_per_step, "task.positions_per_step")
+        starts = self.draw_starts(step, mine)
+        generators = self.group_generators(step, mine)
+        if isinstance(self.opponent, PolicyOpponent):  # the reference opponent samples from the same group streams
+            self.opponent.generator = generators
         trajectories = play_trajectories(
-            self.model, starts, task, opponent=self.opponent, generator=self.generator,
+            self.model, starts, task, opponent=self.opponent, generator=generators,
             reference=self.reference if self._uses_kl else None, bf16=bf16,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
@@ -275,25 +281,27 @@ class TrajectoryKind(PolicyGRPOKind):
         tick = time.perf_counter()
         batch = to_rollout_batch(
             trajectories, step_rewards, task.supervision, estimator=config.grpo.advantage_estimator,
-            epsilon=config.grpo.advantage_epsilon,
+            epsilon=config.grpo.advantage_epsilon, parallel=self.context.parallel,
         )  # fmt: skip
         learn_temperature = config.debug_learn_temperature or task.temperature
-        forward = make_forward(self.model, trajectories, temperature=learn_temperature, bf16=bf16)
+        forward = make_forward(self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16)
         metrics = optimize(
-            batch, forward, None, config.grpo, self.kl_controller, generator=self.generator, bf16=bf16, update=learner.update
-        )
+            batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
+            parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
+        )  # fmt: skip
         learn_s = time.perf_counter() - tick
 
         mask = trajectories.mask
-        plies = int(mask.sum())
+        # The step's rows and plies over every rank (the ranks step together).
+        rows, plies = self.context.parallel.sum([trajectories.num_rows, int(mask.sum())])
         step_s = sample_s + reward_s + learn_s
         metrics.update(
             {
                 "entropy/mean": float(trajectories.entropy[mask].mean()),
                 "entropy/ln_legal": float(trajectories.ln_legal[mask].mean()),
-                "rollout/positions": float(len(starts)),
+                "rollout/positions": float(task.positions_per_step),
                 "rollout/curriculum_max_dtz": float(self.curriculum_max_plies(step) or 0),
-                "rollout/rows": float(trajectories.num_rows),
+                "rollout/rows": float(rows),
                 "rollout/plies": float(plies),
                 "rollout/unique_positions": float(trajectories.tokens.shape[0]),
                 "reward/step_mean": float(step_rewards[mask].mean()),
