@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from chessgrpo.config import ConfigError
 
@@ -193,12 +194,9 @@ class Parallel:
         """
         if not self.enabled or not any(p.requires_grad for p in model.parameters()):
             return model
-        from torch.nn.parallel import DistributedDataParallel
-
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
-        # broadcast_buffers off: buffers (position tables, masks) are constants, equal on every rank.
-        return DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+        return _Replicated(model, device_ids=device_ids)
 
     def close(self) -> None:
         """Leave the process group this object joined."""
@@ -207,8 +205,17 @@ class Parallel:
             self._owns_group = False
 
 
-SINGLE = Parallel()
-"""The world of one process (what a kind sees when nothing else is given)."""
+class _Replicated(DistributedDataParallel):
+    """DDP whose train/eval mode is its module's: the kinds switch `model` (dropout on in pretraining,
+    off in every RL forward) and the RL forwards check the mode of what they are given."""
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        return self.module.training
+
+    @training.setter
+    def training(self, value: bool) -> None:  # nn.Module.train() sets it; the module's flag is the truth
+        pass
 
 
 def seed_words(*parts: int) -> list[int]:
