@@ -68,7 +68,8 @@ class EngineConfig:
     path: str | None = resumable(None)
     """Stockfish binary; None searches $CHESSGRPO_STOCKFISH, PATH and /usr/games."""
     processes: int = resumable(0)
-    """Engine processes evaluated in parallel; 0 = one per CPU core."""
+    """Engine processes evaluated in parallel; 0 = one per CPU core (in a torchrun job: per rank, the
+    machine's cores divided by its ranks)."""
     threads: int = 1
     """UCI Threads per process. 1 keeps node-limited searches deterministic."""
     hash_mb: int = 1

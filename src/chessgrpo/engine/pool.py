@@ -63,6 +63,16 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def cores_per_process() -> int:
+    """This process's share of the cores: all of them, or 1/LOCAL_WORLD_SIZE of them in a torchrun job
+    (so the engine pools of a machine's ranks together use each core once)."""
+    try:
+        ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    except ValueError:
+        ranks_here = 1
+    return max(1, available_cores() // ranks_here)
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchLimit:
     """A node or depth limit; exactly one is set."""
@@ -132,7 +142,7 @@ class EnginePool:
         cache_path: str | os.PathLike | None = None,
     ):
         self.path: Path = find_stockfish(path)  # raises EngineNotFoundError with install hints
-        self.processes = available_cores() if not processes else int(processes)
+        self.processes = cores_per_process() if not processes else int(processes)
         if self.processes < 1 or threads < 1 or hash_mb < 1:
             raise ValueError(f"processes, threads and hash_mb must be >= 1, got {processes}, {threads}, {hash_mb}")
         self.threads = threads

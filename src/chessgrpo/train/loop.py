@@ -146,14 +146,16 @@ def build_optimizer(kind: Kind, config: TrainConfig) -> tuple[torch.optim.AdamW,
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas)), trainable
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device for config key `device`, or a `ConfigError` saying why it cannot be used."""
+def resolve_device(name: str, key: str = "device") -> torch.device:
+    """The torch device for config key `key`, or a `ConfigError` saying why it cannot be used."""
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"config key device: {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+        raise ConfigError(f"config key {key}: {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"config key device: {name!r} requested but CUDA is not available (use device=cpu)")
+        raise ConfigError(f"config key {key}: {name!r} requested but CUDA is not available (use {key}=cpu)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"config key {key}: {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
@@ -192,6 +194,8 @@ class Trainer:
             torch.manual_seed(config.run.seed)  # the one explicit seeding: model init, dropout
             self.kind = kind_cls(config, context)
             self.optimizer, trainable = build_optimizer(self.kind, config)
+            if config.compile:  # in place: the module (its mode, its state dict) stays the same object
+                self.kind.model.compile()
             # After build_optimizer: DDP registers gradient hooks on the parameters that train.
             self.kind.learner_model = self.parallel.wrap(self.kind.model)
             self.learner = Learner(self.optimizer, trainable, config.max_grad_norm, self.parallel)

@@ -31,6 +31,7 @@ import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
+from chessgrpo.models.placement import place_reference
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
 from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
@@ -132,6 +133,8 @@ class PolicyGRPOKind(GRPOKind):
         self.reference.eval().requires_grad_(False)
         self.model = copy.deepcopy(self.reference).requires_grad_(True)
         self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
+        # The frozen reference may sit on its own device (reference_device), called from the policy's.
+        self.reference = place_reference(self.reference, device, self.config.reference_device)
         self.init_grpo_state(grpo_config)
 
     def head_parameters(self) -> list[torch.nn.Parameter]:

@@ -106,6 +106,10 @@ class PretrainKind(Kind):
 
     def __init__(self, config: PretrainTrainConfig, context: RunContext):
         super().__init__(config, context)
+        if config.reference_device is not None:
+            from chessgrpo.config import ConfigError
+
+            raise ConfigError(f"config key reference_device: kind {self.name} has no reference model (set it to null)")
         started = time.perf_counter()
         self.train_data = load_split(config.data, "train")
         self.test_data = load_split(config.data, "test") if has_split(config.data, "test") else None

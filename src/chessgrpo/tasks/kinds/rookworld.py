@@ -47,6 +47,7 @@ import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, resumable
 from chessgrpo.files import write_json_atomic
+from chessgrpo.models.placement import place_reference
 from chessgrpo.models.lm import (
     ChessLM,
     LMModelConfig,
@@ -168,6 +169,8 @@ class RookWorldKind(GRPOKind):
         self.lm = ChessLM(copy.deepcopy(self.reference.model), self.reference.tokenizer, self.reference.source)
         prepare_for_rl(self.lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
         self.model = self.lm.model
+        # The frozen reference may sit on its own device (reference_device), called from the policy's.
+        self.reference_model = place_reference(self.reference.model, device, config.reference_device)
         limit = self.lm.max_positions
         longest = max(len(self.lm.tokenizer.encode(p)) for p in self.policy_prompts[:2000] + self.environment_prompts[:2000])
         if limit is not None and longest + config.task.max_new_tokens > limit:
@@ -231,7 +234,7 @@ class RookWorldKind(GRPOKind):
         with context.autocast():
             groups = sample_completion_groups(
                 self.lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
-                generator=self.group_generators(step, mine), reference=self.reference.model,
+                generator=self.group_generators(step, mine), reference=self.reference_model,
             )  # fmt: skip
         sample_s = time.perf_counter() - tick
 

@@ -111,6 +111,10 @@ class SFTKind(Kind):
         from chessgrpo.data.rookworld import read_rookworld
 
         super().__init__(config, context)
+        if config.reference_device is not None:
+            from chessgrpo.config import ConfigError
+
+            raise ConfigError(f"config key reference_device: kind {self.name} has no reference model (set it to null)")
         device, seed = context.device, config.run.seed
         if config.model.path:
             self.lm = load_lm(config.model.path, device=device, dropout=config.model.dropout)
