@@ -164,11 +164,17 @@ class GRPOKind(Kind):
     """
 
     kl_controller: Any
+    group_count_key: ClassVar[str] = "task.positions_per_step"
+    """The config key of the number of groups per step (what the ranks split)."""
 
     def init_grpo_state(self, grpo_config: Any) -> None:
         from chessgrpo.rl import KLController
 
         self.kl_controller = KLController.from_config(grpo_config)
+        count: Any = self.config
+        for part in self.group_count_key.split("."):
+            count = getattr(count, part)
+        self.shard_groups(int(count), self.group_count_key)  # an uneven split is an error before anything runs
 
     def shard_groups(self, count: int, what: str) -> range:
         """This rank's groups (global indices) of the step's `count` groups; `what` names the config key."""

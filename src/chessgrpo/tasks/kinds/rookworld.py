@@ -140,6 +140,7 @@ class RookWorldKind(GRPOKind):
 
     name = "rookworld"
     config_class = RookWorldTrainConfig
+    group_count_key = "task.prompts_per_step"
 
     def __init__(self, config: RookWorldTrainConfig, context: RunContext):
         from chessgrpo.data.rookworld import read_rookworld
@@ -229,7 +230,7 @@ class RookWorldKind(GRPOKind):
 
         tick = time.perf_counter()
         prompts = self.draw_prompts(step)
-        mine = self.shard_groups(len(prompts), "task.prompts_per_step")
+        mine = self.shard_groups(len(prompts), self.group_count_key)
         prompts = prompts[mine.start : mine.stop]
         with context.autocast():
             groups = sample_completion_groups(
