@@ -99,10 +99,10 @@ class TrainConfig:
     """bfloat16 autocast for the forwards (losses stay fp32; GRPO's ratio check then uses its bf16 tolerance)."""
     device: str = "cpu"
     """Torch device: cpu, cuda, cuda:1, ... (in a torchrun job ``cuda`` means each rank's own GPU, cuda:LOCAL_RANK)."""
-    reference_device: str | None = None
+    reference_device: str | None = resumable(None)
     """GRPO kinds: where the frozen KL reference (and a reference opponent) runs, e.g. cuda:1 next to
     a policy on cuda:0 (null = the policy's device). Supervised kinds have no reference."""
-    compile: bool = False
+    compile: bool = resumable(False)
     """torch.compile the trained model's forward (worth it on GPUs; on CPU the first steps pay the compilation)."""
     threads: int = resumable(0)
     """Torch CPU threads (0 = torch's default); bitwise resume needs the same value."""

@@ -511,6 +511,9 @@ class Trainer:
         finished = self.step >= config.steps
         if finished and kind.evaluates and main:
             kind.after_run(self.run_dir / "eval")
+        # Every rank leaves together: a rank tearing down the process group while rank 0 still
+        # writes its last evaluation aborts the job at exit.
+        self.parallel.barrier()
         stop_reason = self._stop_reason
         if stop_reason is None and not finished:
             stop_reason = f"stop_at={config.stop_at}"
