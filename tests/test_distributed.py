@@ -29,7 +29,7 @@ from chessgrpo.tasks.move_group import sample_groups
 from chessgrpo.train.checkpoint import latest_checkpoint
 from chessgrpo.train.distributed import Parallel, group_generators
 
-from helpers import SYZYGY_DIR, shared_file
+from helpers import SYZYGY_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 ATOL = 1e-4

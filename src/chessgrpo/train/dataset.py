@@ -74,6 +74,10 @@ class Batch:
     win_probs: torch.Tensor
 
     def to(self, device: torch.device | str) -> Batch:
+        """The batch on `device`; host-to-GPU copies go through pinned memory, asynchronously."""
+        device = torch.device(device)
+        if device.type == "cuda":
+            return Batch(**{f.name: getattr(self, f.name).pin_memory().to(device, non_blocking=True) for f in dataclasses.fields(self)})
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
 
 
