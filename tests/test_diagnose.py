@@ -131,7 +131,7 @@ def build_lab(root: Path) -> Lab:
     adaptive_grpo = GRPOConfig(
         num_iterations=2, minibatch_size=32, kl_coef=0.01, kl_schedule="adaptive", kl_target=1e-4, kl_coef_max=0.02, kl_horizon=16
     )
-    collapse_grpo = GRPOConfig(num_iterations=2, minibatch_size=32)
+    collapse_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.0)  # nothing holds the policy back
     return Lab(
         root=root,
         data=data,
@@ -140,7 +140,7 @@ def build_lab(root: Path) -> Lab:
         mismatch=_grpo_run(grpo_config(root, "mismatch", steps=6, debug_learn_temperature=1.3, grpo=mismatch_grpo)),
         entropy=_grpo_run(grpo_config(root, "entropy", grpo=entropy_grpo)),
         adaptive_kl=_grpo_run(grpo_config(root, "adaptive_kl", steps=12, grpo=adaptive_grpo)),
-        collapse=_grpo_run(grpo_config(root, "collapse", steps=16, lr=3e-3, max_start_positions=8, grpo=collapse_grpo)),
+        collapse=_grpo_run(grpo_config(root, "collapse", steps=16, lr=3e-3, max_start_positions=2, grpo=collapse_grpo)),
     )
 
 
