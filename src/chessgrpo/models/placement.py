@@ -28,7 +28,22 @@ def _to(value: Any, device: torch.device) -> Any:
     return value
 
 
-class OnDevice(nn.Module):
+class FollowsModuleMode:
+    """For a wrapper module: its train/eval mode is its ``module``'s (the kinds switch the wrapped
+    model, and RL forwards check the mode of what they are given)."""
+
+    module: nn.Module
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        return self.module.training
+
+    @training.setter
+    def training(self, value: bool) -> None:  # nn.Module.train() sets it; the module's flag is the truth
+        pass
+
+
+class OnDevice(FollowsModuleMode, nn.Module):
     """`module` on its own device, called from (and answering on) `caller_device`.
 
     Attributes the wrapper does not define (``config``, ``training``, ...) are the module's. For an
@@ -48,14 +63,6 @@ class OnDevice(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.caller_device
-
-    @property  # type: ignore[override]
-    def training(self) -> bool:
-        return self.module.training
-
-    @training.setter
-    def training(self, value: bool) -> None:  # nn.Module.train() sets it; the module's flag is the truth
-        pass
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         here = self.module_device

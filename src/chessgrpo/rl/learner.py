@@ -221,7 +221,7 @@ def optimize(
             collected.append({**step_metrics, "grad_norm": grad_norm})
 
     if collected:
-        metrics.update(_reduce(collected))
+        metrics.update(reduce_metrics(collected))
     observed_kl = metrics.get("kl/value")
     if world_size > 1:  # every rank updates its controller with the same value
         kl_values = [m["kl/value"] for m in collected if "kl/value" in m]
@@ -332,10 +332,11 @@ def clip_grad_norm(params: list[Tensor], max_norm: float) -> float:
     return float(torch.nn.utils.clip_grad_norm_(with_grad, limit))
 
 
-def _reduce(collected: list[dict[str, float]]) -> dict[str, float]:
-    """Reduce per-minibatch metrics: names whose last part starts with min/max by min/max, others by mean."""
+def reduce_metrics(collected: list[dict[str, float]]) -> dict[str, float]:
+    """Reduce metric rows (minibatches, data-parallel ranks): each name over the rows that hold it,
+    names whose last part starts with min/max by min/max, others by mean."""
     reduced: dict[str, float] = {}
-    for key in collected[0]:
+    for key in dict.fromkeys(key for m in collected for key in m):
         values = [m[key] for m in collected if key in m]
         leaf = key.rsplit("/", 1)[-1]
         if leaf.startswith("min"):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +33,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from chessgrpo.config import ConfigError
+from chessgrpo.models.placement import FollowsModuleMode
 
 logger = logging.getLogger(__name__)
 
@@ -163,19 +163,9 @@ class Parallel:
         so every rank holds the same row and takes the same decisions from it."""
         if not self.enabled:
             return values
-        rows = self.all_gather(values)
-        keys = dict.fromkeys(key for row in rows for key in row)
-        out: dict[str, float] = {}
-        for key in keys:
-            present = [row[key] for row in rows if key in row]
-            leaf = key.rsplit("/", 1)[-1]
-            if leaf.startswith("min"):
-                out[key] = min(present)
-            elif leaf.startswith("max"):
-                out[key] = max(present)
-            else:
-                out[key] = math.fsum(present) / len(present)
-        return out
+        from chessgrpo.rl.learner import reduce_metrics
+
+        return reduce_metrics(self.all_gather(values))
 
     def std(self, values: torch.Tensor) -> torch.Tensor:
         """The unbiased std of the values of all ranks together (concatenated in rank order), as a tensor."""
@@ -205,17 +195,8 @@ class Parallel:
             self._owns_group = False
 
 
-class _Replicated(DistributedDataParallel):
-    """DDP whose train/eval mode is its module's: the kinds switch `model` (dropout on in pretraining,
-    off in every RL forward) and the RL forwards check the mode of what they are given."""
-
-    @property  # type: ignore[override]
-    def training(self) -> bool:
-        return self.module.training
-
-    @training.setter
-    def training(self, value: bool) -> None:  # nn.Module.train() sets it; the module's flag is the truth
-        pass
+class _Replicated(FollowsModuleMode, DistributedDataParallel):
+    """DDP whose train/eval mode is its module's (dropout on in pretraining, off in every RL forward)."""
 
 
 def seed_words(*parts: int) -> list[int]:

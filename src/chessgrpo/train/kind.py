@@ -34,11 +34,17 @@ class RunContext:
     run_dir: Path
     device: torch.device
     seed: int
-    rank: int = 0
-    world_size: int = 1
     bf16: bool = False
     parallel: Parallel = dataclasses.field(default_factory=lambda: Parallel())
     """This process's place in a data-parallel run (world size 1 for a plain run): see `train.distributed`."""
+
+    @property
+    def rank(self) -> int:
+        return self.parallel.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.parallel.world_size
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast on the run's device when the run asks for it, else nothing."""

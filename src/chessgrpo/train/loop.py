@@ -183,10 +183,7 @@ class Trainer:
                 torch.set_num_threads(config.threads)
             elif self.parallel.local_world_size > 1:  # share the machine's cores between its ranks
                 torch.set_num_threads(max(1, available_cores() // self.parallel.local_world_size))
-            self.rank, self.world_size = self.parallel.rank, self.parallel.world_size
-            context = RunContext(
-                self.run_dir, self.device, config.run.seed, self.rank, self.world_size, config.bf16, self.parallel
-            )
+            context = RunContext(self.run_dir, self.device, config.run.seed, config.bf16, self.parallel)
             checkpoint = self.parallel.broadcast(latest_checkpoint(self.run_dir) if resume and self.parallel.is_main else None)
             if resume and checkpoint is None:
                 raise FileNotFoundError(f"no intact checkpoint to resume under {str(self.run_dir / 'checkpoints')!r}")
