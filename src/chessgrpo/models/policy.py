@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
+from chessgrpo.board.move_facts import MOVE_FACTS, move_fact_array
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "model_config.json"
@@ -56,6 +57,10 @@ class PolicyConfig:
     """``square_pair`` (from-square query . to-square key, the default) or ``pooled`` (linear over the mean token)."""
     head_dim: int = 0
     """Query/key width of the square_pair head; 0 means d_model."""
+    move_facts: bool = False
+    """Also read each legal move's facts (check, mate, stalemate, dead draw: `board.move_facts`):
+    the inputs are then [B, 77 + 1968] (the 77 board tokens, then one fact byte per action), and
+    each fact adds a learned, position-dependent amount to its moves' logits (zero at init)."""
 
     @classmethod
     def from_size(cls, size: str) -> "PolicyConfig":
@@ -154,8 +159,31 @@ class SquarePairHead(nn.Module):
         return logits + self.action_bias
 
 
+class MoveFactsHead(nn.Module):
+    """Logit bias of each action from its fact byte: sum over set facts f of w_f(position).
+
+    w(position) is linear in the mean token representation, so what a fact is worth depends on the
+    position (stalemating is a blunder when winning, a save when losing). Zero-initialised: adding
+    the head leaves a policy's distribution unchanged until training moves it.
+    """
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.weights = nn.Linear(d_model, len(MOVE_FACTS))
+        self.register_buffer("shifts", torch.arange(len(MOVE_FACTS)), persistent=False)
+
+    def reset(self) -> None:
+        nn.init.zeros_(self.weights.weight)
+        nn.init.zeros_(self.weights.bias)
+
+    def forward(self, x: torch.Tensor, facts: torch.Tensor) -> torch.Tensor:
+        bits = ((facts.long().unsqueeze(-1) >> self.shifts) & 1).to(x.dtype)  # [B, 1968, F]
+        return torch.einsum("baf,bf->ba", bits, self.weights(x.mean(dim=1)))
+
+
 class ActionPolicy(nn.Module):
-    """Logits over the 1968 actions for a batch of encoded positions ([B, 77] token ids)."""
+    """Logits over the 1968 actions for a batch of encoded positions ([B, 77] token ids, or
+    [B, 77 + 1968] with ``move_facts``: `inputs` builds either)."""
 
     def __init__(self, config: PolicyConfig | None = None):
         super().__init__()
@@ -174,6 +202,10 @@ class ActionPolicy(nn.Module):
         # Scaled init of residual projections (GPT-2): keeps the residual stream's variance flat.
         for block in self.blocks:
             nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
+        # Last and zero-initialised (no random draws): the same seed gives the same policy with or without it.
+        self.move_facts = MoveFactsHead(d) if self.config.move_facts else None
+        if self.move_facts is not None:
+            self.move_facts.reset()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -190,21 +222,34 @@ class ActionPolicy(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def input_length(self) -> int:
+        """Columns of an input row: the 77 board tokens, plus one fact byte per action with move facts."""
+        return SEQUENCE_LENGTH + (NUM_ACTIONS if self.config.move_facts else 0)
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Raw (unmasked) logits [B, 1968]; mask and temperature belong to `log_probs`."""
-        if tokens.dim() != 2 or tokens.shape[1] != SEQUENCE_LENGTH:
-            raise ValueError(f"expected tokens of shape [B, {SEQUENCE_LENGTH}], got {tuple(tokens.shape)}")
-        x = self.token_embedding(tokens.long()) + self.position_embedding
+        if tokens.dim() != 2 or tokens.shape[1] != self.input_length:
+            facts = " (77 board tokens + 1968 move-fact bytes: build inputs with `ActionPolicy.inputs`)" if self.config.move_facts else ""
+            raise ValueError(f"expected inputs of shape [B, {self.input_length}]{facts}, got {tuple(tokens.shape)}")
+        board = tokens[:, :SEQUENCE_LENGTH]
+        x = self.token_embedding(board.long()) + self.position_embedding
         for block in self.blocks:
             x = block(x)
         x = self.ln_final(x)
         if self.config.head == "pooled":
-            return self.head(x.mean(dim=1))
-        return self.head(x)
+            logits = self.head(x.mean(dim=1))
+        else:
+            logits = self.head(x)
+        if self.move_facts is not None:
+            logits = logits + self.move_facts(x, tokens[:, SEQUENCE_LENGTH:])
+        return logits
 
     def inputs(self, boards: Sequence[chess.Board]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens [B, 77] long, legal mask [B, 1968] bool) on the model's device."""
+        """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device."""
         tokens = torch.from_numpy(encode_fens(boards).astype(np.int64))
+        if self.config.move_facts:
+            tokens = torch.cat([tokens, torch.from_numpy(move_fact_array(boards).astype(np.int64))], dim=1)
         masks = torch.from_numpy(legal_masks(boards))
         return tokens.to(self.device), masks.to(self.device)
 
@@ -265,6 +310,8 @@ class ModelConfig:
     """Policy head: square_pair (from-square query . to-square key) or pooled (linear over the mean token)."""
     head_dim: int | None = None
     """Override the square_pair head's query/key width (null = d_model)."""
+    move_facts: bool = False
+    """Give the policy each legal move's facts (check, mate, stalemate, dead draw; `board.move_facts`)."""
 
     def overrides(self) -> dict[str, int]:
         """The fields of the named size that this config replaces."""
@@ -272,11 +319,12 @@ class ModelConfig:
 
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head})
+        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts})
 
     def describe(self) -> str:
         """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
-        return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items())])
+        facts = ["move facts"] if self.move_facts else []
+        return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *facts])
 
 
 def frozen_parameters(model: ActionPolicy, freeze_layers: int) -> list[nn.Parameter]:

@@ -67,6 +67,10 @@ class PretrainTrainConfig(TrainConfig):
     """Save a checkpoint every this many steps (0 = only at the end); the last step is always saved."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     """The policy's shape (a named size, optionally with fields replaced) and its pretraining dropout."""
+    init_checkpoint: str | None = None
+    """Start from this policy's weights (run or checkpoint dir) instead of a fresh `model`, whose shape
+    is then the checkpoint's (`model` is ignored): continued supervised training, e.g. the
+    equal-compute alternative to a GRPO stage."""
     data: str = "data/tiny"
     """Dataset directory with train/ and test/ Parquet shards (`chessgrpo data generate`)."""
     objective: Objective = "bc"
@@ -111,8 +115,10 @@ class PretrainKind(Kind):
 
             raise ConfigError(f"config key reference_device: kind {self.name} has no reference model (set it to null)")
         started = time.perf_counter()
-        self.train_data = load_split(config.data, "train")
-        self.test_data = load_split(config.data, "test") if has_split(config.data, "test") else None
+        start = load_policy(config.init_checkpoint, device=context.device) if config.init_checkpoint else None
+        facts = (start.config if start is not None else config.model).move_facts  # then load them with the positions
+        self.train_data = load_split(config.data, "train", move_facts=facts)
+        self.test_data = load_split(config.data, "test", move_facts=facts) if has_split(config.data, "test") else None
         if self.test_data is None:
             logger.warning("dataset %s has no test split: held-out evaluation is skipped", config.data)
         logger.info(
@@ -120,7 +126,7 @@ class PretrainKind(Kind):
             len(self.train_data), len(self.test_data or ()), config.data, time.perf_counter() - started,
         )  # fmt: skip
         # The loop seeded torch just before building the kind: this draws the initial weights.
-        self.model = ActionPolicy(config.model.policy_config()).to(context.device)
+        self.model = start if start is not None else ActionPolicy(config.model.policy_config()).to(context.device)
         self.model.train()  # dropout during the steps; evaluation switches to eval mode and back
         self.sampler = EpochSampler(len(self.train_data), config.batch_size, config.run.seed)
         self.last_eval: dict[str, float] | None = None

@@ -1,0 +1,97 @@
+"""Move facts: the rule facts of each legal move, and the policy that reads them."""
+
+from __future__ import annotations
+
+import chess
+import numpy as np
+import pytest
+import torch
+
+from chessgrpo.board import NUM_ACTIONS, SEQUENCE_LENGTH, move_to_action
+from chessgrpo.board.move_facts import CHECK, CHECKMATE, FIFTY_MOVES, INSUFFICIENT_MATERIAL, STALEMATE, move_fact_array, move_facts
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
+from chessgrpo.train.dataset import SparseMoveFacts
+
+
+def _facts(fen: str) -> dict[str, int]:
+    board = chess.Board(fen)
+    before = board.fen()
+    out = {_uci(a): bits for a, bits in move_facts(board)}
+    assert board.fen() == before  # the board is left as it was
+    return out
+
+
+def _uci(action: int) -> str:
+    from chessgrpo.board import ACTIONS
+
+    return ACTIONS[action]
+
+
+def test_back_rank_mate_is_check_and_checkmate():
+    facts = _facts("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")
+    assert facts == {"a1a8": CHECK | CHECKMATE}
+
+
+def test_stalemate_and_mate_with_king_and_queen():
+    # White: Kf6, Qg1 (not giving check); Black: Kh8. Qg7 mates, Qg6 stalemates, Qh1 / Qh2 check.
+    facts = _facts("7k/8/5K2/8/8/8/8/6Q1 w - - 0 1")
+    assert facts["g1g7"] == CHECK | CHECKMATE
+    assert facts["g1g6"] == STALEMATE
+    assert facts["g1h1"] == CHECK and facts["g1h2"] == CHECK
+    assert "g1g2" not in facts  # nothing holds: not listed
+
+
+def test_capture_into_insufficient_material_and_fifty_moves():
+    # Kxb2 leaves K v K; any move but a capture at halfmove clock 99 reaches the fifty-move rule.
+    facts = _facts("8/8/8/8/8/8/1n6/K6k w - - 0 1")
+    assert facts["a1b2"] == INSUFFICIENT_MATERIAL
+    facts = _facts("8/8/8/8/8/2k5/8/K5R1 w - - 99 80")
+    assert facts["g1g2"] == FIFTY_MOVES
+    assert facts["g1g3"] & CHECK and facts["g1g3"] & FIFTY_MOVES
+
+
+def test_fact_array_matches_sparse_facts_and_black_to_move():
+    boards = [chess.Board(), chess.Board("k7/8/1K6/8/8/8/8/7q b - - 0 1")]
+    array = move_fact_array(boards)
+    assert array.shape == (2, NUM_ACTIONS) and array.dtype == np.uint8
+    assert not array[0].any()  # no move of the start position checks or ends the game
+    assert array[1, move_to_action(chess.Move.from_uci("h1h6"))] == CHECK
+    sparse = SparseMoveFacts.of(boards)
+    assert np.array_equal(sparse.dense(np.array([1, 0])), array[[1, 0]].astype(np.int64))
+
+
+def test_policy_with_move_facts_starts_as_the_same_policy_and_learns_the_fact():
+    torch.manual_seed(0)
+    plain = ActionPolicy(PolicyConfig())
+    torch.manual_seed(0)
+    with_facts = ActionPolicy(PolicyConfig(move_facts=True))
+    board = chess.Board("7k/8/5K2/8/8/8/8/6Q1 w - - 0 1")
+    tokens, legal = with_facts.inputs([board])
+    assert tokens.shape == (1, SEQUENCE_LENGTH + NUM_ACTIONS)
+    plain_tokens, _ = plain.inputs([board])
+    with torch.no_grad():
+        assert torch.equal(with_facts(tokens), plain(plain_tokens))  # zero-initialised head
+        with pytest.raises(ValueError, match="77 board tokens"):
+            with_facts(plain_tokens)
+    # One gradient step on "mate" raises the mating move's logit through the fact weights alone.
+    mate = move_to_action(chess.Move.from_uci("g1g7"))
+    optimizer = torch.optim.SGD(with_facts.move_facts.parameters(), lr=1.0)
+    logits = with_facts(tokens).masked_fill(~legal, float("-inf"))
+    torch.nn.functional.cross_entropy(logits, torch.tensor([mate])).backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = with_facts(tokens).masked_fill(~legal, float("-inf")).log_softmax(-1)
+    assert after[0, mate] > logits.log_softmax(-1)[0, mate] + 0.1
+
+
+def test_move_fact_policy_round_trips_and_old_configs_load(tmp_path):
+    model = ActionPolicy(PolicyConfig(move_facts=True))
+    with torch.no_grad():
+        model.move_facts.weights.bias.fill_(0.5)
+    save_policy(model, tmp_path / "facts")
+    loaded = load_policy(tmp_path / "facts")
+    assert loaded.config.move_facts and torch.equal(loaded.move_facts.weights.bias, model.move_facts.weights.bias)
+    save_policy(ActionPolicy(PolicyConfig()), tmp_path / "plain")
+    config = (tmp_path / "plain" / "model_config.json").read_text().replace(',\n  "move_facts": false', "")
+    (tmp_path / "plain" / "model_config.json").write_text(config)
+    assert load_policy(tmp_path / "plain").move_facts is None  # a checkpoint from before move facts
