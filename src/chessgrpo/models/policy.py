@@ -11,6 +11,11 @@ default, and one of two heads over `chessgrpo.board.ACTIONS`:
   small datasets (docs/benchmarks.md).
 - ``pooled``: a linear layer over the mean of all token representations (the first design).
 
+With ``move_facts`` (`board.move_facts`: check, checkmate, stalemate, dead draw, fifty moves per
+legal move), each row also carries one fact byte per action after its 77 tokens, and
+`MoveFactsHead` adds a learned, position-dependent weight per fact to the moves' logits: rules a
+small transformer cannot derive from the board in one pass (docs/benchmarks.md, "Move facts").
+
 `log_probs` is the single function that turns logits into log-probabilities (temperature and
 legal-move mask applied); sampling, evaluation and every loss call it, so the behaviour policy
 and the learner can never disagree on the distribution (ARCHITECTURE invariant 1).
