@@ -188,9 +188,14 @@ class Parallel:
         device_ids = [device.index] if device.type == "cuda" else None
         return _Replicated(model, device_ids=device_ids)
 
-    def close(self) -> None:
-        """Leave the process group this object joined."""
+    def close(self, together: bool = False) -> None:
+        """Leave the process group this object joined; `together` (a clean finish, every rank
+        here) first waits for all ranks, never on an error path, where a peer may be gone."""
         if self._owns_group and dist.is_initialized():
+            if together:
+                # A rank destroying its gloo connections while a peer still holds them can abort
+                # the peer at exit ("terminate called without an active exception").
+                dist.barrier()
             dist.destroy_process_group()
             self._owns_group = False
 

@@ -221,18 +221,19 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------
     # Lifecycle
 
-    def close(self) -> None:
+    def close(self, together: bool = False) -> None:
+        """Release the kind, the lock and the process group (`together`: a clean finish on every rank)."""
         if self.kind is not None:
             self.kind.close()
         if self.lock is not None:
             self.lock.release()
-        self.parallel.close()
+        self.parallel.close(together=together)
 
     def __enter__(self) -> Trainer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(together=exc_type is None)
 
     def request_stop(self, reason: str = "interrupted") -> None:
         """Finish the current step, checkpoint and return from `train`."""
