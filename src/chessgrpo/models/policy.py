@@ -66,6 +66,9 @@ class PolicyConfig:
     """Also read each legal move's facts (check, mate, stalemate, dead draw: `board.move_facts`):
     the inputs are then [B, 77 + 1968] (the 77 board tokens, then one fact byte per action), and
     each fact adds a learned, position-dependent amount to its moves' logits (zero at init)."""
+    value_head: bool = False
+    """Also predict the side to move's expected score in [0, 1] (`ValueHead`, on the shared trunk):
+    what search (`chessgrpo.search`) evaluates its leaves with."""
 
     @classmethod
     def from_size(cls, size: str) -> "PolicyConfig":
@@ -186,6 +189,18 @@ class MoveFactsHead(nn.Module):
         return torch.einsum("baf,bf->ba", bits, self.weights(x.mean(dim=1)))
 
 
+class ValueHead(nn.Module):
+    """The side to move's expected score (win + draw / 2, the engine labels' `value`) as a logit:
+    an MLP over the mean token representation. `torch.sigmoid` of the output is the value."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.Linear(d_model, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x.mean(dim=1)).squeeze(-1)
+
+
 class ActionPolicy(nn.Module):
     """Logits over the 1968 actions for a batch of encoded positions ([B, 77] token ids, or
     [B, 77 + 1968] with ``move_facts``: `inputs` builds either)."""
@@ -211,6 +226,10 @@ class ActionPolicy(nn.Module):
         self.move_facts = MoveFactsHead(d) if self.config.move_facts else None
         if self.move_facts is not None:
             self.move_facts.reset()
+        # After every policy parameter, so adding a value head leaves the seeded policy unchanged.
+        self.value_head = ValueHead(d) if self.config.value_head else None
+        if self.value_head is not None:
+            self.value_head.apply(self._init_weights)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -232,8 +251,12 @@ class ActionPolicy(nn.Module):
         """Columns of an input row: the 77 board tokens, plus one fact byte per action with move facts."""
         return SEQUENCE_LENGTH + (NUM_ACTIONS if self.config.move_facts else 0)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Raw (unmasked) logits [B, 1968]; mask and temperature belong to `log_probs`."""
+    def forward(self, tokens: torch.Tensor, with_value: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Raw (unmasked) logits [B, 1968]; mask and temperature belong to `log_probs`.
+
+        With `with_value` (a model with a value head): (logits, value logits [B]) from one trunk
+        pass; `torch.sigmoid(value_logits)` is the side to move's expected score.
+        """
         if tokens.dim() != 2 or tokens.shape[1] != self.input_length:
             facts = " (77 board tokens + 1968 move-fact bytes: build inputs with `ActionPolicy.inputs`)" if self.config.move_facts else ""
             raise ValueError(f"expected inputs of shape [B, {self.input_length}]{facts}, got {tuple(tokens.shape)}")
@@ -248,7 +271,11 @@ class ActionPolicy(nn.Module):
             logits = self.head(x)
         if self.move_facts is not None:
             logits = logits + self.move_facts(x, tokens[:, SEQUENCE_LENGTH:])
-        return logits
+        if not with_value:
+            return logits
+        if self.value_head is None:
+            raise ValueError("this policy has no value head (train one with model.value_head: true)")
+        return logits, self.value_head(x)
 
     def inputs(self, boards: Sequence[chess.Board]) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device."""
@@ -317,6 +344,8 @@ class ModelConfig:
     """Override the square_pair head's query/key width (null = d_model)."""
     move_facts: bool = False
     """Give the policy each legal move's facts (check, mate, stalemate, dead draw; `board.move_facts`)."""
+    value_head: bool = False
+    """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
     def overrides(self) -> dict[str, int]:
         """The fields of the named size that this config replaces."""
@@ -324,12 +353,12 @@ class ModelConfig:
 
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts})
+        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts, "value_head": self.value_head})
 
     def describe(self) -> str:
         """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
-        facts = ["move facts"] if self.move_facts else []
-        return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *facts])
+        extras = (["move facts"] if self.move_facts else []) + (["value head"] if self.value_head else [])
+        return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *extras])
 
 
 def frozen_parameters(model: ActionPolicy, freeze_layers: int) -> list[nn.Parameter]:
@@ -342,6 +371,12 @@ def frozen_parameters(model: ActionPolicy, freeze_layers: int) -> list[nn.Parame
         raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(model.blocks)} blocks")
     modules = [model.token_embedding, *model.blocks[:freeze_layers]]
     return [p for module in modules for p in module.parameters()] + [model.position_embedding]
+
+
+def value_head_parameters(model: ActionPolicy) -> list[nn.Parameter]:
+    """The value head's parameters (none without one): GRPO kinds keep them frozen, since no
+    policy-gradient loss trains them (and DDP requires every trainable parameter to get a gradient)."""
+    return [] if model.value_head is None else list(model.value_head.parameters())
 
 
 def log_probs(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -10,6 +10,10 @@ to a distribution, legal mask applied):
   e^-1 = 0.37 times the weight of the best, one 0.15 worse e^-3 = 0.05 times. T -> 0 recovers
   behaviour cloning (up to ties); a large T spreads mass evenly over the top-M list.
 
+A policy with a value head also learns the labelled position value (the side to move's expected
+score, ``win_probs[:, 0]``: the value after the best move) by binary cross-entropy with that soft
+target (`value_loss`), added to the move objective with a weight.
+
 Everything here is a pure function of tensors (no optimizer, no run directory); the training
 kind that uses them is `tasks.kinds.pretrain`.
 """
@@ -20,6 +24,7 @@ import math
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 
 from chessgrpo.board import NUM_ACTIONS
 from chessgrpo.models.policy import ActionPolicy, log_probs
@@ -66,6 +71,23 @@ def objective_loss(logp: torch.Tensor, batch: Batch, objective: Objective, tempe
     raise ValueError(f"unknown objective {objective!r}; choose bc or distill")
 
 
+def value_targets(batch: Batch) -> torch.Tensor:
+    """[B] the labelled value of each position: the side to move's expected score after the best move."""
+    return batch.win_probs[:, 0].float()
+
+
+def value_loss(value_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-row binary cross-entropy of sigmoid(value_logits) against soft targets in [0, 1]."""
+    return F.binary_cross_entropy_with_logits(value_logits.float(), targets, reduction="none")
+
+
+@torch.no_grad()
+def value_sums(value_logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    """Sums over the batch: absolute error of the predicted value, and its cross-entropy."""
+    predicted = torch.sigmoid(value_logits.float())
+    return {"value_mae": float((predicted - targets).abs().sum()), "value_bce": float(value_loss(value_logits, targets).sum())}
+
+
 @torch.no_grad()
 def accuracy_sums(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
     """Sums over the batch: top-1/top-5 hits of the best move, BC nll, and whether the argmax is
@@ -88,17 +110,23 @@ def evaluate_policy_on_split(
     """Held-out metrics in fp32 and eval mode (the model's mode is restored afterwards): eval/loss
     (the objective), eval/top1, eval/top5, eval/nll (cross-entropy to the best move, comparable
     across objectives), eval/perplexity, eval/in_multipv (share of argmax moves among the labelled
-    top-M)."""
+    top-M); with a value head also eval/value_mae and eval/value_bce against the labelled values."""
     was_training = model.training
     model.eval()
     totals = {"loss": 0.0, "top1": 0.0, "top5": 0.0, "nll": 0.0, "in_multipv": 0.0}
+    with_value = model.value_head is not None
     try:
         for start in range(0, len(data), batch_size):
             batch = data.batch(torch.arange(start, min(len(data), start + batch_size))).to(device)
-            logp = log_probs(model(batch.tokens).float(), batch.legal_mask)
+            output = model(batch.tokens, with_value=with_value)
+            logits, value_logits = output if with_value else (output, None)
+            logp = log_probs(logits.float(), batch.legal_mask)
             totals["loss"] += float(objective_loss(logp, batch, objective, temperature).sum())
-            for key, value in accuracy_sums(logp, batch).items():
-                totals[key] += value
+            sums = accuracy_sums(logp, batch)
+            if value_logits is not None:
+                sums.update(value_sums(value_logits, value_targets(batch)))
+            for key, value in sums.items():
+                totals[key] = totals.get(key, 0.0) + value
     finally:
         model.train(was_training)
     metrics = {f"eval/{key}": value / len(data) for key, value in totals.items()}

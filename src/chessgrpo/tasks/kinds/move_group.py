@@ -32,7 +32,7 @@ import torch
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import place_reference
-from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy
+from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy, value_head_parameters
 from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
@@ -141,7 +141,8 @@ class PolicyGRPOKind(GRPOKind):
         return list(self.model.head.parameters())
 
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        return frozen_parameters(self.model, freeze_layers)
+        # A value head is kept as pretraining left it: no GRPO loss trains it (the shared trunk still moves).
+        return frozen_parameters(self.model, freeze_layers) + value_head_parameters(self.model)
 
     def save_model(self, directory: Path) -> None:
         save_policy(self.model, directory)

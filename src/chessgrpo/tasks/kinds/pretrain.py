@@ -4,6 +4,9 @@ The objectives (``bc``: cross-entropy to the best move; ``distill``: cross-entro
 ``softmax(win_probs / T)`` over the labelled multipv moves), their targets and the held-out
 metrics are the pure functions of `tasks.supervised`.
 
+A model with a value head (`model.value_head`) also learns each position's labelled value
+(cross-entropy to the expected score, weight `value_loss_weight`); search evaluates leaves with it.
+
 One step (`PretrainKind.train_step`): the next `batch_size` positions of the shuffled train split
 (`train.dataset.EpochSampler`: one seeded permutation per epoch), the forward in train mode
 (dropout on, bf16 autocast when asked; the log-probs and the loss stay fp32), one optimizer update
@@ -30,8 +33,26 @@ from typing import Any
 import torch
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
-from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, log_probs, masked_entropy, save_policy
-from chessgrpo.tasks.supervised import OBJECTIVES, Objective, accuracy_sums, evaluate_policy_on_split, objective_loss
+from chessgrpo.models.policy import (
+    ActionPolicy,
+    ModelConfig,
+    frozen_parameters,
+    load_policy,
+    log_probs,
+    masked_entropy,
+    save_policy,
+    value_head_parameters,
+)
+from chessgrpo.tasks.supervised import (
+    OBJECTIVES,
+    Objective,
+    accuracy_sums,
+    evaluate_policy_on_split,
+    objective_loss,
+    value_loss,
+    value_sums,
+    value_targets,
+)
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.dataset import EpochSampler, has_split, load_split
 from chessgrpo.train.kind import Kind, RunContext
@@ -77,6 +98,9 @@ class PretrainTrainConfig(TrainConfig):
     """bc: cross-entropy to the best move; distill: cross-entropy to softmax(win_probs / T) over the multipv moves."""
     distill_temperature: float = 0.05
     """T of the distill target, in win-probability units (0.05: a move 0.05 worse gets e^-1 of the weight)."""
+    value_loss_weight: float = 1.0
+    """Weight of the value head's loss (cross-entropy to the labelled position value) beside the move
+    objective; used only when the model has a value head (`model.value_head`). 0 leaves the head as it is."""
     batch_size: int = 256
     """Positions per optimizer step."""
     eval_batch_size: int = resumable(1024)
@@ -93,6 +117,8 @@ class PretrainTrainConfig(TrainConfig):
             raise ConfigError(f"config key objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
             raise ConfigError(f"config key distill_temperature must be > 0, got {self.distill_temperature}")
+        if not (math.isfinite(self.value_loss_weight) and self.value_loss_weight >= 0):
+            raise ConfigError(f"config key value_loss_weight must be >= 0, got {self.value_loss_weight}")
         try:
             self.model.policy_config()
         except ValueError as error:
@@ -136,8 +162,14 @@ class PretrainKind(Kind):
     def head_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.model.head.parameters())
 
+    @property
+    def trains_value(self) -> bool:
+        """The model has a value head and the value loss has a weight."""
+        return self.model.value_head is not None and self.config.value_loss_weight > 0
+
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        return frozen_parameters(self.model, freeze_layers)
+        # An untrained value head stays frozen (DDP needs a gradient for every trainable parameter).
+        return frozen_parameters(self.model, freeze_layers) + ([] if self.trains_value else value_head_parameters(self.model))
 
     # -- the step -----------------------------------------------------------------------------------
 
@@ -149,9 +181,14 @@ class PretrainKind(Kind):
         mine = parallel.split(len(indices))
         batch = self.train_data.batch(indices[mine.start : mine.stop]).to(device)
         with self.context.autocast():
-            logits = self.learner_model(batch.tokens)
+            output = self.learner_model(batch.tokens, with_value=self.trains_value)
+        logits, value_logits = output if self.trains_value else (output, None)
         logp = log_probs(logits, batch.legal_mask)  # float32 whatever the autocast dtype
-        loss = objective_loss(logp, batch, config.objective, config.distill_temperature).mean()
+        policy_loss = objective_loss(logp, batch, config.objective, config.distill_temperature).mean()
+        loss = policy_loss
+        if value_logits is not None:
+            targets = value_targets(batch)
+            loss = loss + config.value_loss_weight * value_loss(value_logits, targets).mean()
         # The mean over the global batch: each rank's mean weighted by its share (DDP averages gradients).
         weight = parallel.world_size * len(mine) / len(indices)
         grad_norm = learner.update(loss if parallel.world_size == 1 else loss * weight)
@@ -161,6 +198,7 @@ class PretrainKind(Kind):
             size = len(batch.best_action)
             metrics = {
                 "loss/train": float(loss),
+                "loss/policy": float(policy_loss),
                 "train/top1": sums["top1"] / size,
                 "train/top5": sums["top5"] / size,
                 "train/nll": sums["nll"] / size,
@@ -168,6 +206,10 @@ class PretrainKind(Kind):
                 "entropy/ln_legal": float(batch.legal_mask.sum(dim=-1).float().log().mean()),
                 "grad_norm": grad_norm,
             }
+            if value_logits is not None:
+                values = value_sums(value_logits.detach(), targets)
+                metrics["loss/value"] = values["value_bce"] / size
+                metrics["train/value_mae"] = values["value_mae"] / size
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - tick
@@ -241,9 +283,10 @@ class PretrainKind(Kind):
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         if "eval/top1" not in row:
             return None
+        value = f", value MAE {row['eval/value_mae']:.3f}" if "eval/value_mae" in row else ""
         return (
             f"step {step}: held-out top-1 {row['eval/top1']:.3f}, top-5 {row['eval/top5']:.3f}, "
-            f"loss {row['eval/loss']:.4f}, best-move nll {row['eval/nll']:.4f}"
+            f"loss {row['eval/loss']:.4f}, best-move nll {row['eval/nll']:.4f}{value}"
         )
 
     def summary(self) -> list[str]:
@@ -260,5 +303,6 @@ class PretrainKind(Kind):
             lines.append(
                 f"held-out ({len(self.test_data)} positions): top-1 {100 * e['eval/top1']:.1f}%, top-5 {100 * e['eval/top5']:.1f}%, "
                 f"loss {e['eval/loss']:.4f}, best-move nll {e['eval/nll']:.4f} (perplexity {e['eval/perplexity']:.2f})"
+                + (f", value MAE {e['eval/value_mae']:.3f}" if "eval/value_mae" in e else "")
             )
         return lines

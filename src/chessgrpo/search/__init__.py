@@ -1,0 +1,107 @@
+"""Search with the action policy and its value head: PUCT (`search.puct`) and, for comparison, a
+policy-pruned alpha-beta (`search.alphabeta`), over one leaf evaluator (`search.evaluator`) that
+scores mate, draws and 3-4-piece tablebase positions exactly.
+
+`Searcher` is what players use (`chessgrpo uci`, `eval games`, `eval puzzles`, `eval offline`): a
+policy, an algorithm and its limits; `Searcher.search(board)` gives a `SearchResult`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import chess
+
+from chessgrpo.models.policy import ActionPolicy
+from chessgrpo.search.alphabeta import AlphaBetaConfig, AlphaBetaSearch
+from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator, rule_value
+from chessgrpo.search.puct import PuctConfig, PuctSearch, RootMove, SearchLimits, SearchResult
+
+ALGORITHMS = ("puct", "alphabeta")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """How a player searches: the algorithm, its node budget and constants (`nodes` 0 = no search)."""
+
+    nodes: int = 0
+    """Search budget per move: PUCT simulations, or alpha-beta network evaluations (0 = play the policy's top move)."""
+    algorithm: str = "puct"
+    """puct (policy-guided MCTS, as AlphaZero/Lc0) or alphabeta (policy-pruned negamax)."""
+    c_puct: float = 1.5
+    """PUCT exploration weight."""
+    batch_size: int = 16
+    """Leaves per network call (PUCT)."""
+    prior_temperature: float = 1.0
+    """Softmax temperature of the priors."""
+    width: int = 4
+    """Alpha-beta: moves searched per node."""
+    syzygy_path: str | None = None
+    """Syzygy directory: 3-4-piece positions are scored (and, at the root, played) exactly; None = off."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 0:
+            raise ValueError(f"search nodes must be >= 0, got {self.nodes}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown search algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.nodes > 0
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "no search (policy argmax)"
+        tables = f", syzygy {self.syzygy_path}" if self.syzygy_path else ""
+        return f"{self.algorithm} {self.nodes} nodes{tables}"
+
+
+class Searcher:
+    """A policy with a value head plus a search algorithm (`SearchSettings`)."""
+
+    def __init__(self, policy: ActionPolicy, settings: SearchSettings):
+        tablebase = None
+        if settings.syzygy_path:
+            from chessgrpo.tasks.endgame import TablebaseOracle
+
+            tablebase = TablebaseOracle(settings.syzygy_path)
+        self.settings = settings
+        self.evaluator = NetworkEvaluator(policy, prior_temperature=settings.prior_temperature, tablebase=tablebase)
+        if settings.algorithm == "puct":
+            self.algorithm: PuctSearch | AlphaBetaSearch = PuctSearch(self.evaluator, PuctConfig(c_puct=settings.c_puct, batch_size=settings.batch_size))
+        else:
+            self.algorithm = AlphaBetaSearch(self.evaluator, AlphaBetaConfig(width=settings.width))
+
+    def search(self, board: chess.Board, *, nodes: int | None = None, seconds: float | None = None) -> SearchResult:
+        """Search `board` with the settings' budget (or `nodes`), stopping early after `seconds`."""
+        return self.algorithm.search(board, SearchLimits(nodes=nodes or max(1, self.settings.nodes), seconds=seconds))
+
+    def close(self) -> None:
+        if self.evaluator.tablebase is not None:
+            self.evaluator.tablebase.close()
+
+
+def value_to_centipawns(value: float) -> int:
+    """A UCI ``score cp`` for an expected score in [0, 1]: the logistic 400 * log10(v / (1 - v)),
+    clipped to +-2000 (the usual Elo-style mapping; a display convention, not a calibration)."""
+    v = min(max(value, 1e-6), 1.0 - 1e-6)
+    return int(round(max(-2000.0, min(2000.0, 400.0 * math.log10(v / (1.0 - v))))))
+
+
+__all__ = [
+    "ALGORITHMS",
+    "AlphaBetaConfig",
+    "AlphaBetaSearch",
+    "LeafEvaluation",
+    "NetworkEvaluator",
+    "PuctConfig",
+    "PuctSearch",
+    "RootMove",
+    "SearchLimits",
+    "SearchResult",
+    "SearchSettings",
+    "Searcher",
+    "rule_value",
+    "value_to_centipawns",
+]
