@@ -44,6 +44,14 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def value_checkpoint(tmp_path_factory):
+    """An untrained policy with a value head: what a search needs."""
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True))
+    return save_policy(model, tmp_path_factory.mktemp("value") / "ckpt")
+
+
+@pytest.fixture(scope="module")
 def engine_info():
     return probe_engine()
 
@@ -275,6 +283,25 @@ def test_policy_avoids_threefold_repetition_only_when_winning():
     assert first == [sampler.move(chess.Board()) for _ in range(5)]
 
 
+def test_policy_mover_with_search_mates_in_one_and_plays_legal_moves(value_checkpoint):
+    from chessgrpo.eval.players import search_settings
+    from chessgrpo.models.policy import load_policy
+
+    mover = PolicyMover.from_checkpoint(value_checkpoint, search=search_settings(200, syzygy_path=str(SYZYGY_DIR)))
+    try:
+        mover.new_game(None, 0)
+        # Untrained network: the rules score Ra8# exactly, so the search finds it.
+        assert mover.move(chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")) == chess.Move.from_uci("a1a8")
+        assert mover.last_probability is None and mover.last_search is not None and mover.last_search.exact
+        board = chess.Board(OPENINGS[0].fen)
+        assert board.is_legal(mover.move(board)) and mover.last_search.nodes == 200
+    finally:
+        mover.close()
+    # A search plays deterministically: sampling with it is refused, not silently ignored.
+    with pytest.raises(ValueError, match="search plays deterministically"):
+        PolicyMover(load_policy(value_checkpoint), temperature=0.5, search=search_settings(8))
+
+
 # --------------------------------------------------------------------------------------------
 # The command
 
@@ -328,6 +355,42 @@ def test_eval_games_command_rejects_bad_input_clearly(tmp_path, checkpoint):
     assert weak.returncode == 2 and "accepts UCI_Elo" in weak.stderr
     sprt = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--sprt", "0,10", cwd=tmp_path)
     assert sprt.returncode == 2 and "--opponent" in sprt.stderr
+
+
+def test_eval_games_command_with_a_search_budget_records_it(tmp_path, value_checkpoint):
+    openings = tmp_path / "openings.epd"
+    openings.write_text(OPENINGS[0].fen + "\n")
+    pgn = tmp_path / "games.pgn"
+    completed = chessgrpo(
+        "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random", "--games", "2", "--search-nodes", "16",
+        "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=60",
+        f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    summary = json.loads(completed.stdout)
+    assert summary["games_played"] == 2
+    assert summary["search"]["nodes"] == 16 and summary["search"]["algorithm"] == "puct"
+    assert summary["search"]["syzygy_path"] == str(SYZYGY_DIR)
+    assert "puct search, 16 nodes/move, c_puct 1.5, batch 16" in summary["player"]
+    games = parse_pgns(pgn.read_text())
+    assert len(games) == 2
+    for game in games:
+        assert game.headers["PlayerSettings"] == summary["player"]
+        assert f"{value_checkpoint} (puct 16 nodes)" in (game.headers["White"], game.headers["Black"])
+
+
+def test_eval_games_search_without_a_value_head_fails_before_any_game(tmp_path, checkpoint):
+    pgn = tmp_path / "games.pgn"
+    completed = chessgrpo(
+        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2", "--search-nodes", "8",
+        "--openings", str(tmp_path / "unused.epd"), "--workers", "2", "--pgn", str(pgn), cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 2 and completed.stdout == ""
+    [line] = completed.stderr.strip().splitlines()
+    assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line
+    assert not pgn.exists()
+    sampled = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--search-nodes", "8", "--temperature", "1", cwd=tmp_path)
+    assert sampled.returncode == 2 and "search plays deterministically" in sampled.stderr
 
 
 def test_sprt_between_two_checkpoints_stops_when_decided(tmp_path, checkpoint):

@@ -246,3 +246,57 @@ def test_policy_player_from_a_checkpoint_through_the_cli(tmp_path):
     assert report["player"] == str(checkpoint) and report["baselines"] == {} and report["top1"]["n"] == 8
     missing = chessgrpo("eval", "puzzles", "--checkpoint", str(tmp_path / "none"), "baselines=false")
     assert missing.returncode == 2 and "no checkpoint" in missing.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# A node budget: the policy's search instead of its argmax
+
+BACK_RANK_MATE = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8# (a1a8) is the only mate
+
+
+def value_head_checkpoint(directory):
+    import torch
+    from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+
+    torch.manual_seed(0)
+    return save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), directory)
+
+
+def test_policy_player_with_search_finds_the_mate_an_untrained_policy_misses(tmp_path):
+    from chessgrpo.eval.players import PolicyPlayer, search_settings
+
+    checkpoint = value_head_checkpoint(tmp_path / "vh")
+    player = PolicyPlayer.from_checkpoint(checkpoint, search=search_settings(200))
+    try:
+        assert player.name == f"{checkpoint} (puct 200 nodes)" and player.search.nodes == 200
+        # The rules score the mate exactly, whatever the untrained network thinks.
+        assert player.choose_moves([chess.Board(BACK_RANK_MATE)]) == [chess.Move.from_uci("a1a8")]
+        boards = [chess.Board(fen) for fen in QUIET[:2]]
+        assert all(board.is_legal(move) for board, move in zip(boards, player.choose_moves(boards)))
+    finally:
+        player.close()
+    # Budget 0 is the argmax player, unchanged; sampling and search do not mix.
+    assert search_settings(0) is None and PolicyPlayer.from_checkpoint(checkpoint, search=None).name == str(checkpoint)
+    with pytest.raises(ValueError, match="search plays deterministically"):
+        PolicyPlayer.from_checkpoint(checkpoint, temperature=1.0, search=search_settings(8))
+    with pytest.raises(ValueError, match="search_c_puct must be > 0"):
+        search_settings(8, c_puct=0.0)
+
+
+def test_cli_offline_with_search_nodes(tmp_path):
+    from helpers import SYZYGY_DIR
+
+    checkpoint = value_head_checkpoint(tmp_path / "vh")
+    path = tmp_path / "positions.fen"
+    path.write_text("\n".join([BACK_RANK_MATE, *TACTICAL[:2]]) + "\n")
+    result = chessgrpo(
+        "eval", "offline", "--checkpoint", str(checkpoint), "--positions", str(path), "--search-nodes", "16",
+        "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}", *ENGINE_ARGS,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["player"] == f"{checkpoint} (puct 16 nodes)" and report["top1"]["n"] == 3
+    assert report["search"]["nodes"] == 16 and report["search"]["algorithm"] == "puct"
+    assert report["search"]["syzygy_path"] == str(SYZYGY_DIR)
+    baseline = chessgrpo("eval", "offline", "--policy", "random", "--positions", str(path), "--search-nodes", "8", *ENGINE_ARGS)
+    assert baseline.returncode == 2 and "only a --checkpoint policy searches" in baseline.stderr

@@ -193,3 +193,35 @@ def test_cli_puzzles_table_without_engine(tmp_path):
     assert "puzzles: 1 from" in result.stdout and "(1 malformed rows skipped)" in result.stdout
     assert "solve rate by rating" in result.stdout and "<1000" in result.stdout
     assert "skipped 1 malformed puzzle rows" in result.stderr
+
+
+def value_head_checkpoint(directory: Path, value_head: bool = True) -> Path:
+    import torch
+
+    from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+
+    torch.manual_seed(0)
+    return save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=value_head)), directory)
+
+
+def test_cli_puzzles_with_search_nodes(tmp_path):
+    from helpers import SYZYGY_DIR
+
+    checkpoint = value_head_checkpoint(tmp_path / "vh")
+    result = chessgrpo(
+        "eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(shared_file("lichess_puzzles_dev.csv")),
+        "--max-puzzles", "5", "--search-nodes", "16", "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["player"] == f"{checkpoint} (puct 16 nodes)" and report["solve_rate"]["n"] == 5
+    assert report["search"]["nodes"] == 16 and report["search"]["algorithm"] == "puct"
+
+
+def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(tmp_path):
+    checkpoint = value_head_checkpoint(tmp_path / "plain", value_head=False)
+    path = write_csv(tmp_path / "one.csv", [TWO_MATES])
+    result = chessgrpo("eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(path), "--search-nodes", "8", "baselines=false")
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line

@@ -3,9 +3,11 @@
 ::
 
     chessgrpo eval offline (--checkpoint PATH | --policy random|stockfish) [--positions FILE]
-                           [--max-positions N] [--json] [--config F] [key=value ...]
+                           [--max-positions N] [--search-nodes N] [--search-algorithm A]
+                           [--json] [--config F] [key=value ...]
     chessgrpo eval puzzles (--checkpoint PATH | --policy random|stockfish) [--puzzles CSV]
-                           [--max-puzzles N] [--json] [--config F] [key=value ...]
+                           [--max-puzzles N] [--search-nodes N] [--search-algorithm A]
+                           [--json] [--config F] [key=value ...]
     chessgrpo eval compare A.json B.json [--json]
     chessgrpo eval games --checkpoint PATH --anchors random,sf-skill:0 --games N [...]   (commands/games.py)
 
@@ -19,17 +21,20 @@ random player and Stockfish at `baseline_nodes` are measured on the same positio
 beside the player, so a number always has context. Moves are valued at `nodes` (default 2000:
 Stockfish at 2000 nodes agrees with itself as the label on ~98% of moves with a mean ESL of
 0.001, far below the differences we care about, and 1000 positions with both baselines take
-about a minute on 2 cores; raise it for final numbers).
+about a minute on 2 cores; raise it for final numbers). With ``--search-nodes N`` a --checkpoint
+policy plays the move of a search with its value head (`chessgrpo.search`, N nodes per move,
+one position at a time) instead of its argmax; the player's name and the JSON record the search.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from chessgrpo.commands.common import add_config_arguments
 from chessgrpo.config import EngineConfig, load_config, to_dict
@@ -42,7 +47,8 @@ class EvalConfig:
     """`chessgrpo eval offline|puzzles`: offline move metrics and Lichess puzzles."""
 
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
-    """The Stockfish pool (processes, cache, ...). Its nodes/depth apply only when `nodes` is null."""
+    """The Stockfish pool (processes, cache, ...). Its nodes/depth apply only when `nodes` is null.
+    Its syzygy_path gives a searching --checkpoint policy exact 3-4-piece values (null = none)."""
     nodes: int | None = 2000
     """Node limit for labelling unlabelled positions and valuing every move (label and chosen
     move alike, positions after the move); null = the pool's own limit (engine.nodes/engine.depth)."""
@@ -70,6 +76,15 @@ class EvalConfig:
     """Sampling temperature of a --checkpoint policy; 0 = argmax over legal moves."""
     device: str = "cpu"
     """Torch device for a --checkpoint policy."""
+    search_nodes: int = 0
+    """A --checkpoint policy's search budget per position (PUCT simulations or alpha-beta network
+    evaluations); 0 = no search, the policy's argmax. Needs a checkpoint with a value head."""
+    search_algorithm: Literal["puct", "alphabeta"] = "puct"
+    """puct (policy-guided MCTS) or alphabeta (policy-pruned negamax); see `chessgrpo.search`."""
+    search_c_puct: float = 1.5
+    """PUCT exploration weight."""
+    search_batch_size: int = 16
+    """PUCT leaves per network call."""
     output: str | None = None
     """If set, write the full result (config, metrics, per-position records) as JSON here."""
 
@@ -82,6 +97,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_player_arguments(offline)
     offline.add_argument("--positions", help="dataset dir, .parquet, .epd/.fen/.txt (one position per line) or .pgn")
     offline.add_argument("--max-positions", type=_positive_int, help="positions to sample (default: config max_positions)")
+    add_search_arguments(offline)
     offline.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(offline)
     offline.set_defaults(handler=run_offline)
@@ -90,6 +106,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_player_arguments(puzzles)
     puzzles.add_argument("--puzzles", help="Lichess puzzle CSV (default: config puzzles)")
     puzzles.add_argument("--max-puzzles", type=_positive_int, help="puzzles to sample (default: config max_puzzles)")
+    add_search_arguments(puzzles)
     puzzles.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(puzzles)
     puzzles.set_defaults(handler=run_puzzles)
@@ -124,6 +141,14 @@ def _add_player_arguments(parser: argparse.ArgumentParser) -> None:
     player.add_argument("--policy", choices=BASELINE_POLICIES, help="evaluate a baseline instead of a checkpoint")
 
 
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--search-nodes` and `--search-algorithm`: the evaluated policy's search (`eval offline|puzzles|games`)."""
+    parser.add_argument(
+        "--search-nodes", type=_non_negative_int, help="search budget per move with the value head; 0 = policy argmax (default: config search_nodes)"
+    )
+    parser.add_argument("--search-algorithm", choices=("puct", "alphabeta"), help="search algorithm (default: config search_algorithm)")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -134,30 +159,73 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 # --------------------------------------------------------------------------------------------
 # Shared plumbing
 
 
 def _load(args: argparse.Namespace, **flags: Any) -> EvalConfig:
     config = load_config(EvalConfig, args.config, args.overrides)
+    flags.update(search_nodes=args.search_nodes, search_algorithm=args.search_algorithm)
     return dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
 
 
-def _players(args: argparse.Namespace, config: EvalConfig, pool: Any) -> tuple[Any, dict[str, Any]]:
-    """The evaluated player and the baselines to show beside it (a baseline is never shown twice)."""
+def _search(args: argparse.Namespace, config: EvalConfig) -> Any:
+    """The --checkpoint policy's `SearchSettings` from the search_* keys; None for no search.
+
+    Raises:
+        ValueError: a bad search_* value, or a search budget for a --policy baseline.
+    """
+    from chessgrpo.eval.players import search_settings
+
+    search = search_settings(
+        config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
+    )
+    if search is not None and args.checkpoint is None:
+        raise ValueError(f"search_nodes={config.search_nodes}: only a --checkpoint policy searches, not --policy {args.policy}")
+    return search
+
+
+def _players(args: argparse.Namespace, config: EvalConfig, pool: Any, stack: contextlib.ExitStack) -> tuple[Any, dict[str, Any]]:
+    """The evaluated player and the baselines to show beside it (a baseline is never shown twice).
+
+    A searching policy's tablebase is released when `stack` closes.
+    """
     from chessgrpo.eval.players import PolicyPlayer, RandomPlayer, StockfishPlayer
 
     def baseline(name: str) -> Any:
         return RandomPlayer(config.seed) if name == "random" else StockfishPlayer(pool, config.baseline_nodes)
 
+    search = _search(args, config)
     if args.checkpoint is not None:
         main = PolicyPlayer.from_checkpoint(
-            args.checkpoint, device=config.device, temperature=config.temperature, batch_size=config.batch_size, seed=config.seed
+            args.checkpoint,
+            device=config.device,
+            temperature=config.temperature,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            search=search,
         )
+        stack.callback(main.close)
     else:
         main = baseline(args.policy)
     names = [name for name in BASELINE_POLICIES if name != args.policy] if config.baselines else []
     return main, {name: baseline(name) for name in names}
+
+
+def _search_record(player: Any) -> dict | None:
+    """The evaluated player's search settings for the JSON summary (None: no search)."""
+    search = getattr(player, "search", None)
+    return dataclasses.asdict(search) if search is not None else None
 
 
 def _needs_pool(args: argparse.Namespace, config: EvalConfig) -> bool:
@@ -199,8 +267,9 @@ def run_offline(args: argparse.Namespace) -> int:
     config = _load(args, positions=args.positions, max_positions=args.max_positions)
     if not config.positions:
         raise ValueError("no evaluation positions: pass --positions FILE or set positions=PATH")
-    with EnginePool.from_config(config.engine) as pool:
-        player, baselines = _players(args, config, pool)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(EnginePool.from_config(config.engine))
+        player, baselines = _players(args, config, pool, stack)
         with _progress(config.max_positions, "labelling") as bar:
             positions = load_eval_positions(
                 config.positions, config.max_positions, config.seed, pool=pool, nodes=config.nodes, progress=bar.update
@@ -226,6 +295,7 @@ def run_offline(args: argparse.Namespace) -> int:
     main = results["player"]
     summary = {
         "player": player.name,
+        "search": _search_record(player),
         **{metric: getattr(main, metric).to_json() for metric in metrics},
         "baselines": {name: {metric: getattr(results[name], metric).to_json() for metric in metrics} for name in baselines},
         "positions": {"source": str(config.positions), "n": len(positions)},
@@ -269,8 +339,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_puzzles(args: argparse.Namespace) -> int:
-    import contextlib
-
     from chessgrpo.engine import EnginePool
     from chessgrpo.eval.puzzles import RATING_BUCKETS, read_puzzles, solve_puzzles
 
@@ -279,7 +347,7 @@ def run_puzzles(args: argparse.Namespace) -> int:
     puzzles = puzzle_set.puzzles
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(EnginePool.from_config(config.engine)) if _needs_pool(args, config) else None
-        player, baselines = _players(args, config, pool)
+        player, baselines = _players(args, config, pool, stack)
         results = {}
         for name, each in [("player", player), *baselines.items()]:
             with _progress(len(puzzles), f"puzzles {each.name}") as bar:
@@ -288,6 +356,7 @@ def run_puzzles(args: argparse.Namespace) -> int:
     main = results["player"]
     summary = {
         **main.to_json(),
+        "search": _search_record(player),
         "baselines": {name: {k: v for k, v in results[name].to_json().items() if k != "player"} for name in baselines},
         "puzzles": {"source": str(config.puzzles), "n": len(puzzles), "skipped": len(puzzle_set.skipped)},
         "baseline_nodes": config.baseline_nodes,

@@ -4,6 +4,7 @@
 
     chessgrpo eval games --checkpoint CKPT [--anchors random,sf-skill:0] [--games N]
                          [--openings FILE] [--workers K] [--temperature T]
+                         [--search-nodes N] [--search-algorithm puct|alphabeta]
                          [--anchor-nodes N | --anchor-depth D] [--pgn FILE] [--json]
                          [--sprt ELO0,ELO1 --opponent CKPT2] [--config F] [key=value ...]
 
@@ -13,6 +14,9 @@ a PGN, and reports per anchor W/D/L, the score with a Wilson interval, pentanomi
 the Elo difference; then the maximum-likelihood Elo over all rated anchors with a
 likelihood-ratio interval (`chessgrpo.eval.elo`). With ``--sprt elo0,elo1 --opponent CKPT2`` it
 plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N games).
+With ``--search-nodes N`` CKPT plays the move of a search with its value head (`chessgrpo.search`)
+at N nodes per move instead of its policy's argmax; the PGN's PlayerSettings and the JSON record
+the search settings. Checkpoint anchors (and the SPRT opponent) play without search.
 Defaults and every key: configs/games.yaml.
 """
 
@@ -25,9 +29,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.commands.evaluate import add_search_arguments
 from chessgrpo.config import EngineConfig, load_config, to_dict
 
 
@@ -37,7 +42,8 @@ class GamesConfig:
 
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     """Stockfish binary (path), the pool that checks opening balance (processes, cache), and the
-    Syzygy directory for adjudication (syzygy_path; null disables tablebase adjudication)."""
+    Syzygy directory for adjudication and the search's exact endgame values (syzygy_path; null
+    disables both)."""
     anchors: list[str] = dataclasses.field(default_factory=lambda: ["random", "sf-skill:0"])
     """Opponents: random, sf-skill:N, sf-elo:N, sf-nodes:N or checkpoint paths."""
     games: int = 40
@@ -53,7 +59,16 @@ class GamesConfig:
     avoid_repetition: bool = True
     """When winning (material ahead by winning_material), do not play into a threefold repetition."""
     winning_material: int = 3
-    """Material lead in pawns (P1 N3 B3 R5 Q9) that counts as winning; our policy has no value head."""
+    """Material lead in pawns (P1 N3 B3 R5 Q9) that counts as winning (for avoid_repetition; argmax play only)."""
+    search_nodes: int = 0
+    """The evaluated policy's search budget per move (PUCT simulations or alpha-beta network
+    evaluations); 0 = no search, the policy's argmax. Needs a checkpoint with a value head."""
+    search_algorithm: Literal["puct", "alphabeta"] = "puct"
+    """puct (policy-guided MCTS) or alphabeta (policy-pruned negamax); see `chessgrpo.search`."""
+    search_c_puct: float = 1.5
+    """PUCT exploration weight."""
+    search_batch_size: int = 16
+    """PUCT leaves per network call."""
     anchor_nodes: int = 1000
     """Node limit per move of sf-skill and sf-elo anchors."""
     anchor_depth: int | None = None
@@ -111,6 +126,7 @@ def add_games_parser(sub: argparse._SubParsersAction) -> None:
     games.add_argument("--openings", help="opening file (.pgn, or .epd/.fen/.txt one position per line)")
     games.add_argument("--workers", type=int, help="game worker processes (default: one per CPU core)")
     games.add_argument("--temperature", type=float, help="policy temperature; 0 = argmax (default)")
+    add_search_arguments(games)
     games.add_argument("--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors")
     games.add_argument("--anchor-depth", type=int, help="depth limit per move of sf-skill/sf-elo anchors (instead of nodes)")
     games.add_argument("--sprt", metavar="ELO0,ELO1", help="SPRT of --checkpoint against --opponent; stops when decided")
@@ -128,6 +144,8 @@ def _load(args: argparse.Namespace) -> GamesConfig:
         "openings": args.openings,
         "workers": args.workers,
         "temperature": args.temperature,
+        "search_nodes": args.search_nodes,
+        "search_algorithm": args.search_algorithm,
         "anchor_nodes": args.anchor_nodes,
         "anchor_depth": args.anchor_depth,
         "opponent": args.opponent,
@@ -156,6 +174,11 @@ def _validate(config: GamesConfig) -> None:
         raise ValueError(f"workers must be >= 0 (0 = one per CPU core), got {config.workers}")
     if config.temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {config.temperature}")
+    if config.search_nodes > 0 and config.temperature > 0:
+        raise ValueError(
+            f"search plays deterministically (its most visited move): use temperature 0 with search_nodes > 0, "
+            f"got temperature {config.temperature:g} with {config.search_nodes} search nodes"
+        )
     if config.max_plies < 1 or config.resign_plies < 1 or config.opening_nodes < 1:
         raise ValueError("max_plies, resign_plies and opening_nodes must be >= 1")
     if config.resign_cp is not None and config.resign_cp <= 0:
@@ -171,6 +194,17 @@ def _validate(config: GamesConfig) -> None:
             raise ValueError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
     elif config.opponent is not None:
         raise ValueError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
+
+
+def _check_search(checkpoint: Path, search: Any, device: str) -> None:
+    """Build the searching player once, here: a checkpoint without a value head (or a missing
+    Syzygy directory) is then one clear error before openings are made and games are played,
+    instead of a worker's traceback."""
+    if search is None:
+        return
+    from chessgrpo.eval.anchors import PolicyMover
+
+    PolicyMover.from_checkpoint(checkpoint, device=device, search=search).close()
 
 
 def _default_pgn(checkpoint: Path, resolved: Path) -> Path:
@@ -206,11 +240,16 @@ def run_games_command(args: argparse.Namespace) -> int:
     )
     from chessgrpo.eval.elo import sprt
     from chessgrpo.eval.games import GameSettings, make_tasks, pair_records, run_games
+    from chessgrpo.eval.players import search_label, search_settings
     from chessgrpo.models.policy import resolve_checkpoint
 
     config = _load(args)
     _validate(config)
     checkpoint = resolve_checkpoint(args.checkpoint)
+    search = search_settings(
+        config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
+    )
+    _check_search(checkpoint, search, config.device)
     sprt_mode = config.sprt_elo0 is not None
     limits = dict(nodes=config.anchor_nodes, depth=config.anchor_depth)
     if sprt_mode:
@@ -260,7 +299,7 @@ def run_games_command(args: argparse.Namespace) -> int:
 
     settings = GameSettings(
         checkpoint=str(checkpoint),
-        player_name=str(args.checkpoint),
+        player_name=f"{args.checkpoint} ({search_label(search)})" if search else str(args.checkpoint),
         temperature=config.temperature,
         device=config.device,
         avoid_repetition=config.avoid_repetition,
@@ -273,6 +312,7 @@ def run_games_command(args: argparse.Namespace) -> int:
         resign_cp=config.resign_cp,
         resign_plies=config.resign_plies,
         resign_nodes=config.resign_nodes,
+        search=search,
     )
     described = [anchor.describe(engine_name or "Stockfish") for anchor in anchors]
     tasks = make_tasks(anchors, described, openings, pairs, seed=config.seed)
@@ -316,6 +356,7 @@ def run_games_command(args: argparse.Namespace) -> int:
     summary.update(
         checkpoint=str(checkpoint),
         player=settings.player_settings(),
+        search=dataclasses.asdict(search) if search else None,
         engine=engine_name or None,
         games_per_anchor=config.games,
         games_played=len(results),

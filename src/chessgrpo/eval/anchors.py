@@ -31,7 +31,8 @@ Where anchor ratings come from (`anchor_rating`), and what they mean:
 Players (`Mover`) choose one move given a `chess.Board` that carries the game's move stack, so
 repetitions are visible: `RandomMover`, `EngineMover` (python-chess's UCI client), and
 `PolicyMover` (an `ActionPolicy`: argmax or sampled; when it is winning on material it avoids
-moves that allow a threefold repetition, see `PolicyMover`).
+moves that allow a threefold repetition, see `PolicyMover`; or, with `SearchSettings`, the move
+of a search with its value head, which scores repeated positions as draws).
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ import chess
 import chess.engine
 
 from chessgrpo.engine.locate import EngineError, find_stockfish
+from chessgrpo.eval.players import build_searcher
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from chessgrpo.search import SearchResult, SearchSettings
 
 logger = logging.getLogger(__name__)
 
@@ -422,6 +426,12 @@ class PolicyMover:
     third time. The highest-probability remaining move is played (or sampled among the rest).
     If every move allows a claim, only the direct repeats are excluded; if every move repeats,
     none is. searchless_chess does the same with its value estimate.
+
+    With an enabled `search` (`chessgrpo.search.SearchSettings`) the move is the search's
+    instead, searched from the board with its full move stack: the search scores a repeated
+    position as a draw, so the material rule above is not applied on that path. A search is
+    deterministic, so `temperature` must be 0 (`ValueError` otherwise), and it needs a policy with
+    a value head (`ValueError` from `search.NetworkEvaluator` otherwise).
     """
 
     def __init__(
@@ -431,6 +441,7 @@ class PolicyMover:
         temperature: float = 0.0,
         avoid_repetition: bool = True,
         winning_material: int = 3,
+        search: "SearchSettings | None" = None,
     ):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature!r}")
@@ -438,15 +449,24 @@ class PolicyMover:
         self.temperature = float(temperature)
         self.avoid_repetition = avoid_repetition
         self.winning_material = winning_material
+        self.searcher = build_searcher(self.policy, search, self.temperature)
         self._generator: "torch.Generator | None" = None
         self.last_probability: float | None = None
-        """Probability (at temperature 1, legal moves) of the last chosen move, for `info` lines."""
+        """Probability (at temperature 1, legal moves) of the last chosen move, for `info` lines;
+        None for a searched move (the search's numbers are in `last_search`)."""
+        self.last_search: "SearchResult | None" = None
+        """The last search's result (value, nodes, principal variation); None without search."""
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, *, device: str = "cpu", **kwargs: Any) -> "PolicyMover":
+        """Load a checkpoint or run directory; a `ValueError` of the player names the checkpoint."""
         from chessgrpo.models.policy import load_policy
 
-        return cls(load_policy(path, device=device), **kwargs)
+        policy = load_policy(path, device=device)
+        try:
+            return cls(policy, **kwargs)
+        except ValueError as error:
+            raise ValueError(f"checkpoint {path}: {error}") from None
 
     def new_game(self, game_id: object, seed: int) -> None:
         import torch
@@ -483,6 +503,8 @@ class PolicyMover:
         return repeats, allows
 
     def move(self, board: chess.Board) -> chess.Move:
+        if self.searcher is not None:
+            return self._searched_move(board)
         import torch
 
         from chessgrpo.board import ACTIONS, move_to_action
@@ -510,8 +532,19 @@ class PolicyMover:
             raise RuntimeError(f"policy chose illegal move {move.uci()} in {board.fen()!r}")
         return move
 
+    def _searched_move(self, board: chess.Board) -> chess.Move:
+        """The search's move in `board` (searched with the game's move stack, so repetitions count)."""
+        result = self.searcher.search(board)  # type: ignore[union-attr]
+        self.last_search = result
+        self.last_probability = None  # the move is the search's, not a draw from the policy
+        if not board.is_legal(result.move):
+            raise RuntimeError(f"search chose illegal move {result.move.uci()} in {board.fen()!r}")
+        return result.move
+
     def close(self) -> None:
-        pass
+        """Release the search's tablebase (a no-op without search)."""
+        if self.searcher is not None:
+            self.searcher.close()
 
 
 def make_mover(

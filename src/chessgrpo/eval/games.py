@@ -7,7 +7,8 @@ opening. `run_games` plays them, in this process (`workers=1`) or across `worker
 its own tablebase handle), and hands every finished `GameResult` to a callback (progress bars,
 SPRT early stopping). Each game is seeded from (seed, anchor, pair, game), so results do not
 depend on which worker played it: with deterministic anchors (random, sf-nodes, argmax
-checkpoints) and an argmax player a run is exactly reproducible.
+checkpoints) and an argmax player a run is exactly reproducible. A player with a search budget
+(`GameSettings.search`) is deterministic too when the search runs on nodes, not time.
 
 Adjudication (`Adjudicator`), checked before every move, in this order:
 
@@ -36,13 +37,17 @@ import multiprocessing
 import queue
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import chess
 import chess.pgn
 
 from chessgrpo.board.openings import Opening
 from chessgrpo.eval.anchors import AnchorSpec, Mover, PolicyMover, make_mover
+from chessgrpo.eval.players import describe_search
+
+if TYPE_CHECKING:  # pragma: no cover
+    from chessgrpo.search import SearchSettings
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +80,13 @@ class GameSettings:
     resign_plies: int = 8
     resign_nodes: int = 1000
     event: str = "chessgrpo eval games"
+    search: SearchSettings | None = None
+    """The evaluated policy's search (None or 0 nodes = its argmax); checkpoint anchors never search."""
 
     def player_settings(self) -> str:
+        """How the evaluated policy plays, for the PGN's PlayerSettings header and the JSON summary."""
+        if self.search is not None and self.search.enabled:
+            return f"policy {self.checkpoint}; {describe_search(self.search)}; the search scores repetitions as draws"
         mode = "argmax" if self.temperature == 0 else f"sampled at temperature {self.temperature:g}"
         repetition = f"avoids threefold when >= {self.winning_material} pawns ahead" if self.avoid_repetition else "no repetition rule"
         return f"policy {self.checkpoint}; {mode}; {repetition}"
@@ -323,6 +333,7 @@ class GameWorker:
             temperature=settings.temperature,
             avoid_repetition=settings.avoid_repetition,
             winning_material=settings.winning_material,
+            search=settings.search,
         )
         self.adjudicator = Adjudicator(settings)
         self._anchors: dict[str, Mover] = {}
@@ -343,6 +354,7 @@ class GameWorker:
         return play_game(task, self.player, self.anchor(task.anchor), self.adjudicator, self.settings)
 
     def close(self) -> None:
+        self.player.close()
         for mover in self._anchors.values():
             mover.close()
         self.adjudicator.close()

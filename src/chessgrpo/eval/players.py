@@ -8,7 +8,12 @@ its baselines are measured by the same code:
   Clearly weaker than the labels (searched at thousands of nodes) but far above random, so a
   model's numbers can be placed between two fixed anchors.
 - `PolicyPlayer`: an action-policy model from `chessgrpo.models.policy` (argmax over legal
-  moves at temperature 0). Torch is imported only when one is built.
+  moves at temperature 0), or, given `SearchSettings` with a node budget, the move its search
+  (`chessgrpo.search`, which needs the policy's value head) finds. Torch is imported only when
+  one is built.
+
+`search_settings` turns the ``search_*`` config keys of `eval offline|puzzles|games` into the
+`SearchSettings` those players take (None for a budget of 0: the policy's argmax).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import chess
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
+    from chessgrpo.search import Searcher, SearchSettings
 
 DEFAULT_BASELINE_NODES = 50
 """Node budget of the Stockfish baseline.
@@ -54,6 +60,66 @@ def _require_moves(boards: Sequence[chess.Board]) -> None:
     for board in boards:
         if not any(board.generate_legal_moves()):
             raise ValueError(f"position {board.fen()!r} has no legal moves; a player cannot move there")
+
+
+def search_settings(
+    nodes: int, algorithm: str = "puct", c_puct: float = 1.5, batch_size: int = 16, syzygy_path: str | None = None
+) -> "SearchSettings | None":
+    """The `SearchSettings` of the ``search_*`` config keys; None when `nodes` is 0 (no search).
+
+    The values are checked here, with the config keys' names, even when the search is off, so a
+    bad value never waits for the first search to fail. `chessgrpo.search` (and torch) is
+    imported only for an actual budget.
+    """
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ValueError(f"search_nodes must be an integer >= 0 (0 = the policy's argmax, no search), got {nodes!r}")
+    if not c_puct > 0:
+        raise ValueError(f"search_c_puct must be > 0, got {c_puct!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"search_batch_size must be an integer >= 1, got {batch_size!r}")
+    if nodes == 0:
+        return None
+    from chessgrpo.search import SearchSettings
+
+    return SearchSettings(nodes=nodes, algorithm=algorithm, c_puct=float(c_puct), batch_size=batch_size, syzygy_path=syzygy_path)
+
+
+def search_label(search: "SearchSettings | None") -> str:
+    """A short tag for player names, e.g. "puct 256 nodes"; "" without search."""
+    return f"{search.algorithm} {search.nodes} nodes" if search is not None and search.enabled else ""
+
+
+def describe_search(search: "SearchSettings | None") -> str:
+    """Every setting that changes the searched move (for PGN headers and JSON summaries)."""
+    if search is None or not search.enabled:
+        return "no search (policy argmax)"
+    shape = f"c_puct {search.c_puct:g}, batch {search.batch_size}" if search.algorithm == "puct" else f"width {search.width}"
+    tables = f"syzygy {search.syzygy_path}" if search.syzygy_path else "no syzygy"
+    return f"{search.algorithm} search, {search.nodes} nodes/move, {shape}, prior temperature {search.prior_temperature:g}, {tables}"
+
+
+def build_searcher(policy: Any, search: "SearchSettings | None", temperature: float = 0.0) -> "Searcher | None":
+    """The `Searcher` of `policy` for an enabled `search`, else None.
+
+    Raises:
+        ValueError: sampling was asked for (a search plays its most visited move, deterministically),
+            or the policy has no value head (`search.NetworkEvaluator`).
+        FileNotFoundError: the search's Syzygy directory is missing.
+    """
+    if search is None or not search.enabled:
+        return None
+    if temperature > 0:
+        raise ValueError(
+            f"search plays deterministically (its most visited move): use temperature 0 with a search budget, "
+            f"got temperature {temperature:g} with {search.nodes} search nodes"
+        )
+    from chessgrpo.search import NetworkEvaluator, Searcher
+
+    NetworkEvaluator(policy)  # checks the value head before any table is opened: the more basic error first
+    try:
+        return Searcher(policy, search)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{error} (the search's tablebases: engine.syzygy_path; null searches without them)") from None
 
 
 class RandomPlayer:
@@ -96,16 +162,32 @@ class StockfishPlayer:
 class PolicyPlayer:
     """Moves from an action-policy model (`chessgrpo.models.policy.ActionPolicy`).
 
-    `temperature` 0 takes the most likely legal move; above 0 it samples (reproducibly when
-    `seed` is given). Boards are sent to the model in chunks of `batch_size`.
+    Without search: `temperature` 0 takes the most likely legal move; above 0 it samples
+    (reproducibly when `seed` is given). Boards are sent to the model in chunks of `batch_size`.
+
+    With an enabled `search` (`SearchSettings`, see `search_settings`): one search per board, in
+    order, and its move (deterministic; temperature must be 0, and the policy needs a value head).
+    The name then carries the budget, e.g. "ckpt (puct 256 nodes)". `close` releases the
+    search's tablebase.
     """
 
-    def __init__(self, policy: Any, temperature: float = 0.0, batch_size: int = 256, seed: int | None = None, name: str = "policy"):
+    def __init__(
+        self,
+        policy: Any,
+        temperature: float = 0.0,
+        batch_size: int = 256,
+        seed: int | None = None,
+        name: str = "policy",
+        search: "SearchSettings | None" = None,
+    ):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        self.name = name
+        self.searcher = build_searcher(policy, search, temperature)
+        self.search = search if self.searcher is not None else None
+        label = search_label(self.search)
+        self.name = f"{name} ({label})" if label else name
         self.policy = policy
         self.temperature = float(temperature)
         self.batch_size = int(batch_size)
@@ -117,16 +199,31 @@ class PolicyPlayer:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, *, device: str = "cpu", temperature: float = 0.0, batch_size: int = 256, seed: int | None = None
+        cls,
+        path: str | Path,
+        *,
+        device: str = "cpu",
+        temperature: float = 0.0,
+        batch_size: int = 256,
+        seed: int | None = None,
+        search: "SearchSettings | None" = None,
     ) -> "PolicyPlayer":
-        """Load a checkpoint directory or a run directory (its latest checkpoint)."""
+        """Load a checkpoint directory or a run directory (its latest checkpoint).
+
+        A `ValueError` of the player (no value head for the search, ...) names the checkpoint.
+        """
         from chessgrpo.models.policy import load_policy  # lazy: torch and the model only when needed
 
         policy = load_policy(path, device=device)
-        return cls(policy, temperature=temperature, batch_size=batch_size, seed=seed, name=str(path))
+        try:
+            return cls(policy, temperature=temperature, batch_size=batch_size, seed=seed, name=str(path), search=search)
+        except ValueError as error:
+            raise ValueError(f"checkpoint {path}: {error}") from None
 
     def choose_moves(self, boards: Sequence[chess.Board]) -> list[chess.Move]:
         _require_moves(boards)
+        if self.searcher is not None:
+            return [self._searched_move(board) for board in boards]
         moves: list[chess.Move] = []
         for start in range(0, len(boards), self.batch_size):
             chunk = list(boards[start : start + self.batch_size])
@@ -138,3 +235,15 @@ class PolicyPlayer:
                     raise RuntimeError(f"policy chose illegal move {move.uci()} in {board.fen()!r}")
             moves.extend(predicted)
         return moves
+
+    def _searched_move(self, board: chess.Board) -> chess.Move:
+        """The search's move (it sees the board's move stack, if any, for repetitions)."""
+        move = self.searcher.search(board).move  # type: ignore[union-attr]
+        if not board.is_legal(move):
+            raise RuntimeError(f"search chose illegal move {move.uci()} in {board.fen()!r}")
+        return move
+
+    def close(self) -> None:
+        """Release the search's tablebase (a no-op without search)."""
+        if self.searcher is not None:
+            self.searcher.close()

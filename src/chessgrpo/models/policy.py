@@ -38,9 +38,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
+from chessgrpo.board.encoding import VOCABULARY
 from chessgrpo.board.move_facts import MOVE_FACTS, move_fact_array
 
 MODEL_FILE = "model.safetensors"
+WHITE_TO_MOVE_TOKEN = VOCABULARY.index("w")
+"""Token 0 of every encoded position is the side to move (`board.encoding`)."""
 CONFIG_FILE = "model_config.json"
 
 
@@ -190,15 +193,23 @@ class MoveFactsHead(nn.Module):
 
 
 class ValueHead(nn.Module):
-    """The side to move's expected score (win + draw / 2, the engine labels' `value`) as a logit:
-    an MLP over the mean token representation. `torch.sigmoid` of the output is the value."""
+    """The side to move's expected score (win + draw / 2, the engine labels' `value`) as a logit;
+    `torch.sigmoid` of the output is the value.
+
+    The MLP over the mean token predicts **White's** score, and the side to move's follows exactly:
+    sigmoid(-z) = 1 - sigmoid(z). The tokens are not flipped for Black (searchless_chess's
+    encoding), so a head asked for the mover's score directly must learn "material sign XOR side
+    to move" first; measured on data/tiny it stayed at the constant baseline for 1000 steps, where
+    this form learns the material relation in a few hundred (docs/benchmarks.md, "Value head").
+    """
 
     def __init__(self, d_model: int):
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.Linear(d_model, 1))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x.mean(dim=1)).squeeze(-1)
+    def forward(self, x: torch.Tensor, white_to_move: torch.Tensor) -> torch.Tensor:
+        white_logit = self.mlp(x.mean(dim=1)).squeeze(-1)
+        return torch.where(white_to_move, white_logit, -white_logit)
 
 
 class ActionPolicy(nn.Module):
@@ -275,7 +286,7 @@ class ActionPolicy(nn.Module):
             return logits
         if self.value_head is None:
             raise ValueError("this policy has no value head (train one with model.value_head: true)")
-        return logits, self.value_head(x)
+        return logits, self.value_head(x, board[:, 0] == WHITE_TO_MOVE_TOKEN)
 
     def inputs(self, boards: Sequence[chess.Board]) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device."""

@@ -19,7 +19,7 @@ import time
 import chess
 
 from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator
-from chessgrpo.search.puct import RootMove, SearchLimits, SearchResult, tablebase_result
+from chessgrpo.search.puct import RootMove, SearchLimits, SearchResult, mate_in_one_result, tablebase_result
 
 MATE_PLY_DISCOUNT = 0.001
 
@@ -58,7 +58,7 @@ class AlphaBetaSearch:
         board = board.copy()
         if not any(board.generate_legal_moves()):
             raise ValueError(f"no legal move to search in {board.fen()!r}")
-        known = tablebase_result(self.evaluator, board, started)
+        known = tablebase_result(self.evaluator, board, started) or mate_in_one_result(board, started)
         if known is not None:
             return known
         self._cache: dict[object, LeafEvaluation] = {}

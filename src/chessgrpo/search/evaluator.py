@@ -7,6 +7,9 @@ same scale as the engine labels and the value head (`models.policy.ValueHead`).
   material, the fifty-move rule and repetition (a position that already stood once on the path
   or in the game counts as a draw, as in every game-tree search: repeating cannot be better
   than the draw the opponent could claim).
+- Exact by a mate in one: a position whose side to move has a checkmating move is won (value 1).
+  Only checking moves are tried, so it costs little; it spares the search from having to find
+  a mate the prior ranks low (PUCT never visits a move with a tiny prior at small budgets).
 - Exact by Syzygy (`NetworkEvaluator` with a `TablebaseOracle`): positions with at most
   `tablebase_pieces` pieces and no castling rights take their WDL value; a cursed win or
   blessed loss is a draw (the fifty-move rule).
@@ -33,6 +36,18 @@ if TYPE_CHECKING:  # pragma: no cover
 DRAW = 0.5
 TABLEBASE_VALUES = {2: 1.0, 1: DRAW, 0: DRAW, -1: DRAW, -2: 0.0}
 """Syzygy WDL -> expected score under the fifty-move rule (cursed wins and blessed losses draw)."""
+
+
+def mating_move(board: chess.Board, legal: Sequence[chess.Move]) -> chess.Move | None:
+    """A legal move that checkmates at once (the first in `legal`), else None."""
+    for move in legal:
+        if board.gives_check(move):
+            board.push(move)
+            mate = board.is_checkmate()
+            board.pop()
+            if mate:
+                return move
+    return None
 
 
 def rule_value(board: chess.Board, legal: Sequence[chess.Move]) -> float | None:
@@ -89,10 +104,13 @@ class NetworkEvaluator:
         """Batched forward passes so far."""
 
     def exact_value(self, board: chess.Board, legal: Sequence[chess.Move]) -> float | None:
-        """The rules' value, else the tablebase's where it covers the position, else None."""
+        """The rules' value, else 1 with a mate in one, else the tablebase's where it covers the
+        position, else None."""
         value = rule_value(board, legal)
         if value is not None:
             return value
+        if mating_move(board, legal) is not None:
+            return 1.0
         tablebase = self.tablebase
         if tablebase is not None and chess.popcount(board.occupied) <= self.tablebase_pieces and tablebase.covers(board):
             return TABLEBASE_VALUES[tablebase.probe_wdl(board)]

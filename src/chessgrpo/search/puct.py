@@ -30,7 +30,7 @@ from typing import Sequence
 import chess
 import numpy as np
 
-from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator
+from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator, mating_move
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +149,7 @@ class PuctSearch:
         board = board.copy()
         if not any(board.generate_legal_moves()):
             raise ValueError(f"no legal move to search in {board.fen()!r}")
-        known = tablebase_result(self.evaluator, board, started)
+        known = tablebase_result(self.evaluator, board, started) or mate_in_one_result(board, started)
         if known is not None:
             return known
         root = _Node(self.evaluator.evaluate([board], exact=False)[0])  # searched whatever rules say of it
@@ -269,6 +269,16 @@ class PuctSearch:
             line.append(node.moves[edge])
             node = node.children[edge]
         return line
+
+
+def mate_in_one_result(board: chess.Board, started: float) -> SearchResult | None:
+    """The mate where the root has one (no search needed), else None."""
+    mate = mating_move(board, list(board.legal_moves))
+    if mate is None:
+        return None
+    root_move = RootMove(move=mate, visits=0, value=1.0, prior=1.0, pv=[mate])
+    seconds = time.perf_counter() - started
+    return SearchResult(move=mate, value=1.0, root_moves=[root_move], nodes=0, network_positions=0, seconds=seconds, depth=1, seldepth=1, exact=True)
 
 
 def tablebase_result(evaluator: NetworkEvaluator, board: chess.Board, started: float) -> SearchResult | None:
