@@ -5,6 +5,7 @@ the best checkpoint, the loop's freezing and divergence hooks, exact resume acro
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import subprocess
@@ -327,3 +328,27 @@ def test_model_description_names_the_replaced_fields():
     described = ModelConfig(n_layers=4, d_model=128).describe()
     assert described == "tiny, n_layers=4, d_model=128"
     assert ModelConfig(n_layers=4, d_model=128).policy_config().d_model == 128
+
+
+def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(dataset, tmp_path):
+    """With model.value_head the loss adds the value cross-entropy; the held-out value error falls
+    below the constant baseline's, and `chessgrpo eval value` reports it with intervals."""
+    config = _config(dataset, tmp_path, steps=60, eval_every=60, model=ModelConfig(value_head=True), eval_at_start=True)
+    result, summary = _train(config)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    start = next(r for r in rows if r["step"] == 0)
+    assert {"loss/value", "loss/policy", "train/value_mae"} <= set(rows[-1])
+    assert result.eval_metrics["eval/value_mae"] < 0.8 * start["eval/value_mae"]
+    assert "value MAE" in summary[1]
+    completed = _cli("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset), "--json")
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["n"] == 16 and report["mae"]["value"] == pytest.approx(result.eval_metrics["eval/value_mae"], abs=1e-4)
+    assert report["mae_gain"]["value"] == pytest.approx(report["baseline_mae"]["value"] - report["mae"]["value"])
+    assert sum(row["n"] for row in report["calibration"]) == 16
+
+
+def test_eval_value_refuses_a_checkpoint_without_value_head(dataset, tmp_path):
+    _train(_config(dataset, tmp_path, steps=2, eval_every=0, checkpoint_every=0))
+    completed = _cli("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset))
+    assert completed.returncode != 0 and "no value head" in completed.stderr and completed.stderr.count("\n") == 1

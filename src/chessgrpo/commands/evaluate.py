@@ -122,6 +122,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     compare.set_defaults(handler=run_compare)
 
+    value = sub.add_parser(
+        "value",
+        help="value-head quality on held-out positions: MAE against the engine's values, a constant baseline, calibration",
+    )
+    value.add_argument("--checkpoint", type=Path, required=True, help="policy checkpoint or run directory (with a value head)")
+    value.add_argument("--data", type=Path, default=Path("data/tiny"), help="dataset directory (default data/tiny): its test split is scored, its train split gives the constant")
+    value.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    value.add_argument("--output", type=Path, help="also write the JSON summary here")
+    value.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    value.set_defaults(handler=run_value)
+
     from chessgrpo.commands.games import add_games_parser  # games against anchors: its own module
 
     add_games_parser(sub)
@@ -206,6 +217,12 @@ def _players(args: argparse.Namespace, config: EvalConfig, pool: Any, stack: con
         return RandomPlayer(config.seed) if name == "random" else StockfishPlayer(pool, config.baseline_nodes)
 
     search = _search(args, config)
+    if search is not None and config.device == "cpu":
+        import torch
+
+        # A search sends batches of ~16 positions: extra threads only add hand-off latency (and
+        # oversubscribe the cores beside the engine processes); measured 4-70x slower with the default.
+        torch.set_num_threads(1)
     if args.checkpoint is not None:
         main = PolicyPlayer.from_checkpoint(
             args.checkpoint,
@@ -322,6 +339,41 @@ def run_offline(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------------
 # eval compare
+
+
+def run_value(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from chessgrpo.data.schema import read_positions
+    from chessgrpo.eval.value import predict_values, value_quality
+    from chessgrpo.models.policy import load_policy, resolve_checkpoint
+    from chessgrpo.train.dataset import load_split
+
+    model = load_policy(args.checkpoint)
+    if model.value_head is None:
+        raise ValueError(f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)")
+    test = load_split(args.data, "test", move_facts=model.config.move_facts)
+    batch = test.batch(torch.arange(len(test)))
+    train_values = read_positions(args.data, "train", ["value"]).column("value").to_numpy(zero_copy_only=False)
+    baseline = float(np.mean(train_values))
+    quality = value_quality(predict_values(model, batch.tokens), batch.win_probs[:, 0].numpy(), baseline, confidence=args.confidence)
+    summary = {"checkpoint": str(resolve_checkpoint(args.checkpoint)), "data": str(args.data), "n": len(test), **quality.to_json()}
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(summary, indent=1))
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"value head of {summary['checkpoint']} on {len(test)} held-out positions of {args.data} ({100 * args.confidence:g}% bootstrap intervals)")
+    print(f"  MAE                      {quality.mae}")
+    print(f"  constant {baseline:.3f} MAE       {quality.baseline_mae}")
+    print(f"  gain over the constant   {quality.mae_gain}")
+    print(f"  calibration error (ECE)  {quality.ece:.3f}")
+    print("  predicted bin   n      mean predicted  mean target")
+    for row in quality.calibration:
+        print(f"  [{row['low']:.1f}, {row['high']:.1f})  {row['n']:>5}  {row['mean_predicted']:>14.3f}  {row['mean_target']:>11.3f}")
+    return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:
