@@ -352,3 +352,28 @@ def test_eval_value_refuses_a_checkpoint_without_value_head(dataset, tmp_path):
     _train(_config(dataset, tmp_path, steps=2, eval_every=0, checkpoint_every=0))
     completed = _cli("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset))
     assert completed.returncode != 0 and "no value head" in completed.stderr and completed.stderr.count("\n") == 1
+
+
+def test_search_labels_train_a_policy_expert_iteration(dataset, tmp_path):
+    """`data search-label` writes the search's moves and values in the dataset schema (test split
+    copied from the source), and `kind: pretrain` continues the policy on them."""
+    _train(_config(dataset, tmp_path, name="start", steps=4, eval_every=0, checkpoint_every=0, model=ModelConfig(value_head=True)))
+    out = tmp_path / "searched"
+    completed = _cli(
+        "data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out),
+        "--nodes", "8", "--max-positions", "12", "--workers", "1",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "wrote 12 search-labelled positions" in completed.stdout
+    train = load_split(out, "train")
+    assert len(train) == 12 and len(load_split(out, "test")) == 16  # the source's engine-labelled test split
+    from chessgrpo.data.schema import read_positions
+
+    table = read_positions(out, "train", ["source", "nodes", "moves", "win_probs", "value"])
+    assert set(table.column("source").to_pylist()) == {"search"} and set(table.column("nodes").to_pylist()) == {8}
+    for wins, value in zip(table.column("win_probs").to_pylist(), table.column("value").to_pylist()):
+        assert 0.0 <= value <= 1.0 and value == pytest.approx(wins[0])
+    again = _cli("data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out), "--nodes", "8")
+    assert again.returncode != 0 and "already has shards" in again.stderr  # nothing overwritten
+    result, _ = _train(_config(out, tmp_path, name="expert", steps=4, eval_every=4, init_checkpoint=str(tmp_path / "start")))
+    assert result.finished and "eval/value_mae" in result.eval_metrics
