@@ -8,7 +8,8 @@
 #      (it evaluates itself at step 0 and at the end on the same held-out positions and puzzles)
 #   6. before/after table             chessgrpo eval compare (paired bootstrap intervals): held-out
 #      positions, puzzles, and 200 games each against a random mover (chessgrpo eval games)
-#   7. diagnosis and HTML report       chessgrpo diagnose / chessgrpo report -> runs/quickstart/grpo/report.html
+#   7. search: the value head's quality, and puzzles with a 256-node PUCT search on the same network
+#   8. diagnosis and HTML report       chessgrpo diagnose / chessgrpo report -> runs/quickstart/grpo/report.html
 # Every step resumes or skips finished work, so running it again is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,14 @@ for STAGE in pretrain grpo; do
     output=$OUT/$STAGE/eval/games_random.json pgn=$OUT/$STAGE/eval/games_random.pgn
 done
 $CLI eval compare $PRETRAIN/eval/games_random.json $GRPO/eval/games_random.json
+
+# The policy carries a value head, so it can search: what 256 PUCT nodes per move add on puzzles.
+echo
+echo "== value head and search =="
+$CLI eval value --checkpoint "$GRPO" --output $GRPO/eval/value.json
+$CLI eval puzzles --config configs/eval.yaml --checkpoint "$GRPO" --search-nodes 256 baselines=false \
+  output=$GRPO/eval/puzzles_search256.json
+$CLI eval compare "${AFTER%_offline.json}_puzzles.json" $GRPO/eval/puzzles_search256.json
 
 # Why (or whether) the run learned, and a report with every plot; `report` prints the report's path.
 echo
