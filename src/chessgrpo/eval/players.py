@@ -90,12 +90,8 @@ def search_label(search: "SearchSettings | None") -> str:
 
 
 def describe_search(search: "SearchSettings | None") -> str:
-    """Every setting that changes the searched move (for PGN headers and JSON summaries)."""
-    if search is None or not search.enabled:
-        return "no search (policy argmax)"
-    shape = f"c_puct {search.c_puct:g}, batch {search.batch_size}" if search.algorithm == "puct" else f"width {search.width}"
-    tables = f"syzygy {search.syzygy_path}" if search.syzygy_path else "no syzygy"
-    return f"{search.algorithm} search, {search.nodes} nodes/move, {shape}, prior temperature {search.prior_temperature:g}, {tables}"
+    """`SearchSettings.describe`, or "no search (policy argmax)" without one."""
+    return search.describe() if search is not None else "no search (policy argmax)"
 
 
 def build_searcher(policy: Any, search: "SearchSettings | None", temperature: float = 0.0) -> "Searcher | None":

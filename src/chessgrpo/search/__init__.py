@@ -51,10 +51,12 @@ class SearchSettings:
         return self.nodes > 0
 
     def describe(self) -> str:
+        """Every setting that changes the searched move (for PGN headers and JSON summaries)."""
         if not self.enabled:
             return "no search (policy argmax)"
-        tables = f", syzygy {self.syzygy_path}" if self.syzygy_path else ""
-        return f"{self.algorithm} {self.nodes} nodes{tables}"
+        shape = f"c_puct {self.c_puct:g}, batch {self.batch_size}" if self.algorithm == "puct" else f"width {self.width}"
+        tables = f"syzygy {self.syzygy_path}" if self.syzygy_path else "no syzygy"
+        return f"{self.algorithm} search, {self.nodes} nodes/move, {shape}, prior temperature {self.prior_temperature:g}, {tables}"
 
 
 class Searcher:
