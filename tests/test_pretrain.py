@@ -337,7 +337,7 @@ def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(dataset
     result, summary = _train(config)
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     start = next(r for r in rows if r["step"] == 0)
-    assert {"loss/value", "loss/policy", "train/value_mae"} <= set(rows[-1])
+    assert {"loss/value", "loss/moves", "train/value_mae"} <= set(rows[-1])
     assert result.eval_metrics["eval/value_mae"] < 0.8 * start["eval/value_mae"]
     assert "value MAE" in summary[1]
     completed = _cli("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset), "--json")

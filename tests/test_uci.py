@@ -180,14 +180,17 @@ def test_uci_lists_the_search_options(value_checkpoint):
 
 
 def test_search_finds_mate_in_one_and_reports_multipv(value_checkpoint):
-    lines = talk(value_checkpoint, MATE_IN_ONE, "go nodes 200", "setoption name MultiPV value 3", "go nodes 200")
-    assert bestmoves(lines) == ["a1a8", "a1a8"]
-    first, *multipv = search_lines(lines)
-    assert " multipv 1 score mate 1 " in first and " nodes 200 " in first and first.endswith(" pv a1a8")
+    lines = talk(value_checkpoint, MATE_IN_ONE, "go nodes 200")
+    assert bestmoves(lines) == ["a1a8"]
+    [first] = search_lines(lines)  # a mate in one at the root is played without searching
+    assert " multipv 1 score mate 1 " in first and first.endswith(" pv a1a8")
+    lines = talk(value_checkpoint, "setoption name MultiPV value 3", "position startpos", "go nodes 200")
+    multipv = search_lines(lines)
     assert [line.split(" multipv ")[1].split()[0] for line in multipv] == ["1", "2", "3"]
-    assert multipv[0].endswith(" pv a1a8") and len({line.split(" pv ")[1].split()[0] for line in multipv}) == 3
-    for line in multipv[1:]:  # an untrained network: not a mate, some centipawn score
-        assert " score cp " in line and " nps " in line and " time " in line
+    assert len({line.split(" pv ")[1].split()[0] for line in multipv}) == 3
+    assert multipv[0].split(" pv ")[1].split()[0] == bestmoves(lines)[0]
+    for line in multipv:  # an untrained network: some centipawn score
+        assert " score cp " in line and " nodes 200 " in line and " nps " in line and " time " in line
 
 
 def test_time_limits_and_alphabeta(value_checkpoint):

@@ -198,7 +198,7 @@ class PretrainKind(Kind):
             size = len(batch.best_action)
             metrics = {
                 "loss/train": float(loss),
-                "loss/policy": float(policy_loss),
+                "loss/moves": float(policy_loss),
                 "train/top1": sums["top1"] / size,
                 "train/top5": sums["top5"] / size,
                 "train/nll": sums["nll"] / size,
