@@ -127,7 +127,10 @@ class NetworkEvaluator:
         pending: list[tuple[int, list[chess.Move]]] = []
         for index, board in enumerate(boards):
             legal = list(board.legal_moves)
-            value = self.exact_value(board, legal) if exact and legal else rule_value(board, legal) if not legal else None
+            if not legal:
+                value = rule_value(board, legal)  # mate or stalemate: exact even at a root
+            else:
+                value = self.exact_value(board, legal) if exact else None
             if value is not None:
                 results[index] = LeafEvaluation(legal, np.zeros(0), value, exact=True)
             else:

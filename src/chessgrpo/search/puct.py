@@ -271,14 +271,19 @@ class PuctSearch:
         return line
 
 
+def decided_result(move: chess.Move, value: float, started: float) -> SearchResult:
+    """The result of a root decided without search (a mate in one, a tablebase position)."""
+    root_move = RootMove(move=move, visits=0, value=value, prior=1.0, pv=[move])
+    seconds = time.perf_counter() - started
+    return SearchResult(move=move, value=value, root_moves=[root_move], nodes=0, network_positions=0, seconds=seconds, depth=1, seldepth=1, exact=True)
+
+
 def mate_in_one_result(board: chess.Board, started: float) -> SearchResult | None:
     """The mate where the root has one (no search needed), else None."""
     mate = mating_move(board, list(board.legal_moves))
     if mate is None:
         return None
-    root_move = RootMove(move=mate, visits=0, value=1.0, prior=1.0, pv=[mate])
-    seconds = time.perf_counter() - started
-    return SearchResult(move=mate, value=1.0, root_moves=[root_move], nodes=0, network_positions=0, seconds=seconds, depth=1, seldepth=1, exact=True)
+    return decided_result(mate, 1.0, started)
 
 
 def tablebase_result(evaluator: NetworkEvaluator, board: chess.Board, started: float) -> SearchResult | None:
@@ -294,9 +299,7 @@ def tablebase_result(evaluator: NetworkEvaluator, board: chess.Board, started: f
     finally:
         board.pop()
     value = 1.0 - (after if after is not None else 0.5)
-    root_move = RootMove(move=best, visits=0, value=value, prior=1.0, pv=[best])
-    seconds = time.perf_counter() - started
-    return SearchResult(move=best, value=value, root_moves=[root_move], nodes=0, network_positions=0, seconds=seconds, depth=1, seldepth=1, exact=True)
+    return decided_result(best, value, started)
 
 
 def search_many(search: PuctSearch, boards: Sequence[chess.Board], limits: SearchLimits) -> list[SearchResult]:
