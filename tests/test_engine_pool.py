@@ -16,7 +16,7 @@ import chess.engine
 import pytest
 
 from chessgrpo.board import random_playout_positions
-from chessgrpo.engine import EngineError, EngineNotFoundError, EnginePool, find_stockfish
+from chessgrpo.engine import EngineError, EngineNotFoundError, EnginePool, RetryPolicy, find_stockfish
 
 WHITE_MATES_IN_ONE = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1"  # Ra8#
 BLACK_MATES_IN_ONE = "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1"  # Ra1#
@@ -214,11 +214,13 @@ def test_persistent_failure_raises_naming_the_position_and_is_never_cached(tmp_p
     poison = chess.Board(positions[3]).fen()
     engine = _write_poisoned_engine(tmp_path, poison.split(" ")[0])
     cache = tmp_path / "cache.sqlite"
-    with EnginePool(path=engine, processes=1, nodes=1000, timeout_s=10, cache_path=cache) as pool:
+    retry = RetryPolicy(retries_per_position=2, backoff_s=0.01)
+    with EnginePool(path=engine, processes=1, nodes=1000, timeout_s=10, cache_path=cache, retry=retry) as pool:
         with pytest.raises(EngineError) as raised:
             pool.evaluate(positions[:5])
-        assert poison.split(" ")[0] in str(raised.value)
-        assert pool.stats.failures == 1 and pool.stats.retries == 1
+        message = str(raised.value)
+        assert poison.split(" ")[0] in message and "failed 3 times" in message and str(engine) in message
+        assert pool.stats.failures == 1 and pool.stats.retries == 2
         cached_count = len(pool.cache)
         assert cached_count == 4  # the four good positions, not the failure
         # The pool still works afterwards, and the failing position is still not cached.
@@ -226,6 +228,98 @@ def test_persistent_failure_raises_naming_the_position_and_is_never_cached(tmp_p
         with pytest.raises(EngineError):
             pool.evaluate([poison])
         assert len(pool.cache) == cached_count
+
+
+def _write_flaky_engine(directory: Path, dies_on_first_starts: int) -> Path:
+    """A real Stockfish whose first `dies_on_first_starts` launches exit before answering `uci`
+    (as an engine killed in its first milliseconds does); a counter file remembers launches."""
+    counter = directory / "launches"
+    counter.write_text("0")
+    script = directory / "flaky_stockfish"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/sh
+            n=$(cat {str(counter)!r}); n=$((n + 1)); echo $n > {str(counter)!r}
+            if [ $n -le {dies_on_first_starts} ]; then exit 9; fi
+            exec {str(find_stockfish())!r}
+            """
+        )
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_engines_dying_at_start_up_are_retried_with_backoff(tmp_path, positions):
+    engine = _write_flaky_engine(tmp_path, dies_on_first_starts=3)
+    with EnginePool(processes=1, nodes=1000) as reference:
+        expected = reference.evaluate(positions[:4])
+    retry = RetryPolicy(startup_attempts=5, backoff_s=0.01)
+    with EnginePool(path=engine, processes=1, nodes=1000, retry=retry) as pool:  # one: the counter is not atomic
+        assert pool.evaluate(positions[:4]) == expected
+        assert pool.stats.engine_failures == 3
+    assert (tmp_path / "launches").read_text().strip() == "4"  # 3 failed starts, then a good one
+
+
+def test_an_engine_that_never_starts_is_one_error_naming_the_binary(tmp_path):
+    engine = _write_flaky_engine(tmp_path, dies_on_first_starts=100)
+    with pytest.raises(EngineError) as raised:
+        EnginePool(path=engine, processes=1, retry=RetryPolicy(startup_attempts=3, backoff_s=0.01))
+    assert str(engine) in str(raised.value) and "3 attempts" in str(raised.value)
+
+
+def test_the_pool_wide_failure_budget_stops_a_fault_storm(tmp_path, positions):
+    poison = chess.Board(positions[3]).fen()
+    engine = _write_poisoned_engine(tmp_path, poison.split(" ")[0])
+    retry = RetryPolicy(retries_per_position=10, max_failures=2, backoff_s=0.01)
+    with EnginePool(path=engine, processes=1, nodes=500, timeout_s=10, retry=retry) as pool:
+        with pytest.raises(EngineError) as raised:
+            pool.evaluate([poison])
+    assert "engine.max_failures=2" in str(raised.value) and poison.split(" ")[0] in str(raised.value)
+
+
+def test_a_binary_deleted_mid_run_is_a_clear_error_once_an_engine_must_be_replaced(tmp_path, positions):
+    binary = tmp_path / "stockfish-copy"
+    binary.write_bytes(find_stockfish().read_bytes())
+    binary.chmod(0o755)
+    with EnginePool(path=binary, processes=1, nodes=500, retry=RetryPolicy(startup_attempts=2, backoff_s=0.01)) as pool:
+        pool.evaluate(positions[:2])
+        binary.unlink()
+        pool.evaluate(positions[2:4])  # the running process still works
+        os.kill(pool.pids[0], signal.SIGKILL)
+        with pytest.raises(EngineError) as raised:
+            pool.evaluate(positions[4:6])
+    assert str(binary) in str(raised.value) and "could not be started" in str(raised.value)
+
+
+def test_kills_every_few_hundred_milliseconds_leave_every_value_exact(positions):
+    with EnginePool(processes=2, nodes=5000) as reference:
+        expected = reference.evaluate(positions)
+    retry = RetryPolicy(retries_per_position=10, backoff_s=0.01)
+    with EnginePool(processes=2, nodes=5000, retry=retry) as pool:
+        stop = threading.Event()
+
+        def killer() -> None:
+            import random
+
+            rng = random.Random(0)
+            while not stop.wait(rng.uniform(0.02, 0.1)):
+                pids = pool.pids
+                if pids:
+                    try:
+                        os.kill(rng.choice(pids), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        try:
+            got = [pool.evaluate(positions) for _ in range(3)]
+        finally:
+            stop.set()
+            thread.join()
+        assert all(result == expected for result in got)
+        assert pool.stats.engine_failures >= 3 and pool.stats.failures == 0
 
 
 def test_missing_binary_is_one_clear_error(tmp_path):

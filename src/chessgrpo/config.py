@@ -81,7 +81,15 @@ class EngineConfig:
     depth: int | None = None
     """Depth limit per search; used instead of nodes when set."""
     timeout_s: float = resumable(60.0)
-    """A search taking longer than this counts as a hung engine: it is restarted and retried once."""
+    """A search (or a start-up handshake, capped at 30 s) taking longer than this counts as a hung
+    engine (e.g. a SIGSTOPped process): it is killed, replaced and the search retried."""
+    retries_per_position: int = resumable(3)
+    """Fresh-engine retries of one search after a crash or hang; one more failure stops the run with
+    an error naming the position (a retried search returns exactly what an undisturbed one would)."""
+    max_failures: int = resumable(1000)
+    """Engine faults (crashes, hangs, failed starts) one pool tolerates before it stops the run."""
+    startup_attempts: int = resumable(5)
+    """Attempts to start one engine process (exponential backoff with jitter between them)."""
     clear_hash: bool = True
     """Send ucinewgame before each search so results do not depend on earlier searches."""
     cache: bool = True

@@ -3,7 +3,7 @@
 from chessgrpo.engine.cache import EvaluationCache
 from chessgrpo.engine.evaluation import Analysis, Evaluation, MoveEvaluation, wdl_model_for
 from chessgrpo.engine.locate import EngineError, EngineNotFoundError, find_stockfish
-from chessgrpo.engine.pool import EnginePool, PoolStats, SearchLimit, available_cores
+from chessgrpo.engine.pool import EnginePool, PoolStats, RetryPolicy, SearchLimit, available_cores
 from chessgrpo.engine.tablebase import Tablebase, TablebaseResult
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "EvaluationCache",
     "MoveEvaluation",
     "PoolStats",
+    "RetryPolicy",
     "SearchLimit",
     "Tablebase",
     "TablebaseResult",

@@ -11,8 +11,14 @@ Design:
   measures what the clearing costs.
 - Terminal positions are scored exactly without an engine. Identical requests in a batch are
   searched once. A persistent cache (`EvaluationCache`) short-circuits repeated positions.
-- A crashed or hung process is replaced by a fresh one and the search retried once; a second
-  failure raises `EngineError` naming the position. No silent default, nothing cached.
+- Faults are survived, never papered over (`RetryPolicy`): a process that fails to start, crashes
+  or hangs (no answer within `timeout_s`, e.g. a SIGSTOPped engine) is killed and replaced by a
+  fresh, freshly handshaken one after an exponential backoff with jitter, and the search is run
+  again from scratch. Only a complete search (its ``bestmove``) is ever used, and the same position
+  and limit give the same answer on any healthy process, so a retried search returns exactly what
+  an undisturbed one would. A position that fails `retries_per_position` + 1 times, or a pool that
+  has seen more than `max_failures` engine failures, stops with an `EngineError` naming the
+  position, the engine and the count. No silent default, nothing cached from a failed search.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import dataclasses
 import logging
 import os
 import queue
+import random
 import threading
 import time
 from pathlib import Path
@@ -91,6 +98,37 @@ class SearchLimit:
         return f"nodes={self.nodes}" if self.nodes is not None else f"depth={self.depth}"
 
 
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How the pool retries engine faults (see the module docstring)."""
+
+    retries_per_position: int = 3
+    """Fresh-engine retries of one search before the run stops with an error naming the position."""
+    max_failures: int = 1000
+    """Engine faults (crashes, hangs, failed starts) the pool tolerates in its lifetime; one more
+    stops the run. A fault storm this large means the engine or the machine is broken."""
+    startup_attempts: int = 5
+    """Attempts to start (and handshake) one engine process before giving up."""
+    backoff_s: float = 0.05
+    """First retry delay; doubled on each further attempt, plus up to 100% random jitter."""
+    max_backoff_s: float = 2.0
+    """Cap of the retry delay."""
+
+    def __post_init__(self) -> None:
+        for name in ("retries_per_position", "max_failures"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.startup_attempts < 1:
+            raise ValueError(f"startup_attempts must be >= 1, got {self.startup_attempts}")
+        if not (0 <= self.backoff_s <= self.max_backoff_s):
+            raise ValueError(f"need 0 <= backoff_s <= max_backoff_s, got {self.backoff_s} and {self.max_backoff_s}")
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number `attempt` (0-based): exponential, capped, jittered."""
+        base = min(self.max_backoff_s, self.backoff_s * (2**attempt))
+        return base * (1.0 + rng.random())
+
+
 @dataclasses.dataclass
 class PoolStats:
     """Counters since the pool started."""
@@ -102,7 +140,11 @@ class PoolStats:
     retries: int = 0
     """Searches retried on a fresh process after a crash or timeout."""
     failures: int = 0
-    """Searches that failed twice and raised `EngineError`."""
+    """Searches that exhausted their retries and raised `EngineError`."""
+    engine_failures: int = 0
+    """Engine faults seen (crashes, timeouts, failed starts), each counted against `max_failures`."""
+    restarts: int = 0
+    """Engine processes started to replace a failed one."""
     cache_hits: int = 0
     cache_misses: int = 0
 
@@ -140,8 +182,11 @@ class EnginePool:
         timeout_s: float = 60.0,
         clear_hash: bool = True,
         cache_path: str | os.PathLike | None = None,
+        retry: RetryPolicy | None = None,
     ):
         self.path: Path = find_stockfish(path)  # raises EngineNotFoundError with install hints
+        self.retry = retry or RetryPolicy()
+        self._jitter = random.Random()  # retry delays only: results never depend on it
         self.processes = cores_per_process() if not processes else int(processes)
         if self.processes < 1 or threads < 1 or hash_mb < 1:
             raise ValueError(f"processes, threads and hash_mb must be >= 1, got {processes}, {threads}, {hash_mb}")
@@ -155,9 +200,11 @@ class EnginePool:
         self._queue: queue.Queue[tuple[_Task, concurrent.futures.Future] | None] = queue.Queue()
         self._engines: list[UciProcess | None] = [None] * self.processes
         self._closed = False
+        self.engine_name = "engine"
 
-        # Start all processes in parallel; any failure here (bad binary) is one clear error, and
-        # the processes that did start are shut down rather than leaked.
+        # Start all processes in parallel, each with retries (an engine killed in its first
+        # milliseconds is replaced); a binary that never starts is one clear error, and the
+        # processes that did start are shut down rather than leaked.
         with concurrent.futures.ThreadPoolExecutor(self.processes) as starter:
             attempts = [starter.submit(self._start_engine) for _ in range(self.processes)]
         failures = [a.exception() for a in attempts if a.exception() is not None]
@@ -192,6 +239,11 @@ class EnginePool:
             timeout_s=config.timeout_s,
             clear_hash=config.clear_hash,
             cache_path=config.cache_path if config.cache else None,
+            retry=RetryPolicy(
+                retries_per_position=config.retries_per_position,
+                max_failures=config.max_failures,
+                startup_attempts=config.startup_attempts,
+            ),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -363,7 +415,39 @@ class EnginePool:
         return out
 
     def _start_engine(self) -> UciProcess:
-        return UciProcess(self.path, threads=self.threads, hash_mb=self.hash_mb)
+        """A fresh, handshaken engine (``uci``, options, ``isready``), retried with backoff.
+
+        Each failed attempt counts as an engine fault; after `startup_attempts` the error names
+        the binary and the last failure (a binary deleted mid-run ends here)."""
+        last_error: EngineError | None = None
+        for attempt in range(self.retry.startup_attempts):
+            if attempt:
+                time.sleep(self.retry.delay(attempt - 1, self._jitter))
+            try:
+                return UciProcess(
+                    self.path,
+                    threads=self.threads,
+                    hash_mb=self.hash_mb,
+                    startup_timeout_s=min(30.0, self.timeout_s),
+                )
+            except EngineError as error:
+                last_error = error
+                logger.warning("engine %s failed to start (attempt %d of %d): %s", self.path, attempt + 1, self.retry.startup_attempts, error)
+                self._count_engine_failure(f"starting {self.path}")
+        raise EngineError(
+            f"engine {str(self.path)!r} could not be started in {self.retry.startup_attempts} attempts: {last_error}"
+        )
+
+    def _count_engine_failure(self, doing: str) -> None:
+        """Count one engine fault against the pool's budget; raise when the budget is spent."""
+        with self._stats_lock:
+            self.stats.engine_failures += 1
+            failures = self.stats.engine_failures
+        if failures > self.retry.max_failures:
+            raise EngineError(
+                f"{self.engine_name} ({self.path}) failed {failures} times in this run, more than "
+                f"engine.max_failures={self.retry.max_failures}; stopped while {doing}"
+            )
 
     def _worker_loop(self, slot: int) -> None:
         while True:
@@ -379,35 +463,51 @@ class EnginePool:
                 future.set_exception(exc)
 
     def _search_with_retry(self, slot: int, task: _Task) -> SearchResult:
-        last_error: EngineError | None = None
-        for attempt in range(2):
+        """One complete search of `task` on slot `slot`'s engine, replacing the engine on faults.
+
+        Partial output of a failed search is discarded, and a retry is a new search from scratch
+        on a fresh process, so what is returned is what a healthy engine returns."""
+        failures = 0
+        while True:
             engine = self._engines[slot]
             try:
                 if engine is None:
                     engine = self._engines[slot] = self._start_engine()
-                result = engine.search(
-                    task.fen,
-                    nodes=task.limit.nodes,
-                    depth=task.limit.depth,
-                    multipv=task.multipv,
-                    clear_hash=self.clear_hash,
-                    timeout_s=self.timeout_s,
-                )
+                    with self._stats_lock:
+                        self.stats.restarts += 1
+                try:
+                    result = engine.search(
+                        task.fen,
+                        nodes=task.limit.nodes,
+                        depth=task.limit.depth,
+                        multipv=task.multipv,
+                        clear_hash=self.clear_hash,
+                        timeout_s=self.timeout_s,
+                    )
+                except (ValueError, IndexError) as error:  # output we cannot parse: a broken engine
+                    raise EngineError(f"unparsable engine output ({error})") from error
                 if not result.lines and result.best_move is not None:
-                    raise EngineError(f"engine returned no score for {task.fen!r}")
+                    raise EngineError("engine returned a best move without a score")
                 return result
             except EngineError as error:
-                last_error = error
-                logger.warning("engine %d failed on %r (%s); restarting it", slot, task.fen, error)
-                if engine is not None:
-                    engine.kill()
+                if engine is None:  # the replacement never started: startup retries are spent
+                    raise EngineError(f"{error} (while searching {_shorten(task.fen)!r})") from None
+                failures += 1
+                logger.warning("engine %d (pid %d) failed on %r (%s); replacing it", slot, engine.pid, task.fen, error)
+                engine.kill()
                 self._engines[slot] = None
-                if attempt == 0:
+                self._count_engine_failure(f"searching {task.fen!r} ({task.limit})")
+                if failures > self.retry.retries_per_position:
                     with self._stats_lock:
-                        self.stats.retries += 1
-        with self._stats_lock:
-            self.stats.failures += 1
-        raise EngineError(f"Stockfish failed twice on position {task.fen!r} ({task.limit}): {last_error}")
+                        self.stats.failures += 1
+                    raise EngineError(
+                        f"{self.engine_name} ({self.path}) failed {failures} times on position "
+                        f"{task.fen!r} ({task.limit}, engine.retries_per_position="
+                        f"{self.retry.retries_per_position}); last error: {error}"
+                    ) from None
+                with self._stats_lock:
+                    self.stats.retries += 1
+                time.sleep(self.retry.delay(failures - 1, self._jitter))
 
     def _evaluation(self, board: chess.Board, value: dict, cached: bool) -> Evaluation:
         cp, mate, pv, depth, nodes = value["lines"][0]
@@ -435,6 +535,10 @@ class EnginePool:
             lines.append(MoveEvaluation(move=pv[0], win_probability=expected_score(wdl), wdl=wdl, cp=cp, mate=mate, pv=tuple(pv)))
         first = value["lines"][0] if value["lines"] else (None, None, (), 0, 0)
         return Analysis(fen=board.fen(), lines=tuple(lines), depth=first[3], nodes=first[4], cached=cached)
+
+
+def _shorten(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _result_to_json(result: SearchResult) -> dict:

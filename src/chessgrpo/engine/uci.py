@@ -100,13 +100,17 @@ class UciProcess:
         self._poller = select.poll()
         self._poller.register(self._stdout_fd, select.POLLIN)
         deadline = time.monotonic() + startup_timeout_s
-        self.send("uci")
-        for line in self._lines_until("uciok", deadline):
-            if line.startswith("id name "):
-                self.name = line[len("id name ") :].strip()
-        self.send(f"setoption name Threads value {threads}\nsetoption name Hash value {hash_mb}\nisready")
-        for _ in self._lines_until("readyok", deadline):
-            pass
+        try:
+            self.send("uci")
+            for line in self._lines_until("uciok", deadline):
+                if line.startswith("id name "):
+                    self.name = line[len("id name ") :].strip()
+            self.send(f"setoption name Threads value {threads}\nsetoption name Hash value {hash_mb}\nisready")
+            for _ in self._lines_until("readyok", deadline):
+                pass
+        except BaseException:  # a failed handshake leaves no process behind
+            self.kill()
+            raise
 
     @property
     def pid(self) -> int:

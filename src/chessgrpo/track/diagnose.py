@@ -825,7 +825,7 @@ def check_engine(run: RunData, t: Thresholds) -> list[Finding]:
     """Engine retries (a crash or hang, recovered) and failures (not recovered)."""
     findings = []
     for key, identifier, severity, what in (
-        ("perf/engine_failures", "engine.failures", "critical", "failed twice on the same search"),
+        ("perf/engine_failures", "engine.failures", "critical", "exhausted its retries on one search"),
         ("perf/engine_retries", "engine.retries", "warning", "crashed or hung and was restarted"),
     ):
         steps, values = _finite(*run.series(key, run.train_rows))
