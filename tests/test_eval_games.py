@@ -434,3 +434,21 @@ def test_position_counts_agree_with_python_chess_repetition():
         counts = position_counts(board)
         assert (counts[position_key(board)] >= 3) == board.is_repetition(3)
         assert (counts[position_key(board)] >= 2) == board.is_repetition(2)
+
+
+def test_an_anchor_engine_killed_mid_game_is_replaced_and_keeps_playing(caplog):
+    import os
+    import signal
+
+    from chessgrpo.engine import RetryPolicy
+
+    engine = EngineMover(parse_anchor("sf-nodes:50"), retry=RetryPolicy(retries_per_position=2, backoff_s=0.01))
+    board = chess.Board()
+    try:
+        first = engine.move(board)
+        os.kill(engine._engine.transport.get_pid(), signal.SIGKILL)  # the process behind python-chess's client
+        again = engine.move(board)
+    finally:
+        engine.close()
+    assert board.is_legal(first) and board.is_legal(again)
+    assert "replacing it" in caplog.text  # the dead process was noticed and replaced

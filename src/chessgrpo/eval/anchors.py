@@ -41,6 +41,7 @@ import dataclasses
 import logging
 import random
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +49,7 @@ import chess
 import chess.engine
 
 from chessgrpo.engine.locate import EngineError, find_stockfish
+from chessgrpo.engine.pool import RetryPolicy
 from chessgrpo.eval.players import build_searcher
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -316,46 +318,69 @@ class RandomMover:
 class EngineMover:
     """A Stockfish anchor in its own UCI process (python-chess), configured per `AnchorSpec`.
 
-    ``ucinewgame`` is sent at each new game. A crashed engine is restarted once and the move
-    retried; a second failure raises `EngineError` (never a silent fallback move).
+    ``ucinewgame`` is sent at each new game. A crashed, hung or failed-to-start engine is
+    replaced after a backoff with jitter and the move asked again, within the same budgets as the
+    reward pool (`RetryPolicy`); past them `EngineError` names the anchor, the position and the
+    count (never a silent fallback move).
     """
 
-    def __init__(self, spec: AnchorSpec, path: str | None = None, timeout_s: float = 60.0):
+    def __init__(self, spec: AnchorSpec, path: str | None = None, timeout_s: float = 60.0, retry: RetryPolicy | None = None):
         if not spec.is_engine:
             raise ValueError(f"{spec.text!r} is not an engine anchor")
         self.spec = spec
         self.path = str(find_stockfish(path))
         self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self._jitter = random.Random()  # retry delays only
         self._engine: chess.engine.SimpleEngine | None = None
         self._game: object = None
 
     def _start(self) -> chess.engine.SimpleEngine:
-        try:
-            engine = chess.engine.SimpleEngine.popen_uci(self.path, timeout=self.timeout_s)
-            engine.configure(self.spec.engine_options())
-        except (chess.engine.EngineError, OSError, TimeoutError) as error:
-            raise EngineError(f"cannot start {self.path} for anchor {self.spec.text!r}: {error}") from error
-        return engine
+        last_error: BaseException | None = None
+        for attempt in range(self.retry.startup_attempts):
+            if attempt:
+                time.sleep(self.retry.delay(attempt - 1, self._jitter))
+            try:
+                engine = chess.engine.SimpleEngine.popen_uci(self.path, timeout=self.timeout_s)
+            except (chess.engine.EngineError, OSError, TimeoutError) as error:
+                last_error = error
+                continue
+            try:
+                engine.configure(self.spec.engine_options())
+                return engine
+            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as error:
+                last_error = error
+                try:
+                    engine.close()
+                except Exception:  # noqa: BLE001 - already broken; only released here
+                    pass
+        raise EngineError(
+            f"cannot start {self.path} for anchor {self.spec.text!r} in {self.retry.startup_attempts} attempts: {last_error}"
+        )
 
     def new_game(self, game_id: object, seed: int) -> None:
         self._game = game_id
 
     def move(self, board: chess.Board) -> chess.Move:
-        for attempt in range(2):
+        failures = 0
+        while True:
             if self._engine is None:
                 self._engine = self._start()
             try:
                 result = self._engine.play(board, self.spec.limit(), game=self._game)
             except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as error:
-                logger.warning("anchor %s failed in %s (%s); restarting it", self.spec.text, board.fen(), error)
+                failures += 1
+                logger.warning("anchor %s failed in %s (%s); replacing it", self.spec.text, board.fen(), error)
                 self._kill()
-                if attempt == 1:
-                    raise EngineError(f"anchor {self.spec.text!r} failed twice in {board.fen()!r}: {error}") from error
+                if failures > self.retry.retries_per_position:
+                    raise EngineError(
+                        f"anchor {self.spec.text!r} ({self.path}) failed {failures} times in {board.fen()!r}: {error}"
+                    ) from error
+                time.sleep(self.retry.delay(failures - 1, self._jitter))
                 continue
             if result.move is None or not board.is_legal(result.move):
                 raise EngineError(f"anchor {self.spec.text!r} returned no legal move ({result.move}) in {board.fen()!r}")
             return result.move
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _kill(self) -> None:
         if self._engine is not None:
