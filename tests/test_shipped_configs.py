@@ -19,6 +19,7 @@ COMMAND_CLASSES: dict[str, tuple[str, str]] = {
     "engine_eval.yaml": ("chessgrpo.config", "EngineEvalConfig"),
     "eval.yaml": ("chessgrpo.commands.evaluate", "EvalConfig"),
     "games.yaml": ("chessgrpo.commands.games", "GamesConfig"),
+    "sweep_tiny.yaml": ("chessgrpo.sweep.config", "SweepConfig"),
 }
 
 

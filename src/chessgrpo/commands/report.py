@@ -2,6 +2,7 @@
 
     chessgrpo report runs/quickstart/grpo                 -> runs/quickstart/grpo/report.html
     chessgrpo report runs/a runs/b --out runs/a_vs_b.html -> compares two runs (config differences too)
+    chessgrpo report runs/sweep_tiny                      -> a sweep: history and importances, default vs best trial
 
 The HTML is self-contained (the figures are embedded PNGs); the same PNGs are written beside it
 (RUN_DIR/report/, or NAME/ beside --out NAME.html). Works on finished runs, runs still in
@@ -17,7 +18,7 @@ from pathlib import Path
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser("report", help="HTML report of one or more runs: plots with intervals, evaluations, findings")
-    report.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (several: compared)")
+    report.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (several: compared) or a sweep's study directory")
     report.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="HTML file to write (default: RUN_DIR/report.html; for several runs "
                              "compare_<names>.html beside the first)")  # fmt: skip

@@ -20,12 +20,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from chessgrpo.track.run_data import HELDOUT_METRICS, HELDOUT_UNITS, RunData
+
+if TYPE_CHECKING:
+    from chessgrpo.sweep.summary import StudyPlotData
 
 Z95 = 1.959964
 STEP_LABEL = "training step"
@@ -501,3 +506,40 @@ FIGURES: tuple[Callable[[Sequence[RunData]], ReportFigure | None], ...] = (
 def build_figures(runs: Sequence[RunData]) -> list[ReportFigure]:
     """Every figure some run has metrics for, in report order."""
     return [figure for build in FIGURES if (figure := build(runs)) is not None]
+
+
+def figure_study(study: StudyPlotData) -> ReportFigure:
+    """A sweep's optimisation history (each trial's objective, the best so far) beside its parameter importances."""
+    figure, (history, importance) = _new_figure(2)
+    minimize = study.direction == "minimize"
+    done = [(n, v, i) for n, v, s, i in zip(study.numbers, study.values, study.states, study.intervals) if s == "complete" and v is not None]
+    pruned = [(n, v) for n, v, s in zip(study.numbers, study.values, study.states) if s == "pruned" and v is not None]
+    failed = [n for n, s in zip(study.numbers, study.states) if s == "failed"]
+    if done:
+        numbers = np.array([n for n, _, _ in done])
+        values = np.array([v for _, v, _ in done], dtype=float)
+        low = np.array([v - i[0] if i else 0.0 for _, v, i in done])
+        high = np.array([i[1] - v if i else 0.0 for _, v, i in done])
+        history.errorbar(numbers, values, yerr=[low, high], fmt="o", color="C0", ecolor="C0", alpha=0.8, capsize=2,
+                         label="complete (95% interval)")  # fmt: skip
+        best = np.minimum.accumulate(values) if minimize else np.maximum.accumulate(values)
+        history.step(numbers, best, where="post", color="C3", label=f"best so far ({'lowest' if minimize else 'highest'})")
+    if pruned:
+        history.scatter([n for n, _ in pruned], [v for _, v in pruned], marker="x", color="0.5", label="pruned (last reported value)")
+    history.xaxis.set_major_locator(MaxNLocator(integer=True))
+    failed_text = f"; {len(failed)} failed (not drawn)" if failed else ""
+    _finish(history, study.metric, f"optimisation history of {study.name}{failed_text}", xlabel="trial number")
+    if study.importances:
+        names = list(study.importances)[::-1]
+        importance.barh(names, [study.importances[n] for n in names], color="C2")
+        importance.set_xlim(0, 1)
+        _finish(importance, "parameter", "parameter importances (PED-ANOVA, normalised)", xlabel="importance", legend=False)
+    else:
+        importance.text(0.5, 0.5, study.importance_note or "no importances", ha="center", va="center", transform=importance.transAxes)
+        importance.set_axis_off()
+    caption = (f"Each complete trial's objective ({study.metric}, {study.direction}) with its 95% interval (the evaluation's own, "
+               "or the paired bootstrap of the change from step 0), pruned trials at their last reported value, and the best "
+               "value so far. The best is selected on these positions: re-measure it on unseen ones "
+               "(chessgrpo sweep --summary STUDY --remeasure). Importances: how much of the objective's variation over the "
+               "complete trials each parameter explains.")  # fmt: skip
+    return ReportFigure("study", f"Sweep {study.name}: optimisation history and parameter importances", caption, figure)

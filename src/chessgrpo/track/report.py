@@ -5,6 +5,9 @@ tables (``eval/step_*.json`` or the eval rows, and any standalone ``eval offline
 result in ``eval/``), the figures (`track.plots`), and the configuration: the differences
 between the runs when several are compared, the whole resolved config for one.
 
+A sweep's study directory (``chessgrpo sweep``) adds the optimisation history and the parameter
+importances (`track.plots.figure_study`) and stands for its default and best trials' runs.
+
 Where things go: ``chessgrpo report RUN_DIR`` writes ``RUN_DIR/report.html`` and the PNGs in
 ``RUN_DIR/report/``; ``--out DIR/NAME.html`` writes the PNGs to ``DIR/NAME/``. The HTML needs
 none of the PNG files (every image is inline), so it can be mailed or archived alone.
@@ -26,7 +29,7 @@ from typing import Any
 import yaml
 
 from chessgrpo.track.diagnose import Finding, diagnose
-from chessgrpo.track.plots import build_figures
+from chessgrpo.track.plots import build_figures, figure_study
 from chessgrpo.track.run_data import HELDOUT_METRICS, HeldOut, RunData, load_run
 
 _STYLE = """
@@ -84,17 +87,18 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     """Write the HTML report of one or several runs (and its PNGs); returns where they are."""
     if not run_dirs:
         raise ValueError("build_report needs at least one run directory")
-    paths = [Path(d) for d in run_dirs]
+    given = [Path(d) for d in run_dirs]
+    paths, studies = _study_trials(given)
     runs = [load_run(p) for p in paths]
     for run, label in zip(runs, _labels(paths)):
         run.label = label
-    out = Path(out) if out is not None else default_output(paths)
+    out = Path(out) if out is not None else default_output(given if studies else paths)
     out.parent.mkdir(parents=True, exist_ok=True)
     images = png_directory(out)
     images.mkdir(parents=True, exist_ok=True)
 
     findings = {run.name: diagnose(run) for run in runs}
-    figures = build_figures(runs)
+    figures = [figure_study(study) for study in studies] + build_figures(runs)
     pngs, figure_html = [], []
     for figure in figures:
         data = figure.png(dpi=dpi)
@@ -108,7 +112,7 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
             f"<figcaption>{_e(figure.caption)} <span class=note>(PNG: {_e(_relative(path, out.parent))})</span></figcaption></figure>"
         )
 
-    title = "chessgrpo report: " + ", ".join(run.name for run in runs)
+    title = "chessgrpo report: " + ", ".join([f"study {study.name}" for study in studies] + [run.name for run in runs])
     sections = [
         ("runs", "Runs", _runs_table(runs)),
         ("findings", "Diagnosis", _findings_html(runs, findings)),
@@ -131,6 +135,31 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     tmp.write_text(document, encoding="utf-8")
     tmp.replace(out)
     return ReportResult(out, pngs, findings)
+
+
+def _study_trials(paths: Sequence[Path]) -> tuple[list[Path], list[Any]]:
+    """Replace each sweep study directory among `paths` by its default and best trials' run directories.
+
+    Returns (run directories, the studies' plot data); a study adds the optimisation-history and
+    importance figure, and its two trials are compared like any two runs.
+    """
+    runs: list[Path] = []
+    studies = []
+    from chessgrpo.sweep.summary import is_study_directory, load_study, plot_data, summarize  # optuna only for a study
+
+    for path in paths:
+        if not is_study_directory(path):
+            runs.append(path)
+            continue
+
+        summary = summarize(load_study(path))
+        studies.append(plot_data(summary))
+        for trial in (summary.default, summary.best):
+            if trial is not None and trial.run_dir and Path(trial.run_dir).is_dir() and Path(trial.run_dir) not in runs:
+                runs.append(Path(trial.run_dir))
+    if not runs:
+        raise ValueError(f"study {paths[0]} has no trial run directory on this machine yet")
+    return runs, studies
 
 
 # ------------------------------------------------------------------------------------------------
