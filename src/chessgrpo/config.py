@@ -4,8 +4,11 @@ A command's configuration is a tree of dataclasses (see `EngineConfig`, `RunConf
 command configs built from them). `load_config` builds that tree from an optional YAML file plus
 overrides like ``engine.nodes=5000``. Every key is consumed: an unknown key or a value of the
 wrong type raises `ConfigError` naming the dotted key, so a typo never silently falls back to a
-default (one of the predecessor systems' failures). `save_config` writes the resolved tree into
-the run directory.
+default (one of the predecessor systems' failures). Every float must be finite (``lr=.inf`` or
+``nan`` never reaches an optimizer); ranges are checked by each dataclass's ``__post_init__``, whose
+``ValueError`` "<field> must be ..." becomes "config key <section>.<field> must be ...". A YAML
+syntax error names the file, line and column. `save_config` writes the resolved tree into the run
+directory.
 
 We use a small layer over dataclasses + PyYAML instead of omegaconf: the type checks we need
 (Optional, Literal, lists, nested dataclasses) fit in one readable file and the dataclasses stay
@@ -15,6 +18,7 @@ the single place where defaults and documentation live.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -24,7 +28,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import yaml
 
-from chessgrpo.errors import ChessGRPOError
+from chessgrpo.errors import ChessGRPOError, one_line, quote
 
 T = TypeVar("T")
 
@@ -99,6 +103,17 @@ class EngineConfig:
     syzygy_path: str | None = "../shared/data/syzygy"
     """Directory (or os.pathsep-separated directories) of Syzygy tables; None disables."""
 
+    def __post_init__(self) -> None:
+        for name, low in (("processes", 0), ("threads", 1), ("hash_mb", 1), ("retries_per_position", 0),
+                          ("max_failures", 0), ("startup_attempts", 1)):  # fmt: skip
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        for name in ("nodes", "depth"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or null, got {getattr(self, name)}")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {self.timeout_s}")
+
 
 @dataclasses.dataclass
 class RunConfig:
@@ -114,7 +129,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not _PLAIN_NAME.fullmatch(self.name) or self.name in (".", ".."):
             raise ConfigError(
-                f"config key run.name: {self.name!r} is not a plain name (letters, digits, . _ - only; no path "
+                f"config key run.name: {quote(self.name)} is not a plain name (letters, digits, . _ - only; no path "
                 "separators, no ..); put the parent directory in run.out_dir"
             )
 
@@ -134,6 +149,10 @@ class EngineEvalConfig:
     max_plies: int = 60
     """Longest random playout used to make a position."""
 
+    def __post_init__(self) -> None:
+        if self.random_positions < 0 or self.max_plies < 1:
+            raise ValueError(f"need random_positions >= 0 and max_plies >= 1, got {self.random_positions}, {self.max_plies}")
+
 
 # --------------------------------------------------------------------------------------------
 # Building dataclasses from plain data
@@ -152,7 +171,7 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", ba
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)  # YAML keys may be numbers
     if unknown:
         names = ", ".join(_dotted(prefix, k) for k in unknown)
         raise ConfigError(f"unknown config key {names}; valid keys here: {', '.join(sorted(fields))}")
@@ -169,8 +188,8 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", ba
         return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except ConfigError:
         raise
-    except ValueError as error:  # a __post_init__ check: say which section it came from
-        raise ConfigError(f"{prefix or 'config'}: {error}") from None
+    except ValueError as error:  # a __post_init__ check: say which section (and key) it came from
+        raise ConfigError(_section_error(prefix, str(error), fields)) from None
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -184,6 +203,15 @@ def to_dict(config: Any) -> dict[str, Any]:
         return value
 
     return plain(dataclasses.asdict(config))
+
+
+def _section_error(prefix: str, message: str, fields: typing.Iterable[str]) -> str:
+    """A section's ``__post_init__`` message with its place: "timeout_s must be > 0" of section
+    `engine` becomes "config key engine.timeout_s must be > 0"; other messages get "engine: "."""
+    first = re.split(r"[\s:=]", message, maxsplit=1)[0]
+    if prefix and first in set(fields):
+        return f"config key {prefix}.{message}"
+    return f"{prefix or 'config'}: {message}"
 
 
 def _dotted(prefix: str, key: object) -> str:
@@ -211,15 +239,17 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
                 return _coerce(value, option, key)
             except ConfigError as error:
                 errors.append(str(error))
-        raise ConfigError(f"config key {key}: {value!r} does not match {_type_name(tp)}")
+        if len(errors) == 1:  # `X | None`: the one type's own message says what is wrong
+            raise ConfigError(errors[0])
+        raise ConfigError(f"config key {key}: {quote(value)} does not match {_type_name(tp)}")
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed:
-            raise ConfigError(f"config key {key}: {value!r} is not one of {list(allowed)}")
+            raise ConfigError(f"config key {key}: {quote(value)} is not one of {list(allowed)}")
         return value
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key {key}: expected a list, got {value!r}")
+            raise ConfigError(f"config key {key}: expected a list, got {quote(value)}")
         args = get_args(tp)
         item_type = args[0] if args else Any
         items = [_coerce(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
@@ -233,25 +263,35 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"config key {key}: expected true or false, got {value!r}")
+        raise ConfigError(f"config key {key}: expected true or false, got {quote(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
+        raise ConfigError(f"config key {key}: expected an integer, got {quote(value)}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        # YAML 1.1 reads 3e-4 (no dot) as a string; accept any decimal or scientific literal.
-        if isinstance(value, str) and _FLOAT_LITERAL.fullmatch(value.strip()):
-            return float(value)
-        raise ConfigError(f"config key {key}: expected a number, got {value!r}")
+        number = None
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = float(value)
+            # YAML 1.1 reads 3e-4 (no dot) as a string; accept any decimal or scientific literal.
+            elif isinstance(value, str) and _FLOAT_LITERAL.fullmatch(value.strip()):
+                number = float(value)
+        except OverflowError:  # an integer beyond float range
+            number = math.inf
+        if number is None and isinstance(value, str) and value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
+            number = math.nan  # "nan" and "inf" (YAML strings) get the same message as .nan and .inf
+        if number is None:
+            raise ConfigError(f"config key {key}: expected a number, got {quote(value)}")
+        if not math.isfinite(number):  # .inf / .nan / 1e999: no knob means "infinite" (null disables)
+            raise ConfigError(f"config key {key}: expected a finite number, got {quote(value)}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"config key {key}: expected a string, got {value!r}")
+        raise ConfigError(f"config key {key}: expected a string, got {quote(value)}")
     if isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ConfigError(f"config key {key}: {value!r} is not a {_type_name(tp)}")
+    raise ConfigError(f"config key {key}: {quote(value)} is not a {_type_name(tp)}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,7 +314,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as error:
-        raise ConfigError(f"override {text!r}: cannot parse value: {error}") from None
+        raise ConfigError(f"override {quote(text)}: cannot parse value: {one_line(error)}") from None
     return parts, value
 
 
@@ -312,22 +352,47 @@ def _accepts_str(tp: Any) -> bool:
     return False
 
 
+def read_yaml_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The top-level mapping of a YAML config file ({} for an empty one).
+
+    Raises `ConfigError` naming the file when it is missing, not UTF-8 text (with the line and
+    byte), not valid YAML (with the line and column of the error) or not a mapping at the top.
+    """
+    from chessgrpo.files import read_text
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        text = read_text(path)
+    except ValueError as error:
+        raise ConfigError(f"config file {error}") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(error)}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {str(path)!r}: top level must be a mapping, got {type(loaded).__name__}")
+    return loaded
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line for a YAML error: "line L, column C: <problem> (<context> started at line K)"."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None)
+    if mark is None or problem is None:
+        return one_line(error)
+    context, context_mark = getattr(error, "context", None), getattr(error, "context_mark", None)
+    if context and context_mark is not None and context_mark.line != mark.line:
+        context += f" started at line {context_mark.line + 1}"
+    return one_line(f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context})" if context else ""))
+
+
 def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: typing.Sequence[str] = ()) -> T:
     """Build a `cls` config from an optional YAML file and ``key=value`` overrides (applied last)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {error}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(path)!r}: top level must be a mapping")
-        data = loaded
+    data: dict[str, Any] = read_yaml_file(path) if path is not None else {}
     for text in overrides:
         parts, value = parse_override(text)
         _apply_override(data, parts, value, cls, text)

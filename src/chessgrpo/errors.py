@@ -4,9 +4,16 @@ Anything derived from `ChessGRPOError` is an error the user can act on (a bad in
 file, a locked run directory, a run that diverged and could not recover); the CLI prints its
 message alone. Every other exception (a CUDA out-of-memory, a shape mismatch, a bug) keeps its
 traceback, because that stack is what a developer needs.
+
+Messages about bad input name the input (a file, with its line or row when known) and echo
+untrusted text through `quote`, so a 10,000-character "FEN" or a multi-line library error
+(`one_line`) still reads as one short line.
 """
 
 from __future__ import annotations
+
+ECHO_LIMIT = 100
+"""Characters of untrusted input that an error message echoes (`quote`)."""
 
 
 class ChessGRPOError(Exception):
@@ -23,3 +30,26 @@ class TrainingDiverged(ChessGRPOError):
 
 class CheckpointError(ChessGRPOError):
     """No intact checkpoint could be found or loaded."""
+
+
+def quote(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`repr(value)` for an error message, cut to about `limit` characters.
+
+    A longer value keeps the start of its repr, then ``...`` and the value's full length, e.g.
+    ``'rnbqkbnr/pppp...' (10000 characters)``; a short one is its plain repr. The repr escapes
+    newlines and control characters, so the result is always one line.
+    """
+    sized = isinstance(value, (str, bytes))
+    text = repr(value[: limit + 1]) if sized else repr(value)  # never the repr of a huge string
+    if len(text) <= limit + 2 and not (sized and len(value) > limit):  # + 2: the quotes
+        return text
+    size, unit = (len(value), "bytes" if isinstance(value, bytes) else "characters") if sized else (len(text), "characters")
+    return f"{text[:limit]}... ({size} {unit})"
+
+
+def one_line(error: BaseException | str, limit: int = 300) -> str:
+    """The text of `error` (e.g. a pyarrow, YAML or torch exception) as one line of at most ~`limit` characters."""
+    text = " ".join(str(error).split())
+    if not text and isinstance(error, BaseException):
+        text = type(error).__name__
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -8,6 +8,10 @@ A *manifest* (``manifest.json``) lists every file of a directory with its size a
 checkpoint directory counts as complete only when its manifest exists and every listed file
 matches (`verify_manifest`); loaders use `newest_intact_checkpoint` to skip a truncated or
 half-written checkpoint with a warning and fall back to the newest intact one.
+
+Readers of untrusted text (`read_text`, `text_lines`) decode UTF-8 themselves, so a file with a
+stray byte fails with one `ValueError` naming the file, the line and the byte offset instead of a
+codec error that names neither.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +65,52 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, payload: Any, *, indent: int | None = 1) -> Path:
     """Write `payload` as JSON atomically, so readers never see half a file."""
     return write_text_atomic(path, json.dumps(payload, indent=indent))
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading untrusted text
+
+
+def _not_utf8(path: str | os.PathLike, line: int, offset: int, byte: int) -> ValueError:
+    return ValueError(f"{path}:{line}: not a UTF-8 text file (byte 0x{byte:02x} at byte offset {offset})")
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The UTF-8 text of `path` with universal newlines and without a byte-order mark.
+
+    Raises `FileNotFoundError` for a missing file and `ValueError` naming the file for anything
+    else: undecodable bytes (with the line and byte offset of the first one), a directory, no
+    permission.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        start = error.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        raise _not_utf8(path, data.count(b"\n", 0, start) + 1, start, data[start]) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def text_lines(lines: Iterable[bytes], path: str | os.PathLike) -> Iterator[str]:
+    """Decode the byte lines of a file opened in binary mode (line endings kept; a byte-order mark
+    dropped), raising one `ValueError` that names `path`, the line and the byte offset of the first
+    byte that is not UTF-8. Line by line, so a stray byte is reported where it is, and a file is
+    never read whole."""
+    offset = 0
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            start = error.start + (3 if number == 1 and raw.startswith(b"\xef\xbb\xbf") else 0)
+            raise _not_utf8(path, number, offset + start, raw[start]) from None
+        offset += len(raw)
+        yield text
 
 
 # ------------------------------------------------------------------------------------------------

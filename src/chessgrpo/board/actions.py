@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 import chess
 import numpy as np
 
+from chessgrpo.errors import quote
+
 __all__ = [
     "ACTIONS",
     "NUM_ACTIONS",
@@ -131,15 +133,15 @@ def move_to_action(move: chess.Move | str) -> int:
         if index is not None:
             return index
         if _UCI_RE.fullmatch(move) is None:
-            raise ValueError(f"malformed UCI move {move!r}: expected e.g. 'e2e4' or 'e7e8q'")
-        raise ValueError(f"move {move!r} is not in the {NUM_ACTIONS}-move action table")
+            raise ValueError(f"malformed UCI move {quote(move)}: expected e.g. 'e2e4' or 'e7e8q'")
+        raise ValueError(f"move {quote(move)} is not in the {NUM_ACTIONS}-move action table")
     if isinstance(move, chess.Move):
         if move.drop is None and move:  # drops and the null move have no action
             index = int(_MOVE_KEY_TO_ACTION[_move_key(move)])
             if index >= 0:
                 return index
         raise ValueError(f"move {move.uci()!r} is not in the {NUM_ACTIONS}-move action table")
-    raise TypeError(f"expected a chess.Move or UCI string, got {type(move).__name__}: {move!r}")
+    raise TypeError(f"expected a chess.Move or UCI string, got {type(move).__name__}: {quote(move)}")
 
 
 def action_to_move(index: int) -> chess.Move:

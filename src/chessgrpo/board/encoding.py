@@ -42,6 +42,8 @@ from collections.abc import Iterable, Sequence
 import chess
 import numpy as np
 
+from chessgrpo.errors import quote
+
 __all__ = [
     "VOCABULARY",
     "VOCAB_SIZE",
@@ -92,13 +94,13 @@ assert sum(_PART_LENGTHS) == SEQUENCE_LENGTH
 
 
 def _bad_fen(fen: str, reason: str) -> ValueError:
-    return ValueError(f"malformed FEN {fen!r}: {reason}")
+    return ValueError(f"malformed FEN {quote(fen)}: {reason}")
 
 
 def _counter_chars(fen: str, value: str, name: str) -> str:
     """Validate a move counter and return its 3-char, '.'-padded form."""
     if _COUNTER_RE.fullmatch(value) is None:
-        raise _bad_fen(fen, f"{name} must be a non-negative integer, got {value!r}")
+        raise _bad_fen(fen, f"{name} must be a non-negative integer, got {quote(value)}")
     # String-level normalisation avoids int() on huge digit strings.
     digits = value.lstrip("0") or "0"
     if len(digits) > 3:
@@ -123,18 +125,18 @@ def _fen_to_chars(fen: str) -> str:
         if _RANK_RE.fullmatch(rank) is None:
             raise _bad_fen(
                 fen,
-                f"rank {8 - rank_index} {rank!r} must contain only pnbrqkPNBRQK "
+                f"rank {8 - rank_index} {quote(rank)} must contain only pnbrqkPNBRQK "
                 "and single digits 1-8",
             )
         squares = sum(int(c) if c.isdigit() else 1 for c in rank)
         if squares != 8:
-            raise _bad_fen(fen, f"rank {8 - rank_index} {rank!r} has {squares} squares, expected 8")
+            raise _bad_fen(fen, f"rank {8 - rank_index} {quote(rank)} has {squares} squares, expected 8")
 
     if side not in _EP_RANK_FOR_SIDE:
-        raise _bad_fen(fen, f"side to move must be 'w' or 'b', got {side!r}")
+        raise _bad_fen(fen, f"side to move must be 'w' or 'b', got {quote(side)}")
 
     if _CASTLING_RE.fullmatch(castling) is None:
-        raise _bad_fen(fen, f"castling must be '-' or a subset of 'KQkq' in that order, got {castling!r}")
+        raise _bad_fen(fen, f"castling must be '-' or a subset of 'KQkq' in that order, got {quote(castling)}")
 
     if ep != "-":
         expected_rank = _EP_RANK_FOR_SIDE[side]
@@ -142,7 +144,7 @@ def _fen_to_chars(fen: str) -> str:
             raise _bad_fen(
                 fen,
                 f"en passant must be '-' or a square on rank {expected_rank} "
-                f"when {side!r} is to move, got {ep!r}",
+                f"when {quote(side)} is to move, got {quote(ep)}",
             )
 
     half_chars = _counter_chars(fen, halfmove, "halfmove clock")
@@ -165,7 +167,7 @@ def _as_fen(position: str | chess.Board) -> str:
         return position
     if isinstance(position, chess.Board):
         return position.fen()
-    raise TypeError(f"expected a FEN string or chess.Board, got {type(position).__name__}: {position!r}")
+    raise TypeError(f"expected a FEN string or chess.Board, got {type(position).__name__}: {quote(position)}")
 
 
 def encode_fen(fen: str | chess.Board) -> np.ndarray:

@@ -29,6 +29,7 @@ import chess
 import chess.pgn
 
 from chessgrpo.board.validation import parse_board
+from chessgrpo.files import read_text
 
 Evaluator = Callable[[Sequence[chess.Board]], Sequence["int | None"]]
 """Centipawns for the side to move of each board, or None for a mate score."""
@@ -123,10 +124,7 @@ def read_openings(path: str | Path) -> list[Opening]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"openings file {str(path)!r} does not exist")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a UTF-8 text file ({error})") from None
+    text = read_text(path)  # a ValueError naming the line and byte that is not UTF-8
     openings = _read_pgn(path, text) if path.suffix.lower() == ".pgn" else _read_fen_lines(path, text)
     if not openings:
         raise ValueError(f"{path}: no openings found")

@@ -9,6 +9,7 @@ from typing import Iterator
 import chess
 
 from chessgrpo.board.validation import parse_board
+from chessgrpo.files import text_lines
 
 
 def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60, keep_history: bool = False) -> list[chess.Board]:
@@ -48,12 +49,19 @@ def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60, 
 def read_fen_file(path: str | Path) -> Iterator[chess.Board]:
     """Validated boards from a text file with one FEN (or EPD without operations) per line.
 
-    Blank lines and lines starting with '#' are skipped; a bad line raises `ValueError` naming
-    the file and line number.
+    Blank lines and lines starting with '#' are skipped. A bad line, a byte that is not UTF-8 or
+    an unreadable file raises `ValueError` naming the file (and the line number when there is one);
+    a missing file raises `FileNotFoundError` naming it.
     """
     path = Path(path)
-    with path.open() as handle:
-        for number, line in enumerate(handle, start=1):
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"FEN file {str(path)!r} does not exist") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it: {error.strerror or error}") from None
+    with handle:
+        for number, line in enumerate(text_lines(handle, path), start=1):
             text = line.strip()
             if not text or text.startswith("#"):
                 continue

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from chessgrpo.commands.common import add_config_arguments
 from chessgrpo.config import EngineEvalConfig, load_config, save_config
+from chessgrpo.files import write_text_atomic
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(evaluate)
     evaluate.add_argument("--fen", action="append", default=[], help="a position to evaluate (repeatable)")
-    evaluate.add_argument("--file", type=Path, help="text file with one FEN or EPD per line")
+    evaluate.add_argument("--file", type=Path, help="UTF-8 text file with one FEN or EPD per line")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object per position instead of a table")
     evaluate.set_defaults(handler=run_engine_eval)
 
@@ -55,10 +56,9 @@ def run_engine_eval(args: argparse.Namespace) -> int:
         engine_name, processes = pool.engine_name, pool.processes
         limit = str(pool.default_limit)
 
-    out_path = run_dir / "evaluations.jsonl"
-    with out_path.open("w") as handle:
-        for evaluation in evaluations:
-            handle.write(json.dumps(dataclasses.asdict(evaluation)) + "\n")
+    out_path = write_text_atomic(  # never half-written
+        run_dir / "evaluations.jsonl", "".join(json.dumps(dataclasses.asdict(e)) + "\n" for e in evaluations)
+    )
     if args.json:
         for evaluation in evaluations:
             print(json.dumps(dataclasses.asdict(evaluation)))

@@ -18,10 +18,8 @@ import logging
 import signal
 from pathlib import Path
 
-import yaml
-
 from chessgrpo.commands.common import add_config_arguments, progress_bar, resolve_run_config
-from chessgrpo.config import ConfigError, resumable_keys
+from chessgrpo.config import ConfigError, read_yaml_file, resumable_keys
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +46,7 @@ def run_kind(args: argparse.Namespace) -> str:
     source = args.resume / "config.yaml" if args.resume is not None else args.config
     kind = None
     if source is not None and Path(source).is_file():
-        try:
-            data = yaml.safe_load(Path(source).read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config file {str(source)!r} is not valid YAML: {error}") from None
-        if isinstance(data, dict):
-            kind = data.get("kind")
+        kind = read_yaml_file(source).get("kind")  # a ConfigError naming the file, line and column
     for text in args.overrides:
         if text.startswith("kind="):
             kind = text.split("=", 1)[1]

@@ -46,6 +46,7 @@ from chessgrpo.data.labelling import (
     validate_labelling,
 )
 from chessgrpo.engine.pool import EnginePool
+from chessgrpo.errors import one_line
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def open_pgn(path: str | Path) -> Iterator[TextIO]:
         else:
             raw = path.open("rb")
     except OSError as error:
-        raise ValueError(f"cannot open PGN file {str(path)!r}: {error}") from None
+        raise ValueError(f"cannot open PGN file {str(path)!r}: {one_line(error)}") from None
     # Undecodable bytes become U+FFFD: python-chess then reports the game as malformed.
     handle = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace")
     try:
@@ -273,7 +274,9 @@ class PgnImporter:
                         self._flush(pool, pending, counts, started, progress)
                         pending = []
         except (OSError, EOFError, zlib.error, pa.ArrowException) as error:  # truncated or corrupt compression
-            raise ValueError(f"cannot read PGN file {config.pgn!r}: {error}") from None
+            raise ValueError(
+                f"cannot read PGN file {config.pgn!r} after game {counts.games_read} (truncated or corrupt?): {one_line(error)}"
+            ) from None
         self._flush(pool, pending, counts, started, progress)
         if self.end_of_file and self.games.games_used == 0 and self.writer.rows == 0:
             raise ValueError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")

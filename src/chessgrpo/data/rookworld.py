@@ -30,7 +30,7 @@ split, and the same settings give the same files.
 
 from __future__ import annotations
 
-from chessgrpo.files import write_text_atomic
+from chessgrpo.files import text_lines, write_text_atomic
 
 import dataclasses
 import logging
@@ -43,7 +43,6 @@ from typing import Any
 
 import chess
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from chessgrpo.board import random_playout_positions
 from chessgrpo.config import save_config, to_dict
@@ -250,9 +249,9 @@ def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False
         raise FileNotFoundError(f"RookWorld text file {str(path)!r} does not exist")
     examples = []
     defects = dropped = 0
-    with path.open(encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.rstrip("\n")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(text_lines(handle, path), start=1):  # a stray byte: ValueError naming its line
+            line = raw.rstrip("\r\n")
             if not line.strip() or line.startswith("#"):
                 continue
             try:
@@ -293,10 +292,7 @@ def write_examples(directory: Path, examples: Iterable[RookWorldExample], test_f
     for split, rows in by_split.items():
         (directory / split).mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist([r.row() for r in rows], schema=ROOKWORLD_SCHEMA)
-        shard = directory / split / "shard-00000.parquet"
-        tmp = shard.with_name(shard.name + ".tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, shard)
+        schema.write_parquet(table, directory / split / "shard-00000.parquet")
         write_text_atomic(directory / SPLIT_FILES[split], "".join(r.line + "\n" for r in rows))
         counts[split] = {task: sum(r.task == task for r in rows) for task in ("policy", "environment")}
     return counts
@@ -310,13 +306,7 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
         raise FileNotFoundError(f"no RookWorld Parquet shards for split {split!r} under {str(directory)!r} (make them with `chessgrpo data rookworld`)")
     examples = []
     for path in paths:
-        try:
-            table = pq.read_table(path)
-        except (pa.ArrowException, OSError) as error:
-            raise ValueError(f"{path} is not a readable Parquet file: {error}") from None
-        missing = [name for name in ROOKWORLD_SCHEMA.names if name not in table.column_names]
-        if missing:
-            raise ValueError(f"{path} lacks RookWorld columns {missing} (is it a `data rookworld` shard?)")
+        table = schema.read_parquet(path, ROOKWORLD_SCHEMA.names, what="RookWorld shard")  # errors name the file
         for row in table.to_pylist():
             if task is not None and row["task"] != task:
                 continue

@@ -490,13 +490,14 @@ class EnginePool:
                     raise EngineError("engine returned a best move without a score")
                 return result
             except EngineError as error:
-                if engine is None:  # the replacement never started: startup retries are spent
-                    raise EngineError(f"{error} (while searching {_shorten(task.fen)!r})") from None
                 failures += 1
-                logger.warning("engine %d (pid %d) failed on %r (%s); replacing it", slot, engine.pid, task.fen, error)
-                engine.kill()
-                self._engines[slot] = None
-                self._count_engine_failure(f"searching {task.fen!r} ({task.limit})")
+                if engine is not None:
+                    logger.warning("engine %d (pid %d) failed on %r (%s); replacing it", slot, engine.pid, task.fen, error)
+                    engine.kill()
+                    self._engines[slot] = None
+                    self._count_engine_failure(f"searching {task.fen!r} ({task.limit})")
+                # else: the replacement never started (its start-up attempts, already counted, are
+                # spent); a storm of kills can do that, so it is one more retry of this search.
                 if failures > self.retry.retries_per_position:
                     with self._stats_lock:
                         self.stats.failures += 1

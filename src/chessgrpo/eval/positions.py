@@ -28,6 +28,7 @@ import chess.pgn
 
 from chessgrpo.board.sources import read_fen_file
 from chessgrpo.board.validation import parse_board, parse_move
+from chessgrpo.files import read_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
@@ -125,18 +126,11 @@ def _read_parquet(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:
 
 
 def _read_text(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:
-    try:
-        return [(board, None) for board in read_fen_file(path)]
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{str(path)!r} is not a text file of FENs: {error}") from None
+    return [(board, None) for board in read_fen_file(path)]  # errors name the file and line
 
 
 def _read_pgn(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{str(path)!r} is not a PGN text file: {error}") from None
-    handle = io.StringIO(text)
+    handle = io.StringIO(read_text(path))  # a ValueError naming the line and byte that is not UTF-8
     seen: set[str] = set()
     items: list[tuple[chess.Board, chess.Move | None]] = []
     games = moves = 0

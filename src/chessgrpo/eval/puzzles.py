@@ -37,8 +37,10 @@ from typing import Callable, Sequence
 import chess
 
 from chessgrpo.board.validation import parse_board, parse_move
+from chessgrpo.errors import one_line
 from chessgrpo.eval.players import Player
 from chessgrpo.eval.stats import Interval, wilson_interval
+from chessgrpo.files import text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +134,9 @@ def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0
     puzzles: list[Puzzle] = []
     skipped: list[SkippedRow] = []
     try:
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
+        with path.open("rb") as handle:
+            # Decoded line by line: a byte that is not UTF-8 raises a ValueError naming its line.
+            reader = csv.DictReader(text_lines(handle, path))
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise ValueError(f"puzzle file {str(path)!r} lacks columns {missing} (expected the Lichess puzzle CSV)")
@@ -147,8 +150,10 @@ def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0
                     if strict:
                         raise ValueError(f"{path}:{line}: {error}") from None
                     skipped.append(SkippedRow(line=line, puzzle_id=str(row.get("PuzzleId") or ""), reason=str(error)))
-    except (UnicodeDecodeError, csv.Error) as error:
-        raise ValueError(f"puzzle file {str(path)!r} is not a readable CSV: {error}") from None
+    except csv.Error as error:
+        raise ValueError(f"puzzle file {str(path)!r} line {reader.line_num} is not readable CSV: {one_line(error)}") from None
+    except OSError as error:
+        raise ValueError(f"puzzle file {str(path)!r}: cannot read it: {error.strerror or error}") from None
     if skipped:
         logger.warning(
             "skipped %d malformed puzzle rows of %s (first: line %d: %s)", len(skipped), path, skipped[0].line, skipped[0].reason

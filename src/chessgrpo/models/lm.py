@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from chessgrpo.errors import one_line
+
 logger = logging.getLogger(__name__)
 
 CHAR_TOKENIZER_FILE = "chess_char_tokenizer.json"
@@ -243,6 +245,7 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
     else the directory's `transformers` tokenizer. `dropout` (when given) replaces the model
     config's dropout probabilities; RL callers use `prepare_for_rl` instead.
     """
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     directory = resolve_lm_directory(path)
@@ -261,8 +264,10 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
         kwargs = {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, **kwargs)
+    except SafetensorError as error:  # not an OSError: a truncated or corrupt weights file
+        raise ValueError(f"{directory / LM_WEIGHTS_FILE} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
     except (OSError, ValueError) as error:
-        raise ValueError(f"{directory} is not a loadable causal LM: {error}") from None
+        raise ValueError(f"{directory} is not a loadable causal LM: {one_line(error)}") from None
     model.to(device)
     model_vocab = model.get_input_embeddings().num_embeddings
     if tokenizer.vocab_size > model_vocab:

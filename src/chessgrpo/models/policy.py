@@ -34,12 +34,14 @@ import chess
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
 from chessgrpo.board.encoding import VOCABULARY
 from chessgrpo.board.move_facts import MOVE_FACTS, move_fact_array
+from chessgrpo.errors import one_line
+from chessgrpo.files import write_bytes_atomic, write_text_atomic
 
 MODEL_FILE = "model.safetensors"
 WHITE_TO_MOVE_TOKEN = VOCABULARY.index("w")
@@ -80,6 +82,11 @@ class PolicyConfig:
         return cls(**MODEL_SIZES[size])
 
     def __post_init__(self) -> None:
+        if min(self.n_layers, self.d_model, self.n_heads) < 1 or min(self.d_ff, self.head_dim) < 0:
+            raise ValueError(
+                f"need n_layers, d_model, n_heads >= 1 and d_ff, head_dim >= 0, got n_layers={self.n_layers}, "
+                f"d_model={self.d_model}, n_heads={self.n_heads}, d_ff={self.d_ff}, head_dim={self.head_dim}"
+            )
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
@@ -361,6 +368,9 @@ class ModelConfig:
     value_head: bool = False
     """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
+    def __post_init__(self) -> None:
+        self.policy_config()  # a ValueError when the size is unknown or the overrides make no valid policy
+
     def overrides(self) -> dict[str, int]:
         """The fields of the named size that this config replaces."""
         return {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
@@ -464,8 +474,8 @@ def save_policy(model: ActionPolicy, directory: str | os.PathLike) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-    save_file(state, str(directory / MODEL_FILE))
-    (directory / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(model.config), indent=2))
+    write_bytes_atomic(directory / MODEL_FILE, save(state))  # each file whole or not at all
+    write_text_atomic(directory / CONFIG_FILE, json.dumps(dataclasses.asdict(model.config), indent=2))
     return directory
 
 
@@ -484,17 +494,28 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> ActionPolicy:
-    """Load an `ActionPolicy` from a checkpoint or run directory (see `resolve_checkpoint`)."""
+    """Load an `ActionPolicy` from a checkpoint or run directory (see `resolve_checkpoint`).
+
+    A config that is not a JSON object of `PolicyConfig` fields, a truncated or corrupt weights
+    file, or weights of another shape raise one `ValueError` naming the file.
+    """
     directory = resolve_checkpoint(path)
+    config_path, weights_path = directory / CONFIG_FILE, directory / MODEL_FILE
     try:
-        raw = json.loads((directory / CONFIG_FILE).read_text())
+        raw = json.loads(config_path.read_bytes())
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
         raw.setdefault("head", "pooled")  # checkpoints from before the head option had the pooled head
         config = PolicyConfig(**raw)
-    except (json.JSONDecodeError, TypeError) as error:
-        raise ValueError(f"{directory / CONFIG_FILE} is not a valid policy config: {error}") from None
+    except (OSError, ValueError, TypeError) as error:  # also UnicodeDecodeError and JSONDecodeError
+        raise ValueError(f"{config_path} is not a valid policy config: {one_line(error)}") from None
     model = ActionPolicy(config)
     try:
-        model.load_state_dict(load_file(str(directory / MODEL_FILE)))
+        state = load_file(str(weights_path))
     except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError on a truncated file
-        raise ValueError(f"{directory / MODEL_FILE} does not match its config: {error}") from None
+        raise ValueError(f"{weights_path} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:  # missing, unexpected or differently shaped tensors
+        raise ValueError(f"{weights_path} does not match its {CONFIG_FILE}: {one_line(error)}") from None
     return model.to(device).eval()

@@ -131,6 +131,8 @@ class TrajectoryConfig:
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+        if not (math.isfinite(self.shaping) and self.shaping >= 0):
+            raise ValueError(f"shaping must be a finite number >= 0 (0 = mate/lost-win only), got {self.shaping}")
         if self.opponent_nodes < 1 or self.reward_nodes < 1:
             raise ValueError(f"opponent_nodes and reward_nodes must be >= 1, got {self.opponent_nodes}, {self.reward_nodes}")
         if not (self.shaping >= 0 and math.isfinite(self.shaping)):

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chessgrpo.files import read_text
+
 if TYPE_CHECKING:
     from chessgrpo.track.backends import Sink, TrackingConfig
 
@@ -52,7 +54,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     rows = []
-    lines = path.read_text().splitlines()
+    lines = read_text(path).splitlines()  # names the file on bytes that are not UTF-8
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

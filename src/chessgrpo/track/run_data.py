@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from chessgrpo.files import read_text
 from chessgrpo.track.metrics import METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ def load_run(run_dir: str | Path) -> RunData:
     config: dict[str, Any] = {}
     if config_path.is_file():
         try:
-            loaded = yaml.safe_load(config_path.read_text())
+            loaded = yaml.safe_load(read_text(config_path))
         except yaml.YAMLError as error:
             raise ValueError(f"{config_path} is not valid YAML: {error}") from None
         config = loaded if isinstance(loaded, dict) else {}
@@ -197,8 +198,8 @@ def _held_out(entry: Any) -> HeldOut | None:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        payload = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:  # a file being written right now, or not ours
+        payload = json.loads(read_text(path))
+    except (OSError, ValueError) as error:  # a file being written right now, or not ours
         logger.warning("skipping %s: %s", path, error)
         return None
     return payload if isinstance(payload, dict) else None

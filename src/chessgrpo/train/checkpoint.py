@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from chessgrpo.errors import CheckpointError
+from chessgrpo.errors import CheckpointError, one_line
 from chessgrpo.files import (
     CHECKPOINTS_DIR,
     STEP_DIR,
@@ -184,7 +184,7 @@ def load_trainer_state(checkpoint_dir: str | os.PathLike, map_location: str | to
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001 - unpickling raises many kinds; name the file
-        raise CheckpointError(f"{path} is not a readable trainer state: {error}") from None
+        raise CheckpointError(f"{path} is not a readable trainer state (truncated or corrupt): {one_line(error)}") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} does not hold a trainer state dict")
     return state

@@ -34,6 +34,7 @@ import torch
 from chessgrpo.board import NUM_ACTIONS, encode_fens, legal_masks, move_to_action
 from chessgrpo.board.move_facts import move_facts
 from chessgrpo.data.schema import Split, read_positions, shard_paths
+from chessgrpo.errors import quote
 
 logger = logging.getLogger(__name__)
 
@@ -188,21 +189,21 @@ def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = Fa
 
 def _check_row(where, row, fen, best_move, best_action, moves, wins, mask) -> None:
     def bad(reason: str) -> ValueError:
-        return ValueError(f"{where}, row {row} ({fen!r}): {reason}")
+        return ValueError(f"{where}, row {row} ({quote(fen)}): {reason}")
 
     if not mask.any():
         raise bad("the position has no legal move")
     if not moves or wins is None or len(moves) != len(wins):
-        raise bad(f"moves {moves!r} and win_probs {wins!r} must be non-empty and of equal length")
+        raise bad(f"moves {quote(moves)} and win_probs {quote(wins)} must be non-empty and of equal length")
     if best_move != moves[0]:
-        raise bad(f"best_move {best_move!r} is not moves[0] {moves[0]!r}")
+        raise bad(f"best_move {quote(best_move)} is not moves[0] {quote(moves[0])}")
     if move_to_action(best_move) != best_action:
-        raise bad(f"best_action {best_action} is not the index of best_move {best_move!r}")
+        raise bad(f"best_action {best_action} is not the index of best_move {quote(best_move)}")
     for move in moves:
         if not mask[move_to_action(move)]:
-            raise bad(f"labelled move {move!r} is not legal there")
+            raise bad(f"labelled move {quote(move)} is not legal there")
     if any(not 0.0 <= w <= 1.0 for w in wins):
-        raise bad(f"win_probs {wins!r} are not all in [0, 1]")
+        raise bad(f"win_probs {quote(wins)} are not all in [0, 1]")
 
 
 def _warn_if_best_is_not_best(where: str, actions: np.ndarray, win_probs: np.ndarray) -> None:

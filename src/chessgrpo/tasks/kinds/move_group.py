@@ -104,6 +104,8 @@ class MoveGroupTrainConfig(TrainConfig):
             raise ConfigError("config keys positions and position_mixture are exclusive: set positions: null to use the mixture, or position_mixture: [] (override position_mixture=[]) for one source")
         if not self.position_mixture and self.positions is None:
             raise ConfigError("config key positions is null and position_mixture is empty: no start positions")
+        if self.max_start_positions is not None and self.max_start_positions < 1:
+            raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         low_high = self.start_win_prob_range
         if low_high is not None and not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
             raise ConfigError(f"config key start_win_prob_range must be [low, high] within [0, 1], got {list(low_high)}")

@@ -134,6 +134,8 @@ class TrajectoryTrainConfig(TrainConfig):
         super().__post_init__()
         if self.kind != "trajectory":
             raise ConfigError(f"config key kind must be trajectory for this config, got {self.kind!r}")
+        if self.max_start_positions is not None and self.max_start_positions < 1:
+            raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
             raise ConfigError("config keys curriculum_start_dtz must be >= 1 (or null) and curriculum_dtz_per_step >= 0")
         if self.endgame_colours not in COLOURS:
