@@ -491,12 +491,30 @@ def engine_binary_deleted(bench: Bench, tally: Tally, trial: int) -> None:
 # kill -9 of the command, then --resume or the same command again
 
 
+def _kill_once(bench: "Bench", tally: "Tally", args: list, reference_s: float, kill_when=None, while_what: str = ""):
+    """Run `args` and kill -9 it: when `kill_when()` turns true (`while_what` names that moment),
+    else at a random 40-95% of the undisturbed run's time. Returns (result, moment), or None after
+    tallying a crash when the command failed on its own before the kill."""
+    if kill_when is not None:
+        first = bench.cli(args, kill_when=kill_when, kill_poll_s=0.001)
+        moment = f"while {while_what}" if first.killed else f"never caught {while_what}"
+    else:
+        delay = bench.rng.uniform(0.4, 0.95) * reference_s
+        first = bench.cli(args, kill_after_s=delay)
+        moment = f"killed at {delay:.1f} s of ~{reference_s:.0f}"
+    if not first.killed and not first.ok:
+        tally.add(CRASHED, f"before the kill: {_ended(first)}: {first.tail(1)}")
+        return None
+    return first, moment
+
+
 def _kill9_train_case(kind: str, at_checkpoint_write: bool = False):
     def run(bench: Bench, tally: Tally, trial: int) -> None:
         _, reference_s = bench.reference(kind)
         name = bench.unique(f"{kind}-kill9")
         run_dir = bench.runs / name
         args = bench.train_args(kind, name)
+        kill_when = None
         if at_checkpoint_write:
             checkpoints = run_dir / "checkpoints"
             skip = bench.rng.randrange(1, 4)  # not the step-0 save: the 2nd-4th checkpoint write
@@ -510,15 +528,11 @@ def _kill9_train_case(kind: str, at_checkpoint_write: bool = False):
                 seen.update(tmp)
                 return bool(tmp) and len(seen) > skip
 
-            first = bench.cli(args, kill_when=writing, kill_poll_s=0.001)
-            moment = "while writing a checkpoint" if first.killed else "never caught a checkpoint write"
-        else:
-            delay = bench.rng.uniform(0.4, 0.95) * reference_s
-            first = bench.cli(args, kill_after_s=delay)
-            moment = f"killed at {delay:.1f} s of ~{reference_s:.0f}"
-        if not first.killed and not first.ok:
-            tally.add(CRASHED, f"before the kill: {_ended(first)}: {first.tail(1)}")
+            kill_when = writing
+        killed = _kill_once(bench, tally, args, reference_s, kill_when, "writing a checkpoint")
+        if killed is None:
             return
+        first, moment = killed
         # As a user would: --resume when the run directory has a config, else the same command;
         # a run killed before its first checkpoint was saved cannot resume: the same command again.
         how = "resumed"
@@ -553,16 +567,11 @@ def _kill9_generate(at_shard_write: bool):
         reference, reference_s = bench.reference("data")
         out = bench.work / bench.unique("data-kill9")
         args = bench.generate_args(out)
-        if at_shard_write:
-            first = bench.cli(args, kill_when=lambda: out.exists() and any(out.rglob("*.tmp")), kill_poll_s=0.001)
-            moment = "while writing a shard" if first.killed else "never caught a shard write"
-        else:
-            delay = bench.rng.uniform(0.4, 0.95) * reference_s
-            first = bench.cli(args, kill_after_s=delay)
-            moment = f"killed at {delay:.1f} s of ~{reference_s:.0f}"
-        if not first.killed and not first.ok:
-            tally.add(CRASHED, f"before the kill: {_ended(first)}: {first.tail(1)}")
+        shard_write = (lambda: out.exists() and any(out.rglob("*.tmp"))) if at_shard_write else None
+        killed = _kill_once(bench, tally, args, reference_s, shard_write, "writing a shard")
+        if killed is None:
             return
+        first, moment = killed
         second = bench.cli(args)
         _judge_dataset(tally, second, reference, out, note=f" ({moment}; re-run)" if trial == 0 or not second.ok else "")
 
@@ -577,16 +586,15 @@ case("kill -9", "data generate while writing a shard, then the same command", tr
 def kill9_games(bench: Bench, tally: Tally, trial: int) -> None:
     _, reference_s = bench.reference("games")
     pgn = bench.work / f"{bench.unique('games-kill9')}.pgn"
-    delay = bench.rng.uniform(0.4, 0.95) * reference_s
-    first = bench.cli(bench.games_args(pgn), kill_after_s=delay)
-    if not first.killed and not first.ok:
-        tally.add(CRASHED, f"before the kill: {_ended(first)}: {first.tail(1)}")
+    killed = _kill_once(bench, tally, bench.games_args(pgn), reference_s)
+    if killed is None:
         return
+    first, moment = killed
     orphans = f"; {first.leftovers} processes outlived the kill by 3 s" if first.leftovers else ""
     second = bench.cli(bench.games_args(pgn))
     _judge_games(bench, tally, second, pgn)
     if orphans:
-        tally.notes.append(f"killed at {delay:.1f} s{orphans}")
+        tally.notes.append(f"{moment}{orphans}")
 
 
 @case("kill -9", "data rookworld, then the same command", trials=(0, 2))
@@ -597,16 +605,10 @@ def kill9_rookworld_data(bench: Bench, tally: Tally, trial: int) -> None:
             "engine.processes=2", "engine.cache=false", f"engine.syzygy_path={SYZYGY}"]  # fmt: skip
     # It writes everything at the end: killed once its output directory exists (while writing),
     # or at a random moment on later trials.
-    if trial == 0:
-        first = bench.cli(args, kill_when=out.exists, kill_poll_s=0.001)
-        moment = "while writing its output" if first.killed else "never caught writing"
-    else:
-        delay = bench.rng.uniform(0.4, 0.95) * reference_s
-        first = bench.cli(args, kill_after_s=delay)
-        moment = f"killed at {delay:.1f} s of ~{reference_s:.0f}"
-    if not first.killed and not first.ok:
-        tally.add(CRASHED, f"before the kill: {_ended(first)}: {first.tail(1)}")
+    killed = _kill_once(bench, tally, args, reference_s, out.exists if trial == 0 else None, "writing its output")
+    if killed is None:
         return
+    first, moment = killed
     second = bench.cli(args)
     if not second.ok:
         tally.add(CRASHED, f"the re-run ({moment}): {second.tail(1)}")

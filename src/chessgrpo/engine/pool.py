@@ -538,10 +538,6 @@ class EnginePool:
         return Analysis(fen=board.fen(), lines=tuple(lines), depth=first[3], nodes=first[4], cached=cached)
 
 
-def _shorten(text: str, limit: int = 100) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
 def _result_to_json(result: SearchResult) -> dict:
     """The cacheable form of a search: best move and [cp, mate, pv, depth, nodes] per rank."""
     return {
