@@ -539,7 +539,16 @@ def run_sweep(sweep: Sweep, *, on_trial: Callable[[Any], None] | None = None, pr
 
     previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for process in workers:
+        # Optuna can hand one waiting (enqueued) trial to two workers that pop it at the same
+        # moment from SQLite (both then run the same trial directory): the first worker takes the
+        # waiting trials alone, the others start once none is left waiting.
+        import optuna
+
+        workers[0].start()
+        waiting = (optuna.trial.TrialState.WAITING,)
+        while workers[0].is_alive() and open_study(sweep).get_trials(deepcopy=False, states=waiting):
+            time.sleep(0.5)  # a fresh read of the storage each time
+        for process in workers[1:]:
             process.start()
         for process in workers:
             process.join()
