@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,3 +211,23 @@ def test_shipped_tiny_config_loads_and_names_every_key():
     text = path.read_text()
     assert all(f"\n{key}:" in text for key in to_dict(GenerateConfig()) if key != "engine")
     assert all(f"\n  {key}:" in text for key in to_dict(DataEngineConfig()))
+
+
+def test_a_shard_changed_on_disk_is_named_by_the_rerun_and_by_readers(dataset, tmp_path, pool):
+    """The manifest records each shard's SHA-256: a byte flipped anywhere (even in a column the
+    resume does not read) stops the rerun and every reader with the file's name, and changes nothing."""
+    source, _, _ = dataset
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    manifest = schema.read_manifest(copy)
+    assert set(manifest["shard_sha256"]) == {p.relative_to(copy).as_posix() for p in schema.shard_paths(copy)}
+    shard = copy / "test" / "shard-00001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
+    with pytest.raises(ValueError, match=r"test/shard-00001\.parquet.*SHA-256"):
+        generate_dataset(tiny_config(copy, positions=200), pool=pool)
+    with pytest.raises(ValueError, match=r"test/shard-00001\.parquet.*SHA-256"):
+        schema.read_positions(copy)
+    assert {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()} == before

@@ -14,7 +14,7 @@ import pytest
 from chessgrpo.board import move_to_action
 from chessgrpo.cli import main
 from chessgrpo.data import schema
-from chessgrpo.data.pgn_import import ImportPgnConfig, import_pgn
+from chessgrpo.data.pgn_import import ImportPgnConfig, import_pgn, open_pgn
 from chessgrpo.engine import EnginePool
 
 NODES, MULTIPV = 200, 3
@@ -168,3 +168,22 @@ def test_bad_inputs_give_one_clear_error(tmp_path, pgn_files, capsys):
     out = capsys.readouterr().out
     assert "read 4 games (3 used" in out and "1 malformed" in out
     assert collections.Counter(schema.read_positions(tmp_path / "ok").column("source").to_pylist()).keys() == {"pgn"}
+
+
+def test_a_latin1_file_imports_the_same_positions_and_says_it_is_not_utf8(pool, tmp_path, caplog):
+    """Older PGN files are ISO-8859-1, the PGN standard's character set: their bytes that are not
+    UTF-8 are read as Latin-1 (names intact), the games are not lost, and a warning names the file."""
+    text = OPERA_GAME.replace("Duke Karl / Count Isouard", "Herzog Karl von Braunschweig-Lüneburg")
+    latin1 = tmp_path / "latin1.pgn"
+    latin1.write_bytes(text.encode("latin-1"))
+    utf8 = tmp_path / "utf8.pgn"
+    utf8.write_text(text, encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        from_latin1 = import_pgn(config(latin1, tmp_path / "a"), pool=pool)
+    assert "latin1.pgn" in caplog.text and "ISO-8859-1" in caplog.text
+    from_utf8 = import_pgn(config(utf8, tmp_path / "b"), pool=pool)
+    assert from_latin1.games.games_used == 1 == from_utf8.games.games_used
+    fens = {key: sorted(schema.read_positions(tmp_path / key).column("fen").to_pylist()) for key in ("a", "b")}
+    assert fens["a"] == fens["b"] and len(fens["a"]) == len(game_keys(OPERA_GAME))
+    with open_pgn(latin1) as handle:
+        assert "Braunschweig-Lüneburg" in chess.pgn.read_game(handle).headers["Black"]

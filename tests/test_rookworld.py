@@ -5,6 +5,12 @@ Real Stockfish at small node limits; the shared samples in ../shared/data/rookwo
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import chess
 import pyarrow.parquet as pq
 import pytest
@@ -277,3 +283,34 @@ def test_importing_upstream_text_flags_and_drops_the_defective_lines(tmp_path):
     summary = run_rookworld_data(RookWorldDataConfig(out=str(tmp_path / "imported"), from_text=str(path)))
     assert summary.defects == 11 and summary.dropped == 11
     assert len(read_rookworld(tmp_path / "imported", "train")) + len(read_rookworld(tmp_path / "imported", "test")) == 23
+
+
+def test_a_killed_run_leaves_no_dataset_and_the_same_command_runs_again(tmp_path):
+    """kill -9 mid-run: nothing at --out (the data is written to a hidden sibling and renamed last),
+    and rerunning the same command makes the whole dataset; a shard changed afterwards is named."""
+    out = tmp_path / "rw"
+    args = [sys.executable, "-m", "chessgrpo.cli", "data", "rookworld", "--out", str(out), "--positions", "1500",
+            "--nodes", "60", "engine.processes=1", f"engine.cache_path={tmp_path / 'cache.sqlite'}"]  # fmt: skip
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(2.5)  # start-up, then some labelling (the whole run takes ~8 s on 2 idle cores)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not out.exists() or not any(out.iterdir())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid now names no process
+    abandoned = tmp_path / f".rw.partial-{dead.pid}"
+    abandoned.mkdir()  # what a run killed while writing leaves behind
+
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    examples = read_rookworld(out, "train") + read_rookworld(out, "test")
+    assert sum(e.task == "policy" for e in examples) == 1500
+    assert not list(tmp_path.glob(".rw.partial-*")), "a killed run's partial directory is removed"
+
+    shard = out / "train" / "shard-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="shard-00000.parquet.*SHA-256"):
+        read_rookworld(out, "train")

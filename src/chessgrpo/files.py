@@ -117,7 +117,8 @@ def text_lines(lines: Iterable[bytes], path: str | os.PathLike) -> Iterator[str]
 # Manifests
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -131,7 +132,7 @@ def write_manifest(directory: str | os.PathLike, extra: dict[str, Any] | None = 
     files = {}
     for path in sorted(directory.rglob("*")):
         if path.is_file() and path.name != MANIFEST_FILE:
-            files[path.relative_to(directory).as_posix()] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+            files[path.relative_to(directory).as_posix()] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
     return write_json_atomic(directory / MANIFEST_FILE, {"files": files, **(extra or {})})
 
 
@@ -156,7 +157,7 @@ def verify_manifest(directory: str | os.PathLike) -> str | None:
         size = path.stat().st_size
         if size != expected["size"]:
             return f"{name} has {size} bytes, the manifest says {expected['size']}"
-        if _sha256(path) != expected["sha256"]:
+        if file_sha256(path) != expected["sha256"]:
             return f"{name} does not match its SHA-256 in the manifest"
     return None
 

@@ -261,6 +261,7 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
             "splits": {split: len(split_rows) for split, split_rows in by_split.items()},
             "held_out_excluded": {"count": config.held_out, "seed": config.held_out_seed, "with_images": config.symmetries},
             "symmetries": config.symmetries,
+            "shard_sha256": schema.shard_checksums(directory),
             "label": f"value = 1 - {PLY_STEP} * plies to mate after the move (win), 0.5 draw",
             "config": to_dict(config),
         },

@@ -349,7 +349,7 @@ class DatasetGenerator:
         config.validate()
         self.config = config
         self.directory, self.manifest = prepare_output(config.out, config.identity())
-        self.writer = DatasetWriter(self.directory, config.test_fraction)
+        self.writer = DatasetWriter(self.directory, config.test_fraction, self.manifest.get("shard_sha256"))
         self.earlier_seconds = float(self.manifest.get("wall_time_s", 0.0))
 
     @property

@@ -266,13 +266,16 @@ class DatasetWriter:
     On construction it deletes stale ``*.tmp`` files (a killed writer's leftovers) and any shard
     index that has only one of its two split files (a writer killed between them), then reads
     the ``fen`` and ``source`` columns of every complete shard to rebuild the set of positions
-    already stored. `write_shard` writes the next index: ``test/`` first, then ``train/``, each
+    already stored. `checksums` (the manifest's ``shard_sha256``: relative path -> SHA-256 recorded
+    when each shard was written) are verified first, so a shard changed on disk since is one error
+    naming it instead of a dataset silently extended around damaged rows. `write_shard` writes the next index: ``test/`` first, then ``train/``, each
     atomically, so a complete index always has both files.
     """
 
-    def __init__(self, directory: str | Path, test_fraction: float):
+    def __init__(self, directory: str | Path, test_fraction: float, checksums: dict[str, str] | None = None):
         self.directory = Path(directory)
         self.test_fraction = test_fraction
+        self.checksums: dict[str, str] = dict(checksums or {})
         self.seen: set[str] = set()
         self.counts: dict[str, collections.Counter[str]] = {split: collections.Counter() for split in schema.SPLITS}
         self.next_shard = 0
@@ -298,7 +301,8 @@ class DatasetWriter:
         for row in rows:
             by_split[schema.split_of(row["fen"], self.test_fraction)].append(row)
         for split in ("test", "train"):  # an index counts as complete only once both files exist
-            schema.write_shard(by_split[split], self._shard_path(split, index))
+            path = schema.write_shard(by_split[split], self._shard_path(split, index))
+            self.checksums[self._relative(path)] = schema.file_sha256(path)
         for split, split_rows in by_split.items():
             self.counts[split].update(row["source"] for row in split_rows)
         self.seen.update(schema.position_key(row["fen"]) for row in rows)
@@ -316,7 +320,11 @@ class DatasetWriter:
             "sources": dict(sorted(sources.items())),
             "counts": {split: dict(sorted(counter.items())) for split, counter in self.counts.items()},
             "shards": self.next_shard,
+            "shard_sha256": dict(sorted(self.checksums.items())),
         }
+
+    def _relative(self, path: Path) -> str:
+        return path.relative_to(self.directory).as_posix()
 
     def _shard_path(self, split: str, index: int) -> Path:
         return self.directory / split / f"shard-{index:05d}.parquet"
@@ -336,10 +344,16 @@ class DatasetWriter:
             for index in sorted(indices[split] - complete):
                 logger.warning("removing incomplete shard %s (its other split was never written)", self._shard_path(split, index))
                 self._shard_path(split, index).unlink()
+                self.checksums.pop(self._relative(self._shard_path(split, index)), None)
         if not complete:
             return
         for split in schema.SPLITS:
             for index in sorted(complete):
+                path = self._shard_path(split, index)
+                schema.verify_shard(self.directory, path, self.checksums)
+                # A shard written after the manifest's last update (killed in between) has no checksum
+                # yet: its write was atomic, so it is adopted as it is.
+                self.checksums.setdefault(self._relative(path), schema.file_sha256(path))
                 table = schema.read_positions(self._shard_path(split, index), columns=["fen", "source"])
                 self.seen.update(schema.position_key(fen) for fen in table.column("fen").to_pylist())
                 self.counts[split].update(table.column("source").to_pylist())

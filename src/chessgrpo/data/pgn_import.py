@@ -14,6 +14,7 @@ shard (games before it are skipped with the fast `chess.pgn.skip_game`).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import gzip
@@ -149,9 +150,28 @@ class ImportSummary:
     already_complete: bool = False
 
 
+class Latin1Fallback:
+    """A codec error handler: bytes that are not UTF-8 are read as ISO-8859-1, the character set of
+    the PGN standard (1994) that many older files (ChessBase exports, TWIC) still use, and counted."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.name = f"chessgrpo-pgn-latin1-{id(self)}"
+        codecs.register_error(self.name, self)
+
+    def __call__(self, error: UnicodeError) -> tuple[str, int]:
+        if not isinstance(error, UnicodeDecodeError):
+            raise error
+        self.bytes += error.end - error.start
+        return error.object[error.start : error.end].decode("latin-1"), error.end
+
+
 @contextlib.contextmanager
-def open_pgn(path: str | Path) -> Iterator[TextIO]:
-    """Open a PGN file as text, decompressing gzip or zstd when its first bytes say so."""
+def open_pgn(path: str | Path, fallback: Latin1Fallback | None = None) -> Iterator[TextIO]:
+    """Open a PGN file as text, decompressing gzip or zstd when its first bytes say so.
+
+    Text is UTF-8; bytes that are not are read as ISO-8859-1 (`fallback` counts them), so a Latin-1
+    file loses nothing and its names come out right."""
     path = Path(path)
     try:
         with path.open("rb") as probe:
@@ -164,8 +184,7 @@ def open_pgn(path: str | Path) -> Iterator[TextIO]:
             raw = path.open("rb")
     except OSError as error:
         raise ValueError(f"cannot open PGN file {str(path)!r}: {one_line(error)}") from None
-    # Undecodable bytes become U+FFFD: python-chess then reports the game as malformed.
-    handle = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace")
+    handle = io.TextIOWrapper(raw, encoding="utf-8-sig", errors=(fallback or Latin1Fallback()).name)
     try:
         yield handle
     finally:
@@ -218,7 +237,7 @@ class PgnImporter:
         config.validate()
         self.config = config
         self.directory, self.manifest = prepare_output(config.out, config.identity())
-        self.writer = DatasetWriter(self.directory, config.test_fraction)
+        self.writer = DatasetWriter(self.directory, config.test_fraction, self.manifest.get("shard_sha256"))
         known = {field.name for field in dataclasses.fields(GameCounts)}
         self.games = GameCounts(**{k: v for k, v in self.manifest.get("games", {}).items() if k in known})
         self.end_of_file = bool(self.manifest.get("end_of_file", False))
@@ -259,8 +278,9 @@ class PgnImporter:
         config = self.config
         pending: list[chess.Board] = []
         counts = dataclasses.replace(self.games)  # advances past games whose positions are pending
+        fallback = Latin1Fallback()
         try:
-            with open_pgn(config.pgn) as handle:
+            with open_pgn(config.pgn, fallback) as handle:
                 for _ in range(counts.games_read):  # resume: these games are in written shards
                     if not chess.pgn.skip_game(handle):
                         break
@@ -277,6 +297,11 @@ class PgnImporter:
             raise ValueError(
                 f"cannot read PGN file {config.pgn!r} after game {counts.games_read} (truncated or corrupt?): {one_line(error)}"
             ) from None
+        if fallback.bytes:
+            logger.warning(
+                "PGN file %r is not UTF-8: %d bytes were read as ISO-8859-1 (Latin-1, the PGN standard's character set)",
+                config.pgn, fallback.bytes,
+            )  # fmt: skip
         self._flush(pool, pending, counts, started, progress)
         if self.end_of_file and self.games.games_used == 0 and self.writer.rows == 0:
             raise ValueError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")

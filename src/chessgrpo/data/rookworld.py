@@ -30,12 +30,11 @@ split, and the same settings give the same files.
 
 from __future__ import annotations
 
-from chessgrpo.files import text_lines, write_text_atomic
-
 import dataclasses
 import logging
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -48,6 +47,7 @@ from chessgrpo.board import random_playout_positions
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import DataEngineConfig, require
+from chessgrpo.files import text_lines, write_text_atomic
 from chessgrpo.tasks.rookworld import (
     HISTORY_MOVES,
     MAX_LISTED_MOVES,
@@ -304,8 +304,10 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
     paths = sorted((directory / split).glob("shard-*.parquet"))
     if not paths:
         raise FileNotFoundError(f"no RookWorld Parquet shards for split {split!r} under {str(directory)!r} (make them with `chessgrpo data rookworld`)")
+    checksums = schema.read_manifest(directory).get("shard_sha256", {})
     examples = []
     for path in paths:
+        schema.verify_shard(directory, path, checksums)
         table = schema.read_parquet(path, ROOKWORLD_SCHEMA.names, what="RookWorld shard")  # errors name the file
         for row in table.to_pylist():
             if task is not None and row["task"] != task:
@@ -317,12 +319,40 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
     return examples
 
 
+def partial_directory(directory: Path) -> Path:
+    """A new hidden sibling of `directory` to write into before the final rename (named by our pid)."""
+    partial = directory.parent / f".{directory.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def remove_abandoned_partials(directory: Path) -> None:
+    """Delete the hidden partial directories of killed runs for `directory` (their process is gone)."""
+    for partial in directory.parent.glob(f".{directory.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            logger.info("removing %s left by a killed run", partial)
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], None] | None = None) -> RookWorldSummary:
     """Generate or import a dataset into config.out (refuses a non-empty directory)."""
     config.validate()
     directory = Path(config.out)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"output directory {str(directory)!r} exists and is not empty; choose a new one")
+    remove_abandoned_partials(directory)
     started = time.perf_counter()
     defects = dropped = 0
     engine_name = None
@@ -337,11 +367,20 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
         with EnginePool.from_config(engine) as pool:
             examples = generate_examples(config, pool, progress)
             engine_name = pool.engine_name
-    directory.mkdir(parents=True, exist_ok=True)
-    counts = write_examples(directory, examples, config.test_fraction)
-    save_config(config, directory / "config.yaml")
-    schema.write_manifest(directory, {
-        "command": "rookworld", "settings": to_dict(config), "engine": engine_name, "counts": counts,
-        "defects": defects, "dropped_defective": dropped,
-    })  # fmt: skip
+    # Everything is written into a hidden sibling and renamed into place last, so a killed run leaves
+    # no half-written dataset behind and rerunning the same command simply starts again.
+    partial = partial_directory(directory)
+    try:
+        counts = write_examples(partial, examples, config.test_fraction)
+        save_config(config, partial / "config.yaml")
+        schema.write_manifest(partial, {
+            "command": "rookworld", "settings": to_dict(config), "engine": engine_name, "counts": counts,
+            "defects": defects, "dropped_defective": dropped, "shard_sha256": schema.shard_checksums(partial),
+        })  # fmt: skip
+        if directory.is_dir():
+            directory.rmdir()  # empty (checked above); os.replace needs the name free or an empty dir
+        os.replace(partial, directory)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return RookWorldSummary(directory, counts, defects, dropped, time.perf_counter() - started)

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chessgrpo.errors import one_line
+from chessgrpo.files import file_sha256
 
 SCHEMA_VERSION = 1
 Split = Literal["train", "test"]
@@ -115,6 +116,23 @@ def read_parquet(path: str | os.PathLike, columns: Sequence[str] | None = None, 
         raise ValueError(f"{what} {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
 
 
+def shard_checksums(directory: str | os.PathLike) -> dict[str, str]:
+    """{relative path: SHA-256} of every shard of a dataset directory: the manifest's ``shard_sha256``."""
+    directory = Path(directory)
+    return {path.relative_to(directory).as_posix(): file_sha256(path) for path in sorted(directory.glob("*/shard-*.parquet"))}
+
+
+def verify_shard(directory: Path, path: Path, checksums: dict[str, str]) -> None:
+    """Raise `ValueError` naming `path` when its bytes differ from the SHA-256 the dataset's manifest
+    recorded when it was written (a shard without a recorded checksum passes: older datasets)."""
+    expected = checksums.get(path.relative_to(directory).as_posix())
+    if expected is not None and file_sha256(path) != expected:
+        raise ValueError(
+            f"dataset shard {str(path)!r} differs from the SHA-256 its manifest recorded when it was written "
+            "(changed or corrupted on disk); restore it, or regenerate the dataset in a new directory"
+        )
+
+
 def shard_paths(directory: str | os.PathLike, split: Split | None = None) -> list[Path]:
     """Completed shard files of a dataset directory (optionally one split), sorted."""
     directory = Path(directory)
@@ -125,16 +143,19 @@ def shard_paths(directory: str | os.PathLike, split: Split | None = None) -> lis
 def read_positions(source: str | os.PathLike, split: Split | None = None, columns: Iterable[str] | None = None) -> pa.Table:
     """Read a dataset directory (all shards of `split`, or both) or a single Parquet file.
 
-    Raises `ValueError` naming the file when a shard is unreadable (truncated, scrambled pages), lacks
-    schema columns or has columns of other types.
+    Raises `ValueError` naming the file when a shard is unreadable (truncated, scrambled pages), differs
+    from the checksum the directory's manifest recorded, lacks schema columns or has columns of other types.
     """
     source = Path(source)
     paths = [source] if source.is_file() else shard_paths(source, split)
     if not paths:
         raise FileNotFoundError(f"no Parquet shards for split {split or 'any'} under {str(source)!r}")
     wanted = list(columns) if columns is not None else POSITION_SCHEMA.names
+    checksums = read_manifest(source).get("shard_sha256", {}) if source.is_dir() else {}
     tables = []
     for path in paths:
+        if checksums:
+            verify_shard(source, path, checksums)
         table = read_parquet(path, wanted, what="dataset shard")
         try:
             tables.append(table.cast(pa.schema([POSITION_SCHEMA.field(n) for n in wanted])))

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import chess
 
 from chessgrpo.board import move_to_action
-from chessgrpo.data.schema import read_positions, shard_paths, write_manifest, write_shard
+from chessgrpo.data.schema import read_positions, shard_checksums, shard_paths, write_manifest, write_shard
 
 SHARD_ROWS = 4096
 
@@ -125,6 +125,7 @@ def label_with_search(
     write_manifest(
         out,
         {"command": "data search-label", "checkpoint": str(checkpoint), "source": str(source), "search": settings,
-         "positions": len(rows), "agreement_with_source": agreement, "seconds": seconds},
+         "positions": len(rows), "agreement_with_source": agreement, "seconds": seconds,
+         "shard_sha256": shard_checksums(out)},
     )  # fmt: skip
     return SearchLabelSummary(out, len(rows), seconds, agreement)
