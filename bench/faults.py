@@ -775,7 +775,7 @@ class Malformed:
     quick: bool = False
     stdin: str | None = None
     skip_ok: bool = False
-    """A bad row of a data file: skipping it with a warning that names the file is clean too."""
+    """Exit 0 with a warning that names the file is clean too (a bad row skipped, a Latin-1 file read)."""
 
 
 def _bytes_file(directory: Path, name: str, data: bytes) -> Path:
@@ -959,8 +959,8 @@ MALFORMED: list[Malformed] = [
               skip_ok=True, setup=_puzzles_on(lambda d: _puzzles(d, bad_fen=True))),
     Malformed("puzzles-wrong-columns", "eval puzzles --puzzles, a CSV without the puzzle columns",
               setup=_puzzles_on(lambda d: _puzzles(d, header="a,b,c,d"))),
-    Malformed("import-pgn-non-utf8", "data import-pgn, a PGN that is not UTF-8",
-              setup=_import_pgn(lambda d: _bytes_file(d, "games.pgn", b'[Event "\xff"]\n\n1. e4 \xa0 *\n' * 3))),
+    Malformed("import-pgn-non-utf8", "data import-pgn, a PGN that is not UTF-8 (read as Latin-1 with a warning naming it)",
+              skip_ok=True, setup=_import_pgn(lambda d: _bytes_file(d, "games.pgn", b'[Event "\xff"]\n\n1. e4 \xa0 *\n' * 3))),
     Malformed("import-pgn-truncated-gz", "data import-pgn, a truncated .pgn.gz", setup=_import_pgn(_gz_truncated)),
     Malformed("rookworld-text-non-utf8", "data rookworld --from-text, a file that is not UTF-8", setup=_rookworld_text),
     Malformed("pretrain-shard-scrambled", "pretrain data= with a scrambled shard",
