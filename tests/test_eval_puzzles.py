@@ -225,3 +225,186 @@ def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(tmp_path):
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line
+
+
+# ------------------------------------------------------------------------------------------------
+# Compressed files (the Lichess database is published as lichess_db_puzzle.csv.zst)
+
+
+def shared_slice(tmp_path: Path, count: int) -> Path:
+    """The header and the first `count` rows of the shared CSV, as a plain file."""
+    lines = shared_file("lichess_puzzles_dev.csv").read_bytes().splitlines(keepends=True)
+    path = tmp_path / "slice.csv"
+    path.write_bytes(b"".join(lines[: count + 1]))
+    return path
+
+
+def compressed(path: Path, name: str, codec: str) -> Path:
+    import gzip
+
+    import pyarrow as pa
+
+    out = path.with_name(name)
+    if codec == "gzip":
+        out.write_bytes(gzip.compress(path.read_bytes()))
+    else:
+        with pa.CompressedOutputStream(str(out), "zstd") as stream:
+            stream.write(path.read_bytes())
+    return out
+
+
+def cli_main(capsys, *args: str) -> tuple[int, str, str]:
+    """The command line in this process (no interpreter start-up): (exit code, stdout, stderr)."""
+    from chessgrpo.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_zstd_and_gzip_puzzle_files_read_like_the_plain_csv(tmp_path):
+    plain = shared_slice(tmp_path, 80)
+    files = {
+        "zst": compressed(plain, "slice.csv.zst", "zstd"),
+        "gz": compressed(plain, "slice.csv.gz", "gzip"),
+        "misnamed": compressed(plain, "zstd-named-like-plain.csv", "zstd"),  # detected by its bytes, not its name
+    }
+    assert files["zst"].read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
+    expected = read_puzzles(plain, max_puzzles=30, seed=1).puzzles
+    assert len(expected) == 30
+    for name, path in files.items():
+        got = read_puzzles(path, max_puzzles=30, seed=1).puzzles
+        assert [(p.id, p.board.fen(), p.solution, p.themes) for p in got] == [
+            (p.id, p.board.fen(), p.solution, p.themes) for p in expected
+        ], name
+
+
+def test_a_truncated_compressed_file_is_one_error_naming_it(tmp_path, capsys):
+    plain = shared_slice(tmp_path, 200)
+    for codec, name in (("zstd", "cut.csv.zst"), ("gzip", "cut.csv.gz")):
+        whole = compressed(plain, name, codec)
+        whole.write_bytes(whole.read_bytes()[: len(whole.read_bytes()) // 2])
+        with pytest.raises(ValueError) as caught:
+            read_puzzles(whole)
+        message = str(caught.value)
+        assert message.startswith(f"{whole}: truncated or corrupt {codec} file") and "\n" not in message, message
+    code, out, err = cli_main(capsys, "eval", "puzzles", "--policy", "random", "--puzzles", str(whole), "baselines=false")
+    assert code == 2 and out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"chessgrpo: {whole}: truncated or corrupt gzip file"), line
+
+
+def test_cli_puzzles_from_zst_gives_the_plain_csv_results(tmp_path, capsys):
+    plain = shared_slice(tmp_path, 60)
+    zst = compressed(plain, "slice.csv.zst", "zstd")
+    reports = {}
+    for path in (plain, zst):
+        code, out, err = cli_main(
+            capsys, "eval", "puzzles", "--policy", "random", "--puzzles", str(path), "--max-puzzles", "40", "--json",
+            "baselines=false", f"output={path}.json",
+        )  # fmt: skip
+        assert code == 0, err
+        reports[path] = json.loads(out)
+        assert reports[path].pop("puzzles") == {"source": str(path), "n": 40, "skipped": 0}
+    assert reports[plain] == reports[zst]
+    records = [json.loads(Path(f"{path}.json").read_text())["records"] for path in (plain, zst)]
+    assert records[0] == records[1] and len(records[0]["player"]) == 40
+
+
+def test_sampling_a_large_file_keeps_row_numbers_and_parses_the_sample_again(tmp_path, monkeypatch):
+    import chessgrpo.eval.puzzles as puzzles_module
+
+    rows = shared_slice(tmp_path, 120).read_text().splitlines()
+    rows.insert(10, "BADFEN,not a fen,e2e4 e7e5,1500,1,1,1,,,")  # shifts file rows against valid puzzles
+    path = tmp_path / "with_bad_row.zst.csv"
+    path.write_text("\n".join(rows) + "\n")
+    path = compressed(path, "with_bad_row.csv.zst", "zstd")
+    in_memory = read_puzzles(path, max_puzzles=25, seed=7)
+    monkeypatch.setattr(puzzles_module, "KEEP_PARSED", 10)
+    two_pass = read_puzzles(path, max_puzzles=25, seed=7)
+    assert [p.id for p in two_pass.puzzles] == [p.id for p in in_memory.puzzles] and len(two_pass.puzzles) == 25
+    assert [p.board.fen() for p in two_pass.puzzles] == [p.board.fen() for p in in_memory.puzzles]
+    assert two_pass.skipped == in_memory.skipped and [s.puzzle_id for s in two_pass.skipped] == ["BADFEN"]
+
+
+# ------------------------------------------------------------------------------------------------
+# By theme and by rating band
+
+
+def test_rating_bands_from_edges():
+    from chessgrpo.eval.puzzles import DEFAULT_RATING_EDGES, RATING_BUCKETS, rating_bands
+
+    assert rating_bands(DEFAULT_RATING_EDGES) == RATING_BUCKETS
+    assert [name for name, _, _ in rating_bands([1200, 1800])] == ["<1200", "1200-1799", ">=1800"]
+    for bad in ([], [1800, 1200], [1000, 1000]):
+        with pytest.raises(ValueError, match="rating_bands"):
+            rating_bands(bad)
+
+
+def test_by_theme_and_by_rating_band_counts_and_intervals():
+    from chessgrpo.eval.puzzles import rating_bands
+
+    puzzles = read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles
+    # Every third puzzle's first move is wrong, so the rates are neither 0 nor 1.
+    deviate = {}
+    for puzzle in puzzles[::3]:
+        wrong = next(m for m in puzzle.board.legal_moves if m != puzzle.solution[0] and not _mates(puzzle.board, m))
+        deviate[puzzle.id] = {0: wrong.uci()}
+    bands = rating_bands([1200, 1800])
+    result = solve_puzzles(OraclePlayer(puzzles, deviate=deviate), puzzles, rating_bands=bands, min_theme_puzzles=25)
+
+    # Rating bands: every puzzle in exactly one, counts sum to the total and match an independent count.
+    assert sum(m["solve_rate"].n for m in result.by_rating.values()) == len(puzzles) == 500
+    expected_bands = {
+        "<1200": [p for p in puzzles if p.rating < 1200],
+        "1200-1799": [p for p in puzzles if 1200 <= p.rating < 1800],
+        ">=1800": [p for p in puzzles if p.rating >= 1800],
+    }
+    assert list(result.by_rating) == [name for name, group in expected_bands.items() if group]
+    # Themes: exactly the themes carried by >= 25 puzzles, most frequent first.
+    counts: dict[str, int] = {}
+    for puzzle in puzzles:
+        for theme in set(puzzle.themes):
+            counts[theme] = counts.get(theme, 0) + 1
+    assert set(result.by_theme) == {theme for theme, n in counts.items() if n >= 25} and len(result.by_theme) >= 5
+    assert [result.by_theme[t]["solve_rate"].n for t in result.by_theme] == sorted((counts[t] for t in result.by_theme), reverse=True)
+    expected_themes = {theme: [p for p in puzzles if theme in p.themes] for theme in result.by_theme}
+
+    for groups, table in ((expected_bands, result.by_rating), (expected_themes, result.by_theme)):
+        for name, metrics in table.items():
+            group = groups[name]
+            wrong_first = sum(p.id in deviate for p in group)
+            first = metrics["first_move_accuracy"]
+            assert first.n == metrics["solve_rate"].n == len(group)
+            assert first.value == pytest.approx((len(group) - wrong_first) / len(group))
+            assert metrics["solve_rate"].value == pytest.approx((len(group) - wrong_first) / len(group))  # the oracle solves the rest
+            for interval in metrics.values():
+                assert interval.low <= interval.value <= interval.high and interval.high - interval.low > 0
+    assert 0.6 < result.first_move_accuracy.value < 0.7  # unchanged totals: 1 in 3 missed
+    payload = result.to_json()
+    assert set(payload["by_theme"]) == set(result.by_theme) and payload["min_theme_puzzles"] == 25
+    assert set(payload["by_rating"]) == set(result.by_rating)
+
+
+def test_cli_puzzles_prints_and_writes_the_theme_and_band_table(tmp_path, capsys):
+    path = write_csv(tmp_path / "two.csv", [TWO_MATES, TWO_MATES.replace("2MATE", "3MATE").replace(",900,", ",1600,")])
+    args = ["eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent"]
+    code, out, err = cli_main(capsys, *args, "--min-theme-puzzles", "2", "--rating-bands", "1000,1500")
+    assert code == 0, err
+    assert "solve rate by rating" in out and "by rating band and by theme (themes of >= 2 puzzles)" in out
+    table = out.split("by rating band and by theme")[1]
+    for group in ("rating <1000", "rating >=1500", "theme mate ", "theme mateIn1"):
+        assert group in table, (group, out)
+    assert "1000-1499" not in table  # an empty band is left out
+    code, out, err = cli_main(capsys, *args, "--json", f"output={tmp_path / 'out.json'}")  # default: themes of >= 20 puzzles
+    report = json.loads(out)
+    assert code == 0 and report["by_theme"] == {} and report["min_theme_puzzles"] == 20
+    assert list(report["by_rating"]) == ["<1000", "1400-1799"]
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert saved["config"]["rating_bands"] == [1000, 1400, 1800, 2200]
+    assert saved["records"]["player"][0]["themes"] == ["mate", "mateIn1"]
+    with pytest.raises(SystemExit):
+        cli_main(capsys, *args, "--rating-bands", "1500,1000")
+    assert "expected increasing integers" in capsys.readouterr().err
+    code, _, err = cli_main(capsys, *args, "rating_bands=[2000,1000]")
+    assert code == 2 and "rating_bands must be one or more strictly increasing integers" in err

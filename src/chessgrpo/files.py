@@ -11,18 +11,23 @@ half-written checkpoint with a warning and fall back to the newest intact one.
 
 Readers of untrusted text (`read_text`, `text_lines`) decode UTF-8 themselves, so a file with a
 stray byte fails with one `ValueError` naming the file, the line and the byte offset instead of a
-codec error that names neither.
+codec error that names neither. `open_decompressed` opens a plain, gzip or zstd file by its magic
+bytes, so the same readers take the Lichess databases as they are published (``.csv.zst``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import re
+import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
+
+from chessgrpo.errors import one_line
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +116,71 @@ def text_lines(lines: Iterable[bytes], path: str | os.PathLike) -> Iterator[str]
             raise _not_utf8(path, number, offset + start, raw[start]) from None
         offset += len(raw)
         yield text
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def compression_of(path: str | os.PathLike) -> str | None:
+    """"gzip" or "zstd" when the first bytes of `path` say so (whatever its name), else None."""
+    with open(path, "rb") as probe:
+        magic = probe.read(4)
+    if magic.startswith(GZIP_MAGIC):
+        return "gzip"
+    if magic == ZSTD_MAGIC:
+        return "zstd"
+    return None
+
+
+class CorruptCompressedFile(ValueError):
+    """A gzip or zstd file that is truncated or corrupt (the message names it)."""
+
+
+class _Decompressing(io.RawIOBase):
+    """A decompressing byte stream whose read errors (truncated or corrupt data) are one
+    `ValueError` naming the file, instead of a codec's bare EOFError or OSError."""
+
+    def __init__(self, stream: Any, path: Path, codec: str):
+        self._stream, self._path, self._codec = stream, path, codec
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return self._stream.readinto(buffer)
+        except (OSError, EOFError, ValueError, zlib.error) as error:  # pyarrow: OSError/ArrowInvalid; gzip: EOFError, zlib.error
+            raise CorruptCompressedFile(f"{self._path}: truncated or corrupt {self._codec} file: {one_line(error)}") from None
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            super().close()
+
+
+def open_decompressed(path: str | os.PathLike) -> BinaryIO:
+    """`path` opened for reading bytes, decompressed when its magic bytes say gzip or zstd.
+
+    The Lichess databases ship as ``.zst`` (zstd; decompressed by pyarrow, already a dependency)
+    and older dumps as ``.gz``; a plain file is opened as it is. Iterating the result gives byte
+    lines, for `text_lines`. A truncated or corrupt compressed file raises one `ValueError` naming
+    it when the bad data is reached; opening errors are `OSError`s as from `open`.
+    """
+    path = Path(path)
+    codec = compression_of(path)
+    if codec is None:
+        return path.open("rb")
+    if codec == "gzip":
+        import gzip
+
+        stream: Any = gzip.open(path, "rb")
+    else:
+        import pyarrow as pa
+
+        stream = pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")
+    return io.BufferedReader(_Decompressing(stream, path, codec), buffer_size=1 << 16)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,20 +1,24 @@
-"""`chessgrpo eval offline|puzzles|compare|games`: move quality, puzzle skill and playing strength, with intervals.
+"""`chessgrpo eval offline|puzzles|epd|compare|games`: move quality, puzzle skill and playing strength, with intervals.
 
 ::
 
     chessgrpo eval offline (--checkpoint PATH | --policy random|stockfish) [--positions FILE]
                            [--max-positions N] [--search-nodes N] [--search-algorithm A]
                            [--json] [--config F] [key=value ...]
-    chessgrpo eval puzzles (--checkpoint PATH | --policy random|stockfish) [--puzzles CSV]
+    chessgrpo eval puzzles (--checkpoint PATH | --policy random|stockfish) [--puzzles CSV[.zst|.gz]]
                            [--max-puzzles N] [--search-nodes N] [--search-algorithm A]
+                           [--min-theme-puzzles N] [--rating-bands 1000,1400,1800,2200]
                            [--json] [--config F] [key=value ...]
+    chessgrpo eval epd (--checkpoint PATH | --policy random|stockfish) --epd FILE [-v]
+                       [--search-nodes N] [--search-algorithm A] [--json] [--config F] [key=value ...]
     chessgrpo eval compare A.json B.json [--json]
     chessgrpo eval games --checkpoint PATH --anchors random,sf-skill:0 --games N [...]   (commands/games.py)
 
 `offline` reports top-1 agreement with Stockfish's best move, mean expected-score loss (ESL) and
 blunder rate (ESL > 0.2) with percentile-bootstrap intervals (`chessgrpo.eval.offline`);
 `puzzles` reports first-move accuracy and solve rate on Lichess puzzles with Wilson intervals,
-overall and by rating bucket (`chessgrpo.eval.puzzles`); `compare` reads two results written
+overall, by rating band and by Lichess theme (`chessgrpo.eval.puzzles`); `epd` reports the share
+of an EPD test suite's positions solved by its `bm`/`am` operations (`chessgrpo.eval.epd`); `compare` reads two results written
 with ``output=FILE`` and reports B - A per metric with paired bootstrap intervals over the
 positions or puzzles both hold (`chessgrpo.eval.compare`). Unless ``baselines=false``, a uniformly
 random player and Stockfish at `baseline_nodes` are measured on the same positions and printed
@@ -55,11 +59,17 @@ class EvalConfig:
     positions: str | None = "data/tiny"
     """`eval offline` positions: a dataset directory (its test split), .parquet, .epd/.fen/.txt or .pgn."""
     puzzles: str = "../shared/data/lichess_puzzles_dev.csv"
-    """`eval puzzles` input: a Lichess puzzle CSV."""
+    """`eval puzzles` input: a Lichess puzzle CSV, plain or compressed (.csv.zst as Lichess publishes it, .csv.gz)."""
+    epd: str | None = None
+    """`eval epd` input: an EPD test suite scored by its bm/am operations (--epd overrides)."""
     max_positions: int = 1000
     """Positions sampled (seeded) from `positions`; the bootstrap intervals shrink like 1/sqrt(n)."""
     max_puzzles: int = 500
     """Puzzles sampled (seeded) from `puzzles`."""
+    min_theme_puzzles: int = 20
+    """`eval puzzles`: a Lichess theme is reported when at least this many puzzles carry it."""
+    rating_bands: list[int] = dataclasses.field(default_factory=lambda: [1000, 1400, 1800, 2200])
+    """`eval puzzles`: increasing edges of the rating bands ([1000, 1400] = <1000, 1000-1399, >=1400)."""
     baseline_nodes: int = 50
     """Node budget of the Stockfish baseline (see `chessgrpo.eval.players.DEFAULT_BASELINE_NODES`)."""
     baselines: bool = True
@@ -88,6 +98,13 @@ class EvalConfig:
     output: str | None = None
     """If set, write the full result (config, metrics, per-position records) as JSON here."""
 
+    def __post_init__(self) -> None:
+        if self.min_theme_puzzles < 1:
+            raise ValueError(f"min_theme_puzzles must be >= 1, got {self.min_theme_puzzles}")
+        edges = list(self.rating_bands)
+        if not edges or any(b <= a for a, b in zip(edges, edges[1:])):
+            raise ValueError(f"rating_bands must be one or more strictly increasing integers, got {edges}")
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate = commands.add_parser("eval", help="evaluate a policy: offline move metrics, Lichess puzzles, paired comparisons, games against anchors")
@@ -104,12 +121,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
     puzzles = sub.add_parser("puzzles", help="first-move accuracy and solve rate on Lichess puzzles, by rating")
     _add_player_arguments(puzzles)
-    puzzles.add_argument("--puzzles", help="Lichess puzzle CSV (default: config puzzles)")
+    puzzles.add_argument("--puzzles", help="Lichess puzzle CSV, also .csv.zst or .csv.gz (default: config puzzles)")
     puzzles.add_argument("--max-puzzles", type=_positive_int, help="puzzles to sample (default: config max_puzzles)")
+    puzzles.add_argument(
+        "--min-theme-puzzles", type=_positive_int, help="report a theme with at least N puzzles (default: config min_theme_puzzles, 20)"
+    )
+    puzzles.add_argument(
+        "--rating-bands", type=_rating_edges, help="rating band edges, e.g. 1000,1400,1800,2200 (default: config rating_bands)"
+    )
     add_search_arguments(puzzles)
     puzzles.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(puzzles)
     puzzles.set_defaults(handler=run_puzzles)
+
+    epd = sub.add_parser("epd", help="share of an EPD test suite solved: best moves (bm) found, moves to avoid (am) avoided")
+    _add_player_arguments(epd)
+    epd.add_argument("--epd", help="EPD file with bm/am operations, also .gz or .zst (default: config epd)")
+    add_search_arguments(epd)
+    epd.add_argument("-v", "--verbose", dest="list_positions", action="store_true", help="one line per position (id, move, bm/am)")
+    epd.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_config_arguments(epd)
+    epd.set_defaults(handler=run_epd)
 
     compare = sub.add_parser(
         "compare", help="paired difference B - A of two `eval offline|puzzles|endgame ... output=FILE` results, with intervals"
@@ -178,6 +210,18 @@ def _int_at_least(minimum: int):
 
 _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
+
+
+def _rating_edges(text: str) -> list[int]:
+    """An argparse type: comma-separated increasing integers (rating band edges)."""
+    from chessgrpo.eval.puzzles import rating_bands
+
+    try:
+        edges = [int(part) for part in text.split(",")]
+        rating_bands(edges)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected increasing integers like 1000,1400,1800,2200, got {text!r}") from None
+    return edges
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,9 +436,12 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_puzzles(args: argparse.Namespace) -> int:
     from chessgrpo.engine import EnginePool
-    from chessgrpo.eval.puzzles import RATING_BUCKETS, read_puzzles, solve_puzzles
+    from chessgrpo.eval.puzzles import rating_bands, read_puzzles, solve_puzzles
 
-    config = _load(args, puzzles=args.puzzles, max_puzzles=args.max_puzzles)
+    config = _load(
+        args, puzzles=args.puzzles, max_puzzles=args.max_puzzles, min_theme_puzzles=args.min_theme_puzzles, rating_bands=args.rating_bands
+    )
+    bands = rating_bands(config.rating_bands)
     puzzle_set = read_puzzles(config.puzzles, config.max_puzzles, config.seed)
     puzzles = puzzle_set.puzzles
     with contextlib.ExitStack() as stack:
@@ -403,7 +450,14 @@ def run_puzzles(args: argparse.Namespace) -> int:
         results = {}
         for name, each in [("player", player), *baselines.items()]:
             with _progress(len(puzzles), f"puzzles {each.name}") as bar:
-                results[name] = solve_puzzles(each, puzzles, confidence=config.confidence, progress=bar.update)
+                results[name] = solve_puzzles(
+                    each,
+                    puzzles,
+                    confidence=config.confidence,
+                    progress=bar.update,
+                    rating_bands=bands,
+                    min_theme_puzzles=config.min_theme_puzzles,
+                )
 
     main = results["player"]
     summary = {
@@ -428,12 +482,74 @@ def run_puzzles(args: argparse.Namespace) -> int:
     for name, result in results.items():
         print(_row(labels[name], [result.first_move_accuracy.format().split(" (n=")[0], result.solve_rate.format().split(" (n=")[0]], width))
     print("\nsolve rate by rating")
-    bucket_width = max(len(name) for name, _, _ in RATING_BUCKETS)
+    bucket_width = max(len(name) for name, _, _ in bands)
     print(f"{'rating':<{bucket_width}}  {'n':>5}" + "".join(f"  {labels[name]:<29}" for name in results))
-    for bucket, _, _ in RATING_BUCKETS:
+    for bucket, _, _ in bands:
         if bucket not in main.by_rating:
             continue
         n = main.by_rating[bucket]["solve_rate"].n
         cells = "".join(f"  {results[name].by_rating[bucket]['solve_rate'].format().split(' (n=')[0]:<29}" for name in results)
         print(f"{bucket:<{bucket_width}}  {n:>5}{cells}")
+    print(f"\n{labels['player']} by rating band and by theme (themes of >= {config.min_theme_puzzles} puzzles)")
+    groups = [(f"rating {band}", metrics) for band, metrics in main.by_rating.items()]
+    groups += [(f"theme {theme}", metrics) for theme, metrics in main.by_theme.items()]
+    group_width = max(len(name) for name, _ in groups)
+    print(f"{'group':<{group_width}}  {'n':>5}  {'first-move accuracy':<29}  {'solve rate':<29}")
+    for group, metrics in groups:
+        cells = [metrics[key].format().split(" (n=")[0] for key in ("first_move_accuracy", "solve_rate")]
+        print(f"{group:<{group_width}}  {metrics['solve_rate'].n:>5}" + "".join(f"  {cell:<29}" for cell in cells))
+    if not main.by_theme:
+        print(f"(no theme has {config.min_theme_puzzles} puzzles; lower it with --min-theme-puzzles)")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# eval epd
+
+
+def run_epd(args: argparse.Namespace) -> int:
+    from chessgrpo.engine import EnginePool
+    from chessgrpo.eval.epd import read_epd, solve_epd
+
+    config = _load(args, epd=args.epd)
+    if not config.epd:
+        raise ValueError("no EPD suite: pass --epd FILE or set epd=PATH")
+    suite = read_epd(config.epd)
+    positions = suite.positions
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(EnginePool.from_config(config.engine)) if _needs_pool(args, config) else None
+        player, baselines = _players(args, config, pool, stack)
+        results = {}
+        for name, each in [("player", player), *baselines.items()]:
+            with _progress(len(positions), f"epd {each.name}") as bar:
+                results[name] = solve_epd(each, positions, confidence=config.confidence, batch_size=config.batch_size, progress=bar.update)
+
+    main = results["player"]
+    summary = {
+        **main.to_json(),
+        "search": _search_record(player),
+        "baselines": {name: {k: v for k, v in results[name].to_json().items() if k != "player"} for name in baselines},
+        "epd": {"source": str(config.epd), "n": len(positions), "skipped": len(suite.skipped)},
+        "baseline_nodes": config.baseline_nodes,
+        "confidence": config.confidence,
+    }
+    _write_output(config, {**summary, "records": {name: [r.to_json() for r in result.records] for name, result in results.items()}})
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    labels = {name: _label(results[name].player, config) for name in results}
+    width = max(len(label) for label in labels.values())
+    print(
+        f"epd: {len(positions)} positions from {config.epd} ({len(suite.skipped)} bad lines skipped); "
+        f"solved = a bm move played and no am move; {100 * config.confidence:g}% Wilson intervals"
+    )
+    print(_row("player", ["solved", "solve rate"], width))
+    for name, result in results.items():
+        print(_row(labels[name], [f"{result.solved_count}/{len(positions)}", result.solved.format().split(" (n=")[0]], width))
+    if args.list_positions or getattr(args, "verbose", False):
+        print(f"\n{labels['player']}, position by position")
+        for record in main.records:
+            expected = "; ".join(f"{opcode} {' '.join(moves)}" for opcode, moves in (("bm", record.bm), ("am", record.am)) if moves)
+            name = record.id if record.id is not None else f"line {record.line}"
+            print(f"  {'solved' if record.solved else 'missed'}  {name}: played {record.san} ({expected})")
     return 0

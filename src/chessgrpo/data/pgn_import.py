@@ -17,18 +17,15 @@ from __future__ import annotations
 import codecs
 import contextlib
 import dataclasses
-import gzip
 import io
 import logging
 import random
 import time
-import zlib
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 import chess
 import chess.pgn
-import pyarrow as pa
 
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
@@ -48,12 +45,11 @@ from chessgrpo.data.labelling import (
 )
 from chessgrpo.engine.pool import EnginePool
 from chessgrpo.errors import one_line
+from chessgrpo.files import CorruptCompressedFile, open_decompressed
 
 logger = logging.getLogger(__name__)
 
 PGN = "pgn"
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 @dataclasses.dataclass
@@ -174,14 +170,7 @@ def open_pgn(path: str | Path, fallback: Latin1Fallback | None = None) -> Iterat
     file loses nothing and its names come out right."""
     path = Path(path)
     try:
-        with path.open("rb") as probe:
-            magic = probe.read(4)
-        if magic.startswith(_GZIP_MAGIC):
-            raw: Any = gzip.open(path, "rb")
-        elif magic == _ZSTD_MAGIC:
-            raw = pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")  # no extra dependency
-        else:
-            raw = path.open("rb")
+        raw = open_decompressed(path)  # gzip or zstd by magic bytes; read errors name the file
     except OSError as error:
         raise ValueError(f"cannot open PGN file {str(path)!r}: {one_line(error)}") from None
     handle = io.TextIOWrapper(raw, encoding="utf-8-sig", errors=(fallback or Latin1Fallback()).name)
@@ -293,10 +282,8 @@ class PgnImporter:
                     if len(pending) >= config.shard_size:
                         self._flush(pool, pending, counts, started, progress)
                         pending = []
-        except (OSError, EOFError, zlib.error, pa.ArrowException) as error:  # truncated or corrupt compression
-            raise ValueError(
-                f"cannot read PGN file {config.pgn!r} after game {counts.games_read} (truncated or corrupt?): {one_line(error)}"
-            ) from None
+        except (OSError, CorruptCompressedFile) as error:  # a read error, truncated or corrupt compression
+            raise ValueError(f"cannot read PGN file {config.pgn!r} after game {counts.games_read}: {one_line(error)}") from None
         if fallback.bytes:
             logger.warning(
                 "PGN file %r is not UTF-8: %d bytes were read as ISO-8859-1 (Latin-1, the PGN standard's character set)",

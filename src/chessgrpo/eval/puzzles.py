@@ -1,4 +1,4 @@
-"""Lichess puzzles: first-move accuracy and full-line solve rate, overall and by rating bucket.
+"""Lichess puzzles: first-move accuracy and full-line solve rate, overall, by rating band and by theme.
 
 The Lichess puzzle CSV (columns PuzzleId, FEN, Moves, Rating, ..., Themes, ...) gives the
 position *before* the opponent's setup move: ``Moves[0]`` is played first, then the solver is to
@@ -18,8 +18,18 @@ A bad row is **skipped with a warning and counted** (`PuzzleSet.skipped`), so on
 a multi-million-row dump does not stop an evaluation; ``strict=True`` raises on it instead,
 naming the row. A file without the needed columns, or with no valid row, always raises.
 
-Rating buckets (`RATING_BUCKETS`): <1000, 1000-1399, 1400-1799, 1800-2199, >=2200; 400 points
-wide, roughly beginner / club / strong club / expert / master puzzles.
+The file may be plain, gzip or zstd (detected by its magic bytes, `chessgrpo.files.open_decompressed`),
+so the Lichess database is read as it is published (``lichess_db_puzzle.csv.zst``, millions of
+rows). Every row is validated; when a sample is drawn from more than `KEEP_PARSED` valid rows only
+their row numbers are kept and the sampled rows are parsed again in a second pass, so memory stays
+bounded (the sample is the same either way).
+
+Rating bands (`RATING_BUCKETS`, the default): <1000, 1000-1399, 1400-1799, 1800-2199, >=2200; 400
+points wide, roughly beginner / club / strong club / expert / master puzzles. Other edges:
+`rating_bands`. Themes are the row's space-separated Lichess `Themes` (``mateIn2 fork short``; a
+puzzle counts in each of its themes); `summarize_puzzles` reports the themes with at least
+`min_theme_puzzles` puzzles (default `MIN_THEME_PUZZLES`), since a rate over a handful of puzzles
+says little even with its interval.
 
 Players are asked in batches: at each solver turn, every still-running puzzle is one position
 of a single `choose_moves` call.
@@ -31,8 +41,9 @@ import csv
 import dataclasses
 import logging
 import random
+from array import array
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import chess
 
@@ -40,7 +51,7 @@ from chessgrpo.board.validation import parse_board, parse_move
 from chessgrpo.errors import one_line
 from chessgrpo.eval.players import Player
 from chessgrpo.eval.stats import Interval, wilson_interval
-from chessgrpo.files import text_lines
+from chessgrpo.files import open_decompressed, text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +66,39 @@ RATING_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
 )
 """(name, lowest rating included, highest rating excluded); None = unbounded."""
 
+RatingBands = Sequence[tuple[str, int | None, int | None]]
 
-def rating_bucket(rating: int) -> str:
-    for name, low, high in RATING_BUCKETS:
+DEFAULT_RATING_EDGES: tuple[int, ...] = (1000, 1400, 1800, 2200)
+"""The edges of `RATING_BUCKETS`."""
+
+MIN_THEME_PUZZLES = 20
+"""Default: a theme is reported when at least this many puzzles carry it."""
+
+KEEP_PARSED = 100_000
+"""Valid puzzles held parsed while reading; a larger file that is sampled keeps row numbers only."""
+
+
+def rating_bands(edges: Sequence[int]) -> tuple[tuple[str, int | None, int | None], ...]:
+    """Bands from increasing integer edges: (1000, 1400) gives <1000, 1000-1399, >=1400.
+
+    `rating_bands(DEFAULT_RATING_EDGES) == RATING_BUCKETS`.
+    """
+    edges = [int(edge) for edge in edges]
+    if not edges:
+        raise ValueError("rating_bands needs at least one edge, e.g. [1000, 1400, 1800, 2200]")
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"rating_bands must be strictly increasing integers, got {edges}")
+    bands: list[tuple[str, int | None, int | None]] = [(f"<{edges[0]}", None, edges[0])]
+    bands += [(f"{low}-{high - 1}", low, high) for low, high in zip(edges, edges[1:])]
+    bands.append((f">={edges[-1]}", edges[-1], None))
+    return tuple(bands)
+
+
+def rating_bucket(rating: int, bands: RatingBands = RATING_BUCKETS) -> str:
+    for name, low, high in bands:
         if (low is None or rating >= low) and (high is None or rating < high):
             return name
-    raise AssertionError(rating)  # pragma: no cover - the buckets cover all integers
+    raise ValueError(f"rating {rating} is in none of the rating bands {[name for name, _, _ in bands]}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,45 +162,79 @@ def parse_puzzle(row: dict[str, str]) -> Puzzle:
     return Puzzle(id=puzzle_id, rating=rating, board=board.copy(stack=False), solution=tuple(moves[1:]), themes=themes)
 
 
-def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0, *, strict: bool = False) -> PuzzleSet:
-    """Validated puzzles from a Lichess puzzle CSV; `max_puzzles` sampled with `seed` (file order kept)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"puzzle file {str(path)!r} does not exist")
-    if max_puzzles is not None and max_puzzles < 1:
-        raise ValueError(f"max_puzzles must be >= 1 or None, got {max_puzzles!r}")
-    puzzles: list[Puzzle] = []
-    skipped: list[SkippedRow] = []
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row) of a Lichess puzzle CSV (plain, gzip or zstd); reading errors name the file."""
+    reader = None
     try:
-        with path.open("rb") as handle:
+        with open_decompressed(path) as handle:
             # Decoded line by line: a byte that is not UTF-8 raises a ValueError naming its line.
             reader = csv.DictReader(text_lines(handle, path))
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise ValueError(f"puzzle file {str(path)!r} lacks columns {missing} (expected the Lichess puzzle CSV)")
             for row in reader:
-                line = reader.line_num
-                try:
-                    if None in row:  # more fields than the header
-                        raise ValueError(f"puzzle {row.get('PuzzleId')}: more fields than the header")
-                    puzzles.append(parse_puzzle(row))
-                except ValueError as error:
-                    if strict:
-                        raise ValueError(f"{path}:{line}: {error}") from None
-                    skipped.append(SkippedRow(line=line, puzzle_id=str(row.get("PuzzleId") or ""), reason=str(error)))
+                yield reader.line_num, row
     except csv.Error as error:
-        raise ValueError(f"puzzle file {str(path)!r} line {reader.line_num} is not readable CSV: {one_line(error)}") from None
+        line = reader.line_num if reader is not None else 1
+        raise ValueError(f"puzzle file {str(path)!r} line {line} is not readable CSV: {one_line(error)}") from None
     except OSError as error:
-        raise ValueError(f"puzzle file {str(path)!r}: cannot read it: {error.strerror or error}") from None
+        raise ValueError(f"puzzle file {str(path)!r}: cannot read it: {one_line(error.strerror or error)}") from None
+
+
+def _parse_row(row: dict[str, str]) -> Puzzle:
+    if None in row:  # more fields than the header
+        raise ValueError(f"puzzle {row.get('PuzzleId')}: more fields than the header")
+    return parse_puzzle(row)
+
+
+def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0, *, strict: bool = False) -> PuzzleSet:
+    """Validated puzzles from a Lichess puzzle CSV (plain, .gz or .zst); `max_puzzles` sampled
+    with `seed` (file order kept)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"puzzle file {str(path)!r} does not exist")
+    if max_puzzles is not None and max_puzzles < 1:
+        raise ValueError(f"max_puzzles must be >= 1 or None, got {max_puzzles!r}")
+    puzzles: list[Puzzle] | None = []
+    valid_rows = array("q")  # data-row ordinals of the valid rows
+    skipped: list[SkippedRow] = []
+    for ordinal, (line, row) in enumerate(_csv_rows(path)):
+        try:
+            puzzle = _parse_row(row)
+        except ValueError as error:
+            if strict:
+                raise ValueError(f"{path}:{line}: {error}") from None
+            skipped.append(SkippedRow(line=line, puzzle_id=str(row.get("PuzzleId") or ""), reason=str(error)))
+            continue
+        valid_rows.append(ordinal)
+        if puzzles is not None:
+            puzzles.append(puzzle)
+            if max_puzzles is not None and len(puzzles) > max(max_puzzles, KEEP_PARSED):
+                puzzles = None  # a large file to sample from: keep row numbers, parse the sample again
     if skipped:
         logger.warning(
             "skipped %d malformed puzzle rows of %s (first: line %d: %s)", len(skipped), path, skipped[0].line, skipped[0].reason
         )
-    if not puzzles:
+    if not valid_rows:
         raise ValueError(f"puzzle file {str(path)!r} holds no valid puzzle ({len(skipped)} rows skipped)")
-    if max_puzzles is not None and len(puzzles) > max_puzzles:
-        chosen = sorted(random.Random(seed).sample(range(len(puzzles)), max_puzzles))
+    chosen = range(len(valid_rows))
+    if max_puzzles is not None and len(valid_rows) > max_puzzles:
+        chosen = sorted(random.Random(seed).sample(range(len(valid_rows)), max_puzzles))
+    if puzzles is not None:
         puzzles = [puzzles[index] for index in chosen]
+    else:
+        wanted = {valid_rows[index] for index in chosen}
+        puzzles = []
+        try:
+            for ordinal, (_, row) in enumerate(_csv_rows(path)):
+                if ordinal in wanted:
+                    puzzles.append(_parse_row(row))
+                    if len(puzzles) == len(wanted):
+                        break
+        except ValueError as error:
+            raise ValueError(f"puzzle file {str(path)!r} changed while it was read: {one_line(error)}") from None
+        if len(puzzles) != len(wanted):
+            raise ValueError(f"puzzle file {str(path)!r} changed while it was read")
     return PuzzleSet(puzzles=tuple(puzzles), skipped=tuple(skipped))
 
 
@@ -178,6 +250,8 @@ class PuzzleRecord:
     solved: bool
     played: tuple[str, ...]
     """The player's moves (UCI), up to and including the first wrong one."""
+    themes: tuple[str, ...] = ()
+    """The puzzle's Lichess themes."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -189,18 +263,23 @@ class PuzzleResult:
     first_move_accuracy: Interval
     solve_rate: Interval
     by_rating: dict[str, dict[str, Interval]]
-    """bucket -> {"first_move_accuracy": Interval, "solve_rate": Interval}; empty buckets omitted."""
+    """band -> {"first_move_accuracy": Interval, "solve_rate": Interval}; empty bands omitted, bands in rating order."""
     records: tuple[PuzzleRecord, ...]
+    by_theme: dict[str, dict[str, Interval]] = dataclasses.field(default_factory=dict)
+    """theme -> the same metrics, for themes with at least `min_theme_puzzles` puzzles (most puzzles first)."""
+    min_theme_puzzles: int = MIN_THEME_PUZZLES
 
     def to_json(self, records: bool = False) -> dict:
+        def table(groups: dict[str, dict[str, Interval]]) -> dict:
+            return {group: {metric: interval.to_json() for metric, interval in metrics.items()} for group, metrics in groups.items()}
+
         out = {
             "player": self.player,
             "first_move_accuracy": self.first_move_accuracy.to_json(),
             "solve_rate": self.solve_rate.to_json(),
-            "by_rating": {
-                bucket: {metric: interval.to_json() for metric, interval in metrics.items()}
-                for bucket, metrics in self.by_rating.items()
-            },
+            "by_rating": table(self.by_rating),
+            "by_theme": table(self.by_theme),
+            "min_theme_puzzles": self.min_theme_puzzles,
         }
         if records:
             out["records"] = [record.to_json() for record in self.records]
@@ -231,8 +310,12 @@ def solve_puzzles(
     *,
     confidence: float = 0.95,
     progress: Callable[[int], None] | None = None,
+    rating_bands: RatingBands = RATING_BUCKETS,
+    min_theme_puzzles: int = MIN_THEME_PUZZLES,
 ) -> PuzzleResult:
-    """Play every puzzle with `player` (batched by solver turn) and score it like Lichess."""
+    """Play every puzzle with `player` (batched by solver turn) and score it like Lichess.
+
+    `rating_bands` and `min_theme_puzzles` shape the breakdowns (see `summarize_puzzles`)."""
     states = [_State(puzzle, puzzle.board.copy()) for puzzle in puzzles]
     running = list(states)
     while running:
@@ -264,15 +347,35 @@ def solve_puzzles(
         running = still_running
     records = [
         PuzzleRecord(
-            id=s.puzzle.id, rating=s.puzzle.rating, first_move_correct=bool(s.first_correct), solved=bool(s.solved), played=tuple(s.played)
+            id=s.puzzle.id,
+            rating=s.puzzle.rating,
+            first_move_correct=bool(s.first_correct),
+            solved=bool(s.solved),
+            played=tuple(s.played),
+            themes=s.puzzle.themes,
         )
         for s in states
     ]
-    return summarize_puzzles(player.name, records, confidence=confidence)
+    return summarize_puzzles(
+        player.name, records, confidence=confidence, rating_bands=rating_bands, min_theme_puzzles=min_theme_puzzles
+    )
 
 
-def summarize_puzzles(player: str, records: Sequence[PuzzleRecord], *, confidence: float = 0.95) -> PuzzleResult:
-    """Wilson intervals of first-move accuracy and solve rate, overall and per rating bucket."""
+def summarize_puzzles(
+    player: str,
+    records: Sequence[PuzzleRecord],
+    *,
+    confidence: float = 0.95,
+    rating_bands: RatingBands = RATING_BUCKETS,
+    min_theme_puzzles: int = MIN_THEME_PUZZLES,
+) -> PuzzleResult:
+    """Wilson intervals of first-move accuracy and solve rate, overall, per rating band and per
+    theme (the themes of at least `min_theme_puzzles` puzzles, most puzzles first, then by name).
+
+    A puzzle is in exactly one band, so band counts sum to the total; it is in every one of its
+    themes, so theme counts do not."""
+    if min_theme_puzzles < 1:
+        raise ValueError(f"min_theme_puzzles must be >= 1, got {min_theme_puzzles!r}")
 
     def metrics(group: Sequence[PuzzleRecord]) -> dict[str, Interval]:
         return {
@@ -281,15 +384,19 @@ def summarize_puzzles(player: str, records: Sequence[PuzzleRecord], *, confidenc
         }
 
     overall = metrics(records)
-    by_rating = {}
-    for name, _, _ in RATING_BUCKETS:
-        group = [r for r in records if rating_bucket(r.rating) == name]
-        if group:
-            by_rating[name] = metrics(group)
+    bands: dict[str, list[PuzzleRecord]] = {name: [] for name, _, _ in rating_bands}
+    themes: dict[str, list[PuzzleRecord]] = {}
+    for record in records:
+        bands[rating_bucket(record.rating, rating_bands)].append(record)
+        for theme in dict.fromkeys(record.themes):  # a theme listed twice counts once
+            themes.setdefault(theme, []).append(record)
+    frequent = sorted((theme for theme, group in themes.items() if len(group) >= min_theme_puzzles), key=lambda t: (-len(themes[t]), t))
     return PuzzleResult(
         player=player,
         first_move_accuracy=overall["first_move_accuracy"],
         solve_rate=overall["solve_rate"],
-        by_rating=by_rating,
+        by_rating={name: metrics(group) for name, group in bands.items() if group},
         records=tuple(records),
+        by_theme={theme: metrics(themes[theme]) for theme in frequent},
+        min_theme_puzzles=min_theme_puzzles,
     )
