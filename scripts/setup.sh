@@ -4,6 +4,8 @@
 #   - torch pinned to 2.13.0 (the local CPU wheel on CPU machines, the CUDA build on GPU machines)
 #   - chessgrpo in editable mode with its dev extras
 #   - Debian's stockfish via apt when missing and we are root; otherwise a clear message
+#   - optional: Debian's ethereal-chess (a non-Stockfish UCI engine, ~100 KB) for the tests of other
+#     engines as eval games opponents (tests/test_other_engines.py); a failed install only says so
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,4 +65,15 @@ if ! find_stockfish; then
   fi
 fi
 find_stockfish || { echo "[setup] error: stockfish still not found after apt-get install" >&2; exit 1; }
+
+# Optional, never fatal: without it tests/test_other_engines.py installs it itself or skips.
+if ! command -v ethereal-chess >/dev/null 2>&1 && [ ! -x /usr/games/ethereal-chess ] \
+   && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Debian's ethereal-chess (optional: another UCI engine for the tests)"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 300 apt-get install -y -q --no-install-recommends ethereal-chess >/dev/null 2>&1 \
+    || { timeout 300 apt-get update -q >/dev/null 2>&1 \
+         && timeout 300 apt-get install -y -q --no-install-recommends ethereal-chess >/dev/null 2>&1; } \
+    || say "optional ethereal-chess not installed (tests/test_other_engines.py will try again or skip)"
+fi
 say "ready ($("$VENV/bin/python" -c 'import torch, chess; print(f"torch {torch.__version__}, python-chess {chess.__version__}")'))"

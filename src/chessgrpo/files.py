@@ -149,7 +149,11 @@ class _Decompressing(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         try:
-            return self._stream.readinto(buffer)
+            # read1: what the decompressor has now, so the data before a truncation is delivered
+            # before the error (readinto would try to fill the buffer and lose it).
+            data = (getattr(self._stream, "read1", None) or self._stream.read)(len(buffer))
+            buffer[: len(data)] = data
+            return len(data)
         except (OSError, EOFError, ValueError, zlib.error) as error:  # pyarrow: OSError/ArrowInvalid; gzip: EOFError, zlib.error
             raise CorruptCompressedFile(f"{self._path}: truncated or corrupt {self._codec} file: {one_line(error)}") from None
 
@@ -180,7 +184,9 @@ def open_decompressed(path: str | os.PathLike) -> BinaryIO:
         import pyarrow as pa
 
         stream = pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")
-    return io.BufferedReader(_Decompressing(stream, path, codec), buffer_size=1 << 16)
+    # Small reads: a truncated stream fails only after the whole blocks before the damage were read
+    # (a larger read-ahead would lose them, e.g. the games an import could still write as whole shards).
+    return io.BufferedReader(_Decompressing(stream, path, codec), buffer_size=io.DEFAULT_BUFFER_SIZE)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,4 +1,12 @@
-"""`chessgrpo doctor`: check the installation."""
+"""`chessgrpo doctor`: check the installation.
+
+The engine at ``engine.path`` is started and asked who it is (``id name``), which options it has
+(MultiPV) and whether it stops at a node limit (one ``go nodes`` search of the start position).
+Rewards, labels and the engine evaluations of `engine eval`, `data generate`, training and the
+opening suite of `eval games` need Stockfish (its MultiPV, its node limits and the WDL model of its
+scores), so any other engine there is reported as NOT STOCKFISH and the doctor exits 1; as an
+`eval games` opponent any UCI engine works (``--anchors uci:PATH``, docs/engines.md).
+"""
 
 from __future__ import annotations
 
@@ -12,20 +20,62 @@ from chessgrpo.config import EngineConfig, load_config
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    doctor = commands.add_parser("doctor", help="check the installation: Python, torch, python-chess, Stockfish, Syzygy, CPU/GPU")
+    doctor = commands.add_parser(
+        "doctor", help="check the installation: Python, torch, python-chess, Stockfish (or what engine.path runs), Syzygy, CPU/GPU"
+    )
     doctor.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="engine settings, e.g. engine.path=/usr/games/stockfish")
     doctor.set_defaults(handler=run_doctor)
 
 
+PROBE_NODES = 1000
+"""Node limit of the doctor's one search (Stockfish answers in milliseconds)."""
+
+
+def engine_rows(path: str | None, timeout_s: float = 30.0) -> tuple[list[tuple[str, str]], bool]:
+    """Doctor rows about the engine at `path` (default: Stockfish) and whether it is usable for
+    rewards and labels: it is Stockfish, it has MultiPV, and it stops at a node limit."""
+    from chessgrpo.engine import EngineError, find_stockfish
+    from chessgrpo.engine.uci import EngineUnsupported, UciProcess
+
+    try:
+        binary = find_stockfish(path)
+        engine = UciProcess(binary, startup_timeout_s=min(30.0, timeout_s))
+    except EngineError as error:
+        return [("stockfish", f"MISSING: {error}")], False
+    try:
+        name = engine.name or "an engine without an id name"
+        try:
+            result = engine.search("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", nodes=PROBE_NODES, timeout_s=timeout_s)
+            node_limit, stops = f"go nodes {PROBE_NODES}: stopped (bestmove {result.bestmove_text})", True
+        except EngineUnsupported as error:
+            node_limit, stops = f"go nodes {PROBE_NODES}: IGNORED ({error})", False
+        except EngineError as error:
+            node_limit, stops = f"go nodes {PROBE_NODES}: FAILED ({error})", False
+        multipv = engine.supports("MultiPV")
+    finally:
+        engine.quit()
+    capabilities = f"MultiPV {'yes' if multipv else 'NO'}; {node_limit}"
+    if engine.is_stockfish and multipv and stops:
+        return [("stockfish", f"{name} ({binary})"), ("engine checks", capabilities)], True
+    rows = [
+        ("engine", f"{name} ({binary}), UCI; {capabilities}"),
+        (
+            "stockfish",
+            f"NOT STOCKFISH: engine.path runs {name}. Rewards, labels and engine evaluations (engine eval, data "
+            "generate, training, the eval games opening suite) need Stockfish's MultiPV and node limits; point "
+            f"engine.path at Stockfish. As an eval games opponent any UCI engine works: --anchors uci:{binary}:depth=N",
+        ),
+    ]
+    return rows, False
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    """Print versions and paths of everything chessgrpo uses; non-zero exit when Stockfish is missing."""
+    """Print versions and paths of everything chessgrpo uses; non-zero exit when Stockfish is missing
+    (or engine.path runs another engine)."""
     import chess
 
-    from chessgrpo.engine import EngineError, available_cores, find_stockfish
+    from chessgrpo.engine import available_cores
     from chessgrpo.engine.tablebase import split_paths, table_names
-    from chessgrpo.engine.uci import UciProcess
 
     config = load_config(_DoctorConfig, None, args.overrides)
     ok = True
@@ -45,14 +95,9 @@ def run_doctor(args: argparse.Namespace) -> int:
         ok = False
     rows.append(("python-chess", f"{chess.__version__} ({Path(chess.__file__).parent})"))
     rows.append(("cpu", f"{platform.processor() or platform.machine()}, {available_cores()} usable cores"))
-    try:
-        path = find_stockfish(config.engine.path)
-        engine = UciProcess(path)
-        rows.append(("stockfish", f"{engine.name} ({path})"))
-        engine.quit()
-    except EngineError as error:
-        rows.append(("stockfish", f"MISSING: {error}"))
-        ok = False
+    found, usable = engine_rows(config.engine.path, config.engine.timeout_s)
+    rows.extend(found)
+    ok = ok and usable
     if config.engine.syzygy_path:
         names = table_names(config.engine.syzygy_path)
         where = ", ".join(str(p.resolve()) for p in split_paths(config.engine.syzygy_path))

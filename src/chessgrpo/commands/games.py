@@ -2,17 +2,18 @@
 
 ::
 
-    chessgrpo eval games --checkpoint CKPT [--anchors random,sf-skill:0] [--games N]
-                         [--openings FILE] [--workers K] [--temperature T]
+    chessgrpo eval games --checkpoint CKPT [--anchors random,sf-skill:0,uci:PATH,NAME] [--games N]
+                         [--engines FILE] [--openings FILE] [--workers K] [--temperature T]
                          [--search-nodes N] [--search-algorithm puct|alphabeta]
                          [--anchor-nodes N | --anchor-depth D] [--pgn FILE] [--json]
                          [--sprt ELO0,ELO1 --opponent CKPT2] [--config F] [key=value ...]
 
 Plays N games (N/2 colour-swapped pairs, one opening per pair) against every anchor
-(`chessgrpo.eval.anchors`) with the adjudication of `chessgrpo.eval.games`, writes every game to
-a PGN, and reports per anchor W/D/L, the score with a Wilson interval, pentanomial pair counts and
-the Elo difference; then the maximum-likelihood Elo over all rated anchors with a
-likelihood-ratio interval (`chessgrpo.eval.elo`). With ``--sprt elo0,elo1 --opponent CKPT2`` it
+(`chessgrpo.eval.anchors`: random, Stockfish levels, any UCI engine as ``uci:PATH[:KEY=VALUE]...``
+or by its name in an engines file, checkpoints; docs/engines.md) with the adjudication of
+`chessgrpo.eval.games`, writes every game to a PGN, and reports per anchor W/D/L, the score with
+a Wilson interval, pentanomial pair counts and the Elo difference; then the maximum-likelihood Elo
+over all rated anchors with a likelihood-ratio interval (`chessgrpo.eval.elo`). With ``--sprt elo0,elo1 --opponent CKPT2`` it
 plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N games).
 With ``--search-nodes N`` CKPT plays the move of a search with its value head (`chessgrpo.search`)
 at N nodes per move instead of its policy's argmax; the PGN's PlayerSettings and the JSON record
@@ -45,7 +46,11 @@ class GamesConfig:
     Syzygy directory for adjudication and the search's exact endgame values (syzygy_path; null
     disables both)."""
     anchors: list[str] = dataclasses.field(default_factory=lambda: ["random", "sf-skill:0"])
-    """Opponents: random, sf-skill:N, sf-elo:N, sf-nodes:N or checkpoint paths."""
+    """Opponents: random, sf-skill:N, sf-elo:N, sf-nodes:N, uci:PATH[:KEY=VALUE]... (any UCI engine),
+    the name of an engine in the engines file, or checkpoint paths (docs/engines.md)."""
+    engines: str | None = None
+    """Engines file (YAML): UCI engines with a name, command, args, options, limit and optional elo;
+    anchors name them. null = none. See docs/engines.md."""
     games: int = 40
     """Games per anchor; even (colour-swapped pairs). With SPRT: the most games played."""
     seed: int = 0
@@ -70,9 +75,9 @@ class GamesConfig:
     search_batch_size: int = 16
     """PUCT leaves per network call."""
     anchor_nodes: int = 1000
-    """Node limit per move of sf-skill and sf-elo anchors."""
+    """Node limit per move of sf-skill and sf-elo anchors, and of UCI engine anchors that give no limit."""
     anchor_depth: int | None = None
-    """Depth limit per move of sf-skill and sf-elo anchors instead of nodes."""
+    """Depth limit per move of those anchors instead of nodes."""
     random_rating: float = 0.0
     """The rating given to the random anchor: a convention, not a measurement."""
     anchor_ratings: list[str] = dataclasses.field(default_factory=list)
@@ -121,14 +126,19 @@ def add_games_parser(sub: argparse._SubParsersAction) -> None:
         "games", help="play game pairs against engine anchors: W/D/L, Elo with intervals, SPRT, PGN"
     )
     games.add_argument("--checkpoint", type=Path, required=True, help="policy checkpoint directory or run directory")
-    games.add_argument("--anchors", help="comma-separated: random, sf-skill:N, sf-elo:N, sf-nodes:N, checkpoint paths")
+    games.add_argument(
+        "--anchors",
+        help="comma-separated: random, sf-skill:N, sf-elo:N, sf-nodes:N, uci:PATH[:nodes=N|:depth=N|:movetime=MS]"
+        "[:option.NAME=VALUE][:name=NAME][:elo=R], an engine's name from --engines, checkpoint paths",
+    )
+    games.add_argument("--engines", help="engines file (YAML): UCI engines by name, see docs/engines.md")
     games.add_argument("--games", type=int, help="games per anchor, even: colour-swapped pairs (default: config games)")
     games.add_argument("--openings", help="opening file (.pgn, or .epd/.fen/.txt one position per line)")
     games.add_argument("--workers", type=int, help="game worker processes (default: one per CPU core)")
     games.add_argument("--temperature", type=float, help="policy temperature; 0 = argmax (default)")
     add_search_arguments(games)
-    games.add_argument("--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors")
-    games.add_argument("--anchor-depth", type=int, help="depth limit per move of sf-skill/sf-elo anchors (instead of nodes)")
+    games.add_argument("--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors and UCI engines without one")
+    games.add_argument("--anchor-depth", type=int, help="depth limit per move of those anchors (instead of nodes)")
     games.add_argument("--sprt", metavar="ELO0,ELO1", help="SPRT of --checkpoint against --opponent; stops when decided")
     games.add_argument("--opponent", help="the checkpoint to play in SPRT mode")
     games.add_argument("--pgn", help="PGN output file")
@@ -150,6 +160,7 @@ def _load(args: argparse.Namespace) -> GamesConfig:
         "anchor_depth": args.anchor_depth,
         "opponent": args.opponent,
         "pgn": args.pgn,
+        "engines": args.engines,
     }
     if args.anchors is not None:
         if args.sprt is not None:
@@ -228,14 +239,16 @@ def run_games_command(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from chessgrpo.board.openings import generate_openings, read_openings
-    from chessgrpo.engine import EnginePool, available_cores
+    from chessgrpo.engine import EnginePool, RetryPolicy, available_cores
     from chessgrpo.eval.anchors import (
         CALIBRATION_NOTE,
         anchor_rating,
         check_anchor,
+        load_engines,
         parse_anchor,
         parse_anchors,
         parse_ratings,
+        prepare_anchors,
         probe_engine,
     )
     from chessgrpo.eval.elo import sprt
@@ -251,7 +264,16 @@ def run_games_command(args: argparse.Namespace) -> int:
     )
     _check_search(checkpoint, search, config.device)
     sprt_mode = config.sprt_elo0 is not None
-    limits = dict(nodes=config.anchor_nodes, depth=config.anchor_depth)
+    retry = RetryPolicy(
+        retries_per_position=config.engine.retries_per_position,
+        max_failures=config.engine.max_failures,
+        startup_attempts=config.engine.startup_attempts,
+    )
+    limits: dict[str, Any] = dict(
+        nodes=config.anchor_nodes, depth=config.anchor_depth, timeout_s=config.engine.timeout_s, retry=retry
+    )
+    if config.engines:
+        limits["engines"] = load_engines(config.engines, **limits)
     if sprt_mode:
         anchors = [parse_anchor(config.opponent, **limits)]  # type: ignore[arg-type]
         if anchors[0].kind != "checkpoint":
@@ -261,11 +283,20 @@ def run_games_command(args: argparse.Namespace) -> int:
     ratings_given = parse_ratings(config.anchor_ratings)
 
     engine_name = ""
-    if any(anchor.is_engine for anchor in anchors) or config.openings is None or config.resign_cp is not None:
+    needs_pool = config.openings is None or config.resign_cp is not None
+    if any(anchor.is_stockfish for anchor in anchors) or needs_pool:
         info = probe_engine(config.engine.path)
         engine_name = info.name
         for anchor in anchors:
             check_anchor(anchor, info)
+        if needs_pool and not info.is_stockfish:
+            uses = "the generated opening suite is balanced" if config.openings is None else "resignation is judged"
+            raise ValueError(
+                f"engine.path is {info.name} ({info.path}), not Stockfish: {uses} by Stockfish's node-limited "
+                f"evaluation. Set engine.path to Stockfish{' or give --openings FILE' if config.openings is None else ''}; "
+                f"to play {info.name}, use --anchors uci:{info.path}:depth=N (docs/engines.md)"
+            )
+    anchors = prepare_anchors(anchors)  # each UCI engine started once: one clear error before any game
     if config.engine.syzygy_path and config.tablebase_pieces > 0 and not Path(config.engine.syzygy_path).is_dir():
         raise FileNotFoundError(
             f"Syzygy directory {config.engine.syzygy_path!r} not found; set engine.syzygy_path=null to play without "
@@ -402,6 +433,7 @@ def summarise(results, anchors, described, ratings, *, confidence: float = 0.95,
             {
                 "anchor": anchor.text,
                 "settings": settings,
+                **({"engine": anchor.engine.id_name, "command": list(anchor.engine.command)} if anchor.engine else {}),
                 "rating": rating.value,
                 "rating_source": rating.source,
                 "wins": wins,

@@ -1,4 +1,4 @@
-"""A pool of Stockfish processes for reward computation at high throughput.
+"""A pool of UCI engine processes (Stockfish) for reward computation at high throughput.
 
 Design:
 - One worker thread per engine process pulls search tasks from a shared queue, so a batch is
@@ -19,6 +19,19 @@ Design:
   an undisturbed one would. A position that fails `retries_per_position` + 1 times, or a pool that
   has seen more than `max_failures` engine failures, stops with an `EngineError` naming the
   position, the engine and the count. No silent default, nothing cached from a failed search.
+  An engine that has not completed a single search when a position exhausts its retries is
+  broken, not unlucky: the searches still queued in that batch fail at once with that error (no
+  restarts for each of them).
+- Any UCI engine runs (`chessgrpo.engine.uci`), but nothing it says is taken on trust: a search
+  counts only if it ends in a legal ``bestmove`` of the position (``(none)``, ``0000``, a
+  malformed or an illegal move is a failed search; legality is checked for engines other than
+  Stockfish) with at least one ``info ... score`` line, so an engine that prints no score fails
+  with an error naming it and the position instead of an `IndexError`. What only some engines
+  have is one `EngineUnsupported` error, raised at once, never retried: MultiPV analyses
+  (`analyse_many` with multipv > 1) need a MultiPV option, and a node limit the engine ignores
+  (Toga II) stops the run at its first search. Rewards and labels assume Stockfish (its WDL
+  model turns scores into win probabilities; its node limits make them reproducible), which is
+  why `chessgrpo doctor` says when `engine.path` is something else.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import logging
 import os
 import queue
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -49,7 +63,7 @@ from chessgrpo.engine.evaluation import (
     wdl_model_for,
 )
 from chessgrpo.engine.locate import EngineError, find_stockfish
-from chessgrpo.engine.uci import SearchResult, UciProcess
+from chessgrpo.engine.uci import EngineUnsupported, SearchResult, UciProcess
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +74,7 @@ HALFMOVE_CLOCK_RELEVANT_FROM = 60
 
 Position = str | chess.Board
 Progress = Callable[[int], None]
+_UCI_MOVE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 
 
 def available_cores() -> int:
@@ -162,7 +177,7 @@ class _Task:
 
 
 class EnginePool:
-    """Evaluate chess positions with several Stockfish processes in parallel.
+    """Evaluate chess positions with several engine processes (Stockfish) in parallel.
 
     Use as a context manager::
 
@@ -201,6 +216,8 @@ class EnginePool:
         self._engines: list[UciProcess | None] = [None] * self.processes
         self._closed = False
         self.engine_name = "engine"
+        self._healthy = False  # set by the first complete search
+        self._broken: EngineError | None = None  # set when the engine is known not to work at all
 
         # Start all processes in parallel, each with retries (an engine killed in its first
         # milliseconds is replaced); a binary that never starts is one clear error, and the
@@ -216,6 +233,12 @@ class EnginePool:
         started = [attempt.result() for attempt in attempts]
         self._engines = list(started)
         self.engine_name = started[0].name or "unknown engine"
+        self.engine_options = frozenset(started[0].options)
+        """The options the engine advertised (lower-case names)."""
+        self.is_stockfish = started[0].is_stockfish
+        # Stockfish's moves are trusted (a python-chess board per search costs ~0.1 ms, a real share
+        # of a small node-limited search); any other engine's bestmove is checked against the position.
+        self._verify_moves = not self.is_stockfish
         self.wdl_model = wdl_model_for(self.engine_name)
         self.engine_id = f"{self.engine_name};threads={threads};hash={hash_mb};clear={int(clear_hash)}"
         self.cache = EvaluationCache(cache_path) if cache_path is not None else None
@@ -294,6 +317,11 @@ class EnginePool:
         """The top `multipv` moves of each position, best first, valued for the side to move."""
         if not isinstance(multipv, int) or multipv < 1:
             raise ValueError(f"multipv must be a positive integer, got {multipv!r}")
+        if multipv > 1 and "multipv" not in self.engine_options:
+            raise EngineUnsupported(
+                f"{self.engine_name} ({self.path}) has no MultiPV option, so it cannot analyse {multipv} moves per "
+                "position (multipv labels and move-ranking rewards need Stockfish; set engine.path to it)"
+            )
         boards = [parse_board(position) for position in positions]
         limit = self._limit(nodes, depth)
         results: list[Analysis | None] = [None] * len(boards)
@@ -376,6 +404,7 @@ class EnginePool:
         """Raw search results for each request key, from the cache or from the engines."""
         if self._closed:
             raise EngineError("the engine pool is closed")
+        self._broken = None  # each batch gets its own chance (the fast failure is within a batch)
         out: dict[str, tuple[dict, bool]] = {}
         if self.cache is not None and requests:
             for key, value in self.cache.get_many(requests).items():
@@ -457,6 +486,9 @@ class EnginePool:
             task, future = item
             if not future.set_running_or_notify_cancel():
                 continue
+            if self._broken is not None:  # no restarts for a search that cannot succeed
+                future.set_exception(self._broken)
+                continue
             try:
                 future.set_result(self._search_with_retry(slot, task))
             except BaseException as exc:  # delivered to the caller, never swallowed
@@ -486,9 +518,17 @@ class EnginePool:
                     )
                 except (ValueError, IndexError) as error:  # output we cannot parse: a broken engine
                     raise EngineError(f"unparsable engine output ({error})") from error
-                if not result.lines and result.best_move is not None:
-                    raise EngineError("engine returned a best move without a score")
+                self._check_result(task, result)
+                self._healthy = True
                 return result
+            except EngineUnsupported as error:  # retrying cannot help: one clear error, now
+                if engine is not None:
+                    engine.kill()
+                    self._engines[slot] = None
+                with self._stats_lock:
+                    self.stats.failures += 1
+                self._broken = EngineUnsupported(f"{error} (while searching {task.fen!r}, {task.limit})")
+                raise self._broken from None
             except EngineError as error:
                 failures += 1
                 if engine is not None:
@@ -501,14 +541,31 @@ class EnginePool:
                 if failures > self.retry.retries_per_position:
                     with self._stats_lock:
                         self.stats.failures += 1
-                    raise EngineError(
+                    final = EngineError(
                         f"{self.engine_name} ({self.path}) failed {failures} times on position "
                         f"{task.fen!r} ({task.limit}, engine.retries_per_position="
                         f"{self.retry.retries_per_position}); last error: {error}"
-                    ) from None
+                    )
+                    if not self._healthy:  # not one search ever worked: the engine is broken
+                        self._broken = final
+                    raise final from None
                 with self._stats_lock:
                     self.stats.retries += 1
                 time.sleep(self.retry.delay(failures - 1, self._jitter))
+
+    def _check_result(self, task: _Task, result: SearchResult) -> None:
+        """`EngineError` (so the search is retried) unless `result` is a usable search of `task`:
+        a legal best move (the pool only sends positions with legal moves) and a score."""
+        best = result.best_move
+        if best is None:
+            sent = f"bestmove {result.bestmove_text}" if result.bestmove_text else "bestmove"
+            raise EngineError(f"answered `{sent}` in a position with legal moves")
+        if not _UCI_MOVE.match(best):
+            raise EngineError(f"answered `bestmove {best}`, which is not a UCI move")
+        if self._verify_moves and not chess.Board(task.fen).is_legal(chess.Move.from_uci(best)):
+            raise EngineError(f"answered `bestmove {best}`, an illegal move in this position")
+        if not result.lines:
+            raise EngineError("sent no usable `info ... score` line (a score is what the search is for)")
 
     def _evaluation(self, board: chess.Board, value: dict, cached: bool) -> Evaluation:
         cp, mate, pv, depth, nodes = value["lines"][0]
