@@ -220,10 +220,11 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
         assert trial.value == pytest.approx(trial.user_attrs["metrics"]["eval/puzzle_first_move_accuracy"] - trial.user_attrs["start_value"])
 
     summary = summarize(study)
-    if summary.best is summary.default:  # either may win on 16 puzzles; re-measure the other one against it
-        other = next(t for t in summary.trials if not t.default)
-        summary.default.default, other.default = False, True
-    result = remeasure(summary, positions=str(dataset), max_items=20)
+    # Either may win on 16 puzzles: re-measure the non-default trial by number (what --remeasure-trial does).
+    other = next(t for t in summary.trials if not t.default)
+    with pytest.raises(ValueError, match="chosen trial is the default trial"):
+        remeasure(summary, positions=str(dataset), trial=summary.default.number)
+    result = remeasure(summary, positions=str(dataset), max_items=20, trial=other.number)
     kinds = [c.kind for c in result.comparisons]
     assert kinds == ["offline", "puzzles"]
     offline, puzzles = result.comparisons
@@ -233,7 +234,7 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
             for r in json.loads(path.read_text())["records"]["player"]}  # fmt: skip
     remeasured = json.loads(next((tmp_path / "runs" / "grpo" / "remeasure").glob("trial_*_puzzles.json")).read_text())
     assert not seen & {r["id"] for r in remeasured["records"]["player"]}
-    assert json.loads(result.path.read_text())["best"] == summary.best.number
+    assert json.loads(result.path.read_text())["best"] == other.number
 
 
 def test_parallel_workers_divide_the_cores(dataset, tmp_path, capfd):

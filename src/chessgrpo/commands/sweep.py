@@ -42,6 +42,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="positions for --remeasure (dataset dir, .parquet, .epd/.fen/.txt, .pgn); default: the trials' own "
                             "source minus the positions they saw")  # fmt: skip
     sweep.add_argument("--remeasure-puzzles", default=None, metavar="CSV", help="Lichess puzzle CSV for --remeasure (default: the trials' own minus those they saw)")
+    sweep.add_argument("--remeasure-trial", type=int, default=None, metavar="N",
+                       help="--remeasure: re-measure complete trial N against the default instead of the best (e.g. the runner-up when the default won)")  # fmt: skip
     sweep.add_argument("--remeasure-max", type=int, default=500, metavar="N", help="positions and puzzles re-measured, each (default 500)")
     sweep.add_argument("--json", action="store_true", help="--summary: print the summary as JSON")
     sweep.set_defaults(handler=run_sweep_command)
@@ -69,8 +71,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         if args.config is not None or args.overrides:
             raise ConfigError("--summary reads a finished or running study: do not pass --config or key=value overrides with it")
         return _summary(args)
-    if args.remeasure:
-        raise ConfigError("--remeasure goes with --summary STUDY")
+    if args.remeasure or args.remeasure_trial is not None:
+        raise ConfigError("--remeasure and --remeasure-trial go with --summary STUDY")
     if args.config is None:
         raise ConfigError("give a sweep file (chessgrpo sweep --config SWEEP.yaml) or a study to summarise (--summary STUDY)")
     from chessgrpo.sweep.config import load_sweep
@@ -116,6 +118,8 @@ def _summary(args: argparse.Namespace) -> int:
     from chessgrpo.eval.compare import format_comparison
     from chessgrpo.sweep.summary import load_study, remeasure, summarize, write_best_config
 
+    if args.remeasure_trial is not None:
+        args.remeasure = True
     study = load_study(args.summary, args.study_name)
     if args.json:
         summary = summarize(study)
@@ -124,19 +128,21 @@ def _summary(args: argparse.Namespace) -> int:
             payload["best_config"] = str(write_best_config(summary, args.out))
         if args.remeasure:
             payload["remeasure"] = remeasure(summary, positions=args.remeasure_positions, puzzles=args.remeasure_puzzles,
-                                             max_items=args.remeasure_max, out_dir=args.out).to_json()  # fmt: skip
+                                             max_items=args.remeasure_max, out_dir=args.out, trial=args.remeasure_trial).to_json()  # fmt: skip
         print(json.dumps(payload, indent=1))
         return 0
     summary = _print_summary(study, args.top, args.out, remeasuring=args.remeasure)
     if not args.remeasure:
         return 0
     best, default = summary.best, summary.default
-    if best is not None and default is not None and best.number == default.number:
-        print(f"re-measure: the best trial is the default trial {default.number}; the search found nothing better on its own objective")
+    if args.remeasure_trial is None and best is not None and default is not None and best.number == default.number:
+        print(f"re-measure: the best trial is the default trial {default.number}; the search found nothing better on its own objective "
+              f"(--remeasure-trial N re-measures another complete trial against it)")  # fmt: skip
         return 0
     result = remeasure(summary, positions=args.remeasure_positions, puzzles=args.remeasure_puzzles, max_items=args.remeasure_max,
-                       out_dir=args.out)  # fmt: skip
-    print(f"re-measured: best trial {result.best} (B) against the default trial {result.default} (A) on items no trial was evaluated on")
+                       out_dir=args.out, trial=args.remeasure_trial)  # fmt: skip
+    which = "best trial" if args.remeasure_trial is None else "trial"
+    print(f"re-measured: {which} {result.best} (B) against the default trial {result.default} (A) on items no trial was evaluated on")
     for note in result.notes:
         print(f"  {note}")
     for comparison in result.comparisons:

@@ -346,8 +346,9 @@ def _trial_checkpoint(trial: TrialOutcome) -> Path:
 
 
 def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: str | None = None, max_items: int = 500,
-              seed: int = 1, out_dir: Path | None = None) -> Remeasurement:  # fmt: skip
-    """The best trial against the default trial on positions and puzzles no trial was evaluated on (paired).
+              seed: int = 1, out_dir: Path | None = None, trial: int | None = None) -> Remeasurement:  # fmt: skip
+    """The best trial (or complete trial number `trial`, e.g. the runner-up when the default won)
+    against the default trial on positions and puzzles no trial was evaluated on (paired).
 
     Positions: `positions` (any `eval offline` source), else the trials' own `eval.positions` (or
     `eval.offline_positions`) minus every position a trial saw; puzzles: `puzzles`, else the trials'
@@ -367,12 +368,20 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig
 
     best, default = summary.best, summary.default
+    if trial is not None:
+        best = next((t for t in summary.trials if t.number == trial), None)
+        if best is None or best.state != "complete":
+            state = "does not exist" if best is None else f"is {best.state}"
+            raise ValueError(f"trial {trial} of study {summary.name} {state}: only a complete trial can be re-measured")
     if best is None:
         raise ValueError(f"study {summary.name} has no complete trial to re-measure")
     if default is None:
         raise ValueError(f"study {summary.name} has no default trial (enqueue_default was off): nothing to compare the best with")
     if best.number == default.number:
-        raise ValueError(f"the best trial is the default trial {default.number}: the search found nothing better on its own objective")
+        raise ValueError(
+            f"the {'chosen' if trial is not None else 'best'} trial is the default trial {default.number}: nothing to compare it with"
+            + ("" if trial is not None else "; the search found nothing better on its own objective (--remeasure-trial N re-measures another)")
+        )
     if default.state != "complete":
         raise ValueError(f"the default trial {default.number} did not complete ({default.state}: {default.reason}); nothing to compare with")
     config = best.config or {}
@@ -384,7 +393,8 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     evaluated = [t for t in summary.trials if t.run_dir]
     notes: list[str] = []
     comparisons = []
-    names = {"player_a": f"default trial {default.number}", "player_b": f"best trial {best.number}", "seed": seed}
+    label = "best trial" if trial is None else "trial"
+    names = {"player_a": f"default trial {default.number}", "player_b": f"{label} {best.number}", "seed": seed}
 
     # Held-out positions: the trials' own source minus every position a trial was evaluated on.
     source = positions or {"move_group": eval_config.get("positions"), "trajectory": eval_config.get("offline_positions")}.get(kind)
