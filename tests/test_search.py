@@ -6,6 +6,8 @@ about what the search itself must find: exact terminal and tablebase values back
 
 from __future__ import annotations
 
+import threading
+
 import chess
 import pytest
 import torch
@@ -213,3 +215,83 @@ def test_centipawns_of_a_value():
     assert value_to_centipawns(0.5) == 0
     assert value_to_centipawns(0.75) == -value_to_centipawns(0.25) > 0
     assert value_to_centipawns(1.0) == 2000 and value_to_centipawns(0.0) == -2000
+
+
+# -- the hooks: should_stop, root_moves, report ---------------------------------------------------
+
+
+def _algorithms(policy: ActionPolicy) -> list[PuctSearch | AlphaBetaSearch]:
+    return [_puct(policy), AlphaBetaSearch(NetworkEvaluator(policy), AlphaBetaConfig(width=4))]
+
+
+def _summary(result) -> list[tuple]:
+    return [(m.move, m.visits, m.value, m.prior, m.pv) for m in result.root_moves] + [(result.nodes, result.depth, result.seldepth, result.exact)]
+
+
+def test_hooks_that_change_nothing_change_nothing():
+    """Every legal move as root_moves, a should_stop that never stops and a report: the same search, bit for bit."""
+    policy = _policy()
+    board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+    for search in _algorithms(policy):
+        plain = search.search(board, SearchLimits(nodes=100))
+        reports = []
+        hooked = search.search(
+            board, SearchLimits(nodes=100), root_moves=list(board.legal_moves), should_stop=lambda nodes: False, report=reports.append, report_interval=0.0
+        )
+        assert _summary(hooked) == _summary(plain)
+        assert reports and all(r.move in board.legal_moves for r in reports)
+
+
+def test_should_stop_stops_early_with_a_legal_move():
+    policy = _policy()
+    board = chess.Board()
+    asked: list[int] = []
+
+    def stop_after_20(nodes: int) -> bool:
+        asked.append(nodes)
+        return nodes > 20
+
+    result = _puct(policy).search(board, SearchLimits(nodes=10_000), should_stop=stop_after_20)
+    assert result.move in board.legal_moves and result.nodes == 20  # asked before every simulation: stops exactly
+    assert sum(m.visits for m in result.root_moves) == 20 and asked == sorted(asked) and asked[-1] == 21
+    never = _puct(policy).search(board, SearchLimits(nodes=10_000), should_stop=lambda nodes: True)
+    assert never.move in board.legal_moves and never.nodes == 0  # stopped at once: the prior's move
+    result = AlphaBetaSearch(NetworkEvaluator(policy)).search(board, SearchLimits(nodes=10_000), should_stop=lambda nodes: nodes > 30)
+    assert result.move in board.legal_moves and result.nodes <= 30
+    # A stop flag set from another thread (UCI `stop`): the search ends long before its budget.
+    stop = threading.Event()
+    timer = threading.Timer(0.2, stop.set)
+    timer.start()
+    result = _puct(policy).search(board, SearchLimits(nodes=10**6), should_stop=lambda nodes: stop.is_set())
+    timer.join()
+    assert result.move in board.legal_moves and 0 < result.nodes < 10**6
+
+
+def test_root_moves_restrict_the_root_and_its_shortcuts():
+    policy = _prefer(_policy(), "a1a8")  # the network likes the mate: only the restriction keeps it out
+    board = chess.Board(BACK_RANK_MATE)
+    allowed = [chess.Move.from_uci("g1f1"), chess.Move.from_uci("h2h3")]
+    for search in _algorithms(policy):
+        result = search.search(board, SearchLimits(nodes=64), root_moves=allowed)
+        assert result.move in allowed and not result.exact  # the mate-in-one shortcut was not taken
+        assert {m.move for m in result.root_moves} == set(allowed) and result.nodes > 0
+        mate = search.search(board, SearchLimits(nodes=64), root_moves=[chess.Move.from_uci("a1a8"), *allowed])
+        assert mate.move.uci() == "a1a8" and mate.exact and mate.nodes == 0  # a mate among them: played at once
+        forced = search.search(board, SearchLimits(nodes=64), root_moves=allowed[:1])
+        assert forced.move == allowed[0] and forced.network_positions <= 1  # one move: not searched (the root may be evaluated)
+        for bad in ([], [chess.Move.from_uci("a1a2"), chess.Move.from_uci("e2e4")]):
+            with pytest.raises(ValueError, match="root_moves"):
+                search.search(board, SearchLimits(nodes=64), root_moves=bad)
+    searched = _puct(policy).search(board, SearchLimits(nodes=64), root_moves=allowed)
+    assert searched.nodes == 64 and sum(m.prior for m in searched.root_moves) == pytest.approx(1.0)  # priors renormalised
+
+
+def test_root_moves_restrict_the_tablebase_shortcut():
+    searcher = Searcher(_policy(), SearchSettings(nodes=32, syzygy_path=str(shared_file("syzygy"))))
+    board = chess.Board("k7/8/1K6/8/8/8/8/7Q w - - 0 1")  # KQvK: the tables play Qh8#
+    quiet = [chess.Move.from_uci("h1h2"), chess.Move.from_uci("h1g1")]
+    result = searcher.search(board, root_moves=quiet)
+    assert result.move in quiet and result.nodes > 0  # searched: the tables' move is not allowed
+    result = searcher.search(board, root_moves=[chess.Move.from_uci("h1h8"), *quiet])
+    assert result.move.uci() == "h1h8" and result.exact and result.nodes == 0
+    searcher.close()

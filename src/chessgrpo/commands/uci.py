@@ -1,12 +1,14 @@
 """`chessgrpo uci --checkpoint CKPT [--device D] [--temperature T] [--search S] [--nodes N] [--syzygy-path DIR]`:
 the policy as a UCI engine.
 
-Speaks UCI on stdin/stdout (see `chessgrpo.eval.uci_engine`), so the policy plays in chess GUIs,
-cutechess-cli, fastchess and lichess-bot; logs go to stderr. A checkpoint with a value head
-searches (PUCT by default) under the ``go`` limits; one without plays the policy's move. The
-flags set the initial values of the UCI options of the same names. Startup loads the model (a few
-seconds for torch) before the first command is read; a bad checkpoint or Syzygy directory fails
-right away.
+Speaks UCI on stdin/stdout (see `chessgrpo.eval.uci_engine` and ``docs/uci.md``), so the policy
+plays in chess GUIs, cutechess-cli, fastchess and lichess-bot; logs go to stderr. A checkpoint with
+a value head searches (PUCT by default) under the ``go`` limits; one without plays the policy's
+move. Searches run in a thread, so ``go infinite``/``go ponder`` wait for ``stop``/``ponderhit``
+and ``isready`` is answered during a search. The flags set the initial values of the UCI options
+of the same names (``UCI_Chess960``, ``UCI_ShowWDL`` and ``MultiPV`` are set over UCI). Startup
+loads the model (a few seconds for torch) before the first command is read; a bad checkpoint,
+Syzygy directory or temperature fails right away.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     uci.add_argument("--checkpoint", type=Path, required=True, help="policy checkpoint directory or run directory")
     uci.add_argument("--device", default="cpu", help="torch device (default cpu; also the UCI option Device)")
     uci.add_argument(
-        "--temperature", type=float, default=0.0, help="0 = argmax (default), > 0 samples, without search (also the UCI option Temperature)"
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0 = argmax (default), or in [0.001, 100] to sample, without search (also the UCI option Temperature)",
     )
     uci.add_argument(
         "--search",

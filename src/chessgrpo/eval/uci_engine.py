@@ -1,9 +1,10 @@
 """The policy as a UCI engine (`chessgrpo uci --checkpoint CKPT`): plays in any chess GUI,
-cutechess-cli, fastchess or lichess-bot.
+cutechess-cli, fastchess or lichess-bot. The protocol as implemented, option by option and with
+the score conventions, is described in ``docs/uci.md``.
 
 When the checkpoint's policy has a value head, ``go`` **searches** (`chessgrpo.search`: PUCT by
 default, or policy-pruned alpha-beta) under the ``go`` limits; without a value head, or with
-``Search none``, it plays the policy's own move at once, as before search existed.
+``Search none``, it plays the policy's own move.
 
 Supported commands (https://backscattering.de/chess/uci/):
 
@@ -16,46 +17,75 @@ Supported commands (https://backscattering.de/chess/uci/):
   - ``MultiPV`` (spin, default 1, at most 16): ``info`` lines per search, best first.
   - ``SyzygyPath`` (string, default empty = off): Syzygy tables for exact 3-4-piece values;
     a directory without tables is refused.
-  - ``Temperature`` (string, a number >= 0; 0 = argmax): the policy-only player's sampling
-    temperature (search always plays its most visited move).
-  - ``Device`` (string, a torch device).
+  - ``Temperature`` (string: 0 = argmax, or a number in [0.001, 100]): the policy-only player's
+    sampling temperature (search always plays its most visited move). NaN, infinities,
+    negatives and values in (0, 0.001) (denormals included) are refused.
+  - ``Device`` (string, a torch device): the model is copied to the device and run once on a
+    position there; only when that gives finite logits matching the current device's does the
+    copy replace the model (``meta``, a missing GPU or an unknown name is refused, and the model
+    in use is never touched).
+  - ``UCI_Chess960`` (check, default false): positions (``startpos``, Shredder-FEN or X-FEN) are
+    Chess960 positions and castling is written king-takes-rook (``e1h1``) in ``bestmove``,
+    ``pv`` and ``searchmoves``; the standard-chess network sees them through
+    `chessgrpo.eval.uci_chess960`.
+  - ``UCI_ShowWDL`` (check, default false): ``wdl W D L`` after every score.
+  - ``Ponder`` (check): announced so GUIs offer pondering; ``go ponder`` works either way.
 
-- ``isready`` -> ``readyok``; ``ucinewgame``; ``setoption name N value V``.
+- ``isready`` -> ``readyok`` (also while a search runs); ``ucinewgame``; ``setoption name N value V``.
 - ``position startpos|fen <FEN> [moves m1 m2 ...]``: the game history is kept, so the search
   sees repetitions (it scores a repeated position as a draw), and so does the policy-only
-  player's repetition rule (`chessgrpo.eval.anchors.PolicyMover`).
-- ``go`` (`parse_go`): ``nodes N`` = N search nodes; ``movetime MS`` = a time limit;
-  ``wtime/btime/winc/binc [movestogo]`` = simple time management (`clock_seconds`); with both a
-  node and a time limit, whichever comes first. ``depth``, ``mate``, ``infinite`` and a plain
-  ``go`` search the ``Nodes`` budget (the network search has no meaningful depth; ``infinite``
-  stops on its own instead of waiting for ``stop``). One ``info depth .. seldepth .. multipv K
-  score cp X|mate 1 nodes .. nps .. time .. pv ..`` line per MultiPV line, then ``bestmove``;
-  ``bestmove 0000`` when the side to move has no legal move. Search runs in the foreground:
-  ``stop`` arriving later finds the answer already given.
-- ``stop``, ``ponderhit``, ``debug``, ``register``: accepted and ignored. ``quit`` or end of
-  input: exit.
+  player's repetition rule (`chessgrpo.eval.anchors.PolicyMover.repetition_moves`). A rejected
+  ``position`` (malformed FEN, illegal or malformed move) leaves **no** position: ``go`` answers
+  ``info string error: no valid position ...`` and ``bestmove 0000`` (the UCI null move) until a
+  valid ``position`` (or ``ucinewgame``) arrives, so no move for another position is ever played.
+- ``go`` (`parse_go`, `parse_go_flags`): ``nodes N`` = N search nodes; ``movetime MS`` = a time
+  limit; ``wtime/btime/winc/binc [movestogo]`` = simple time management (`clock_seconds`); with
+  both a node and a time limit, whichever comes first. ``depth``, ``mate`` and a plain ``go``
+  search the ``Nodes`` budget (the network search has no meaningful depth).
+  ``infinite`` searches until ``stop`` (growing the tree up to `MAX_NODES`, then waiting);
+  ``ponder`` searches the same way until ``stop`` (answered with the current best move) or
+  ``ponderhit``, after which the ``go`` command's own limits apply, the clock counting from the
+  ``ponderhit``. ``searchmoves m1 m2 ...`` restricts the root to those moves (illegal ones are
+  ignored with an error; none legal = every move). One ``info depth .. seldepth .. multipv K
+  score cp X|mate N [wdl W D L] nodes .. nps .. time .. pv ..`` line per MultiPV line (also every
+  `INFO_INTERVAL_S` during a long search), then ``bestmove M [ponder P]``; ``bestmove 0000``
+  when the side to move has no legal move.
+- Searches run in a thread while the main thread keeps reading: ``isready`` is answered at once,
+  ``stop`` ends the search (its ``bestmove`` follows), ``ponderhit`` switches a ponder search to
+  its limits, ``quit`` stops the search and exits. Any other command during a search (a GUI
+  should send none) first waits for a finite search to finish, or stops an infinite or ponder
+  one, and then runs. End of input: a finite search finishes, an infinite one is stopped, exit.
+
+Scores (``cp``/``mate``/``wdl``, always from the side to move's view) follow
+`chessgrpo.eval.uci_scores`; searches are `chessgrpo.search`'s, stopped, restricted to
+``searchmoves`` and followed through its hooks (`chessgrpo.search.base`).
 
 Robustness: no input makes it crash. Unknown commands are ignored with an ``info string``; a bad
-``position`` (malformed FEN, illegal or malformed move) keeps the previous valid position and
-answers ``info string error: ...``; a bad option value or ``go`` argument is refused the same
-way. A search that fails falls back to the policy's move. Every response is flushed at once.
+option value or ``go`` argument is refused with ``info string error: ...`` and changes nothing.
+A search that fails falls back to the policy's move. Every response is flushed at once.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 import chess
+import numpy as np
 
-from chessgrpo.board.validation import parse_board, parse_move
+from chessgrpo.board.validation import parse_board
+from chessgrpo.eval.uci_chess960 import Chess960Evaluator, parse_board_960, parse_uci_move, policy_logits, softmax, standard_view
+from chessgrpo.eval.uci_scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
+from chessgrpo.search.base import SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from chessgrpo.search import SearchResult, Searcher
+    from chessgrpo.search import Searcher
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +96,7 @@ MAX_LINE = 10_000
 SEARCH_CHOICES = ("puct", "alphabeta", "none")
 DEFAULT_NODES = 256
 MAX_NODES = 100_000
-"""The most nodes one ``go`` searches, also when only time limits it (bounds the tree's memory: ~4 kB a node)."""
+"""The most nodes one ``go`` searches, also when only time limits it or ``infinite`` (bounds the tree's memory: ~4 kB a node)."""
 MAX_MULTIPV = 16
 MOVE_OVERHEAD_MS = 50
 """Kept back from every time limit: the pipe, the GUI and the batch the search finishes."""
@@ -76,6 +106,16 @@ INCREMENT_SHARE = 0.75
 MAX_CLOCK_FRACTION = 0.2
 """One move never takes more than this share of the remaining clock time."""
 MIN_SEARCH_SECONDS = 0.001
+INFO_INTERVAL_S = 1.0
+"""A long search (``infinite``, ``ponder``, long clocks) sends its ``info`` lines this often."""
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
+"""Temperature is 0 (argmax) or lies in this range: below it softmax(logits / T) overflows to argmax anyway."""
+WINNING_MATERIAL = 3
+"""The policy-only player avoids repetitions when this many pawns ahead (as `PolicyMover`)."""
+DEVICE_TOLERANCE = 0.05
+"""A new device's logits may differ from the current device's by this much (TF32, fused kernels)."""
+QUIT_JOIN_S = 60.0
+"""After ``quit`` the stopped search gets this long to answer (it stops after its current batch)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -90,7 +130,17 @@ class GoLimits:
     seconds: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class GoFlags:
+    """The ``go`` arguments that are not limits: ``infinite``, ``ponder`` and ``searchmoves``'s moves (as given)."""
+
+    infinite: bool = False
+    ponder: bool = False
+    searchmoves: tuple[str, ...] = ()
+
+
 INTEGER_ARGUMENTS = ("wtime", "btime", "winc", "binc", "movestogo", "movetime", "nodes", "depth", "mate")
+GO_KEYWORDS = frozenset(INTEGER_ARGUMENTS) | {"infinite", "ponder", "searchmoves"}
 
 
 def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tuple[GoLimits, list[str]]:
@@ -99,7 +149,8 @@ def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tup
 
     ``nodes`` caps the nodes (at most `MAX_NODES`); ``movetime`` or else the clock
     (`clock_seconds`) sets the time. A time limit without ``nodes`` searches up to `MAX_NODES`;
-    neither (``depth``, ``mate``, ``infinite``, nothing) searches `default_nodes`.
+    neither (``depth``, ``mate``, ``infinite``, nothing) searches `default_nodes`. ``infinite``,
+    ``ponder`` and ``searchmoves`` are `parse_go_flags`'s.
     """
     values: dict[str, int] = {}
     problems: list[str] = []
@@ -113,7 +164,7 @@ def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tup
                 index += 1
             except ValueError:
                 problems.append(f"go {key} needs an integer, got {text[:20]!r}; ignored")
-        index += 1  # other tokens (infinite, ponder, searchmoves and its moves) change nothing
+        index += 1  # other tokens (infinite, ponder, searchmoves and its moves): parse_go_flags
     seconds = None
     if "movetime" in values:
         seconds = movetime_seconds(values["movetime"])
@@ -126,6 +177,21 @@ def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tup
     else:
         nodes = MAX_NODES if seconds is not None else default_nodes
     return GoLimits(nodes=min(max(nodes, 1), MAX_NODES), seconds=seconds), problems
+
+
+def parse_go_flags(arguments: list[str]) -> GoFlags:
+    """``infinite``, ``ponder`` and the tokens after ``searchmoves`` up to the next ``go`` keyword."""
+    searchmoves: list[str] = []
+    index = 0
+    while index < len(arguments):
+        if arguments[index] == "searchmoves":
+            index += 1
+            while index < len(arguments) and arguments[index] not in GO_KEYWORDS:
+                searchmoves.append(arguments[index])
+                index += 1
+            continue
+        index += 1
+    return GoFlags(infinite="infinite" in arguments, ponder="ponder" in arguments, searchmoves=tuple(searchmoves))
 
 
 def movetime_seconds(movetime_ms: int) -> float:
@@ -148,35 +214,163 @@ def clock_seconds(remaining_ms: int, increment_ms: int = 0, moves_to_go: int = 0
     return max(min(target, MAX_CLOCK_FRACTION * usable) / 1000, MIN_SEARCH_SECONDS)
 
 
+class SearchControl:
+    """When a running search stops, shared by the protocol thread and the search thread.
+
+    A plain ``go`` stops at its node limit or deadline. ``infinite`` and an unanswered ``ponder``
+    are *unbounded*: the search grows up to `MAX_NODES`, then `wait_for_release` holds the
+    ``bestmove`` back until ``stop`` (or, for ``ponder``, ``ponderhit``, which starts the
+    ``go`` limits' clock).
+    """
+
+    def __init__(self, limits: GoLimits, *, infinite: bool = False, ponder: bool = False, started: float | None = None):
+        self.limits = limits
+        self.started = time.perf_counter() if started is None else started
+        self.infinite = infinite
+        self._pondering = ponder
+        self._stopped = False
+        self._condition = threading.Condition()
+        bounded = not (infinite or ponder)
+        self.deadline = self.started + limits.seconds if bounded and limits.seconds is not None else None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
+    def pondering(self) -> bool:
+        return self._pondering
+
+    @property
+    def unbounded(self) -> bool:
+        return self.infinite or self._pondering
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stopped = True
+            self._condition.notify_all()
+
+    def ponderhit(self) -> None:
+        """The opponent played the expected move: the ``go`` limits apply from now."""
+        with self._condition:
+            if self._pondering:
+                self._pondering = False
+                if not self.infinite and self.limits.seconds is not None:
+                    self.deadline = time.perf_counter() + self.limits.seconds
+            self._condition.notify_all()
+
+    def node_limit(self) -> int:
+        """The nodes the search may run now (`MAX_NODES` while unbounded, the ``go`` limit after ``ponderhit``)."""
+        return MAX_NODES if self.unbounded else self.limits.nodes
+
+    def should_stop(self, nodes: int) -> bool:
+        """The search's ``should_stop`` hook (`chessgrpo.search.base`): True when it must not grow
+        to `nodes` nodes: after ``stop``, beyond the node limit or past the deadline."""
+        if self._stopped or nodes > self.node_limit():
+            return True
+        deadline = self.deadline
+        return deadline is not None and time.perf_counter() >= deadline
+
+    def wait_for_release(self) -> None:
+        """Block while the search is unbounded and not stopped (an answer ready early waits for ``stop``)."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._stopped or not self.unbounded)
+
+
 # ------------------------------------------------------------------------------------------------
-# `info` lines
+# info lines
 
 
-def score_text(board: chess.Board, move: chess.Move, value: float) -> str:
-    """``mate 1`` when `move` checkmates at once, else ``cp X`` from the expected score `value`."""
-    from chessgrpo.search import value_to_centipawns
-
-    board.push(move)
-    try:
-        mates = board.is_checkmate()
-    finally:
-        board.pop()
-    return "mate 1" if mates else f"cp {value_to_centipawns(value)}"
+def pv_text(board: chess.Board, moves: Sequence[chess.Move]) -> str:
+    """The moves in UCI notation, each written in its own position (Chess960 castling = king takes rook)."""
+    board = board.copy(stack=False)
+    words = []
+    for move in moves:
+        words.append(board.uci(move))
+        board.push(move)
+    return " ".join(words)
 
 
-def info_lines(board: chess.Board, result: "SearchResult", multipv: int, elapsed_s: float) -> list[str]:
+def info_lines(
+    board: chess.Board,
+    result: SearchResult,
+    multipv: int,
+    elapsed_s: float,
+    *,
+    exact_value: ExactValue = claimable_value,
+    show_wdl: bool = False,
+) -> list[str]:
     """One ``info`` line per MultiPV line (root moves are already best first)."""
     elapsed_ms = int(1000 * elapsed_s)
     nps = int(result.nodes / max(elapsed_s, 1e-3))
     depth = max(result.depth, 1)
     seldepth = max(result.seldepth, depth)
+    board = board.copy()
     lines = []
     for rank, root_move in enumerate(result.root_moves[:multipv], start=1):
+        score = decided_score(board, root_move.move, exact_value) or estimate_score(root_move.value)
         lines.append(
-            f"info depth {depth} seldepth {seldepth} multipv {rank} score {score_text(board, root_move.move, root_move.value)} "
-            f"nodes {result.nodes} nps {nps} time {elapsed_ms} pv {' '.join(move.uci() for move in root_move.pv)}"
+            f"info depth {depth} seldepth {seldepth} multipv {rank} score {score.text(show_wdl)} "
+            f"nodes {result.nodes} nps {nps} time {elapsed_ms} pv {pv_text(board, root_move.pv)}"
         )
     return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# Positions
+
+
+
+def parse_position(arguments: list[str], *, chess960: bool = False) -> chess.Board:
+    """The board of ``position startpos|fen <FEN> [moves ...]`` (arguments after "position").
+
+    The FEN is validated (`parse_board`, or `parse_board_960` with `chess960`) and every move
+    must be legal in turn; a problem raises `ValueError` describing it.
+    """
+    if not arguments:
+        raise ValueError("position needs startpos or fen")
+    if "moves" in arguments:
+        split = arguments.index("moves")
+        setup, moves = arguments[:split], arguments[split + 1 :]
+    else:
+        setup, moves = arguments, []
+    if setup == ["startpos"]:
+        board = chess.Board(chess960=chess960)
+    elif setup and setup[0] == "fen" and len(setup) > 1:
+        board = parse_board_960(" ".join(setup[1:])) if chess960 else parse_board(" ".join(setup[1:]))
+    else:
+        raise ValueError(f"expected 'startpos' or 'fen <FEN>', got {' '.join(setup)[:100]!r}")
+    for text in moves:
+        board.push(parse_uci_move(board, text))
+    return board
+
+
+def parse_spin(value: str, low: int, high: int) -> int | None:
+    """The integer `value` when it lies in [low, high], else None."""
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return None
+    return number if low <= number <= high else None
+
+
+def parse_check(value: str) -> bool | None:
+    """A UCI check option's value (true/false), else None."""
+    text = value.strip().lower()
+    return {"true": True, "false": False}.get(text)
+
+
+def parse_temperature(value: str | float) -> float:
+    """0 or a number in [`MIN_TEMPERATURE`, `MAX_TEMPERATURE`]; anything else raises `ValueError`."""
+    try:
+        temperature = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"Temperature must be a number, got {str(value)[:50]!r}") from None
+    if temperature == 0.0:
+        return 0.0
+    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:  # also NaN, inf, negatives, denormals
+        raise ValueError(f"Temperature must be 0 or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {str(value)[:50]!r}")
+    return temperature
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,8 +384,25 @@ def check_syzygy_path(path: str) -> None:
     Tablebase(path).close()
 
 
+@dataclasses.dataclass
+class SearchJob:
+    """One ``go``: a snapshot of what it searches, run by `UciEngine._run_job` in its own thread."""
+
+    board: chess.Board | None
+    """None: no valid position (answered with bestmove 0000)."""
+    allowed: list[chess.Move]
+    """The root moves to consider (``searchmoves``, else every legal move; empty: no move)."""
+    restricted: bool
+    control: SearchControl
+    searcher: "Searcher | None"
+    multipv: int
+    show_wdl: bool
+    temperature: float
+    thread: threading.Thread | None = None
+
+
 class UciEngine:
-    """A UCI protocol loop around a policy checkpoint (a `Searcher` or a `PolicyMover`); construct, then `run()`."""
+    """A UCI protocol loop around a policy checkpoint (a `Searcher`, or the policy alone); construct, then `run()`."""
 
     def __init__(
         self,
@@ -206,11 +417,9 @@ class UciEngine:
         input: TextIO | None = None,
         output: TextIO | None = None,
     ):
-        from chessgrpo.eval.anchors import PolicyMover
         from chessgrpo.models.policy import load_policy, resolve_checkpoint
 
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        temperature = parse_temperature(temperature)
         if search not in SEARCH_CHOICES:
             raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCH_CHOICES)}")
         if not 1 <= nodes <= MAX_NODES:
@@ -222,19 +431,24 @@ class UciEngine:
         self.checkpoint = resolve_checkpoint(checkpoint)
         self.name = f"chessgrpo {Path(checkpoint).name or self.checkpoint.name}"
         self.device = device
-        self.temperature = float(temperature)
+        self.temperature = temperature
         self.search_algorithm = search
         self.nodes = nodes
         self.multipv = multipv
         self.syzygy_path = syzygy_path or ""
+        self.chess960 = False
+        self.show_wdl = False
+        self.ponder = False
         self.input = input or sys.stdin
         self.output = output or sys.stdout
-        self.policy = load_policy(self.checkpoint, device=device)
-        self.mover = PolicyMover(self.policy, temperature=self.temperature)
-        self.mover.new_game(None, int(time.time_ns() % (2**62)))
+        self.policy = load_policy(self.checkpoint, device=device).eval()
+        self._rng = np.random.default_rng(time.time_ns() % (2**62))
         self._searcher: Searcher | None = None
         self._fallback_announced = False
-        self.board = chess.Board()
+        self._job: SearchJob | None = None
+        self._output_lock = threading.Lock()
+        self._output_closed = False
+        self.board: chess.Board | None = chess.Board()
 
     @property
     def has_value_head(self) -> bool:
@@ -243,9 +457,15 @@ class UciEngine:
     # ----------------------------------------------------------------------------------------
 
     def send(self, *lines: str) -> None:
-        for line in lines:
-            self.output.write(line + "\n")
-        self.output.flush()
+        with self._output_lock:
+            if self._output_closed:
+                return
+            try:
+                for line in lines:
+                    self.output.write(line + "\n")
+                self.output.flush()
+            except (OSError, ValueError):  # the GUI closed the pipe: nobody is listening
+                self._output_closed = True
 
     def info(self, text: str) -> None:
         """An ``info string`` line; newlines removed so it stays one line."""
@@ -253,17 +473,32 @@ class UciEngine:
 
     def run(self) -> int:
         """Read commands until ``quit`` or end of input; returns the exit code (0)."""
+        quit_requested = False
         try:
             for line in self.input:
                 try:
                     if not self.handle(line):
+                        quit_requested = True
                         break
                 except Exception as error:  # noqa: BLE001 - a UCI engine must never die on input
                     logger.exception("error handling %r", line)
                     self.info(f"error: {type(error).__name__}: {error}")
         finally:
+            # quit: stop at once; end of input: let a finite search answer, stop an unbounded one
+            self.finish_search(stop=quit_requested, timeout=QUIT_JOIN_S if quit_requested else None)
             self.reset_searcher()
         return 0
+
+    def finish_search(self, *, stop: bool, timeout: float | None = None) -> None:
+        """End the running search: stop it (`stop`, or when it is unbounded) or wait for it; its bestmove is sent."""
+        job = self._job
+        if job is None:
+            return
+        if stop or job.control.unbounded:
+            job.control.stop()
+        if job.thread is not None:
+            job.thread.join(timeout)
+        self._job = None
 
     def handle(self, line: str) -> bool:
         """Handle one command line; False means quit."""
@@ -276,26 +511,38 @@ class UciEngine:
         command, arguments = tokens[0], tokens[1:]
         if command == "quit":
             return False
+        if command == "isready":
+            self.send("readyok")
+            return True
+        if command in ("debug", "register"):
+            return True
+        if command == "stop":
+            self.finish_search(stop=True)
+            return True
+        if command == "ponderhit":
+            if self._job is not None:
+                self._job.control.ponderhit()
+            return True
+        if self._job is not None:  # a GUI sends nothing else during a search: finish it first
+            self.finish_search(stop=False)
         if command == "uci":
             self.send(f"id name {self.name}", f"id author {ENGINE_AUTHOR}", *self.option_lines(), "uciok")
-        elif command == "isready":
-            self.send("readyok")
         elif command == "ucinewgame":
-            self.board = chess.Board()
+            self.board = chess.Board(chess960=self.chess960)
+            self._rng = np.random.default_rng(time.time_ns() % (2**62))
         elif command == "setoption":
             self.set_option(arguments)
         elif command == "position":
             self.set_position(arguments)
         elif command == "go":
             self.go(arguments)
-        elif command in ("stop", "ponderhit", "debug", "register"):
-            pass  # `go` has already answered; nothing runs in the background
         else:
             self.info(f"unknown command ignored: {line.strip()[:100]}")
         return True
 
     def option_lines(self) -> list[str]:
         """The ``option`` lines of the ``uci`` reply, with the current values as defaults."""
+        check = {True: "true", False: "false"}
         return [
             f"option name Search type combo default {self.search_algorithm} " + " ".join(f"var {c}" for c in SEARCH_CHOICES),
             f"option name Nodes type spin default {self.nodes} min 1 max {MAX_NODES}",
@@ -303,6 +550,9 @@ class UciEngine:
             f"option name SyzygyPath type string default {self.syzygy_path or '<empty>'}",
             f"option name Temperature type string default {self.temperature:g}",
             f"option name Device type string default {self.device}",
+            f"option name UCI_Chess960 type check default {check[self.chess960]}",
+            f"option name UCI_ShowWDL type check default {check[self.show_wdl]}",
+            f"option name Ponder type check default {check[self.ponder]}",
         ]
 
     # ---------------------------------------------------------------------------------- options
@@ -323,6 +573,9 @@ class UciEngine:
             "syzygypath": self.set_syzygy_path,
             "temperature": self.set_temperature,
             "device": self.set_device,
+            "uci_chess960": self.set_chess960,
+            "uci_showwdl": self.set_show_wdl,
+            "ponder": self.set_ponder,
         }
         setter = setters.get(name.lower())
         if setter is None:
@@ -365,37 +618,91 @@ class UciEngine:
 
     def set_temperature(self, value: str) -> None:
         try:
-            temperature = float(value)
-            if not temperature >= 0 or temperature == float("inf"):
-                raise ValueError
-        except ValueError:
-            self.info(f"error: Temperature must be a number >= 0, got {value!r}; keeping {self.temperature:g}")
+            temperature = parse_temperature(value)
+        except ValueError as error:
+            self.info(f"error: {error}; keeping {self.temperature:g}")
             return
         self.temperature = temperature
-        self.mover.temperature = temperature
-        self.mover.new_game(None, int(time.time_ns() % (2**62)))
+        self._rng = np.random.default_rng(time.time_ns() % (2**62))
 
     def set_device(self, value: str) -> None:
+        """Validate the device on a copy of the model (module docstring); only then swap it in."""
+        text = value.strip()
+        try:
+            candidate = self.validated_copy(text)
+        except Exception as error:  # noqa: BLE001 - any failure means: keep the device in use
+            self.info(f"error: cannot use device {text[:50]!r} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); keeping {self.device}")
+            return
+        self.policy = candidate
+        self.device = text
+        self.reset_searcher()  # rebuilt on the new device at the next `go`
+
+    def validated_copy(self, text: str):
+        """A copy of the model on device `text` that computes what the current one does; raises otherwise."""
         import torch
 
-        try:
-            device = torch.device(value)
-            self.policy.to(device)
-            torch.zeros(1, device=device)  # fails here, not mid-game, when the device is unusable
-        except (RuntimeError, AssertionError, ValueError) as error:
-            self.policy.to(self.device)
-            self.info(f"error: cannot use device {value!r} ({error}); keeping {self.device}")
+        device = torch.device(text)
+        if device.type == "meta":
+            raise ValueError("the meta device holds no data and cannot run the model")
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError("CUDA is not available")
+            if device.index is not None and device.index >= torch.cuda.device_count():
+                raise ValueError(f"there are {torch.cuda.device_count()} CUDA devices")
+        if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError("MPS is not available")
+        candidate = copy.deepcopy(self.policy).to(device).eval()
+        probe = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+        with torch.no_grad():
+            tokens, _ = self.policy.inputs([probe])
+            reference = self.policy(tokens).float().cpu()
+            logits = candidate(tokens.to(device)).float().cpu()
+        if logits.shape != reference.shape or not torch.isfinite(logits).all():
+            raise ValueError("the model gives no finite logits there")
+        difference = float((logits - reference).abs().max())
+        if difference > DEVICE_TOLERANCE * max(1.0, float(reference.abs().max())):
+            raise ValueError(f"the model computes different logits there (max difference {difference:.3g})")
+        return candidate
+
+    def set_chess960(self, value: str) -> None:
+        flag = parse_check(value)
+        if flag is None:
+            self.info(f"error: UCI_Chess960 must be true or false, got {value[:50]!r}; keeping {str(self.chess960).lower()}")
             return
-        self.device = value
-        self.reset_searcher()  # rebuilt on the new device at the next `go`
+        if flag == self.chess960:
+            return
+        self.chess960 = flag
+        if self.board is not None:
+            board = self.board.copy()
+            board.chess960 = flag
+            if board.status() != chess.STATUS_VALID:
+                self.board = None
+                self.info("error: the current position has Chess960 castling rights; send a new position")
+            else:
+                self.board = board
+
+    def set_show_wdl(self, value: str) -> None:
+        flag = parse_check(value)
+        if flag is None:
+            self.info(f"error: UCI_ShowWDL must be true or false, got {value[:50]!r}; keeping {str(self.show_wdl).lower()}")
+            return
+        self.show_wdl = flag
+
+    def set_ponder(self, value: str) -> None:
+        flag = parse_check(value)
+        if flag is None:
+            self.info(f"error: Ponder must be true or false, got {value[:50]!r}; keeping {str(self.ponder).lower()}")
+            return
+        self.ponder = flag  # `go ponder` works either way; the option only tells the GUI it may ponder
 
     # --------------------------------------------------------------------------------- position
 
     def set_position(self, arguments: list[str]) -> None:
         try:
-            self.board = parse_position(arguments)
+            self.board = parse_position(arguments, chess960=self.chess960)
         except ValueError as error:
-            self.info(f"error: {error}; keeping the previous position {self.board.fen()}")
+            self.board = None  # never answer the next `go` for an older position
+            self.info(f"error: {error}; no valid position until the next valid position command")
 
     # ----------------------------------------------------------------------------------- search
 
@@ -419,77 +726,174 @@ class UciEngine:
             from chessgrpo.search import Searcher, SearchSettings
 
             settings = SearchSettings(nodes=self.nodes, algorithm=self.search_algorithm, syzygy_path=self.syzygy_path or None)
-            self._searcher = Searcher(self.policy, settings)
+            self._searcher = Searcher(self.policy, settings, evaluator_class=Chess960Evaluator)
         return self._searcher
 
     def go(self, arguments: list[str] | None = None) -> None:
+        """Start the search of ``go <arguments>`` in a thread (`_run_job` sends its bestmove)."""
         started = time.perf_counter()
-        if not any(self.board.generate_legal_moves()):
-            self.info("no legal moves: the game is over")
-            self.send("bestmove 0000")
-            return
-        limits, problems = parse_go(arguments or [], self.board.turn, self.nodes)
+        arguments = arguments or []
+        board = self.board.copy() if self.board is not None else None
+        limits, problems = parse_go(arguments, board.turn if board is not None else chess.WHITE, self.nodes)
+        flags = parse_go_flags(arguments)
         for problem in problems:
             self.info(f"error: {problem}")
-        move = None
-        try:
-            searcher = self.searcher()
-            if searcher is not None:
-                result = searcher.search(self.board, nodes=limits.nodes, seconds=limits.seconds)
-                self.send(*info_lines(self.board, result, self.multipv, time.perf_counter() - started))
-                move = result.move
-        except Exception as error:  # noqa: BLE001 - the policy's move beats a hung GUI
-            logger.exception("search failed in %s", self.board.fen())
-            self.info(f"error: the search failed ({type(error).__name__}: {error}); playing the policy's move")
-        if move is None:
-            move = self.policy_move(started)
-        self.send(f"bestmove {move.uci()}")
+        control = SearchControl(limits, infinite=flags.infinite, ponder=flags.ponder, started=started)
+        allowed: list[chess.Move] = []
+        restricted = False
+        searcher = None
+        if board is None:
+            self.info("error: no valid position (the last position command was rejected); send a valid position")
+        elif not any(board.generate_legal_moves()):
+            self.info("no legal moves: the game is over")
+        else:
+            allowed, restricted = self.root_moves(board, flags.searchmoves)
+            try:
+                searcher = self.searcher()
+            except Exception as error:  # noqa: BLE001 - e.g. tables gone: play the policy's move
+                logger.exception("cannot build the searcher")
+                self.info(f"error: cannot search ({type(error).__name__}: {error}); playing the policy's move")
+        job = SearchJob(board, allowed, restricted, control, searcher, self.multipv, self.show_wdl, self.temperature)
+        job.thread = threading.Thread(target=self._run_job, args=(job,), name="uci-search", daemon=True)
+        self._job = job
+        job.thread.start()
 
-    def policy_move(self, started: float) -> chess.Move:
-        """The policy's own move (with its repetition rule), announced with one ``info`` line."""
+    def root_moves(self, board: chess.Board, searchmoves: Sequence[str]) -> tuple[list[chess.Move], bool]:
+        """The legal moves of ``searchmoves`` (errors for the others), or every legal move; and whether restricted."""
+        legal = list(board.legal_moves)
+        if not searchmoves:
+            return legal, False
+        chosen: list[chess.Move] = []
+        for text in searchmoves:
+            try:
+                move = parse_uci_move(board, text)
+            except ValueError as error:
+                self.info(f"error: searchmoves: {error}; ignored")
+                continue
+            if move not in chosen:
+                chosen.append(move)
+        if not chosen:
+            self.info("error: searchmoves has no legal move; searching every move")
+            return legal, False
+        return chosen, len(chosen) < len(legal)
+
+    def _run_job(self, job: SearchJob) -> None:
+        """The search thread: search (or ask the policy), send the info lines, wait while
+        ``infinite``/``ponder`` holds the answer back, then send ``bestmove``."""
+        move: chess.Move | None = None
+        ponder: chess.Move | None = None
+        board = job.board
         try:
-            move = self.mover.move(self.board)
-            probability = self.mover.last_probability
+            if board is not None and job.allowed:
+                if job.searcher is not None:
+                    move, ponder = self._searched_move(job)
+                if move is None:
+                    move = self._policy_move(job)
         except Exception as error:  # noqa: BLE001 - answer with a legal move rather than hang the GUI
-            logger.exception("policy failed in %s", self.board.fen())
-            move = min(self.board.legal_moves, key=lambda m: m.uci())
-            self.info(f"error: the policy failed ({type(error).__name__}: {error}); playing {move.uci()}")
-            probability = None
-        elapsed = int(1000 * (time.perf_counter() - started))
-        self.send(f"info depth 1 seldepth 1 nodes 1 time {elapsed} pv {move.uci()}")
-        if probability is not None:
-            self.info(f"policy probability {probability:.3f}")
-        return move
+            logger.exception("go failed in %s", board.fen() if board is not None else None)
+            move = min(job.allowed, key=lambda m: m.uci()) if job.allowed else None
+            self.info(f"error: {type(error).__name__}: {error}")
+        job.control.wait_for_release()
+        if move is None or board is None:
+            self.send("bestmove 0000")
+            return
+        answer = f"bestmove {board.uci(move)}"
+        if ponder is not None:
+            after = board.copy(stack=False)
+            after.push(move)
+            if after.is_legal(ponder):
+                answer += f" ponder {after.uci(ponder)}"
+        self.send(answer)
 
+    def _searched_move(self, job: SearchJob) -> tuple[chess.Move | None, chess.Move | None]:
+        """The search's move and its expected reply (None, None when the search fails: the policy answers)."""
+        board, control, searcher = job.board, job.control, job.searcher
+        assert board is not None and searcher is not None
 
-def parse_spin(value: str, low: int, high: int) -> int | None:
-    """The integer `value` when it lies in [low, high], else None."""
-    try:
-        number = int(value.strip())
-    except ValueError:
-        return None
-    return number if low <= number <= high else None
+        def report(result: SearchResult) -> None:
+            self.send(*self.search_info(job, result))
 
+        try:
+            result = searcher.search(
+                board,
+                nodes=MAX_NODES if control.unbounded else control.limits.nodes,
+                root_moves=job.allowed if job.restricted else None,
+                should_stop=control.should_stop,  # stop, ponderhit's node limit and deadline
+                report=report,
+                report_interval=INFO_INTERVAL_S,
+            )
+        except Exception as error:  # noqa: BLE001 - the policy's move beats a hung GUI
+            logger.exception("search failed in %s", board.fen())
+            self.info(f"error: the search failed ({type(error).__name__}: {error}); playing the policy's move")
+            return None, None
+        self.send(*self.search_info(job, result))
+        pv = result.root_moves[0].pv if result.root_moves else []
+        return result.move, (pv[1] if len(pv) > 1 else None)
 
-def parse_position(arguments: list[str]) -> chess.Board:
-    """The board of ``position startpos|fen <FEN> [moves ...]`` (arguments after "position").
+    def search_info(self, job: SearchJob, result: SearchResult) -> list[str]:
+        assert job.board is not None and job.searcher is not None
+        elapsed = time.perf_counter() - job.control.started
+        return info_lines(job.board, result, job.multipv, elapsed, exact_value=job.searcher.evaluator.exact_value, show_wdl=job.show_wdl)
 
-    The FEN is validated (`parse_board`) and every move must be legal in turn; a problem raises
-    `ValueError` describing it.
-    """
-    if not arguments:
-        raise ValueError("position needs startpos or fen")
-    if "moves" in arguments:
-        split = arguments.index("moves")
-        setup, moves = arguments[:split], arguments[split + 1 :]
-    else:
-        setup, moves = arguments, []
-    if setup == ["startpos"]:
-        board = chess.Board()
-    elif setup and setup[0] == "fen" and len(setup) > 1:
-        board = parse_board(" ".join(setup[1:]))
-    else:
-        raise ValueError(f"expected 'startpos' or 'fen <FEN>', got {' '.join(setup)[:100]!r}")
-    for text in moves:
-        board.push(parse_move(board, text))
-    return board
+    def _policy_move(self, job: SearchJob) -> chess.Move:
+        """The policy's own move among the allowed moves (argmax or a sample at the temperature,
+        with `PolicyMover`'s repetition rule), announced with MultiPV ``info`` lines and its probability."""
+        from chessgrpo.eval.anchors import PolicyMover, material_balance
+
+        board = job.board
+        assert board is not None
+        moves = job.allowed
+        logits, actions = policy_logits(self.policy, board, moves)
+        probabilities = softmax(logits)
+        candidates = list(range(len(moves)))
+        if material_balance(board) >= WINNING_MATERIAL:
+            repeats, allows = PolicyMover.repetition_moves(board.copy())
+            for excluded in (set(repeats + allows), set(repeats)):
+                kept = [i for i in candidates if moves[i] not in excluded]
+                if excluded and kept and len(kept) < len(candidates):
+                    candidates = kept
+                    break
+        if job.temperature == 0.0:
+            best = max(logits[i] for i in candidates)
+            chosen = min((i for i in candidates if logits[i] == best), key=lambda i: actions[i])  # ties: the first action, as argmax
+        else:
+            weights = softmax(np.array([logits[i] for i in candidates]) / job.temperature)
+            chosen = candidates[int(self._rng.choice(len(candidates), p=weights))]
+        shown = [chosen] + sorted((i for i in range(len(moves)) if i != chosen), key=lambda i: -probabilities[i])
+        shown = shown[: job.multipv]
+        scores = self.policy_scores(board, [moves[i] for i in shown], [float(probabilities[i]) for i in shown], float(probabilities.max()))
+        elapsed = time.perf_counter() - job.control.started
+        elapsed_ms = int(1000 * elapsed)
+        nps = int(1 / max(elapsed, 1e-3))
+        self.send(
+            *[
+                f"info depth 1 seldepth 1 multipv {rank} score {score.text(job.show_wdl)} nodes 1 nps {nps} time {elapsed_ms} pv {board.uci(moves[i])}"
+                for rank, (i, score) in enumerate(zip(shown, scores), start=1)
+            ]
+        )
+        self.info(f"policy probability {probabilities[chosen]:.3f}")
+        return moves[chosen]
+
+    def policy_scores(self, board: chess.Board, moves: list[chess.Move], probabilities: list[float], best: float) -> list[Score]:
+        """Scores of the policy's moves: decided by the rules, else the value head on the position
+        after the move when there is one, else `policy_estimate`."""
+        scores: list[Score | None] = [decided_score(board, move, claimable_value) for move in moves]
+        pending = [i for i, score in enumerate(scores) if score is None]
+        if pending and self.has_value_head:
+            import torch
+
+            afters = []
+            for i in pending:
+                after = board.copy(stack=False)
+                after.push(moves[i])
+                afters.append(standard_view(after))
+            with torch.no_grad():
+                tokens, _ = self.policy.inputs(afters)
+                _, value_logits = self.policy(tokens, with_value=True)
+                values = torch.sigmoid(value_logits.float()).cpu().numpy()
+            for i, value in zip(pending, values):
+                scores[i] = estimate_score(1.0 - float(value))
+        else:
+            for i in pending:
+                scores[i] = policy_estimate(board, moves[i], probabilities[i], best)
+        return scores  # type: ignore[return-value]

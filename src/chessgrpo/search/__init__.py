@@ -3,20 +3,23 @@ policy-pruned alpha-beta (`search.alphabeta`), over one leaf evaluator (`search.
 scores mate, draws and 3-4-piece tablebase positions exactly.
 
 `Searcher` is what players use (`chessgrpo uci`, `eval games`, `eval puzzles`, `eval offline`): a
-policy, an algorithm and its limits; `Searcher.search(board)` gives a `SearchResult`.
+policy, an algorithm and its limits; `Searcher.search(board)` gives a `SearchResult`. Its hooks
+(`search.base`) restrict the root moves, stop a search early and report on a running one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Sequence
 
 import chess
 
 from chessgrpo.models.policy import ActionPolicy
 from chessgrpo.search.alphabeta import AlphaBetaConfig, AlphaBetaSearch
+from chessgrpo.search.base import REPORT_INTERVAL_S, Report, RootMove, SearchLimits, SearchResult, StopCheck
 from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator, rule_value
-from chessgrpo.search.puct import PuctConfig, PuctSearch, RootMove, SearchLimits, SearchResult
+from chessgrpo.search.puct import PuctConfig, PuctSearch
 
 ALGORITHMS = ("puct", "alphabeta")
 
@@ -60,24 +63,43 @@ class SearchSettings:
 
 
 class Searcher:
-    """A policy with a value head plus a search algorithm (`SearchSettings`)."""
+    """A policy with a value head plus a search algorithm (`SearchSettings`).
 
-    def __init__(self, policy: ActionPolicy, settings: SearchSettings):
+    `evaluator_class` builds the leaf evaluator: `NetworkEvaluator`, or a subclass that presents
+    boards to the network differently (`chessgrpo.eval.uci_chess960.Chess960Evaluator`).
+    """
+
+    def __init__(self, policy: ActionPolicy, settings: SearchSettings, *, evaluator_class: type[NetworkEvaluator] = NetworkEvaluator):
         tablebase = None
         if settings.syzygy_path:
             from chessgrpo.tasks.endgame import TablebaseOracle
 
             tablebase = TablebaseOracle(settings.syzygy_path)
         self.settings = settings
-        self.evaluator = NetworkEvaluator(policy, prior_temperature=settings.prior_temperature, tablebase=tablebase)
+        self.evaluator = evaluator_class(policy, prior_temperature=settings.prior_temperature, tablebase=tablebase)
         if settings.algorithm == "puct":
             self.algorithm: PuctSearch | AlphaBetaSearch = PuctSearch(self.evaluator, PuctConfig(c_puct=settings.c_puct, batch_size=settings.batch_size))
         else:
             self.algorithm = AlphaBetaSearch(self.evaluator, AlphaBetaConfig(width=settings.width))
 
-    def search(self, board: chess.Board, *, nodes: int | None = None, seconds: float | None = None) -> SearchResult:
-        """Search `board` with the settings' budget (or `nodes`), stopping early after `seconds`."""
-        return self.algorithm.search(board, SearchLimits(nodes=nodes or max(1, self.settings.nodes), seconds=seconds))
+    def search(
+        self,
+        board: chess.Board,
+        *,
+        nodes: int | None = None,
+        seconds: float | None = None,
+        root_moves: Sequence[chess.Move] | None = None,
+        should_stop: StopCheck | None = None,
+        report: Report | None = None,
+        report_interval: float = REPORT_INTERVAL_S,
+    ) -> SearchResult:
+        """Search `board` with the settings' budget (or `nodes`), stopping early after `seconds`.
+
+        The hooks (`search.base`): play one of `root_moves` (None = any legal move); stop early
+        when ``should_stop(nodes)`` is true; `report` the search so far every `report_interval` s.
+        """
+        limits = SearchLimits(nodes=nodes or max(1, self.settings.nodes), seconds=seconds)
+        return self.algorithm.search(board, limits, root_moves=root_moves, should_stop=should_stop, report=report, report_interval=report_interval)
 
     def close(self) -> None:
         if self.evaluator.tablebase is not None:
@@ -99,11 +121,14 @@ __all__ = [
     "NetworkEvaluator",
     "PuctConfig",
     "PuctSearch",
+    "REPORT_INTERVAL_S",
+    "Report",
     "RootMove",
     "SearchLimits",
     "SearchResult",
     "SearchSettings",
     "Searcher",
+    "StopCheck",
     "rule_value",
     "value_to_centipawns",
 ]

@@ -9,17 +9,32 @@ Iterative deepening (depth 1, 2, ...) runs until the node budget or the time lim
 exceeded mid-iteration; the last completed depth gives the move. Each interior node evaluates
 all its searched children in one batched network call; network evaluations are cached by
 position within one search. `nodes` counts positions evaluated by the network.
+
+A caller may restrict the root (``root_moves``), stop the search early (``should_stop``, asked
+before every network call) and follow it (``report``, after every completed iteration); see
+`search.base`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Sequence
 
 import chess
 
+from chessgrpo.search.base import (
+    REPORT_INTERVAL_S,
+    Progress,
+    Report,
+    RootMove,
+    SearchLimits,
+    SearchResult,
+    StopCheck,
+    decided_root,
+    root_candidates,
+)
 from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator
-from chessgrpo.search.puct import RootMove, SearchLimits, SearchResult, mate_in_one_result, tablebase_result
 
 MATE_PLY_DISCOUNT = 0.001
 
@@ -47,32 +62,53 @@ class _OutOfBudget(Exception):
 class AlphaBetaSearch:
     """Policy-pruned negamax with alpha-beta and iterative deepening (module docstring)."""
 
+    _should_stop: StopCheck | None = None
+
     def __init__(self, evaluator: NetworkEvaluator, config: AlphaBetaConfig | None = None):
         self.evaluator = evaluator
         self.config = config or AlphaBetaConfig()
 
-    def search(self, board: chess.Board, limits: SearchLimits | None = None) -> SearchResult:
-        """Search `board` (its move stack is used for repetitions and restored)."""
+    def search(
+        self,
+        board: chess.Board,
+        limits: SearchLimits | None = None,
+        *,
+        root_moves: Sequence[chess.Move] | None = None,
+        should_stop: StopCheck | None = None,
+        report: Report | None = None,
+        report_interval: float = REPORT_INTERVAL_S,
+    ) -> SearchResult:
+        """Search `board` (its move stack is used for repetitions and restored).
+
+        `root_moves`, `should_stop`, `report` and `report_interval` are the hooks of `search.base`:
+        play one of `root_moves`; stop when ``should_stop(nodes)`` (asked before every network
+        call) says so; `report` the search so far after an iteration, every `report_interval` s.
+
+        Raises:
+            ValueError: the side to move has no legal move, or `root_moves` is empty or not legal.
+        """
         limits = limits or SearchLimits()
         started = time.perf_counter()
         board = board.copy()
-        if not any(board.generate_legal_moves()):
-            raise ValueError(f"no legal move to search in {board.fen()!r}")
-        known = tablebase_result(self.evaluator, board, started) or mate_in_one_result(board, started)
+        allowed = root_candidates(board, root_moves)
+        known = decided_root(self.evaluator, board, allowed, started)
         if known is not None:
             return known
         self._cache: dict[object, LeafEvaluation] = {}
         self._positions_before = self.evaluator.network_positions
         self._budget = limits.nodes
         self._deadline = None if limits.seconds is None else started + limits.seconds
+        self._should_stop = should_stop
         root = self.evaluator.evaluate([board], exact=False)[0]
-        order = sorted(range(len(root.moves)), key=lambda i: -root.priors[i])[: self.config.root_width or None]
-        moves = [root.moves[i] for i in order]
+        searched = set(allowed)
+        order = [i for i in sorted(range(len(root.moves)), key=lambda i: -root.priors[i]) if root.moves[i] in searched]
+        moves = [root.moves[i] for i in order][: self.config.root_width or None]
         # Depth 0: the prior's choice, so a budget too small for depth 1 still answers.
         scores = {move: (2.0 * root.value - 1.0, [move]) for move in moves}
         best_move, depth = moves[0], 0
         seldepth = 1
-        if len(root.moves) > 1:
+        progress = Progress(report, report_interval, started)
+        if len(allowed) > 1:
             for depth_limit in range(1, self.config.max_depth + 1):
                 try:
                     iteration = self._root_iteration(board, moves, depth_limit)
@@ -82,17 +118,31 @@ class AlphaBetaSearch:
                 best_move = max(moves, key=lambda m: (scores[m][0], -moves.index(m)))
                 seldepth = depth_limit
                 moves = sorted(moves, key=lambda m: -scores[m][0])  # best first: better cut-offs next time
+                progress(lambda: self._result(root, scores, best_move, depth, seldepth, started))
+        return self._result(root, scores, best_move, depth, seldepth, started)
+
+    def _result(
+        self,
+        root: LeafEvaluation,
+        scores: dict[chess.Move, tuple[float, list[chess.Move]]],
+        best_move: chess.Move,
+        depth: int,
+        seldepth: int,
+        started: float,
+    ) -> SearchResult:
+        """The result of the last completed iteration: `best_move` first, then by score."""
         ranked = sorted(scores, key=lambda m: (m != best_move, -scores[m][0]))
         priors = dict(zip(root.moves, root.priors))
         root_moves = [
             RootMove(move=m, visits=0, value=(min(1.0, scores[m][0]) + 1.0) / 2.0, prior=float(priors[m]), pv=scores[m][1]) for m in ranked
         ]
+        used = self.evaluator.network_positions - self._positions_before
         return SearchResult(
             move=best_move,
             value=root_moves[0].value,
             root_moves=root_moves,
-            nodes=self.evaluator.network_positions - self._positions_before,
-            network_positions=self.evaluator.network_positions - self._positions_before,
+            nodes=used,
+            network_positions=used,
             seconds=time.perf_counter() - started,
             depth=depth,
             seldepth=seldepth,
@@ -164,6 +214,9 @@ class AlphaBetaSearch:
                 self._cache[child._transposition_key()] = evaluation
 
     def _spend(self, count: int) -> None:
+        """Raise `_OutOfBudget` unless `count` more network evaluations fit the limits and the caller's `should_stop`."""
         used = self.evaluator.network_positions - self._positions_before
         if used + count > self._budget or (self._deadline is not None and time.perf_counter() > self._deadline):
+            raise _OutOfBudget
+        if self._should_stop is not None and self._should_stop(used + count):
             raise _OutOfBudget

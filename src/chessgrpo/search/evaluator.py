@@ -77,7 +77,11 @@ class LeafEvaluation:
 
 
 class NetworkEvaluator:
-    """Evaluates positions with an `ActionPolicy` that has a value head, batched (module docstring)."""
+    """Evaluates positions with an `ActionPolicy` that has a value head, batched (module docstring).
+
+    `_network` is the one place boards meet the network; a subclass that encodes boards
+    differently overrides it (`chessgrpo.eval.uci_chess960.Chess960Evaluator` for Chess960).
+    """
 
     def __init__(
         self,
@@ -142,6 +146,8 @@ class NetworkEvaluator:
 
     @torch.no_grad()
     def _network(self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]]) -> list[tuple[np.ndarray, float]]:
+        """Priors over `legal` (summing to 1) and value for each board, from one forward pass
+        (counted in `network_positions` and `network_calls`)."""
         tokens, masks = self.policy.inputs(boards)
         logits, value_logits = self.policy(tokens, with_value=True)
         probs = log_probs(logits.float(), masks, self.prior_temperature).exp().cpu().numpy()

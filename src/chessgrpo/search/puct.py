@@ -18,6 +18,9 @@ never expanded and cost no network call.
 The move played is the most visited root child (ties: higher Q, then higher prior), so the
 search is deterministic for a given network, position and budget. `nodes` counts simulations
 (Lc0's "nodes"), each of which ends at one leaf; the root's own evaluation is not counted.
+
+A caller may restrict the root (``root_moves``), stop the search early (``should_stop``, asked
+before every simulation) and follow it (``report``); see `search.base`.
 """
 
 from __future__ import annotations
@@ -30,23 +33,33 @@ from typing import Sequence
 import chess
 import numpy as np
 
-from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator, mating_move
+from chessgrpo.search.base import (
+    REPORT_INTERVAL_S,
+    Progress,
+    Report,
+    RootMove,
+    SearchLimits,
+    SearchResult,
+    StopCheck,
+    decided_result,
+    decided_root,
+    mate_in_one_result,
+    root_candidates,
+    tablebase_result,
+)
+from chessgrpo.search.evaluator import LeafEvaluation, NetworkEvaluator
 
-
-@dataclasses.dataclass(frozen=True)
-class SearchLimits:
-    """When a search stops: after `nodes` simulations or `seconds` of wall-clock, whichever first."""
-
-    nodes: int = 256
-    """Simulations (each evaluates at most one new leaf)."""
-    seconds: float | None = None
-    """Wall-clock limit (None = none); the search always finishes the batch it is in."""
-
-    def __post_init__(self) -> None:
-        if self.nodes < 1:
-            raise ValueError(f"search nodes must be >= 1, got {self.nodes}")
-        if self.seconds is not None and not self.seconds > 0:
-            raise ValueError(f"search time limit must be > 0 seconds, got {self.seconds}")
+__all__ = [  # the shared types and root helpers stay importable from here, where they used to live
+    "PuctConfig",
+    "PuctSearch",
+    "RootMove",
+    "SearchLimits",
+    "SearchResult",
+    "decided_result",
+    "mate_in_one_result",
+    "search_many",
+    "tablebase_result",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,46 +80,6 @@ class PuctConfig:
             raise ValueError(f"search batch_size must be >= 1, got {self.batch_size}")
 
 
-@dataclasses.dataclass
-class RootMove:
-    """One root move's statistics after a search."""
-
-    move: chess.Move
-    visits: int
-    value: float
-    """Mean expected score for the root's side to move through this move, in [0, 1] (the prior's
-    parent estimate when unvisited)."""
-    prior: float
-    pv: list[chess.Move]
-    """The move, then the most visited line below it."""
-
-
-@dataclasses.dataclass
-class SearchResult:
-    """What a search found, from the root's side to move."""
-
-    move: chess.Move
-    value: float
-    """Expected score of the best move, in [0, 1]."""
-    root_moves: list[RootMove]
-    """Every root move, most visited first."""
-    nodes: int
-    """Simulations run."""
-    network_positions: int
-    """Positions the network evaluated (root included)."""
-    seconds: float
-    depth: int
-    """Length of the principal variation."""
-    seldepth: int
-    """Deepest simulation."""
-    exact: bool = False
-    """The best move's value is proven by the rules or the tablebases (e.g. a mate in one)."""
-
-    @property
-    def pv(self) -> list[chess.Move]:
-        return self.root_moves[0].pv
-
-
 class _Node:
     """A searched position: its moves, priors and per-edge statistics (Q from the chooser's view)."""
 
@@ -123,6 +96,19 @@ class _Node:
         self.value = 2.0 * evaluation.value - 1.0  # this node's own estimate, side to move, [-1, 1]
         self.exact = evaluation.exact
 
+    def restrict(self, moves: Sequence[chess.Move]) -> None:
+        """Keep only the edges of `moves` (a fresh node's, before any visit), priors renormalised
+        (uniform if they sum to zero)."""
+        wanted = set(moves)
+        keep = [i for i, move in enumerate(self.moves) if move in wanted]
+        priors = np.asarray(self.priors, dtype=np.float64)[keep]
+        total = priors.sum()
+        self.moves = [self.moves[i] for i in keep]
+        self.priors = priors / total if total > 0 else np.full(len(keep), 1.0 / len(keep))
+        self.children = [None] * len(keep)
+        self.edge_visits = np.zeros(len(keep))
+        self.edge_value = np.zeros(len(keep))
+
     def select(self, c_puct: float, fpu_reduction: float) -> int:
         visited = self.edge_visits > 0
         q = np.where(visited, self.edge_value / np.maximum(self.edge_visits, 1), self.value - fpu_reduction)
@@ -137,33 +123,54 @@ class PuctSearch:
         self.evaluator = evaluator
         self.config = config or PuctConfig()
 
-    def search(self, board: chess.Board, limits: SearchLimits | None = None) -> SearchResult:
+    def search(
+        self,
+        board: chess.Board,
+        limits: SearchLimits | None = None,
+        *,
+        root_moves: Sequence[chess.Move] | None = None,
+        should_stop: StopCheck | None = None,
+        report: Report | None = None,
+        report_interval: float = REPORT_INTERVAL_S,
+    ) -> SearchResult:
         """Search `board` (with its move stack, for repetitions; it is restored) and return the result.
 
+        `root_moves`, `should_stop`, `report` and `report_interval` are the hooks of `search.base`:
+        play one of `root_moves`; stop when ``should_stop(nodes)`` (asked before every
+        simulation) says so; `report` the search so far after a batch, every `report_interval` s.
+
         Raises:
-            ValueError: the side to move has no legal move.
+            ValueError: the side to move has no legal move, or `root_moves` is empty or not legal.
         """
         limits = limits or SearchLimits()
         started = time.perf_counter()
         positions_before = self.evaluator.network_positions
         board = board.copy()
-        if not any(board.generate_legal_moves()):
-            raise ValueError(f"no legal move to search in {board.fen()!r}")
-        known = tablebase_result(self.evaluator, board, started) or mate_in_one_result(board, started)
+        moves = root_candidates(board, root_moves)
+        known = decided_root(self.evaluator, board, moves, started)
         if known is not None:
             return known
         root = _Node(self.evaluator.evaluate([board], exact=False)[0])  # searched whatever rules say of it
+        if len(moves) < len(root.moves):
+            root.restrict(moves)
         if len(root.moves) == 1:  # a forced move needs no search
             return self._result(root, 0, started, positions_before, 0)
         deadline = None if limits.seconds is None else started + limits.seconds
+        progress = Progress(report, report_interval, started)
         config = self.config
         nodes = seldepth = 0
-        while nodes < limits.nodes and (deadline is None or time.perf_counter() < deadline):
+        stopped = False
+        while not stopped and nodes < limits.nodes and (deadline is None or time.perf_counter() < deadline):
             batch = min(config.batch_size, limits.nodes - nodes)
             walks: list[list[tuple[_Node, int]]] = []
             leaves: list[chess.Board] = []
             claimed: set[tuple[int, int]] = set()
             for _ in range(batch):
+                # Asked per simulation, not per batch, so a node limit moved mid-search (UCI
+                # ponderhit) is met exactly; the walks taken so far are still evaluated below.
+                if should_stop is not None and should_stop(nodes + 1):
+                    stopped = True
+                    break
                 path, leaf_board, exact_value = self._walk(root, board)
                 nodes += 1
                 seldepth = max(seldepth, len(path))
@@ -182,6 +189,7 @@ class PuctSearch:
                     child = _Node(evaluation)
                     parent.children[edge] = child
                     self._backup(path, child.value)
+            progress(lambda: self._result(root, nodes, started, positions_before, seldepth))
         return self._result(root, nodes, started, positions_before, seldepth)
 
     def _walk(self, root: _Node, board: chess.Board) -> tuple[list[tuple[_Node, int]], chess.Board, float | None]:
@@ -269,37 +277,6 @@ class PuctSearch:
             line.append(node.moves[edge])
             node = node.children[edge]
         return line
-
-
-def decided_result(move: chess.Move, value: float, started: float) -> SearchResult:
-    """The result of a root decided without search (a mate in one, a tablebase position)."""
-    root_move = RootMove(move=move, visits=0, value=value, prior=1.0, pv=[move])
-    seconds = time.perf_counter() - started
-    return SearchResult(move=move, value=value, root_moves=[root_move], nodes=0, network_positions=0, seconds=seconds, depth=1, seldepth=1, exact=True)
-
-
-def mate_in_one_result(board: chess.Board, started: float) -> SearchResult | None:
-    """The mate where the root has one (no search needed), else None."""
-    mate = mating_move(board, list(board.legal_moves))
-    if mate is None:
-        return None
-    return decided_result(mate, 1.0, started)
-
-
-def tablebase_result(evaluator: NetworkEvaluator, board: chess.Board, started: float) -> SearchResult | None:
-    """The perfect move where the evaluator's tablebases cover the root (`TablebaseOracle.best_moves`:
-    the fastest win, else a draw, else the longest loss), else None. No network call is needed."""
-    oracle = evaluator.tablebase
-    if oracle is None or chess.popcount(board.occupied) > evaluator.tablebase_pieces or not oracle.covers(board):
-        return None
-    best = oracle.best_moves(board)[0]
-    board.push(best)
-    try:
-        after = evaluator.exact_value(board, list(board.legal_moves))
-    finally:
-        board.pop()
-    value = 1.0 - (after if after is not None else 0.5)
-    return decided_result(best, value, started)
 
 
 def search_many(search: PuctSearch, boards: Sequence[chess.Board], limits: SearchLimits) -> list[SearchResult]:
