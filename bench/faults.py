@@ -76,7 +76,7 @@ from chessgrpo.testing.faults import (  # noqa: E402
     weights_difference,
 )
 
-SHARED = Path(os.environ.get("CHESSGRPO_SHARED_DATA", REPO.parent / "shared" / "data"))
+SHARED = Path(os.environ.get("CHESSGRPO_DATA", REPO.parent / "shared" / "data"))
 SYZYGY = SHARED / "syzygy"
 PUZZLES = SHARED / "lichess_puzzles_dev.csv"
 CLI = [sys.executable, "-m", "chessgrpo.cli"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# CI and developers have ../shared beside the checkout; $CHESSGRPO_SHARED_DATA overrides.
-SHARED_DATA = Path(os.environ.get("CHESSGRPO_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+# CI and developers have ../shared beside the checkout; $CHESSGRPO_DATA overrides.
+SHARED_DATA = Path(os.environ.get("CHESSGRPO_DATA", REPO_ROOT.parent / "shared" / "data"))
 SYZYGY_DIR = SHARED_DATA / "syzygy"
 
 
@@ -17,5 +17,5 @@ def shared_file(name: str) -> Path:
     """Path of a file in shared/data; fails the test (never skips) when it is missing."""
     path = SHARED_DATA / name
     if not path.exists():
-        pytest.fail(f"shared data {path} is missing: check out ../shared beside the repo or set CHESSGRPO_SHARED_DATA")
+        pytest.fail(f"shared data {path} is missing: check out ../shared beside the repo or set CHESSGRPO_DATA")
     return path

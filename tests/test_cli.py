@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -21,6 +22,33 @@ def test_doctor_reports_versions_and_tables():
     assert result.returncode == 0, result.stderr
     for expected in ("python", "torch", "python-chess", "Stockfish 15.1", "35 WDL tables up to 4 pieces"):
         assert expected in result.stdout
+
+
+def test_doctor_reports_the_shared_data_from_another_directory(tmp_path):
+    from helpers import REPO_ROOT, SHARED_DATA
+
+    env = dict(os.environ)
+    if not (REPO_ROOT.parent / "shared" / "data").is_dir():  # the shared data elsewhere: say where
+        env["CHESSGRPO_DATA"] = str(SHARED_DATA)
+    result = subprocess.run(
+        [sys.executable, "-m", "chessgrpo.cli", "doctor"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines() if "  " in line}
+    assert rows["syzygy"].startswith("35 WDL tables up to 4 pieces in ")  # the default ../shared/data/syzygy, found
+    assert rows["puzzles"].startswith("found: ") and rows["puzzles"].endswith("lichess_puzzles_dev.csv")
+    assert rows["rookworld samples"].startswith("found: ")
+    assert rows["data/tiny"].startswith(("found: ", "MISSING (optional; "))  # made by `chessgrpo data generate`
+    assert "all required components found" in result.stdout
+
+
+def test_version_names_chessgrpo_torch_and_python_chess():
+    from importlib.metadata import version
+
+    result = chessgrpo("--version")
+    assert result.returncode == 0 and result.stderr == ""
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"chessgrpo {version('chessgrpo')} (torch {version('torch')}, python-chess {version('chess')}, Python ")
 
 
 def test_doctor_fails_clearly_without_stockfish(tmp_path):

@@ -28,7 +28,16 @@ from chessgrpo.eval.anchors import (
     probe_engine,
     skill_level_elo,
 )
-from chessgrpo.eval.games import Adjudicator, GameSettings, GameTask, make_tasks, play_game, run_games
+from chessgrpo.eval.games import (
+    Adjudicator,
+    GameSettings,
+    GameTask,
+    checkpoint_name,
+    make_tasks,
+    pgn_termination,
+    play_game,
+    run_games,
+)
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
 OPENINGS = [
@@ -139,13 +148,18 @@ def test_stockfish_beats_the_random_mover_and_pgns_parse_back(checkpoint):
     assert len(games) == 4
     for result, game in zip(results, games):
         headers = game.headers
-        assert headers["Result"] == result.result and headers["Termination"] == result.termination
+        # Standard Termination values; the specific reason in TerminationDetails.
+        assert headers["Result"] == result.result and headers["TerminationDetails"] == result.termination
+        assert headers["Termination"] == ("adjudication" if result.termination in ("tablebase", "move cap") else "normal")
         assert headers["Round"] == str(result.pair + 1)
         assert headers["Anchor"] == "sf-nodes:20"
         assert headers["AnchorSettings"] == "Stockfish 15.1; Threads=1; Hash=16; nodes=20"
         assert headers["SetUp"] == "1" and headers["FEN"] == OPENINGS[result.pair].fen
         assert headers["OpeningMoves"] == " ".join(OPENINGS[result.pair].moves)
         assert (headers["White"] == "tiny") == (result.game == 0)
+        player_colour, anchor_colour = ("White", "Black") if result.game == 0 else ("Black", "White")
+        assert headers[f"{player_colour}Source"] == str(checkpoint)
+        assert f"{anchor_colour}Source" not in headers  # an engine: its AnchorSettings say what it is
         assert headers["PlayerSettings"].startswith(f"policy {checkpoint}; argmax")
         # Replaying the moves reaches the recorded end.
         board = game.end().board()
@@ -332,6 +346,11 @@ def test_eval_games_command_json_and_pgn(tmp_path, checkpoint):
     games = parse_pgns(pgn.read_text())
     assert len(games) == summary["games_played"] == 4
     assert {g.headers["Anchor"] for g in games} == {"random", "sf-nodes:1"}
+    for game in games:  # the player is named by its checkpoint directory, not by a path; the path has its own tag
+        player_white = game.headers["White"] == "ckpt"
+        assert game.headers["Black" if player_white else "White"] in ("random", "sf-nodes:1")
+        assert game.headers["WhiteSource" if player_white else "BlackSource"] == str(checkpoint.resolve())
+        assert game.headers["Termination"] in ("normal", "adjudication") and game.headers["TerminationDetails"]
     # One record per colour-swapped pair: `eval compare` pairs two players' games by anchor, pair and opening.
     records = summary["records"]["player"]
     assert len(records) == 2 and {r["pair_id"].split("|")[0] for r in records} == {"random", "sf-nodes:1"}
@@ -376,7 +395,8 @@ def test_eval_games_command_with_a_search_budget_records_it(tmp_path, value_chec
     assert len(games) == 2
     for game in games:
         assert game.headers["PlayerSettings"] == summary["player"]
-        assert f"{value_checkpoint} (puct 16 nodes)" in (game.headers["White"], game.headers["Black"])
+        assert "ckpt (puct 16 nodes)" in (game.headers["White"], game.headers["Black"])
+        assert str(value_checkpoint.resolve()) in (game.headers.get("WhiteSource"), game.headers.get("BlackSource"))
 
 
 def test_eval_games_search_without_a_value_head_fails_before_any_game(tmp_path, checkpoint):
@@ -407,7 +427,56 @@ def test_sprt_between_two_checkpoints_stops_when_decided(tmp_path, checkpoint):
     assert summary["games_played"] < 40 and summary["games_played"] % 2 == 0
     assert summary["sprt"]["pentanomial"] == [0, 0, summary["games_played"] // 2, 0, 0]
     assert summary["sprt"]["llr"] <= summary["sprt"]["lower"]
-    assert len(parse_pgns(pgn.read_text())) == summary["games_played"]
+    games = parse_pgns(pgn.read_text())
+    assert len(games) == summary["games_played"]
+    for game in games:  # the same run on both seats: named apart, both paths kept
+        assert {game.headers["White"], game.headers["Black"]} == {"ckpt", "ckpt (anchor)"}
+        assert game.headers["WhiteSource"] == game.headers["BlackSource"] == str(checkpoint.resolve())
+
+
+def test_pgn_termination_values_are_standard():
+    standard = {"abandoned", "adjudication", "death", "emergency", "normal", "rules infraction", "time forfeit", "unterminated"}
+    rules = ["checkmate", "stalemate", "insufficient material", "threefold repetition", "fifty-move rule",
+             "seventy-five-move rule", "fivefold repetition"]  # fmt: skip
+    assert {reason: pgn_termination(reason) for reason in rules} == dict.fromkeys(rules, "normal")
+    for reason in ("tablebase", "move cap", "resignation (engine eval)"):
+        assert pgn_termination(reason) == "adjudication"
+    assert pgn_termination("illegal move") == "rules infraction" and pgn_termination("time forfeit") == "time forfeit"
+    assert {pgn_termination(reason) for reason in [*rules, "tablebase", "move cap"]} <= standard
+
+
+def test_checkpoint_names_come_from_the_run_not_the_path(tmp_path, checkpoint):
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "some" / "deep" / "dir_name"
+    step = run / "checkpoints" / "step_000800"
+    shutil.copytree(checkpoint, step)
+    (run / "config.yaml").write_text(yaml.safe_dump({"run": {"name": "grpo-tiny", "out_dir": str(tmp_path)}}))
+    assert checkpoint_name(str(step)) == "grpo-tiny step 800"
+    assert checkpoint_name(str(run)) == "grpo-tiny"
+    other = tmp_path / "no_config_run"
+    shutil.copytree(checkpoint, other / "checkpoints" / "step_000010")
+    assert checkpoint_name(str(other / "checkpoints" / "step_000010")) == "no_config_run step 10"
+    assert checkpoint_name(str(checkpoint)) == "ckpt"  # a checkpoint outside any run: its directory
+    # A checkpoint anchor plays under its run's name in the PGN, its directory in a Source tag; the
+    # tablebase ending is a standard "adjudication" with the reason kept beside it.
+    anchor = parse_anchor(str(step))
+    board = chess.Board("8/8/8/4k3/8/8/8/3QK3 w - - 0 1")
+    game_task = GameTask(0, anchor, "checkpoint", 0, 1, Opening(fen=board.fen(), source="hand"), 1)
+    settings = settings_for(checkpoint, player_name=checkpoint_name(str(checkpoint)))
+    adjudicator = Adjudicator(settings)
+    try:
+        result = play_game(game_task, RandomMover(), RandomMover(), adjudicator, settings)
+    finally:
+        adjudicator.close()
+    [game] = parse_pgns(result.pgn)
+    headers = game.headers
+    assert (headers["White"], headers["Black"]) == ("grpo-tiny step 800", "ckpt")
+    assert headers["WhiteSource"] == str(step.resolve()) and headers["BlackSource"] == str(checkpoint)
+    assert (headers["Termination"], headers["TerminationDetails"], headers["Result"]) == ("adjudication", "tablebase", "1-0")
+    assert headers["Anchor"] == str(step)
 
 
 def test_configs_games_yaml_matches_the_defaults():

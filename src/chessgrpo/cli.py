@@ -15,9 +15,40 @@ from chessgrpo.config import ConfigError
 from chessgrpo.errors import ChessGRPOError
 
 
+def version_text() -> str:
+    """"chessgrpo X (torch Y, python-chess Z, Python W)": installed distribution versions, read from
+    their metadata (fast: torch is not imported)."""
+    import platform
+    from importlib import metadata
+
+    def version(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"chessgrpo {version('chessgrpo')} (torch {version('torch')}, python-chess {version('chess')}, "
+        f"Python {platform.python_version()})"
+    )
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print `version_text` and exit 0 (computed only when asked for)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        help = "print the versions of chessgrpo, torch and python-chess and exit"
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chessgrpo", description="GRPO with verifiable rewards for chess policies.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"chessgrpo.commands.{name}").add_parser(commands)

@@ -6,12 +6,18 @@ Rewards, labels and the engine evaluations of `engine eval`, `data generate`, tr
 opening suite of `eval games` need Stockfish (its MultiPV, its node limits and the WDL model of its
 scores), so any other engine there is reported as NOT STOCKFISH and the doctor exits 1; as an
 `eval games` opponent any UCI engine works (``--anchors uci:PATH``, docs/engines.md).
+
+The data the defaults name is reported as found (with the path it was found at) or MISSING (with
+every place it was looked for, `chessgrpo.paths`): the Syzygy tables, the Lichess puzzles, the
+RookWorld samples and data/tiny. All of it is optional for the doctor's verdict: a missing file
+fails only the commands that read it, with the same places named.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import platform
 import sys
 from pathlib import Path
@@ -76,6 +82,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     from chessgrpo.engine import available_cores
     from chessgrpo.engine.tablebase import split_paths, table_names
+    from chessgrpo.paths import DATA_ENV, resolve_optional
 
     config = load_config(_DoctorConfig, None, args.overrides)
     ok = True
@@ -99,15 +106,20 @@ def run_doctor(args: argparse.Namespace) -> int:
     rows.extend(found)
     ok = ok and usable
     if config.engine.syzygy_path:
-        names = table_names(config.engine.syzygy_path)
-        where = ", ".join(str(p.resolve()) for p in split_paths(config.engine.syzygy_path))
+        syzygy = resolve_optional(config.engine.syzygy_path, required=False)
+        names = table_names(syzygy)
+        where = ", ".join(str(p.resolve()) for p in split_paths(syzygy))
         if names:
             largest = max(len(n) - 1 for n in names)
             rows.append(("syzygy", f"{len(names)} WDL tables up to {largest} pieces in {where}"))
+        elif looked := _syzygy_looked(config.engine.syzygy_path):
+            missing = f"MISSING (optional): {config.engine.syzygy_path} not found{looked}"
+            rows.append(("syzygy", f"{missing}; set engine.syzygy_path or {DATA_ENV}"))
         else:
-            rows.append(("syzygy", f"no tables found in {where} (optional; set engine.syzygy_path)"))
+            rows.append(("syzygy", f"MISSING (optional): no tables found in {where}; set engine.syzygy_path"))
     else:
         rows.append(("syzygy", "disabled (engine.syzygy_path is null)"))
+    rows.extend(data_rows())
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
@@ -116,6 +128,38 @@ def run_doctor(args: argparse.Namespace) -> int:
         return 1
     print("\nall required components found")
     return 0
+
+
+DATA_FILES = (
+    ("puzzles", "../shared/data/lichess_puzzles_dev.csv", "eval puzzles' default puzzle file"),
+    ("rookworld samples", "../shared/data/rookworld_samples.txt", "the RookWorld format tests"),
+    ("data/tiny", "data/tiny", "eval offline and the tiny configs; make it with `chessgrpo data generate --config configs/data_tiny.yaml`"),
+)
+"""The data the commands' defaults name (besides the Syzygy tables): (row, default path, used by)."""
+
+
+def data_rows() -> list[tuple[str, str]]:
+    """A doctor row per default data path: where it was found, or MISSING with where it was looked
+    for. All optional: a missing one fails only the commands that read it (with the same places named)."""
+    from chessgrpo.paths import DATA_ENV, find_data_path, places_looked
+
+    rows = []
+    for name, path, used_by in DATA_FILES:
+        found = find_data_path(path)
+        if found is not None:
+            rows.append((name, f"found: {found}"))
+        else:
+            looked = places_looked(path)
+            rows.append((name, f"MISSING (optional; needed by {used_by}): looked at {looked}; set {DATA_ENV} or pass a path"))
+    return rows
+
+
+def _syzygy_looked(path: str) -> str:
+    """Where the parts of a Syzygy path that exist nowhere were looked for ("" when all exist)."""
+    from chessgrpo.paths import find_data_path, places_looked
+
+    missing = [part for part in path.split(os.pathsep) if part and find_data_path(part) is None]
+    return f" (looked at {'; '.join(places_looked(part) for part in missing)})" if missing else ""
 
 
 @dataclasses.dataclass

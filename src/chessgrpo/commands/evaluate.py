@@ -231,7 +231,24 @@ def _rating_edges(text: str) -> list[int]:
 def _load(args: argparse.Namespace, **flags: Any) -> EvalConfig:
     config = load_config(EvalConfig, args.config, args.overrides)
     flags.update(search_nodes=args.search_nodes, search_algorithm=args.search_algorithm)
-    return dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
+    config = dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
+    return _resolve_syzygy(config, needed=args.checkpoint is not None and config.search_nodes > 0)
+
+
+def _resolve_syzygy(config: EvalConfig, needed: bool) -> EvalConfig:
+    """engine.syzygy_path found from any current directory (`chessgrpo.paths`): an error naming
+    where it looked when a search will open it (`needed`), else left as is when it is not found."""
+    from chessgrpo.paths import resolve_optional
+
+    syzygy = resolve_optional(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", required=needed)
+    return dataclasses.replace(config, engine=dataclasses.replace(config.engine, syzygy_path=syzygy))
+
+
+def _resolve_input(path: str, what: str) -> str:
+    """An input file's path found from any current directory; one clear error naming where it looked."""
+    from chessgrpo.paths import resolve_data_path
+
+    return str(resolve_data_path(path, what))
 
 
 def _search(args: argparse.Namespace, config: EvalConfig) -> Any:
@@ -328,6 +345,7 @@ def run_offline(args: argparse.Namespace) -> int:
     config = _load(args, positions=args.positions, max_positions=args.max_positions)
     if not config.positions:
         raise ValueError("no evaluation positions: pass --positions FILE or set positions=PATH")
+    config = dataclasses.replace(config, positions=_resolve_input(config.positions, "evaluation positions"))
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(EnginePool.from_config(config.engine))
         player, baselines = _players(args, config, pool, stack)
@@ -394,6 +412,7 @@ def run_value(args: argparse.Namespace) -> int:
     from chessgrpo.models.policy import load_policy, resolve_checkpoint
     from chessgrpo.train.dataset import load_split
 
+    args.data = Path(_resolve_input(args.data, "dataset"))
     model = load_policy(args.checkpoint)
     if model.value_head is None:
         raise ValueError(f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)")
@@ -442,6 +461,7 @@ def run_puzzles(args: argparse.Namespace) -> int:
         args, puzzles=args.puzzles, max_puzzles=args.max_puzzles, min_theme_puzzles=args.min_theme_puzzles, rating_bands=args.rating_bands
     )
     bands = rating_bands(config.rating_bands)
+    config = dataclasses.replace(config, puzzles=_resolve_input(config.puzzles, "puzzle file"))
     puzzle_set = read_puzzles(config.puzzles, config.max_puzzles, config.seed)
     puzzles = puzzle_set.puzzles
     with contextlib.ExitStack() as stack:
@@ -514,6 +534,7 @@ def run_epd(args: argparse.Namespace) -> int:
     config = _load(args, epd=args.epd)
     if not config.epd:
         raise ValueError("no EPD suite: pass --epd FILE or set epd=PATH")
+    config = dataclasses.replace(config, epd=_resolve_input(config.epd, "EPD suite"))
     suite = read_epd(config.epd)
     positions = suite.positions
     with contextlib.ExitStack() as stack:

@@ -172,7 +172,32 @@ def _load(args: argparse.Namespace) -> GamesConfig:
         except ValueError:
             raise ValueError(f"--sprt expects ELO0,ELO1 such as 0,10; got {args.sprt!r}") from None
         flags.update(sprt_elo0=elo0, sprt_elo1=elo1)
-    return dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
+    return _resolve_paths(dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None}))
+
+
+def _resolve_paths(config: GamesConfig) -> GamesConfig:
+    """The openings file and the Syzygy directory found from any current directory where they
+    exist (`chessgrpo.paths`); a path found nowhere is left as is for `_require` to name."""
+    from chessgrpo.paths import resolve_optional
+
+    return dataclasses.replace(
+        config,
+        openings=resolve_optional(config.openings, required=False),
+        engine=dataclasses.replace(config.engine, syzygy_path=resolve_optional(config.engine.syzygy_path, required=False)),
+    )
+
+
+def _require(path: str, what: str, hint: str = "") -> str:
+    """`path` found from any current directory, else one error naming where it was looked for."""
+    from chessgrpo.paths import DataNotFoundError, resolve_optional
+
+    try:
+        return resolve_optional(path, what)  # type: ignore[return-value]
+    except DataNotFoundError as error:
+        raise DataNotFoundError(f"{error}{hint}") from None
+
+
+_SYZYGY_HINT = "; or set engine.syzygy_path=null to play without tablebase adjudication"
 
 
 def _validate(config: GamesConfig) -> None:
@@ -252,13 +277,20 @@ def run_games_command(args: argparse.Namespace) -> int:
         probe_engine,
     )
     from chessgrpo.eval.elo import sprt
-    from chessgrpo.eval.games import GameSettings, make_tasks, pair_records, run_games
+    from chessgrpo.eval.games import GameSettings, checkpoint_name, make_tasks, pair_records, run_games
     from chessgrpo.eval.players import search_label, search_settings
     from chessgrpo.models.policy import resolve_checkpoint
 
     config = _load(args)
     _validate(config)
     checkpoint = resolve_checkpoint(args.checkpoint)
+    if config.search_nodes > 0 and config.engine.syzygy_path:  # the search opens the tables
+        config = dataclasses.replace(
+            config,
+            engine=dataclasses.replace(
+                config.engine, syzygy_path=_require(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", _SYZYGY_HINT)
+            ),
+        )
     search = search_settings(
         config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
     )
@@ -297,15 +329,12 @@ def run_games_command(args: argparse.Namespace) -> int:
                 f"to play {info.name}, use --anchors uci:{info.path}:depth=N (docs/engines.md)"
             )
     anchors = prepare_anchors(anchors)  # each UCI engine started once: one clear error before any game
-    if config.engine.syzygy_path and config.tablebase_pieces > 0 and not Path(config.engine.syzygy_path).is_dir():
-        raise FileNotFoundError(
-            f"Syzygy directory {config.engine.syzygy_path!r} not found; set engine.syzygy_path=null to play without "
-            "tablebase adjudication"
-        )
+    if config.engine.syzygy_path and config.tablebase_pieces > 0:
+        _require(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", _SYZYGY_HINT)
 
     pairs = config.games // 2
     if config.openings:
-        openings = read_openings(config.openings)
+        openings = read_openings(_require(config.openings, "openings file"))
         opening_note = f"{len(openings)} openings from {config.openings}"
         if len(openings) < pairs:
             opening_note += f" (cycled: {pairs} pairs)"
@@ -328,9 +357,10 @@ def run_games_command(args: argparse.Namespace) -> int:
             f"random plies, |eval| < {config.opening_max_cp} cp at {config.opening_nodes} nodes)"
         )
 
+    player_name = checkpoint_name(str(checkpoint))  # the PGN's player name: the run's, not a path
     settings = GameSettings(
         checkpoint=str(checkpoint),
-        player_name=f"{args.checkpoint} ({search_label(search)})" if search else str(args.checkpoint),
+        player_name=f"{player_name} ({search_label(search)})" if search else player_name,
         temperature=config.temperature,
         device=config.device,
         avoid_repetition=config.avoid_repetition,

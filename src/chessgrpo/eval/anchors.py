@@ -782,9 +782,12 @@ class EngineMover:
         limit = self.spec.limit()
         timeout = self.timeout_s + (limit.time or 0.0)
         protocol = engine.protocol
-        future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(protocol.play(board, limit, game=self._game), timeout), protocol.loop
-        )
+        try:
+            future = asyncio.run_coroutine_threadsafe(
+                asyncio.wait_for(protocol.play(board, limit, game=self._game), timeout), protocol.loop
+            )
+        except RuntimeError as error:  # python-chess closes the client's event loop when the process dies
+            raise EngineError(f"the engine process has ended ({error})") from None
         try:
             result = future.result()
         except (TimeoutError, asyncio.TimeoutError):

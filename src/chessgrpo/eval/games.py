@@ -25,18 +25,32 @@ Adjudication (`Adjudicator`), checked before every move, in this order:
    centipawns (mates count as beyond) in the same direction for `resign_plies` consecutive
    plies, the losing side resigns. Off by default because it replaces play by an engine's
    opinion; useful to save time against strong anchors.
+
+PGN (`_pgn`): the seven-tag roster, SetUp/FEN for the opening and PlyCount, with the standard
+`Termination` values of the PGN specification: "normal" for an end by the rules (checkmate,
+stalemate, insufficient material, repetition, the fifty/seventy-five-move rules) and
+"adjudication" for the tablebase, the move cap and the engine-eval resignation (`pgn_termination`).
+The specific reason is kept in the non-standard ``TerminationDetails`` tag (and is
+`GameResult.termination`). Player names are names, not paths: a checkpoint plays under its run's
+name (`checkpoint_name`: ``run.name`` of the run directory's config.yaml, else the run
+directory's name, plus the step) and its directory goes to ``WhiteSource``/``BlackSource``;
+engines and the random mover play under their anchor name. ``Anchor``, ``AnchorSettings``,
+``PlayerSettings``, ``OpeningSource`` and ``OpeningMoves`` say how each side played and from where.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import logging
 import multiprocessing
 import queue
+import re
 import time
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import chess
@@ -58,6 +72,59 @@ TERMINATIONS = {
     chess.Termination.SEVENTYFIVE_MOVES: "seventy-five-move rule",
     chess.Termination.FIVEFOLD_REPETITION: "fivefold repetition",
 }
+"""The reason of an end by the rules as `GameResult.termination` and PGN TerminationDetails say it."""
+
+PGN_TERMINATIONS = {
+    "tablebase": "adjudication",
+    "move cap": "adjudication",
+    "resignation (engine eval)": "adjudication",  # the engine's verdict, not a player's decision
+    "illegal move": "rules infraction",
+    "time forfeit": "time forfeit",
+}
+"""Standard PGN Termination values of the reasons that are not an end by the rules ("normal")."""
+
+
+def pgn_termination(reason: str) -> str:
+    """The standard PGN ``Termination`` value of a game-ending `reason` (`GameResult.termination`):
+    "adjudication", "rules infraction", "time forfeit", else "normal" (checkmate, stalemate and the
+    draw rules). The reason itself goes to the TerminationDetails tag."""
+    return PGN_TERMINATIONS.get(reason, "normal")
+
+
+_STEP_DIRECTORY = re.compile(r"step_0*(\d+)")
+
+
+@functools.lru_cache(maxsize=64)
+def checkpoint_name(checkpoint: str) -> str:
+    """A player name for a checkpoint directory (or run directory): its run's name plus the step.
+
+    The run is the directory holding ``checkpoints/`` (the checkpoint itself or an ancestor); its
+    name is ``run.name`` of its config.yaml, else the directory's name. A ``step_NNNNNN``
+    checkpoint adds " step N" (two checkpoints of one run stay apart). A checkpoint outside any
+    run is named by its directory name.
+    """
+    path = Path(checkpoint).resolve()
+    if (path / "checkpoints").is_dir():
+        run_dir, step_dir = path, None
+    else:
+        run_dir = next((parent.parent for parent in path.parents if parent.name == "checkpoints"), None)
+        step_dir = path if run_dir is not None else None
+    if run_dir is None:
+        return path.name or str(path)
+    name = run_dir.name
+    try:
+        import yaml
+
+        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # no or unreadable config: the directory's name
+        config = None
+    run = config.get("run") if isinstance(config, dict) else None
+    if isinstance(run, dict) and isinstance(run.get("name"), str) and run["name"].strip():
+        name = run["name"].strip()
+    if step_dir is not None:
+        match = _STEP_DIRECTORY.fullmatch(step_dir.name)
+        name += f" step {match.group(1)}" if match else f" {step_dir.name}"
+    return name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +132,9 @@ class GameSettings:
     """Everything a worker needs besides its tasks (picklable: sent to spawned processes)."""
 
     checkpoint: str
-    """The evaluated policy: a resolved checkpoint directory."""
+    """The evaluated policy: a resolved checkpoint directory (the PGN's WhiteSource/BlackSource)."""
     player_name: str = "policy"
+    """The policy's PGN player name: `checkpoint_name` of the checkpoint (plus its search), not a path."""
     temperature: float = 0.0
     device: str = "cpu"
     avoid_repetition: bool = True
@@ -121,6 +189,8 @@ class GameResult:
     result: str
     """"1-0", "0-1" or "1/2-1/2"."""
     termination: str
+    """The specific reason ("checkmate", "stalemate", "tablebase", "move cap", ...): the PGN's
+    TerminationDetails; its Termination is the standard `pgn_termination` of it."""
     plies: int
     seconds: float
     pgn: str
@@ -308,11 +378,22 @@ def _pgn(task: GameTask, board: chess.Board, result: str, termination: str, plie
     headers["Date"] = datetime.date.today().strftime("%Y.%m.%d")
     headers["Round"] = str(task.pair + 1)
     player, anchor = settings.player_name, task.anchor.text
-    headers["White"], headers["Black"] = (player, anchor) if task.player_white else (anchor, player)
+    sources: dict[str, str] = {"player": settings.checkpoint}
+    if task.anchor.kind == "checkpoint" and task.anchor.path:
+        anchor = checkpoint_name(task.anchor.path)
+        if anchor == player:  # the same run on both sides (an SPRT against itself): keep the seats apart
+            anchor += " (anchor)"
+        sources["anchor"] = task.anchor.path
+    seats = ("player", "anchor") if task.player_white else ("anchor", "player")
+    headers["White"], headers["Black"] = ({"player": player, "anchor": anchor}[seat] for seat in seats)
     headers["Result"] = result
-    headers["Termination"] = termination
+    headers["Termination"] = pgn_termination(termination)
+    headers["TerminationDetails"] = termination
     headers["PlyCount"] = str(plies)
-    headers["Anchor"] = anchor
+    for colour, seat in zip(("White", "Black"), seats):
+        if seat in sources:
+            headers[f"{colour}Source"] = sources[seat]
+    headers["Anchor"] = task.anchor.text
     headers["AnchorSettings"] = task.anchor_settings
     headers["PlayerSettings"] = settings.player_settings()
     headers["OpeningSource"] = task.opening.source or "?"

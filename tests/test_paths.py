@@ -1,0 +1,202 @@
+"""Data defaults found from any current directory (`chessgrpo.paths`): the resolver, the eval commands and the doctor."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT, SHARED_DATA, SYZYGY_DIR, shared_file
+
+from chessgrpo import paths
+from chessgrpo.paths import DATA_ENV, DataNotFoundError, find_data_path, resolve_data_path, resolve_optional
+
+PUZZLES_DEFAULT = "../shared/data/lichess_puzzles_dev.csv"
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """A current directory far from the checkout, without $CHESSGRPO_DATA."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    return cwd
+
+
+# --------------------------------------------------------------------------------------------
+# The resolver
+
+
+def test_repo_root_is_the_checkout():
+    assert paths.repo_root() == REPO_ROOT
+    assert paths.shared_suffix("../shared/data/syzygy") == Path("syzygy")
+    assert paths.shared_suffix("../shared/data/a/b.csv") == Path("a/b.csv")
+    assert paths.shared_suffix("data/tiny") is None and paths.shared_suffix("../shared/other") is None
+
+
+def test_absolute_and_existing_relative_paths_are_used_as_given(elsewhere, tmp_path, monkeypatch):
+    absolute = tmp_path / "mine.csv"
+    absolute.write_text("x")
+    assert resolve_data_path(absolute) == absolute
+    with pytest.raises(DataNotFoundError, match="not found"):
+        resolve_data_path(tmp_path / "missing.csv")  # an absolute path is never looked for elsewhere
+    # A user's own relative path keeps its meaning, even when $CHESSGRPO_DATA holds the same name.
+    (elsewhere / "configs").mkdir()
+    (elsewhere / "configs" / "games.yaml").write_text("mine")
+    monkeypatch.setenv(DATA_ENV, str(REPO_ROOT))
+    assert resolve_data_path("configs/games.yaml") == Path("configs/games.yaml")
+
+
+def test_relative_defaults_fall_back_to_the_data_directory_then_the_checkout(elsewhere, tmp_path, monkeypatch):
+    # Not here, no $CHESSGRPO_DATA: the checkout (a tracked file stands in for data/tiny).
+    assert resolve_data_path("configs/games.yaml") == REPO_ROOT / "configs" / "games.yaml"
+    if (REPO_ROOT.parent / "shared" / "data" / "syzygy").is_dir():  # the shared data beside the checkout
+        assert resolve_data_path("../shared/data/syzygy") == REPO_ROOT.parent / "shared" / "data" / "syzygy"
+    # $CHESSGRPO_DATA comes first: ../shared/data/X is X there, any other relative path P is P there.
+    data = tmp_path / "copy"
+    (data / "syzygy").mkdir(parents=True)
+    (data / "configs").mkdir()
+    (data / "configs" / "games.yaml").write_text("copy")
+    monkeypatch.setenv(DATA_ENV, str(data))
+    assert resolve_data_path("../shared/data/syzygy") == data / "syzygy"
+    assert resolve_data_path("../shared/data") == data
+    assert resolve_data_path("configs/games.yaml") == data / "configs" / "games.yaml"
+    assert resolve_data_path("pyproject.toml") == REPO_ROOT / "pyproject.toml"  # not in the copy: the checkout
+    # Several Syzygy directories, null, and a lenient lookup that leaves an unknown path alone.
+    assert resolve_optional(f"../shared/data/syzygy{os.pathsep}pyproject.toml") == f"{data / 'syzygy'}{os.pathsep}{REPO_ROOT / 'pyproject.toml'}"
+    assert resolve_optional(None) is None
+    assert resolve_optional("../shared/data/nope", required=False) == "../shared/data/nope"
+    assert find_data_path("../shared/data/nope") is None
+
+
+def test_a_path_found_nowhere_names_every_place_and_the_variable(elsewhere, tmp_path, monkeypatch):
+    with pytest.raises(DataNotFoundError) as unset:
+        resolve_data_path("../shared/data/nope.csv", "puzzle file")
+    message = str(unset.value)
+    assert isinstance(unset.value, FileNotFoundError)
+    assert message.startswith("puzzle file '../shared/data/nope.csv' not found; looked at ")
+    assert f"{tmp_path / 'shared' / 'data' / 'nope.csv'} (the current directory)" in message
+    assert f"${DATA_ENV}/nope.csv (${DATA_ENV} is not set)" in message
+    assert f"{REPO_ROOT.parent / 'shared' / 'data' / 'nope.csv'} (the repository root)" in message
+    assert f"Set {DATA_ENV} to the directory that holds nope.csv" in message
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "copy"))
+    with pytest.raises(DataNotFoundError, match=rf"{tmp_path / 'copy' / 'nope.csv'} \(\${DATA_ENV}\)"):
+        resolve_data_path("../shared/data/nope.csv")
+    monkeypatch.setattr(paths, "repo_root", lambda: None)  # an installed copy, not a checkout
+    with pytest.raises(DataNotFoundError, match="the repository root \\(not running from a checkout\\)"):
+        resolve_data_path("data/tiny", "dataset")
+
+
+def test_doctor_reports_missing_data_honestly(elsewhere, monkeypatch):
+    from chessgrpo.commands.doctor import data_rows
+
+    monkeypatch.setattr(paths, "repo_root", lambda: None)
+    rows = dict(data_rows())
+    assert set(rows) == {"puzzles", "rookworld samples", "data/tiny"}
+    for value in rows.values():
+        assert value.startswith("MISSING (optional; needed by ") and DATA_ENV in value and "looked at" in value
+    monkeypatch.setenv(DATA_ENV, str(SHARED_DATA))
+    rows = dict(data_rows())
+    assert rows["puzzles"] == f"found: {shared_file('lichess_puzzles_dev.csv')}"
+    assert rows["rookworld samples"] == f"found: {shared_file('rookworld_samples.txt')}"
+
+
+# --------------------------------------------------------------------------------------------
+# The commands, run from a temporary directory
+
+
+def chessgrpo(*args: str, cwd: Path, data: Path | None = None) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != DATA_ENV}
+    if data is not None:
+        env[DATA_ENV] = str(data)
+    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def default_data() -> Path | None:
+    """$CHESSGRPO_DATA for the defaults to be found: none when the shared data sits beside the checkout."""
+    return None if (REPO_ROOT.parent / "shared" / "data" / "lichess_puzzles_dev.csv").is_file() else SHARED_DATA
+
+
+def test_eval_puzzles_defaults_work_from_another_directory(tmp_path):
+    csv_path = shared_file("lichess_puzzles_dev.csv")
+    result = chessgrpo("eval", "puzzles", "--policy", "random", "--max-puzzles", "20", "--json", "baselines=false", cwd=tmp_path, data=default_data())
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["puzzles"]["n"] == 20 and Path(report["puzzles"]["source"]).resolve() == csv_path.resolve()
+
+
+def test_eval_puzzles_reads_a_copy_under_chessgrpo_data(tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    lines = shared_file("lichess_puzzles_dev.csv").read_text().splitlines(keepends=True)
+    (copy / "lichess_puzzles_dev.csv").write_text("".join(lines[:31]))  # the header and 30 puzzles
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    result = chessgrpo("eval", "puzzles", "--policy", "random", "--max-puzzles", "500", "--json", "baselines=false", cwd=cwd, data=copy)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["puzzles"] == {"source": str(copy / "lichess_puzzles_dev.csv"), "n": 30, "skipped": 0}
+
+
+def test_a_missing_input_is_one_error_naming_where_it_looked(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = chessgrpo("eval", "puzzles", "--policy", "random", "--puzzles", "../shared/data/nope.csv", "baselines=false", cwd=tmp_path, data=empty)
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("chessgrpo: puzzle file '../shared/data/nope.csv' not found; looked at "), line
+    assert f"{empty / 'nope.csv'} (${DATA_ENV})" in line and "(the repository root)" in line and "Traceback" not in result.stderr
+
+
+def test_eval_offline_finds_its_positions_under_chessgrpo_data(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "positions.fen").write_text("r5k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1\nk7/8/8/3q4/8/8/8/K2R4 w - - 0 1\n")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    result = chessgrpo(
+        "eval", "offline", "--policy", "random", "--json", "positions=../shared/data/positions.fen", "nodes=100",
+        "engine.processes=1", "engine.cache=false", "baselines=false", cwd=cwd, data=data,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["positions"] == {"source": str(data / "positions.fen"), "n": 2}
+
+
+def test_eval_games_finds_openings_and_tables_from_another_directory(tmp_path):
+    import torch
+
+    from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+
+    torch.manual_seed(0)
+    checkpoint = save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), tmp_path / "ckpt")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "openings.epd").write_text("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1\n")
+    (data / "syzygy").symlink_to(SYZYGY_DIR, target_is_directory=True)
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    args = ("eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2", "--workers", "1",
+            "--pgn", str(tmp_path / "games.pgn"), "--json", "max_plies=20")  # fmt: skip
+    result = chessgrpo(*args, "--openings", "../shared/data/openings.epd", cwd=cwd, data=data)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["games_played"] == 2 and summary["openings"] == f"1 openings from {data / 'openings.epd'}"
+    # The default Syzygy directory was found under $CHESSGRPO_DATA: tables adjudicate.
+    saved = chessgrpo(*args, "--openings", str(data / "openings.epd"), f"output={tmp_path / 'out.json'}", cwd=cwd, data=data)
+    assert saved.returncode == 0, saved.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["config"]["engine"]["syzygy_path"] == str(data / "syzygy")
+    # Tables found nowhere: one error naming where they were looked for, and how to play without them.
+    shutil.rmtree(data)
+    data.mkdir()
+    (data / "openings.epd").write_text("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1\n")
+    missing = chessgrpo(*args, "--openings", "../shared/data/openings.epd", "engine.syzygy_path=../shared/data/no_tables", cwd=cwd, data=data)
+    assert missing.returncode == 2
+    [line] = missing.stderr.strip().splitlines()
+    assert "Syzygy directory (engine.syzygy_path) '../shared/data/no_tables' not found" in line
+    assert f"{data / 'no_tables'} (${DATA_ENV})" in line and "engine.syzygy_path=null" in line
