@@ -119,6 +119,20 @@ def test_every_ply_of_the_games_above_the_elo_filter(pool, pgn_files, tmp_path):
     assert (mate_next["best_move"], mate_next["value"]) == ("c3d5", 1.0)
     only_move = by_key[schema.position_key(game.end().parent.parent.board().fen())]
     assert only_move["moves"] == ["e8e7"] and only_move["value"] < 0.1  # Black's only legal move
+    # Each row keeps the move played from it and the players' ratings (first game read for shared positions;
+    # tests/test_human_moves.py checks every game column ply by ply).
+    expected_game: dict[str, tuple] = {}
+    for text, elos in ((OPERA_GAME, (2690, 2100)), (LEGALS_MATE, (2200, 2050))):
+        game = chess.pgn.read_game(io.StringIO(text))
+        board = game.board()
+        for move in [*game.mainline_moves(), None]:
+            mover = elos[0] if board.turn == chess.WHITE else elos[1]
+            expected_game.setdefault(schema.position_key(board.fen()), (move.uci() if move else None, mover, "1-0"))
+            if move is not None:
+                board.push(move)
+    for row in rows:
+        assert (row["human_move"], row["mover_rating"], row["result"]) == expected_game[schema.position_key(row["fen"])]
+    assert sum(row["human_move"] is None for row in rows) == 0  # both games end in mate: no last position to label
     manifest = schema.read_manifest(tmp_path / "out")
     assert manifest["complete"] and manifest["games"]["skipped_malformed"] == 1 and manifest["positions"] == len(rows)
     # A rerun finds the import complete and changes nothing.

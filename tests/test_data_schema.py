@@ -109,3 +109,52 @@ def test_output_directory_checks(tmp_path):
     with pytest.raises(ValueError, match="data generate"):
         prepare_output(str(directory), {"command": "import-pgn"})
     assert json.loads((directory / "manifest.json").read_text())["schema_version"] == schema.SCHEMA_VERSION
+
+
+OLD_SCHEMA_NAMES = ("fen", "source", "best_move", "best_action", "moves", "win_probs", "value", "legal_moves", "legal_win_probs", "nodes")
+
+
+def write_old_style_shard(rows: list[dict], path) -> None:
+    """A shard as written before the game columns existed: only the first ten columns."""
+    import pyarrow as pa
+
+    old_schema = pa.schema([schema.POSITION_SCHEMA.field(name) for name in OLD_SCHEMA_NAMES])
+    schema.write_parquet(pa.Table.from_pylist([{k: row[k] for k in OLD_SCHEMA_NAMES} for row in rows], schema=old_schema), path)
+
+
+def test_an_old_shard_without_the_game_columns_reads_with_them_null(tmp_path):
+    """Backward compatibility: a dataset written before the game columns reads everywhere (all columns,
+    named columns, old and new shards side by side), the game columns coming back null."""
+    assert set(schema.OPTIONAL_COLUMNS) == set(schema.POSITION_SCHEMA.names) - set(OLD_SCHEMA_NAMES)
+    old_rows = [make_row(fen) for fen in fens(3)]
+    write_old_style_shard(old_rows, tmp_path / "train" / "shard-00000.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(tmp_path / "train" / "shard-00000.parquet").names == list(OLD_SCHEMA_NAMES)
+    table = schema.read_positions(tmp_path, "train")  # columns=None: every schema column
+    assert table.schema == schema.POSITION_SCHEMA and table.num_rows == 3
+    for row, original in zip(table.to_pylist(), old_rows):
+        assert all(row[name] is None for name in schema.GAME_COLUMNS)
+        assert row["fen"] == original["fen"] and row["moves"] == original["moves"]
+    named = schema.read_positions(tmp_path, "train", ["fen", "human_move", "mover_rating"])
+    assert named.column_names == ["fen", "human_move", "mover_rating"] and named.column("human_move").null_count == 3
+    assert schema.read_positions(tmp_path / "train" / "shard-00000.parquet", columns=["fen"]).num_rows == 3
+    # A new shard beside the old one (a dataset extended after the columns were added).
+    new_row = make_row(START) | {"human_move": "e2e4", "mover_rating": 1500, "ply": 0, "mover_clock": 60.5}
+    schema.write_shard([new_row], tmp_path / "train" / "shard-00001.parquet")
+    both = schema.read_positions(tmp_path, "train").to_pylist()
+    assert [r["human_move"] for r in both] == [None, None, None, "e2e4"] and both[3]["mover_clock"] == 60.5
+    assert both[3]["opponent_rating"] is None and both[3]["pgn_eval_cp"] is None  # keys not given are null
+    # The writer resumes such a dataset (it reads fen and source only).
+    (tmp_path / "test").mkdir()
+    write_old_style_shard([], tmp_path / "test" / "shard-00000.parquet")
+    schema.write_shard([], tmp_path / "test" / "shard-00001.parquet")
+    assert DatasetWriter(tmp_path, test_fraction=0.05).rows == 4
+    # A core column missing is still an error naming the shard; an unknown column name is an error.
+    import pyarrow as pa
+
+    schema.write_parquet(pa.table({"fen": [START]}), tmp_path / "bad" / "train" / "shard-00000.parquet")
+    with pytest.raises(ValueError, match=r"shard-00000.parquet.*lacks columns \['source'"):
+        schema.read_positions(tmp_path / "bad")
+    with pytest.raises(ValueError, match="unknown dataset columns"):
+        schema.read_positions(tmp_path, "train", ["fen", "human_moves"])

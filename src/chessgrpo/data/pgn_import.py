@@ -10,6 +10,31 @@ A malformed game (python-chess records an illegal or unparsable move in ``game.e
 variant game is skipped and counted, never a crash. Shards are cut at game boundaries and the
 manifest records how many games they cover, so a killed import resumes after the last written
 shard (games before it are skipped with the fast `chess.pgn.skip_game`).
+
+Besides the engine labels, each row keeps what the game says about its position (the game columns
+of `schema.POSITION_SCHEMA`, built by `mainline_positions`), for human-move imitation
+(``objective: human`` of `kind: pretrain`):
+
+- ``ply``: half-moves from the game's first position (0) to this one.
+- ``human_move``: the mainline move played from this position, UCI; null at the game's last position.
+- ``mover_rating`` / ``opponent_rating``: WhiteElo / BlackElo of the side to move / the other side,
+  as integers; null when the header is absent, not an integer ("?", "1500?") or negative.
+- ``pgn_eval_cp`` / ``pgn_eval_mate``: the ``[%eval ...]`` of *this* position. A PGN comment follows
+  the move it annotates, so this is the comment after the move that led here (for the game's first
+  position the comment before move 1). Lichess writes evals from White's point of view; stored
+  from the side to move's (negated when Black is to move), like every label of the schema. A mate
+  score ``#N`` sets ``pgn_eval_mate`` (N > 0: the side to move mates in N; N < 0: it is mated in
+  -N) and leaves ``pgn_eval_cp`` null; a centipawn score the other way round; no eval: both null.
+- ``mover_clock``: the side to move's remaining clock in seconds when this position arose: the
+  ``[%clk ...]`` after the side to move's *own previous* move (two plies back). Null for each
+  player's first move and when that move's comment has no clock. (The ``[%clk]`` after the move
+  played from this position, i.e. the time left after thinking here, is the next-but-one row's
+  ``mover_clock`` when that row is sampled.)
+- ``result`` / ``time_control``: the Result and TimeControl headers as written (Result is "*" when
+  the header is absent; time_control is null then).
+
+Positions are deduplicated across the whole import (`labelling.DatasetWriter`), so a position reached
+in several games (the opening positions above all) keeps the game columns of the first game read.
 """
 
 from __future__ import annotations
@@ -187,6 +212,65 @@ def _elo(headers: chess.pgn.Headers, key: str) -> int | None:
         return None
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def header_rating(headers: chess.pgn.Headers, key: str) -> int | None:
+    """The integer rating in header `key` (WhiteElo, BlackElo); None when absent, not an integer,
+    negative, or beyond int32 (the column's type)."""
+    rating = _elo(headers, key)
+    return rating if rating is not None and 0 <= rating <= _INT32_MAX else None
+
+
+def _clamp_int32(value: int | None) -> int | None:
+    return None if value is None else max(-_INT32_MAX, min(_INT32_MAX, value))
+
+
+def position_eval(node: chess.pgn.GameNode, turn: chess.Color) -> tuple[int | None, int | None]:
+    """(centipawns, mate) of the ``[%eval]`` in `node`'s comment, from `turn`'s point of view
+    (`turn` = the side to move in `node`'s position); (None, None) without an eval."""
+    score = node.eval()
+    if score is None:
+        return None, None
+    relative = score.pov(turn)
+    if relative.is_mate():
+        return None, _clamp_int32(relative.mate())
+    return _clamp_int32(relative.score()), None
+
+
+def mainline_positions(game: chess.pgn.Game) -> list[tuple[chess.Board, dict[str, Any]]]:
+    """Every mainline position (the start, then after each move) with the game columns of its row
+    (module docstring: which annotation belongs to which position)."""
+    headers = game.headers
+    ratings = {chess.WHITE: header_rating(headers, "WhiteElo"), chess.BLACK: header_rating(headers, "BlackElo")}
+    result, time_control = headers.get("Result"), headers.get("TimeControl")
+    clocks: dict[chess.Color, float | None] = {chess.WHITE: None, chess.BLACK: None}
+    board = game.board()
+    node: chess.pgn.GameNode = game
+    positions, ply = [], 0
+    while True:
+        following = node.next()
+        turn = board.turn
+        eval_cp, eval_mate = position_eval(node, turn)
+        info = {
+            "ply": ply,
+            "human_move": following.move.uci() if following is not None else None,
+            "mover_rating": ratings[turn],
+            "opponent_rating": ratings[not turn],
+            "pgn_eval_cp": eval_cp,
+            "pgn_eval_mate": eval_mate,
+            "mover_clock": clocks[turn],
+            "result": result,
+            "time_control": time_control,
+        }
+        positions.append((board.copy(stack=False), info))
+        if following is None:
+            return positions
+        clocks[turn] = following.clock()  # the mover's clock after this move: what it has at its next position
+        board.push(following.move)
+        node, ply = following, ply + 1
+
+
 def game_filter_reason(game: chess.pgn.Game, min_elo: int | None) -> str | None:
     """Why a game is skipped ("elo", "malformed", "variant", "empty"), or None to keep it."""
     if game.errors:
@@ -205,18 +289,18 @@ def game_filter_reason(game: chess.pgn.Game, min_elo: int | None) -> str | None:
     return None
 
 
-def sample_positions(game: chess.pgn.Game, count: int | None, rng: random.Random) -> list[chess.Board]:
-    """Up to `count` distinct-ply labelable positions of the mainline (all when None), in game order."""
-    board = game.board()
-    positions = []
-    for move in game.mainline_moves():
-        positions.append(board.copy(stack=False))
-        board.push(move)
-    positions.append(board.copy(stack=False))
-    candidates = [position for position in positions if is_labelable(position)]
+def sample_game_positions(game: chess.pgn.Game, count: int | None, rng: random.Random) -> list[tuple[chess.Board, dict[str, Any]]]:
+    """Up to `count` distinct-ply labelable positions of the mainline (all when None), in game order,
+    each with the game columns of its row (`mainline_positions`)."""
+    candidates = [(board, info) for board, info in mainline_positions(game) if is_labelable(board)]
     if count is None or len(candidates) <= count:
         return candidates
     return [candidates[i] for i in sorted(rng.sample(range(len(candidates)), count))]
+
+
+def sample_positions(game: chess.pgn.Game, count: int | None, rng: random.Random) -> list[chess.Board]:
+    """The boards of `sample_game_positions` (the same sample for the same `rng` state)."""
+    return [board for board, _ in sample_game_positions(game, count, rng)]
 
 
 class PgnImporter:
@@ -231,6 +315,14 @@ class PgnImporter:
         self.games = GameCounts(**{k: v for k, v in self.manifest.get("games", {}).items() if k in known})
         self.end_of_file = bool(self.manifest.get("end_of_file", False))
         self.earlier_seconds = float(self.manifest.get("wall_time_s", 0.0))
+        # True when every stored row has the game columns (false for a dataset begun by an older version).
+        self.game_columns = not self.writer.rows or bool(self.manifest.get("game_columns"))
+        if not self.game_columns:
+            logger.warning(
+                "dataset %s was started before imports kept the game columns (human_move, ratings, %%eval, %%clk): "
+                "its %d positions so far have them null; re-import into a new --out to have them everywhere",
+                self.directory, self.writer.rows,
+            )  # fmt: skip
 
     @property
     def existing(self) -> int:
@@ -265,7 +357,7 @@ class PgnImporter:
 
     def _import(self, pool: EnginePool, started: float, progress: Progress | None) -> None:
         config = self.config
-        pending: list[chess.Board] = []
+        pending: list[tuple[chess.Board, dict[str, Any]]] = []
         counts = dataclasses.replace(self.games)  # advances past games whose positions are pending
         fallback = Latin1Fallback()
         try:
@@ -293,7 +385,7 @@ class PgnImporter:
         if self.end_of_file and self.games.games_used == 0 and self.writer.rows == 0:
             raise ValueError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")
 
-    def _positions_of(self, game: chess.pgn.Game, counts: GameCounts) -> list[chess.Board]:
+    def _positions_of(self, game: chess.pgn.Game, counts: GameCounts) -> list[tuple[chess.Board, dict[str, Any]]]:
         index = counts.games_read
         counts.games_read += 1
         reason = game_filter_reason(game, self.config.min_elo)
@@ -303,17 +395,23 @@ class PgnImporter:
         counts.games_used += 1
         rng = random.Random(f"chessgrpo.data.pgn_import/{self.config.seed}/{index}")
         positions = []
-        for board in sample_positions(game, self.config.positions_per_game, rng):
+        for board, info in sample_game_positions(game, self.config.positions_per_game, rng):
             fen = board.fen()
             if self.writer.is_new(fen):
                 self.writer.reserve(fen)
-                positions.append(board)
+                positions.append((board, info))
         return positions
 
-    def _flush(self, pool: EnginePool, pending: list[chess.Board], counts: GameCounts, started: float, progress: Progress | None) -> None:
-        """Label and write the pending positions, then record the games they came from."""
+    def _flush(
+        self, pool: EnginePool, pending: list[tuple[chess.Board, dict[str, Any]]], counts: GameCounts, started: float,
+        progress: Progress | None,
+    ) -> None:
+        """Label and write the pending positions (with their game columns), then record the games they came from."""
         if pending:
-            rows = label_boards(pool, pending, PGN, self.config.label_settings, progress)
+            rows = label_boards(pool, [board for board, _ in pending], PGN, self.config.label_settings, progress)
+            games = {board.fen(): info for board, info in pending}  # pending FENs are distinct (deduplicated)
+            for row in rows:  # label_boards drops positions without legal moves, so match by FEN
+                row.update(games[row["fen"]])
             self.writer.write_shard(rows)
         self.games = dataclasses.replace(counts)
         self._write_manifest(pool.engine_name, time.perf_counter() - started)
@@ -352,6 +450,7 @@ class PgnImporter:
             "positions_per_game": self.config.positions_per_game,
             "test_fraction": self.config.test_fraction,
             "all_legal_values": self.config.all_legal_values,
+            "game_columns": self.game_columns,
             "wall_time_s": round(self.earlier_seconds + run_seconds, 3),
             "updated": now_iso(),
             "identity": self.config.identity(),

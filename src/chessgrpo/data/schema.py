@@ -23,6 +23,32 @@ Each row is one position labelled by Stockfish from the side to move's point of 
 | legal_win_probs   | list<float32> | win probability after each legal move (side to move), or null |
 | nodes             | int32         | node limit of the labelling search |
 
+Game columns, kept by `data import-pgn` (null in the rows of the other data commands, `data generate`,
+`data endgame`, `data search-label`, and in every dataset written before they existed, whose shards
+lack them and read back as nulls):
+
+| column            | type          | meaning |
+|-------------------|---------------|---------|
+| ply               | int32         | half-moves played in the game before this position (0 = the game's first position) |
+| human_move        | string        | the move the player to move actually played here (UCI); null at the game's last position |
+| mover_rating      | int32         | the side to move's rating (WhiteElo or BlackElo); null when absent, not an integer or negative |
+| opponent_rating   | int32         | the other player's rating, the same way |
+| pgn_eval_cp       | int32         | the game's ``[%eval]`` of this position in centipawns, from the side to move's point of view |
+| pgn_eval_mate     | int32         | the ``[%eval #N]`` of this position: N > 0 the side to move mates in N, N < 0 it is mated |
+| mover_clock       | float32       | the side to move's remaining clock (s) when the position arose: its own last ``[%clk]`` |
+| result            | string        | the game's Result header ("1-0", "0-1", "1/2-1/2", "*"), as written |
+| time_control      | string        | the game's TimeControl header as written ("300+3", "-", ...); null when absent |
+
+Which annotation belongs to which position (`data.pgn_import` has the details): a PGN comment
+follows a move, so ``[%eval]`` and ``[%clk]`` describe the position *after* that move. A row's
+``pgn_eval_*`` is therefore the comment after the move that led to it (for the game's first position,
+the comment before the first move); at most one of the two is set, both are null without an eval.
+``mover_clock`` is the comment after the side to move's *previous* move (its clock when this position
+came up, Lichess's clocks include the increment), null for each player's first move.
+
+`OPTIONAL_COLUMNS` are the columns a shard may lack: `read_positions` fills them with nulls, so a
+dataset of either age reads the same way everywhere.
+
 The split is a pure function of the position (FEN without move counters), so a position lands in
 the same split whatever run, source or order produced it, and train and test never share one.
 
@@ -46,6 +72,8 @@ from chessgrpo.errors import one_line
 from chessgrpo.files import file_sha256
 
 SCHEMA_VERSION = 1
+# Stamped into manifests for the record; no reader decides anything by it. Adding the nullable game
+# columns did not change it: a shard without them reads as one with them all null (`read_positions`).
 Split = Literal["train", "test"]
 SPLITS: tuple[Split, ...] = ("train", "test")
 
@@ -61,8 +89,23 @@ POSITION_SCHEMA = pa.schema(
         ("legal_moves", pa.list_(pa.string())),
         ("legal_win_probs", pa.list_(pa.float32())),
         ("nodes", pa.int32()),
+        # Game columns (nullable; absent from shards written before they existed).
+        ("ply", pa.int32()),
+        ("human_move", pa.string()),
+        ("mover_rating", pa.int32()),
+        ("opponent_rating", pa.int32()),
+        ("pgn_eval_cp", pa.int32()),
+        ("pgn_eval_mate", pa.int32()),
+        ("mover_clock", pa.float32()),
+        ("result", pa.string()),
+        ("time_control", pa.string()),
     ]
 )
+GAME_COLUMNS: tuple[str, ...] = (
+    "ply", "human_move", "mover_rating", "opponent_rating", "pgn_eval_cp", "pgn_eval_mate", "mover_clock", "result", "time_control",
+)  # fmt: skip
+OPTIONAL_COLUMNS: frozenset[str] = frozenset(GAME_COLUMNS)
+"""Columns a shard may lack (written before they existed): they read back as nulls."""
 
 
 def position_key(fen: str) -> str:
@@ -143,6 +186,9 @@ def shard_paths(directory: str | os.PathLike, split: Split | None = None) -> lis
 def read_positions(source: str | os.PathLike, split: Split | None = None, columns: Iterable[str] | None = None) -> pa.Table:
     """Read a dataset directory (all shards of `split`, or both) or a single Parquet file.
 
+    `columns` None reads every column of `POSITION_SCHEMA`. A shard written before the game columns
+    existed reads with those columns null (`OPTIONAL_COLUMNS`), whether they are asked for by name or not.
+
     Raises `ValueError` naming the file when a shard is unreadable (truncated, scrambled pages), differs
     from the checksum the directory's manifest recorded, lacks schema columns or has columns of other types.
     """
@@ -151,17 +197,34 @@ def read_positions(source: str | os.PathLike, split: Split | None = None, column
     if not paths:
         raise FileNotFoundError(f"no Parquet shards for split {split or 'any'} under {str(source)!r}")
     wanted = list(columns) if columns is not None else POSITION_SCHEMA.names
+    unknown = [name for name in wanted if name not in POSITION_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"unknown dataset columns {unknown}; the position schema has {POSITION_SCHEMA.names}")
+    target = pa.schema([POSITION_SCHEMA.field(n) for n in wanted])
     checksums = read_manifest(source).get("shard_sha256", {}) if source.is_dir() else {}
     tables = []
     for path in paths:
         if checksums:
             verify_shard(source, path, checksums)
-        table = read_parquet(path, wanted, what="dataset shard")
-        try:
-            tables.append(table.cast(pa.schema([POSITION_SCHEMA.field(n) for n in wanted])))
-        except (pa.ArrowException, ValueError) as error:
-            raise ValueError(f"dataset shard {str(path)!r} does not have the position schema: {one_line(error)}") from None
+        tables.append(_read_shard(path, target))
     return pa.concat_tables(tables)
+
+
+def _read_shard(path: Path, target: pa.Schema) -> pa.Table:
+    """The `target` columns of one shard, cast to their schema types; `OPTIONAL_COLUMNS` the shard
+    lacks (an older dataset) come back as nulls, any other missing column is an error naming it."""
+    try:
+        present = set(pq.read_schema(path).names)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"dataset shard {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
+    absent = [name for name in target.names if name in OPTIONAL_COLUMNS and name not in present]
+    table = read_parquet(path, [name for name in target.names if name not in absent], what="dataset shard")
+    for name in absent:
+        table = table.append_column(target.field(name), pa.nulls(table.num_rows, target.field(name).type))
+    try:
+        return table.select(target.names).cast(target)
+    except (pa.ArrowException, ValueError) as error:
+        raise ValueError(f"dataset shard {str(path)!r} does not have the position schema: {one_line(error)}") from None
 
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> None:

@@ -11,9 +11,13 @@
 - ``facts``       (only with ``move_facts=True``) each position's non-zero move facts
                   (`board.move_facts`), sparse: a batch's inputs are then the 77 tokens followed by
                   one fact byte per action, as `ActionPolicy.inputs` builds them
+- ``human_action`` (only with ``human=HumanMoves(...)``) int64 [N]: the move a player made in the
+                  game (the ``human_move`` column of `data import-pgn`), the human-imitation target.
+                  Only rows with a human move whose mover's rating is inside the band are loaded
+                  (`HumanMoves`); `load_split` logs how many rows each condition removed.
 
 Every label is checked on load: the best move must equal ``moves[0]`` and every listed move must
-be legal in its position, so a mislabelled row (a move from another position, a flipped
+be legal in its position (the human move too), so a mislabelled row (a move from another position, a flipped
 perspective) fails loudly instead of training silently on garbage.
 
 `EpochSampler` draws batches from a seeded permutation per epoch; its state is (epoch, offset),
@@ -29,6 +33,8 @@ from pathlib import Path
 
 import chess
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from chessgrpo.board import NUM_ACTIONS, encode_fens, legal_masks, move_to_action
@@ -39,6 +45,7 @@ from chessgrpo.errors import quote
 logger = logging.getLogger(__name__)
 
 COLUMNS = ("fen", "best_move", "best_action", "moves", "win_probs")
+HUMAN_COLUMNS = ("human_move", "mover_rating")
 _CHUNK = 8192  # rows whose dense legal masks exist at once while loading
 
 
@@ -52,6 +59,7 @@ class PositionTensors:
     actions: torch.Tensor
     win_probs: torch.Tensor
     facts: SparseMoveFacts | None = None
+    human_action: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -69,6 +77,7 @@ class PositionTensors:
             best_action=self.best_action[indices],
             actions=self.actions[indices],
             win_probs=self.win_probs[indices],
+            human_action=self.human_action[indices] if self.human_action is not None else None,
         )
 
 
@@ -111,20 +120,66 @@ class SparseMoveFacts:
 @dataclasses.dataclass
 class Batch:
     """A batch ready for the model: tokens [B, 77] long (or [B, 77 + 1968] with move facts),
-    legal_mask [B, 1968] bool, targets."""
+    legal_mask [B, 1968] bool, targets (human_action [B] only when the split was loaded with `HumanMoves`)."""
 
     tokens: torch.Tensor
     legal_mask: torch.Tensor
     best_action: torch.Tensor
     actions: torch.Tensor
     win_probs: torch.Tensor
+    human_action: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`; host-to-GPU copies go through pinned memory, asynchronously."""
         device = torch.device(device)
-        if device.type == "cuda":
-            return Batch(**{f.name: getattr(self, f.name).pin_memory().to(device, non_blocking=True) for f in dataclasses.fields(self)})
-        return Batch(**{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+
+        def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            if tensor is None:
+                return None
+            if device.type == "cuda":
+                return tensor.pin_memory().to(device, non_blocking=True)
+            return tensor.to(device)
+
+        return Batch(**{f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+
+@dataclasses.dataclass(frozen=True)
+class HumanMoves:
+    """Load a split for human-move imitation: only rows with a ``human_move``, and with a bound set,
+    only rows whose ``mover_rating`` is known and inside [min_rating, max_rating] (inclusive)."""
+
+    min_rating: int | None = None
+    max_rating: int | None = None
+
+    def describe(self) -> str:
+        if self.min_rating is None and self.max_rating is None:
+            return "any rating"
+        low = "" if self.min_rating is None else f"{self.min_rating} <= "
+        high = "" if self.max_rating is None else f" <= {self.max_rating}"
+        return f"{low}mover_rating{high}"
+
+
+class NoRowsLeft(ValueError):
+    """A split has no row left after the `HumanMoves` filter (the message gives the counts)."""
+
+
+def _human_filter(table: pa.Table, human: HumanMoves, where: str) -> pa.Table:
+    """The rows of `table` that `human` keeps; logs the counts, raises `NoRowsLeft` when none is."""
+    has_move = pc.is_valid(table.column("human_move"))
+    keep = has_move
+    rating = table.column("mover_rating")
+    if human.min_rating is not None:
+        keep = pc.and_kleene(keep, pc.greater_equal(rating, human.min_rating))
+    if human.max_rating is not None:
+        keep = pc.and_kleene(keep, pc.less_equal(rating, human.max_rating))
+    keep = pc.fill_null(keep, False)  # an unknown rating is outside any band
+    total, with_move, kept = table.num_rows, int(pc.sum(has_move).as_py() or 0), int(pc.sum(keep).as_py() or 0)
+    counts = f"{total} rows, {with_move} with a human move, {kept} of those with {human.describe()}"
+    if kept == 0:
+        hint = "" if with_move else " (human moves come from `chessgrpo data import-pgn`; older imports and generated data have none)"
+        raise NoRowsLeft(f"{where}: no row to imitate: {counts}{hint}")
+    logger.info("%s: human moves: %s", where, counts)
+    return table.filter(keep)
 
 
 def has_split(directory: str | os.PathLike, split: Split) -> bool:
@@ -132,12 +187,14 @@ def has_split(directory: str | os.PathLike, split: Split) -> bool:
     return bool(shard_paths(directory, split))
 
 
-def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = False) -> PositionTensors:
+def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = False, human: HumanMoves | None = None) -> PositionTensors:
     """Read and validate one split of a dataset directory into memory (with each position's move
-    facts when `move_facts`: about 0.3 ms a position, for a policy that reads them).
+    facts when `move_facts`: about 0.3 ms a position, for a policy that reads them). With `human`,
+    only the rows it keeps are loaded, with their human moves (`human_action`).
 
     Raises:
         FileNotFoundError: the directory or the split's shards are missing.
+        NoRowsLeft: `human` keeps no row of the split.
         ValueError: a row's labels are inconsistent (the message names the row and the FEN).
     """
     directory = Path(directory)
@@ -148,7 +205,11 @@ def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = Fa
             f"dataset directory {str(directory)!r} has no {split} shards ({split}/shard-*.parquet); "
             "run `chessgrpo data generate` first"
         )
-    table = read_positions(directory, split, COLUMNS)
+    where = f"dataset {str(directory)!r} {split} split"
+    table = read_positions(directory, split, COLUMNS + (HUMAN_COLUMNS if human is not None else ()))
+    if human is not None and table.num_rows:
+        table = _human_filter(table, human, where)
+        where += f" (the {table.num_rows} rows with a human move kept)"  # row numbers below count those
     fens = table.column("fen").to_pylist()
     best_moves = table.column("best_move").to_pylist()
     best_column = np.asarray(table.column("best_action").to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -163,7 +224,8 @@ def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = Fa
     legal_bits = np.zeros((count, (NUM_ACTIONS + 7) // 8), dtype=np.uint8)
     actions = np.full((count, width), -1, dtype=np.int64)
     win_probs = np.zeros((count, width), dtype=np.float32)
-    where = f"dataset {str(directory)!r} {split} split"
+    human_moves = table.column("human_move").to_pylist() if human is not None else None
+    human_action = np.full(count, -1, dtype=np.int64)
     fact_parts: list[SparseMoveFacts] = []
     for start in range(0, count, _CHUNK):
         stop = min(count, start + _CHUNK)
@@ -176,6 +238,8 @@ def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = Fa
             _check_row(where, row, fens[row], best_moves[row], int(best_column[row]), moves[row], wins[row], masks[row - start])
             actions[row, : len(moves[row])] = [move_to_action(m) for m in moves[row]]
             win_probs[row, : len(wins[row])] = wins[row]
+            if human_moves is not None:
+                human_action[row] = _human_action(where, row, fens[row], human_moves[row], masks[row - start])
     _warn_if_best_is_not_best(where, actions, win_probs)
     return PositionTensors(
         tokens=torch.from_numpy(tokens),
@@ -184,7 +248,19 @@ def load_split(directory: str | os.PathLike, split: Split, move_facts: bool = Fa
         actions=torch.from_numpy(actions),
         win_probs=torch.from_numpy(win_probs),
         facts=SparseMoveFacts.concatenate(fact_parts) if move_facts else None,
+        human_action=torch.from_numpy(human_action) if human is not None else None,
     )
+
+
+def _human_action(where: str, row: int, fen: str, move: str, mask: np.ndarray) -> int:
+    """The action index of a row's human move, checked to be a legal move there."""
+    try:
+        action = move_to_action(move)
+    except (ValueError, KeyError):
+        action = -1
+    if action < 0 or not mask[action]:
+        raise ValueError(f"{where}, row {row} ({quote(fen)}): human_move {quote(move)} is not legal there")
+    return action
 
 
 def _check_row(where, row, fen, best_move, best_action, moves, wins, mask) -> None:

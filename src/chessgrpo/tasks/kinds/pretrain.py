@@ -4,6 +4,15 @@ The objectives (``bc``: cross-entropy to the best move; ``distill``: cross-entro
 ``softmax(win_probs / T)`` over the labelled multipv moves), their targets and the held-out
 metrics are the pure functions of `tasks.supervised`.
 
+``human`` imitates people instead of the engine (in the style of Maia): cross-entropy to the move
+actually played in the game (the ``human_move`` column that `data import-pgn` keeps). Both splits are
+loaded with only the rows that have one, and with `human_min_rating` / `human_max_rating` only the
+rows whose mover's rating (``mover_rating``) is inside the band (inclusive; a row without a rating is
+then left out): one model per rating band, as Maia trains them. Held-out evaluation adds
+eval/human_top1 (agreement with the players' moves: the number that matters), eval/human_top5 and
+eval/human_nll beside the engine metrics on the same rows; eval/loss is eval/human_nll, and
+`checkpoints/best` follows it by default.
+
 A model with a value head (`model.value_head`) also learns each position's labelled value
 (cross-entropy to the expected score, weight `value_loss_weight`); search evaluates leaves with it.
 
@@ -28,7 +37,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -45,8 +54,8 @@ from chessgrpo.models.policy import (
 )
 from chessgrpo.tasks.supervised import (
     OBJECTIVES,
-    Objective,
     accuracy_sums,
+    best_move_nll,
     evaluate_policy_on_split,
     objective_loss,
     value_loss,
@@ -54,10 +63,13 @@ from chessgrpo.tasks.supervised import (
     value_targets,
 )
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.dataset import EpochSampler, has_split, load_split
+from chessgrpo.train.dataset import Batch, EpochSampler, HumanMoves, NoRowsLeft, PositionTensors, has_split, load_split
 from chessgrpo.train.kind import Kind, RunContext
 
 logger = logging.getLogger(__name__)
+
+PretrainObjective = Literal["bc", "distill", "human"]
+PRETRAIN_OBJECTIVES: tuple[str, ...] = (*OBJECTIVES, "human")
 
 
 @dataclasses.dataclass
@@ -94,8 +106,14 @@ class PretrainTrainConfig(TrainConfig):
     equal-compute alternative to a GRPO stage."""
     data: str = "data/tiny"
     """Dataset directory with train/ and test/ Parquet shards (`chessgrpo data generate`)."""
-    objective: Objective = "bc"
-    """bc: cross-entropy to the best move; distill: cross-entropy to softmax(win_probs / T) over the multipv moves."""
+    objective: PretrainObjective = "bc"
+    """bc: cross-entropy to the best move; distill: cross-entropy to softmax(win_probs / T) over the multipv moves;
+    human: cross-entropy to the move played in the game (`human_move` of `data import-pgn`; rows without one are skipped)."""
+    human_min_rating: int | None = None
+    """objective human only: keep rows whose mover's rating (`mover_rating`) is >= this; null = no lower bound.
+    With a bound set, rows without a rating are left out."""
+    human_max_rating: int | None = None
+    """objective human only: keep rows whose mover's rating is <= this; null = no upper bound."""
     distill_temperature: float = 0.05
     """T of the distill target, in win-probability units (0.05: a move 0.05 worse gets e^-1 of the weight)."""
     value_loss_weight: float = 1.0
@@ -113,8 +131,21 @@ class PretrainTrainConfig(TrainConfig):
         for name in ("batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"config key objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.objective not in PRETRAIN_OBJECTIVES:
+            raise ConfigError(f"config key objective must be one of {', '.join(PRETRAIN_OBJECTIVES)}, got {self.objective!r}")
+        for name in ("human_min_rating", "human_max_rating"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.objective != "human":
+                raise ConfigError(
+                    f"config key {name} filters the human moves: it needs objective: human (got {self.objective!r}), or set it to null"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"config key {name} must be an integer rating >= 0 or null, got {value!r}")
+        low, high = self.human_min_rating, self.human_max_rating
+        if low is not None and high is not None and low > high:
+            raise ConfigError(f"config keys human_min_rating ({low}) > human_max_rating ({high}): the rating band is empty")
         if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
             raise ConfigError(f"config key distill_temperature must be > 0, got {self.distill_temperature}")
         if not (math.isfinite(self.value_loss_weight) and self.value_loss_weight >= 0):
@@ -125,7 +156,12 @@ class PretrainTrainConfig(TrainConfig):
             raise ConfigError(f"config key model: {error}") from None
 
     def default_best_metric(self) -> tuple[str, str] | None:
-        return "eval/nll", "min"
+        return ("eval/human_nll", "min") if self.objective == "human" else ("eval/nll", "min")
+
+    @property
+    def human_moves(self) -> HumanMoves | None:
+        """The row filter of the human objective (None for bc and distill)."""
+        return HumanMoves(self.human_min_rating, self.human_max_rating) if self.objective == "human" else None
 
 
 class PretrainKind(Kind):
@@ -143,9 +179,20 @@ class PretrainKind(Kind):
         started = time.perf_counter()
         start = load_policy(config.init_checkpoint, device=context.device) if config.init_checkpoint else None
         facts = (start.config if start is not None else config.model).move_facts  # then load them with the positions
-        self.train_data = load_split(config.data, "train", move_facts=facts)
-        self.test_data = load_split(config.data, "test", move_facts=facts) if has_split(config.data, "test") else None
-        if self.test_data is None:
+        human = config.human_moves
+        try:
+            self.train_data = load_split(config.data, "train", move_facts=facts, human=human)
+        except NoRowsLeft as error:
+            raise ValueError(f"objective human: {error}") from None
+        self.test_data: PositionTensors | None = None
+        self.no_test_reason = "the dataset has no test split"
+        if has_split(config.data, "test"):
+            try:
+                self.test_data = load_split(config.data, "test", move_facts=facts, human=human)
+            except NoRowsLeft as error:
+                self.no_test_reason = "the test split has no row to imitate"
+                logger.warning("objective human: %s; held-out evaluation is skipped", error)
+        else:
             logger.warning("dataset %s has no test split: held-out evaluation is skipped", config.data)
         logger.info(
             "loaded %d train and %d test positions from %s in %.1fs",
@@ -184,7 +231,7 @@ class PretrainKind(Kind):
             output = self.learner_model(batch.tokens, with_value=self.trains_value)
         logits, value_logits = output if self.trains_value else (output, None)
         logp = log_probs(logits, batch.legal_mask)  # float32 whatever the autocast dtype
-        policy_loss = objective_loss(logp, batch, config.objective, config.distill_temperature).mean()
+        policy_loss = _objective_loss(logp, batch, config.objective, config.distill_temperature).mean()
         loss = policy_loss
         if value_logits is not None:
             targets = value_targets(batch)
@@ -206,6 +253,8 @@ class PretrainKind(Kind):
                 "entropy/ln_legal": float(batch.legal_mask.sum(dim=-1).float().log().mean()),
                 "grad_norm": grad_norm,
             }
+            if batch.human_action is not None:  # objective human: agreement with the players' moves
+                metrics["train/human_top1"] = _human_sums(logp.detach(), batch)["human_top1"] / size
             if value_logits is not None:
                 values = value_sums(value_logits.detach(), targets)
                 metrics["loss/value"] = values["value_bce"] / size
@@ -234,7 +283,8 @@ class PretrainKind(Kind):
         return self.test_data is not None
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
-        """The objective, top-1/top-5, best-move nll and perplexity on the test split (fp32, eval mode)."""
+        """The objective, top-1/top-5, best-move nll and perplexity on the test split (fp32, eval mode);
+        for objective human also the agreement with the players' moves (`evaluate_human_on_split`)."""
         return dict(self._evaluate_test_split())
 
     def after_run(self, out_dir: Path) -> None:
@@ -245,10 +295,15 @@ class PretrainKind(Kind):
     def _evaluate_test_split(self) -> dict[str, float]:
         assert self.test_data is not None
         config = self.config
-        self.last_eval = evaluate_policy_on_split(
-            self.model, self.test_data, objective=config.objective, temperature=config.distill_temperature,
-            batch_size=config.eval_batch_size, device=self.context.device,
-        )  # fmt: skip
+        if config.objective == "human":
+            self.last_eval = evaluate_human_on_split(
+                self.model, self.test_data, batch_size=config.eval_batch_size, device=self.context.device
+            )
+        else:
+            self.last_eval = evaluate_policy_on_split(
+                self.model, self.test_data, objective=config.objective, temperature=config.distill_temperature,
+                batch_size=config.eval_batch_size, device=self.context.device,
+            )  # fmt: skip
         return self.last_eval
 
     # -- state --------------------------------------------------------------------------------------
@@ -272,11 +327,15 @@ class PretrainKind(Kind):
         postfix = {}
         if "loss/train" in row:
             postfix["loss"] = f"{row['loss/train']:.3f}"
-        if "train/top1" in row:
+        if "train/human_top1" in row:
+            postfix["human_top1"] = f"{row['train/human_top1']:.3f}"
+        elif "train/top1" in row:
             postfix["top1"] = f"{row['train/top1']:.3f}"
         if "perf/samples_per_s" in row:
             postfix["sps"] = f"{row['perf/samples_per_s']:.0f}"
-        if "eval/top1" in row:
+        if "eval/human_top1" in row:
+            postfix["heldout_human_top1"] = f"{row['eval/human_top1']:.3f}"
+        elif "eval/top1" in row:
             postfix["heldout_top1"] = f"{row['eval/top1']:.3f}"
         return postfix
 
@@ -284,6 +343,11 @@ class PretrainKind(Kind):
         if "eval/top1" not in row:
             return None
         value = f", value MAE {row['eval/value_mae']:.3f}" if "eval/value_mae" in row else ""
+        if "eval/human_top1" in row:
+            return (
+                f"step {step}: held-out human-move top-1 {row['eval/human_top1']:.3f}, top-5 {row['eval/human_top5']:.3f}, "
+                f"nll {row['eval/human_nll']:.4f}; engine best move top-1 {row['eval/top1']:.3f}, nll {row['eval/nll']:.4f}{value}"
+            )
         return (
             f"step {step}: held-out top-1 {row['eval/top1']:.3f}, top-5 {row['eval/top5']:.3f}, "
             f"loss {row['eval/loss']:.4f}, best-move nll {row['eval/nll']:.4f}{value}"
@@ -292,17 +356,81 @@ class PretrainKind(Kind):
     def summary(self) -> list[str]:
         config = self.config
         throughput = f", {self._samples / self._seconds:.0f} samples/s" if self._seconds else ""
+        band = f" ({config.human_moves.describe()})" if config.human_moves is not None else ""
         lines = [
-            f"{config.objective} on {config.data}, model {config.model.describe()} "
+            f"{config.objective}{band} on {config.data}, model {config.model.describe()} "
             f"({self.model.num_parameters() / 1e6:.2f}M parameters){throughput}"
         ]
         if self.test_data is None:
-            lines.append("held-out: the dataset has no test split")
+            lines.append(f"held-out: {self.no_test_reason}")
         elif self.last_eval is not None:
             e = self.last_eval
-            lines.append(
-                f"held-out ({len(self.test_data)} positions): top-1 {100 * e['eval/top1']:.1f}%, top-5 {100 * e['eval/top5']:.1f}%, "
-                f"loss {e['eval/loss']:.4f}, best-move nll {e['eval/nll']:.4f} (perplexity {e['eval/perplexity']:.2f})"
-                + (f", value MAE {e['eval/value_mae']:.3f}" if "eval/value_mae" in e else "")
-            )
+            value = f", value MAE {e['eval/value_mae']:.3f}" if "eval/value_mae" in e else ""
+            if "eval/human_top1" in e:
+                lines.append(
+                    f"held-out ({len(self.test_data)} positions): human-move top-1 {100 * e['eval/human_top1']:.1f}%, "
+                    f"top-5 {100 * e['eval/human_top5']:.1f}%, nll {e['eval/human_nll']:.4f}; engine best move "
+                    f"top-1 {100 * e['eval/top1']:.1f}%, top-5 {100 * e['eval/top5']:.1f}%, nll {e['eval/nll']:.4f}{value}"
+                )
+            else:
+                lines.append(
+                    f"held-out ({len(self.test_data)} positions): top-1 {100 * e['eval/top1']:.1f}%, top-5 {100 * e['eval/top5']:.1f}%, "
+                    f"loss {e['eval/loss']:.4f}, best-move nll {e['eval/nll']:.4f} (perplexity {e['eval/perplexity']:.2f}){value}"
+                )
         return lines
+
+
+# -- the human objective ------------------------------------------------------------------------------
+
+
+def _objective_loss(logp: torch.Tensor, batch: Batch, objective: str, temperature: float) -> torch.Tensor:
+    """Per-row loss: `supervised.objective_loss` for bc and distill, -log p(human move) for human."""
+    if objective == "human":
+        if batch.human_action is None:
+            raise ValueError("objective human needs batches with human moves (load the split with HumanMoves)")
+        return best_move_nll(logp, batch.human_action)
+    return objective_loss(logp, batch, objective, temperature)  # type: ignore[arg-type]
+
+
+@torch.no_grad()
+def _human_sums(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
+    """Sums over the batch: top-1/top-5 agreement with the human move and its nll."""
+    assert batch.human_action is not None
+    human = batch.human_action.unsqueeze(1)
+    top5 = logp.topk(min(5, logp.shape[1]), dim=-1).indices
+    return {
+        "human_top1": float((top5[:, :1] == human).sum()),
+        "human_top5": float((top5 == human).any(dim=-1).sum()),
+        "human_nll": float(best_move_nll(logp, batch.human_action).sum()),
+    }
+
+
+@torch.no_grad()
+def evaluate_human_on_split(model: ActionPolicy, data: PositionTensors, *, batch_size: int, device: torch.device) -> dict[str, float]:
+    """Held-out metrics of the human objective (fp32, eval mode, the model's mode restored): eval/human_top1,
+    eval/human_top5, eval/human_nll (= eval/loss) against the players' moves, and on the same rows the
+    engine metrics of `supervised.evaluate_policy_on_split` (eval/top1, eval/top5, eval/nll, eval/perplexity,
+    eval/in_multipv; with a value head eval/value_mae and eval/value_bce)."""
+    if data.human_action is None:
+        raise ValueError("evaluate_human_on_split needs a split loaded with HumanMoves")
+    was_training = model.training
+    model.eval()
+    totals: dict[str, float] = {}
+    with_value = model.value_head is not None
+    try:
+        for start in range(0, len(data), batch_size):
+            batch = data.batch(torch.arange(start, min(len(data), start + batch_size))).to(device)
+            output = model(batch.tokens, with_value=with_value)
+            logits, value_logits = output if with_value else (output, None)
+            logp = log_probs(logits.float(), batch.legal_mask)
+            sums = {**accuracy_sums(logp, batch), **_human_sums(logp, batch)}
+            if value_logits is not None:
+                sums.update(value_sums(value_logits, value_targets(batch)))
+            for key, value in sums.items():
+                totals[key] = totals.get(key, 0.0) + value
+    finally:
+        model.train(was_training)
+    metrics = {f"eval/{key}": value / len(data) for key, value in totals.items()}
+    metrics["eval/loss"] = metrics["eval/human_nll"]
+    metrics["eval/perplexity"] = math.exp(metrics["eval/nll"])
+    return metrics
