@@ -603,9 +603,12 @@ def kill9_rookworld_data(bench: Bench, tally: Tally, trial: int) -> None:
     out = bench.work / bench.unique("rookworld-data-kill9")
     args = ["data", "rookworld", "--out", out, "--positions", "40", "--nodes", "50", "--seed", bench.seed,
             "engine.processes=2", "engine.cache=false", f"engine.syzygy_path={SYZYGY}"]  # fmt: skip
-    # It writes everything at the end: killed once its output directory exists (while writing),
-    # or at a random moment on later trials.
-    killed = _kill_once(bench, tally, args, reference_s, out.exists if trial == 0 else None, "writing its output")
+    # It writes everything at the end, into a hidden sibling renamed into place: killed once that
+    # sibling (or the output) exists (while writing), or at a random moment on later trials.
+    def writing() -> bool:
+        return out.exists() or any(out.parent.glob(f".{out.name}.partial-*"))
+
+    killed = _kill_once(bench, tally, args, reference_s, writing if trial == 0 else None, "writing its output")
     if killed is None:
         return
     first, moment = killed

@@ -265,8 +265,10 @@ def test_generated_data_is_deterministic_split_by_position_and_labels_black_corr
             else:
                 query, answer = parse_environment_line(example.line)
                 assert environment_step(query.fen, query.move) == answer
+    assert generate("a").already_complete  # the same command again: nothing to do
+    other = RookWorldDataConfig(out=str(tmp_path / "a"), positions=40, nodes=NODES, seed=4)
     with pytest.raises(ValueError, match="not empty"):
-        generate("a")
+        run_rookworld_data(other)  # other settings: refused, nothing changed
 
 
 def test_importing_upstream_text_flags_and_drops_the_defective_lines(tmp_path):
@@ -304,6 +306,8 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_runs_again(tmp_path
 
     rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
     examples = read_rookworld(out, "train") + read_rookworld(out, "test")
     assert sum(e.task == "policy" for e in examples) == 1500
     assert not list(tmp_path.glob(".rw.partial-*")), "a killed run's partial directory is removed"

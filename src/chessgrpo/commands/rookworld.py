@@ -65,6 +65,9 @@ def run_data_rookworld(args: argparse.Namespace) -> int:
     with progress_bar(total, "rookworld", "pos") as bar:
         summary = run_rookworld_data(config, progress=bar.update)
     counts = "; ".join(f"{split}: {c['policy']} P:, {c['environment']} A:" for split, c in summary.counts.items())
+    if summary.already_complete:
+        print(f"{summary.directory} already holds this dataset ({counts}); nothing to do")
+        return 0
     print(f"wrote {summary.directory} ({counts}) in {summary.seconds:.1f}s")
     if config.from_text:
         print(f"upstream B: defect (B: not the best listed move): {summary.defects} lines, {summary.dropped} dropped")

@@ -155,6 +155,8 @@ class RookWorldSummary:
     defects: int
     dropped: int
     seconds: float
+    already_complete: bool = False
+    """The output directory already held this dataset (same settings): nothing was written."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -319,6 +321,21 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
     return examples
 
 
+def _existing_dataset(directory: Path, config: RookWorldDataConfig) -> RookWorldSummary | None:
+    """The summary of a complete dataset in `directory` made with exactly `config`'s settings, else None.
+
+    The manifest is written last and the directory renamed into place after it, so a manifest
+    means every file is there."""
+    try:
+        manifest = schema.read_manifest(directory)
+    except ValueError:  # not JSON: not ours
+        return None
+    if manifest.get("command") != "rookworld" or manifest.get("settings") != to_dict(config):
+        return None
+    return RookWorldSummary(directory, manifest["counts"], manifest.get("defects", 0), manifest.get("dropped_defective", 0), 0.0,
+                            already_complete=True)  # fmt: skip
+
+
 def partial_directory(directory: Path) -> Path:
     """A new hidden sibling of `directory` to write into before the final rename (named by our pid)."""
     partial = directory.parent / f".{directory.name}.partial-{os.getpid()}"
@@ -351,7 +368,10 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
     config.validate()
     directory = Path(config.out)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise ValueError(f"output directory {str(directory)!r} exists and is not empty; choose a new one")
+        done = _existing_dataset(directory, config)
+        if done is not None:  # the same command again (e.g. after a kill between the rename and the exit)
+            return done
+        raise ValueError(f"output directory {str(directory)!r} exists and is not empty (and holds no dataset made with these settings); choose a new one")
     remove_abandoned_partials(directory)
     started = time.perf_counter()
     defects = dropped = 0

@@ -1,9 +1,21 @@
-"""The report's figures: one function per figure, over one or several runs, matplotlib (Agg).
+"""The report's figures: one function per figure, over one or several runs, drawn by plotly or matplotlib.
 
-Every figure has a title, labelled axes with units and a legend; intervals are bands or error
-bars. A figure whose metrics no run logged is skipped (the builder returns None), so the same
-code draws GRPO and pretraining runs. With several runs, colour is the run and line style the
-metric; with one run, colour is the metric.
+Each figure function builds a backend-neutral `FigureSpec` (panels of lines, bands, error bars,
+stacks and reference lines); `ReportFigure` draws it either as interactive plotly figures (one per
+panel, `ReportFigure.plotly`) or as one static matplotlib figure (`ReportFigure.figure`, the PNG).
+Both drawings come from the same spec, so the interactive report and the static fallback show
+the same data with the same labels.
+
+Every panel has a title, labelled axes with units and a legend placed below the data; intervals
+are bands or error bars. A figure whose metrics no run logged is skipped (the builder returns
+None), so the same code draws GRPO and pretraining runs. With several runs the runs share the axes
+of every panel (overlays): colour is the run and line style the metric; with one run, colour is
+the metric.
+
+A per-step training panel in which every series is constant (a fixed KL coefficient, a constant
+learning rate, a cache hit rate of 0 with the cache off) is not drawn: `plan_figures` lists it in
+`FigurePlan.dropped` with the constant values, and the report says so in one line. Evaluation
+panels (held-out metrics, games) are always drawn.
 
 Per-step training metrics are noisy (every step draws fresh positions), so long series are drawn
 twice: the raw values thin and pale, and a centred moving average over ``w`` steps (w = n/25,
@@ -11,41 +23,173 @@ at least 5) with its 95% band ``mean +- 1.96 sd / sqrt(w)`` from the spread insi
 Short series (< 10 steps) are drawn raw; the reward then gets the per-step band
 ``reward/mean +- 1.96 reward/std / sqrt(rows)`` (the batch mean's own interval).
 
-No pyplot: figures are `matplotlib.figure.Figure` objects drawn by the Agg canvas, so nothing
-global is touched and no display is needed.
+No pyplot: static figures are `matplotlib.figure.Figure` objects drawn by the Agg canvas, so
+nothing global is touched and no display is needed. plotly is imported only to draw the
+interactive panels (`plotly_available` says whether it can be).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from chessgrpo.track.run_data import HELDOUT_METRICS, HELDOUT_UNITS, RunData
+from chessgrpo.track.run_data import HELDOUT_METRICS, HELDOUT_UNITS, EloValue, GamesEvaluation, RunData
 
 if TYPE_CHECKING:
     from chessgrpo.sweep.summary import StudyPlotData
 
 Z95 = 1.959964
 STEP_LABEL = "training step"
-_LINESTYLES = ("-", "--", ":", "-.")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+"""Matplotlib's tab10, as hex for both backends: colour i is the i-th run (or metric with one run)."""
+DASHES = ("solid", "dash", "dot", "dashdot")
+_MPL_DASH: dict[str, Any] = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-.", "longdash": (0, (5, 2))}
+_MPL_MARKER = {"circle": "o", "dot": ".", "x": "x", "triangle-up": "^", "triangle-down": "v", "square": "s", "diamond": "D"}
+_PLOTLY_MARKER = {"circle": "circle", "dot": "circle", "x": "x", "triangle-up": "triangle-up", "triangle-down": "triangle-down",
+                  "square": "square", "diamond": "diamond"}  # fmt: skip
+MARKERS = ("circle", "square", "diamond", "triangle-up", "x")
+"""Marker per anchor (games) when colour is taken by the run."""
+
+
+def plotly_available() -> bool:
+    """Whether plotly can be imported (the interactive report needs it; the static one does not)."""
+    try:
+        import plotly.graph_objects  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------
+# The backend-neutral figure description
+
+
+@dataclasses.dataclass
+class Trace:
+    """One drawn element of a panel."""
+
+    kind: str
+    """line | band (filled between low and high) | errorbar (points with low/high) | stack (stacked area, in order)
+    | step (post-step line) | barh (horizontal bars: x = lengths, y = names)."""
+    x: Any
+    y: Any
+    label: str | None = None
+    """Legend entry; None = not in the legend."""
+    color: str = PALETTE[0]
+    dash: str = "solid"
+    width: float = 1.5
+    opacity: float = 1.0
+    marker: str | None = None
+    """None, or one of circle, dot, x, triangle-up, triangle-down, square, diamond."""
+    low: Any = None
+    high: Any = None
+    connect: bool = True
+    """errorbar: join the points with a line (False: points only)."""
+    group: str | None = None
+    """Legend group (the run with several runs): the interactive legend toggles a run's traces together."""
+    size: float | None = None
+    """Marker size in points (None: the default)."""
+
+
+@dataclasses.dataclass
+class Reference:
+    """A horizontal reference line (y) or band (y to y1) across the panel."""
+
+    y: float
+    label: str | None = None
+    color: str = "black"
+    dash: str = "dash"
+    width: float = 0.8
+    y1: float | None = None
+    opacity: float = 1.0
+
+
+@dataclasses.dataclass
+class Panel:
+    """One set of axes."""
+
+    title: str
+    ylabel: str = ""
+    xlabel: str = STEP_LABEL
+    traces: list[Trace] = dataclasses.field(default_factory=list)
+    references: list[Reference] = dataclasses.field(default_factory=list)
+    sources: list[tuple[str, np.ndarray]] = dataclasses.field(default_factory=list)
+    """(series label, raw values) of the data drawn: what the constant check looks at."""
+    ylog: bool = False
+    ylim: tuple[float | None, float | None] | None = None
+    note: str | None = None
+    """A second line under the title (the held-out paired difference): kept off the data."""
+    placeholder: str | None = None
+    """Text shown instead of axes (nothing to draw)."""
+    xticks: tuple[list[float], list[str]] | None = None
+    """Tick positions and labels (categorical x, e.g. the anchors of one games evaluation)."""
+    integer_x: bool = False
+    droppable: bool = True
+    """Whether the panel is left out when every series in it is constant (evaluation panels: no)."""
+
+    def line(self, x, y, label=None, *, source: str | None = None, **style) -> None:
+        self.traces.append(Trace("line", np.asarray(x), np.asarray(y), label, **style))
+        if source is not None:
+            self.sources.append((source, np.asarray(y, dtype=float)))
+
+    def band(self, x, low, high, label=None, *, color: str, opacity: float = 0.2, group: str | None = None) -> None:
+        self.traces.append(Trace("band", np.asarray(x), None, label, color=color, opacity=opacity, low=np.asarray(low),
+                                 high=np.asarray(high), group=group))  # fmt: skip
+
+    def hline(self, y: float, label: str | None = None, **style) -> None:
+        self.references.append(Reference(float(y), label, **style))
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.traces) or self.placeholder is not None
+
+    def legend_entries(self) -> int:
+        return sum(t.label is not None for t in self.traces) + sum(r.label is not None for r in self.references)
+
+
+@dataclasses.dataclass(frozen=True)
+class DroppedPanel:
+    """A panel left out because every series in it was constant."""
+
+    figure: str
+    panel: str
+    values: tuple[tuple[str, float], ...]
+    """(series label, its constant value)."""
+
+    def describe(self) -> str:
+        values = ", ".join(f"{label} = {value:.6g}" for label, value in self.values)
+        return f"{self.figure} / {self.panel}: {values}"
 
 
 @dataclasses.dataclass
 class ReportFigure:
-    """A drawn figure with what the report says about it."""
+    """A figure of the report: its panels and what the report says about it; drawn on demand by either backend."""
 
     name: str
-    """File stem of the PNG (``reward`` -> reward.png)."""
+    """File stem of the PNG and id of the section (``reward`` -> reward.png)."""
     title: str
     caption: str
-    figure: Figure
+    heading: str
+    """The figure's own title (the static figure's suptitle)."""
+    panels: list[Panel]
+    columns: int = 2
+    width: float = 11.0
+    panel_height: float = 3.6
+    dropped: list[DroppedPanel] = dataclasses.field(default_factory=list)
+    """Panels of this figure left out as constant."""
+
+    @functools.cached_property
+    def figure(self) -> Figure:
+        """The static matplotlib drawing (all panels in one figure)."""
+        return render_matplotlib(self)
 
     def png(self, dpi: int = 100) -> bytes:
         from io import BytesIO
@@ -55,25 +199,30 @@ class ReportFigure:
         self.figure.savefig(buffer, format="png", dpi=dpi)
         return buffer.getvalue()
 
+    def plotly(self) -> list[Any]:
+        """One interactive plotly figure per panel (needs plotly)."""
+        return [render_plotly_panel(panel) for panel in self.panels]
+
+
+@dataclasses.dataclass
+class FigurePlan:
+    figures: list[ReportFigure]
+    dropped: list[DroppedPanel]
+    """Every panel left out as constant (figures with no panel left are not in `figures`)."""
+
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
 
 
-def _new_figure(panels: int, *, width: float = 11.0, height: float = 3.6, columns: int | None = None) -> tuple[Figure, list]:
-    columns = columns or min(panels, 2)
-    rows = math.ceil(panels / columns)
-    figure = Figure(figsize=(width, height * rows), layout="constrained")
-    axes = figure.subplots(rows, columns, squeeze=False).flatten().tolist()
-    for extra in axes[panels:]:
-        extra.set_visible(False)
-    return figure, axes[:panels]
-
-
 def _style(run_index: int, metric_index: int, n_runs: int) -> dict:
     if n_runs == 1:
-        return {"color": f"C{metric_index % 10}", "linestyle": "-"}
-    return {"color": f"C{run_index % 10}", "linestyle": _LINESTYLES[metric_index % len(_LINESTYLES)]}
+        return {"color": PALETTE[metric_index % 10], "dash": "solid"}
+    return {"color": PALETTE[run_index % 10], "dash": DASHES[metric_index % len(DASHES)]}
+
+
+def _group(run: RunData, n_runs: int) -> str | None:
+    return run.name if n_runs > 1 else None
 
 
 def _label(run: RunData, metric: str, n_runs: int) -> str:
@@ -106,49 +255,51 @@ def moving_average(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndar
     return mean, width
 
 
-def _plot_smoothed(ax, steps: np.ndarray, values: np.ndarray, label: str, style: dict, *, band: bool = True) -> None:
+def is_constant(values: np.ndarray) -> bool:
+    """At least two finite values, all equal (to 1e-9 relative): a setting drawn as a curve, not a measurement."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    if len(finite) < 2:
+        return False
+    return bool(np.allclose(finite, finite[0], rtol=1e-9, atol=1e-12))
+
+
+def _plot_smoothed(panel: Panel, steps: np.ndarray, values: np.ndarray, label: str, style: dict, *, band: bool = True,
+                   group: str | None = None) -> None:  # fmt: skip
+    group = group or label  # the raw values, the mean and its band toggle together in the interactive legend
     window = window_for(len(values))
     if window == 1:
-        ax.plot(steps, values, marker="." if len(values) < 30 else None, label=label, **style)
+        panel.line(steps, values, label, source=label, marker="dot" if len(values) < 30 else None, group=group, **style)
         return
-    ax.plot(steps, values, color=style["color"], alpha=0.25, linewidth=0.7)
+    panel.line(steps, values, None, source=label, color=style["color"], opacity=0.3, width=0.7, group=group)
     mean, width = moving_average(values, window)
-    ax.plot(steps, mean, label=f"{label} (mean of {window} steps)", linewidth=1.6, **style)
-    if band:
-        ax.fill_between(steps, mean - width, mean + width, color=style["color"], alpha=0.2, linewidth=0)
-
-
-def _finish(ax, ylabel: str, title: str | None = None, *, xlabel: str = STEP_LABEL, legend: bool = True) -> None:
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    if legend and ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
+    panel.line(steps, mean, f"{label} (mean of {window} steps)", width=1.8, group=group, **style)
+    if band:  # paler when runs overlap on the same axes
+        panel.band(steps, mean - width, mean + width, color=style["color"], opacity=0.2 if group is None else 0.12, group=group)
 
 
 def _any(runs: Sequence[RunData], *keys: str) -> bool:
     return any(run.has(key) for run in runs for key in keys)
 
 
-def _plot_metrics(ax, runs: Sequence[RunData], keys: Sequence[str], *, band: bool = True, raw: bool = False) -> bool:
-    """Each run's `keys` on `ax`: smoothed with a band (noisy per-step metrics) or raw (schedules, controller outputs)."""
+def _plot_metrics(panel: Panel, runs: Sequence[RunData], keys: Sequence[str], *, band: bool = True, raw: bool = False) -> bool:
+    """Each run's `keys` on `panel`: smoothed with a band (noisy per-step metrics) or raw (schedules, controller outputs)."""
     drawn = False
     for r, run in enumerate(runs):
         for m, key in enumerate(keys):
             steps, values = _series(run, key)
             if not len(values):
                 continue
+            label = _label(run, key, len(runs))
             if raw:
-                ax.plot(steps, values, label=_label(run, key, len(runs)), **_style(r, m, len(runs)))
+                panel.line(steps, values, label, source=label, group=_group(run, len(runs)), **_style(r, m, len(runs)))
             else:
-                _plot_smoothed(ax, steps, values, _label(run, key, len(runs)), _style(r, m, len(runs)), band=band)
+                _plot_smoothed(panel, steps, values, label, _style(r, m, len(runs)), band=band, group=_group(run, len(runs)))
             drawn = True
     return drawn
 
 
-def _plot_trend(ax, steps: np.ndarray, values: np.ndarray, style: dict) -> None:
+def _plot_trend(panel: Panel, steps: np.ndarray, values: np.ndarray, style: dict, group: str | None = None) -> None:
     """The least-squares line the diagnosis tests, labelled with its change over the run and 95% interval."""
     from chessgrpo.track.diagnose import linear_trend
 
@@ -158,8 +309,8 @@ def _plot_trend(ax, steps: np.ndarray, values: np.ndarray, style: dict) -> None:
     if not math.isfinite(change):
         return
     slope, intercept = np.polyfit(steps, values, 1)
-    ax.plot(steps[[0, -1]], intercept + slope * steps[[0, -1]], color=style["color"], linestyle=(0, (5, 2)), linewidth=1.0,
-            label=f"linear trend: {change:+.3f} [{low:+.3f}, {high:+.3f}] over the run")  # fmt: skip
+    panel.line(steps[[0, -1]], intercept + slope * steps[[0, -1]], f"linear trend: {change:+.3f} [{low:+.3f}, {high:+.3f}] over the run",
+               color=style["color"], dash="longdash", width=1.0, group=group)  # fmt: skip
 
 
 def _reward_units(runs: Sequence[RunData]) -> str:
@@ -171,6 +322,21 @@ def _reward_units(runs: Sequence[RunData]) -> str:
     return "reward (win-prob units)"
 
 
+def _stacked(panel: Panel, runs: Sequence[RunData], keys: Sequence[str], labels: Sequence[str]) -> None:
+    """One run: the moving averages of `keys` stacked; several runs: each key as a line per run (shared axes)."""
+    if len(runs) == 1:
+        series = [_series(runs[0], key) for key in keys]
+        steps = series[0][0]
+        if len(steps) and all(len(s[1]) == len(steps) for s in series):
+            window = window_for(len(steps))
+            suffix = f" (mean of {window} steps)" if window > 1 else ""
+            for m, ((_, values), key, label) in enumerate(zip(series, keys, labels)):
+                panel.traces.append(Trace("stack", steps, moving_average(values, window)[0], label + suffix, color=PALETTE[m], opacity=0.8))
+                panel.sources.append((key, values))
+    else:
+        _plot_metrics(panel, runs, keys, band=False)
+
+
 # ------------------------------------------------------------------------------------------------
 # Figures
 
@@ -178,39 +344,38 @@ def _reward_units(runs: Sequence[RunData]) -> str:
 def figure_reward(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "reward/mean"):
         return None
-    has_esl = _any(runs, "reward/esl")
-    figure, axes = _new_figure(2 if has_esl else 1)
-    ax = axes[0]
+    panel = Panel("reward of the sampled moves", _reward_units(runs))
     for r, run in enumerate(runs):
         steps, mean = _series(run, "reward/mean")
         if not len(mean):
             continue
-        style = _style(r, 0, len(runs))
-        _plot_smoothed(ax, steps, mean, _label(run, "reward/mean", len(runs)), style)
+        style, group = _style(r, 0, len(runs)), _group(run, len(runs))
+        _plot_smoothed(panel, steps, mean, _label(run, "reward/mean", len(runs)), style, group=group)
         if window_for(len(mean)) == 1:  # short run: the per-step batch mean's own interval
             _, std = run.series("reward/std", run.train_rows)
             _, rows = run.series("learn/rows", run.train_rows)
             if len(std) == len(mean) and len(rows) == len(mean):
                 width = Z95 * std / np.sqrt(np.maximum(rows, 1))
-                ax.fill_between(steps, mean - width, mean + width, color=style["color"], alpha=0.2, linewidth=0,
-                                label="95% interval of the batch mean")  # fmt: skip
-        _plot_trend(ax, steps, mean, style)
-    _finish(ax, _reward_units(runs), "reward of the sampled moves")
-    if has_esl:
-        _plot_metrics(axes[1], runs, ["reward/esl"])
-        _finish(axes[1], "expected score loss (win-prob units)", "rollout ESL: best move's value - sampled move's")
-    figure.suptitle("Reward (training rollouts)")
+                panel.band(steps, mean - width, mean + width, "95% interval of the batch mean", color=style["color"], group=group)
+        _plot_trend(panel, steps, mean, style, group)
+    panels = [panel]
+    if _any(runs, "reward/esl"):
+        esl = Panel("rollout ESL: best move's value - sampled move's", "expected score loss (win-prob units)")
+        _plot_metrics(esl, runs, ["reward/esl"])
+        panels.append(esl)
     return ReportFigure("reward", "Reward", "Mean reward of the sampled moves per step and the rollout's expected score loss "
-                        "(lower is better). Bands: 95% intervals (see the note on moving averages).", figure)  # fmt: skip
+                        "(lower is better). Bands: 95% intervals (see the note on moving averages).",
+                        "Reward (training rollouts)", panels)  # fmt: skip
 
 
 def figure_heldout(runs: Sequence[RunData]) -> ReportFigure | None:
     metrics = [m for m in HELDOUT_METRICS if any(m in p.metrics for run in runs for p in run.evals)]
     if not metrics:
         return None
-    figure, axes = _new_figure(len(metrics), height=3.2, columns=min(3, len(metrics)), width=12.5)
-    for ax, metric in zip(axes, metrics):
+    panels = []
+    for metric in metrics:
         higher = HELDOUT_METRICS[metric][3]
+        panel = Panel(f"{metric} ({'higher' if higher else 'lower'} is better)", HELDOUT_UNITS[metric], droppable=False, integer_x=True)
         for r, run in enumerate(runs):
             points = [p for p in run.evals if metric in p.metrics]
             if not points:
@@ -221,51 +386,148 @@ def figure_heldout(runs: Sequence[RunData]) -> ReportFigure | None:
             high = np.array([p.metrics[metric].high for p in points])
             offset = (r - (len(runs) - 1) / 2) * 0.01 * max(1.0, float(np.ptp(steps)))
             style = _style(r, 0, len(runs))
-            has = np.isfinite(low) & np.isfinite(high)
             label = run.name if len(runs) > 1 else metric
+            has = np.isfinite(low) & np.isfinite(high)
             if has.all():
-                ax.errorbar(steps + offset, values, yerr=[values - low, high - values], marker="o", capsize=4,
-                            label=f"{label} (95% interval)", color=style["color"], linestyle=style["linestyle"])  # fmt: skip
+                panel.traces.append(Trace("errorbar", steps + offset, values, f"{label} (95% interval)", marker="circle", low=low,
+                                          high=high, group=_group(run, len(runs)), **style))  # fmt: skip
             else:
-                ax.plot(steps + offset, values, marker="o", label=f"{label} (no interval logged)", **style)
+                panel.line(steps + offset, values, f"{label} (no interval logged)", marker="circle", group=_group(run, len(runs)), **style)
+            panel.sources.append((label, values))
             if len(runs) == 1 and len(run.evals) >= 2:
                 from chessgrpo.track.diagnose import Thresholds, heldout_change
 
                 change = heldout_change(run, metric, run.evals[0], run.evals[-1], Thresholds())
                 if change is not None:
                     how = "paired" if change.paired else "unpaired"
-                    ax.text(0.02, 0.03, f"last - first: {change.difference:+.4f}\n[{change.low:+.4f}, {change.high:+.4f}] {how}",
-                            transform=ax.transAxes, fontsize=7, va="bottom",
-                            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "#ccc"})  # fmt: skip
-        _finish(ax, HELDOUT_UNITS[metric], f"{metric} ({'higher' if higher else 'lower'} is better)")
-    figure.suptitle("Held-out evaluation (the same positions and puzzles at every point)")
+                    panel.note = f"last - first: {change.difference:+.4f} [{change.low:+.4f}, {change.high:+.4f}] {how}"
+        panels.append(panel)
     return ReportFigure("heldout", "Held-out metrics", "Held-out ESL, top-1 agreement with the engine, blunder rate and "
                         "puzzle accuracy at each evaluation, with 95% intervals (bootstrap for the offline metrics, Wilson "
-                        "for puzzles). Overlapping intervals are not progress; the diagnosis compares points paired.", figure)  # fmt: skip
+                        "for puzzles). Overlapping intervals are not progress; the diagnosis compares points paired.",
+                        "Held-out evaluation (the same positions and puzzles at every point)", panels,
+                        columns=min(3, len(panels)), width=12.5, panel_height=3.2)  # fmt: skip
+
+
+def _games_label(evaluation: GamesEvaluation) -> str:
+    return f"step {evaluation.step}" if evaluation.step is not None else evaluation.path.name
+
+
+def _elo_point(estimate: EloValue | None) -> tuple[float, float, float, str | None]:
+    """(value, low, high, bound) with NaN where absent; a one-sided bound has no interval."""
+    if estimate is None or estimate.value is None:
+        return math.nan, math.nan, math.nan, None
+    low = math.nan if estimate.low is None or estimate.bound else estimate.low
+    high = math.nan if estimate.high is None or estimate.bound else estimate.high
+    return estimate.value, low, high, estimate.bound
+
+
+def figure_games(runs: Sequence[RunData]) -> ReportFigure | None:
+    """Games against anchors (`chessgrpo eval games ... output=RUN/eval/games*.json`): score and Elo per anchor.
+
+    Over steps when a run has several evaluations with known steps; else one point per anchor.
+    """
+    evaluated = [(r, run) for r, run in enumerate(runs) if run.games]
+    if not evaluated:
+        return None
+    over_steps = any(sum(e.step is not None for e in run.games) >= 2 for _, run in evaluated)
+    anchors = list(dict.fromkeys(a.anchor for _, run in evaluated for e in run.games for a in e.anchors))
+    n_runs = len(runs)
+    score = Panel("score against each anchor (1 = every game won)", "score (points per game, 0-1)", droppable=False,
+                  ylim=(-0.02, 1.02))  # fmt: skip
+    elo = Panel("Elo difference to each anchor", "Elo difference (player - anchor)", droppable=False)
+    overall = Panel("maximum-likelihood Elo over the rated anchors", "Elo (anchor ratings' scale)", droppable=False)
+    score.hline(0.5, "even score", color="#555555", dash="dot")
+    elo.hline(0.0, "equal strength", color="#555555", dash="dot")
+    skipped: list[str] = []
+    for r, run in evaluated:
+        group = _group(run, n_runs)
+        evaluations = [e for e in run.games if e.step is not None] if over_steps else run.games[-1:]
+        skipped += [f"{run.name}: {e.path.name}" for e in run.games if e not in evaluations]
+        evaluations = sorted(evaluations, key=lambda e: (e.step is None, e.step or 0))
+        for a, anchor in enumerate(anchors):
+            rows = [(e, row) for e in evaluations for row in e.anchors if row.anchor == anchor]
+            if not rows:
+                continue
+            if over_steps:  # dodged by run and anchor so the intervals do not hide each other
+                x = np.array([e.step for e, _ in rows], dtype=float)
+                span = max(1.0, max(float(e.step) for e in evaluations) - min(float(e.step) for e in evaluations))
+                slot = r * len(anchors) + a - (n_runs * len(anchors) - 1) / 2
+                x = x + slot * 0.012 * span
+            else:
+                x = np.array([a + (r - (n_runs - 1) / 2) * 0.12])
+            color = PALETTE[r % 10] if n_runs > 1 else PALETTE[a % 10]
+            marker = MARKERS[a % len(MARKERS)] if n_runs > 1 else "circle"
+            prefix = f"{run.name}: " if n_runs > 1 else ""
+            values = np.array([row.score.value for _, row in rows])
+            score.traces.append(Trace("errorbar", x, values, f"{prefix}{anchor} (95% Wilson)", color=color, marker=marker, low=np.array([row.score.low for _, row in rows]),
+                                      high=np.array([row.score.high for _, row in rows]), connect=over_steps, group=group))  # fmt: skip
+            score.sources.append((f"{prefix}{anchor}", values))
+            points = [_elo_point(row.elo) for _, row in rows]
+            keep = np.array([math.isfinite(p[0]) for p in points])
+            if keep.any():
+                bounded = any(p[3] for p, k in zip(points, keep) if k)
+                elo.traces.append(Trace("errorbar", x[keep], np.array([p[0] for p in points])[keep], f"{prefix}{anchor} (95%)",
+                                        color=color, marker=marker, low=np.array([p[1] for p in points])[keep],
+                                        high=np.array([p[2] for p in points])[keep], connect=over_steps, group=group))  # fmt: skip
+                for bound, symbol, what in (("lower", "triangle-up", ">= bound: every game won"),
+                                            ("upper", "triangle-down", "<= bound: every game lost")):  # fmt: skip
+                    at = [i for i, p in enumerate(points) if p[3] == bound]
+                    if at:
+                        elo.traces.append(Trace("line", x[at], np.array([points[i][0] for i in at]), f"{prefix}{anchor}: {what}",
+                                                color=color, width=0, marker=symbol, size=12, group=group))  # fmt: skip
+        points = [(e, _elo_point(e.elo)) for e in evaluations]
+        points = [(e, p) for e, p in points if math.isfinite(p[0])]
+        if points:
+            x = np.array([e.step if over_steps else (r - (n_runs - 1) / 2) * 0.12 for e, _ in points], dtype=float)
+            overall.traces.append(Trace("errorbar", x, np.array([p[0] for _, p in points]), f"{run.name if n_runs > 1 else 'player'} (95% "
+                                        "likelihood-ratio interval)", color=PALETTE[r % 10], marker="circle",
+                                        low=np.array([p[1] for _, p in points]), high=np.array([p[2] for _, p in points]),
+                                        connect=over_steps, group=group))  # fmt: skip
+    if not over_steps:
+        ticks = (list(range(len(anchors))), anchors)
+        for panel in (score, elo):
+            panel.xlabel, panel.xticks = "anchor", ticks
+        overall.xlabel, overall.xticks = "evaluation", ([0.0], [", ".join(_games_label(run.games[-1]) for _, run in evaluated)])
+    else:
+        for panel in (score, elo, overall):
+            panel.integer_x = True
+    panels = [p for p in (score, elo, overall) if p.traces]
+    shown = "over the training steps of the evaluated checkpoints" if over_steps else "of the latest evaluation"
+    caption = (f"Games against engine anchors (chessgrpo eval games), {shown}: score with its 95% Wilson interval and the "
+               "Elo difference it implies, per anchor; the maximum-likelihood Elo over the rated anchors with its "
+               "likelihood-ratio interval. A perfect (or zero) score gives only a one-sided Elo bound. Anchor ratings are "
+               "conventions (see the evaluation table), not measurements.")  # fmt: skip
+    if skipped:
+        caption += " Not drawn (step unknown): " + ", ".join(skipped) + "."
+    return ReportFigure("games", "Games against anchors", caption, "Game strength (eval games)", panels,
+                        columns=min(3, len(panels)), width=12.5, panel_height=3.4)  # fmt: skip
 
 
 def figure_pretraining(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "loss/train"):
         return None
-    figure, axes = _new_figure(2)
-    for ax, (train_key, eval_key, unit, title) in zip(axes, (
+    panels = []
+    for train_key, eval_key, unit, title in (
         ("loss/train", "eval/loss", "cross-entropy (nats)", "loss: training batches and held-out split"),
         ("train/top1", "eval/top1", "fraction of positions", "top-1 agreement with the engine's best move"),
-    )):  # fmt: skip
+    ):
+        panel = Panel(title, unit)
         for r, run in enumerate(runs):
+            group = _group(run, len(runs))
             steps, values = _series(run, train_key)
             if len(values):
-                _plot_smoothed(ax, steps, values, _label(run, train_key, len(runs)), _style(r, 0, len(runs)))
+                _plot_smoothed(panel, steps, values, _label(run, train_key, len(runs)), _style(r, 0, len(runs)), group=group)
                 if train_key == "loss/train":
-                    _plot_trend(ax, steps, values, _style(r, 0, len(runs)))
+                    _plot_trend(panel, steps, values, _style(r, 0, len(runs)), group)
             steps, values = _series(run, eval_key, train_only=False)
             if len(values):
-                style = _style(r, 1, len(runs)) if len(runs) == 1 else {**_style(r, 1, len(runs))}
-                ax.plot(steps, values, marker="o", label=_label(run, eval_key + " (point estimate)", len(runs)), **style)
-        _finish(ax, unit, title)
-    figure.suptitle("Pretraining: training and held-out")
+                label = _label(run, eval_key + " (point estimate)", len(runs))
+                panel.line(steps, values, label, source=label, marker="circle", group=group, **_style(r, 1, len(runs)))
+        panels.append(panel)
     return ReportFigure("pretraining", "Pretraining curves", "Training metrics (batch means) and held-out metrics on the "
-                        "dataset's test split. Pretraining evaluation logs point estimates only (no interval).", figure)  # fmt: skip
+                        "dataset's test split. Pretraining evaluation logs point estimates only (no interval).",
+                        "Pretraining: training and held-out", panels)  # fmt: skip
 
 
 def figure_loss(runs: Sequence[RunData]) -> ReportFigure | None:
@@ -273,224 +535,187 @@ def figure_loss(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, *terms):
         return None
     shares = ["loss/share_policy", "loss/share_kl", "loss/share_entropy"]
-    has_shares = _any(runs, *shares)
-    figure, axes = _new_figure(2 if has_shares else 1)
-    _plot_metrics(axes[0], runs, [t for t in terms if _any(runs, t)], band=False)
-    axes[0].axhline(0, color="black", linewidth=0.6)
-    _finish(axes[0], "loss value (dimensionless)", "loss terms (entropy term = -coef x entropy)")
-    if has_shares:
-        ax = axes[1]
-        if len(runs) == 1:
-            run = runs[0]
-            series = [_series(run, key) for key in shares]
-            steps = series[0][0]
-            if all(len(s[1]) == len(steps) for s in series) and len(steps):
-                window = window_for(len(steps))
-                stacked = [moving_average(s[1], window)[0] for s in series]
-                ax.stackplot(steps, stacked, labels=[f"{k} (mean of {window} steps)" if window > 1 else k for k in shares],
-                             colors=["C0", "C1", "C2"], alpha=0.8)  # fmt: skip
-        else:
-            _plot_metrics(ax, runs, shares, band=False)
-        ax.axhline(0.5, color="black", linestyle="--", linewidth=0.8, label="one half (dominance)")
-        ax.set_ylim(0, 1.02)
-        _finish(ax, "share of sum |terms| (0-1)", "loss budget: each term's share")
-    figure.suptitle("Loss terms and their shares")
+    panel = Panel("loss terms (entropy term = -coef x entropy)", "loss value (dimensionless)")
+    _plot_metrics(panel, runs, [t for t in terms if _any(runs, t)], band=False)
+    panel.hline(0.0, None, color="black", dash="solid", width=0.6)
+    panels = [panel]
+    if _any(runs, *shares):
+        budget = Panel("loss budget: each term's share", "share of sum |terms| (0-1)", ylim=(0, 1.02))
+        _stacked(budget, runs, shares, shares)
+        budget.hline(0.5, "one half (dominance)", color="black", dash="dash")
+        panels.append(budget)
     return ReportFigure("loss", "Loss terms and shares", "The policy (clipped surrogate), weighted KL and entropy terms, and "
                         "each term's share of the sum of their magnitudes. With normalised advantages the policy term's "
-                        "value is near 0 by construction; a regularizer above one half for most steps is flagged.", figure)  # fmt: skip
+                        "value is near 0 by construction; a regularizer above one half for most steps is flagged.",
+                        "Loss terms and their shares", panels)  # fmt: skip
 
 
 def figure_kl(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "kl/value", "kl/coef"):
         return None
-    figure, axes = _new_figure(2)
-    _plot_metrics(axes[0], runs, [k for k in ("kl/value", "kl/exact", "loss/kl_weighted") if _any(runs, k)])
+    value = Panel("KL to the reference: raw estimate, exact, weighted", "KL (nats per move/token)")
+    _plot_metrics(value, runs, [k for k in ("kl/value", "kl/exact", "loss/kl_weighted") if _any(runs, k)])
     for r, run in enumerate(runs):
         if run.setting("grpo.kl_schedule") == "adaptive":
-            axes[0].axhline(float(run.setting("grpo.kl_target", 0.01)), color=_style(r, 0, len(runs))["color"], linestyle="--",
-                            linewidth=0.9, label=f"{run.name if len(runs) > 1 else ''} kl_target".strip())  # fmt: skip
-    _finish(axes[0], "KL (nats per move/token)", "KL to the reference: raw estimate, exact, weighted")
-    ax = axes[1]
-    _plot_metrics(ax, runs, ["kl/coef"], raw=True)
+            value.hline(float(run.setting("grpo.kl_target", 0.01)), f"{run.name if len(runs) > 1 else ''} kl_target".strip(),
+                        color=_style(r, 0, len(runs))["color"], dash="dash", width=0.9)  # fmt: skip
+    coef = Panel("KL coefficient (controller output)", "KL coefficient beta (dimensionless)")
+    _plot_metrics(coef, runs, ["kl/coef"], raw=True)
     values = [v for run in runs for v in _series(run, "kl/coef")[1] if v > 0]
     for r, run in enumerate(runs):
         if run.setting("grpo.kl_schedule") == "adaptive":
             for bound in ("kl_coef_min", "kl_coef_max"):
-                value = float(run.setting(f"grpo.{bound}", math.nan))
-                if value > 0:
-                    ax.axhline(value, color=_style(r, 0, len(runs))["color"], linestyle=":", linewidth=0.9,
-                               label=f"{run.name + ' ' if len(runs) > 1 else ''}{bound}")  # fmt: skip
-                    values.append(value)
-    if values and max(values) / min(values) > 20:
-        ax.set_yscale("log")
-    _finish(ax, "KL coefficient beta (dimensionless)", "KL coefficient (controller output)")
-    figure.suptitle("KL to the reference policy")
+                limit = float(run.setting(f"grpo.{bound}", math.nan))
+                if limit > 0:
+                    coef.hline(limit, f"{run.name + ' ' if len(runs) > 1 else ''}{bound}", color=_style(r, 0, len(runs))["color"],
+                               dash="dot", width=0.9)  # fmt: skip
+                    values.append(limit)
+    coef.ylog = bool(values) and max(values) / min(values) > 20
+    panels = [p for p in (value, coef) if p.traces]
     return ReportFigure("kl", "KL and its coefficient", "kl/value: the k-estimator on the sampled moves (mean per move/token); "
-                        "kl/exact: the exact KL of the full distributions at sampling; loss/kl_weighted = coef x KL. Right: "
-                        "the coefficient, with the adaptive controller's bounds when adaptive.", figure)  # fmt: skip
+                        "kl/exact: the exact KL of the full distributions at sampling; loss/kl_weighted = coef x KL. The "
+                        "coefficient: the controller's output, with its bounds when adaptive.",
+                        "KL to the reference policy", panels)  # fmt: skip
 
 
 def figure_entropy(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "entropy/mean"):
         return None
-    figure, axes = _new_figure(1, width=9.0)
-    ax = axes[0]
+    panel = Panel("policy entropy against the uniform policy's", "entropy (nats)", ylim=(0, None))
     for r, run in enumerate(runs):
+        group = _group(run, len(runs))
         steps, entropy = _series(run, "entropy/mean")
         if len(entropy):
-            _plot_smoothed(ax, steps, entropy, _label(run, "entropy/mean", len(runs)), _style(r, 0, len(runs)))
+            _plot_smoothed(panel, steps, entropy, _label(run, "entropy/mean", len(runs)), _style(r, 0, len(runs)), group=group)
         steps, legal = _series(run, "entropy/ln_legal")
         if len(legal):
-            style = _style(r, 1, len(runs)) if len(runs) == 1 else {**_style(r, 1, len(runs))}
             mean, _ = moving_average(legal, window_for(len(legal)))
-            ax.plot(steps, mean, label=_label(run, "ln(#legal moves) = uniform policy", len(runs)), **style)
-            ax.fill_between(steps, 0.95 * mean, mean, color="grey", alpha=0.15, linewidth=0,
-                            label="near-uniform zone (>= 95% of ln #legal)" if r == 0 else None)  # fmt: skip
-    ax.axhspan(0, 0.1, color="red", alpha=0.08, label="collapse zone (< 0.1 nats)")
-    ax.set_ylim(bottom=0)
-    _finish(ax, "entropy (nats)", "policy entropy against the uniform policy's")
-    figure.suptitle("Entropy of the sampling distribution")
+            label = _label(run, "ln(#legal moves) = uniform policy", len(runs))
+            panel.line(steps, mean, label, group=group, **_style(r, 1, len(runs)))
+            panel.sources.append((label, legal))
+            panel.band(steps, 0.95 * mean, mean, "near-uniform zone (>= 95% of ln #legal)" if r == 0 else None, color="#808080",
+                       opacity=0.15, group=group)  # fmt: skip
+    panel.references.append(Reference(0.0, "collapse zone (< 0.1 nats)", color="#d62728", y1=0.1, opacity=0.08))
     return ReportFigure("entropy", "Entropy", "Exact entropy of the masked, tempered policy at the sampled positions against "
-                        "ln(#legal moves), the entropy of the uniform policy.", figure)  # fmt: skip
+                        "ln(#legal moves), the entropy of the uniform policy.", "Entropy of the sampling distribution", [panel],
+                        columns=1, width=9.0)  # fmt: skip
 
 
 def figure_signal(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "rollout/frac_reward_zero_std"):
         return None
-    has_unique = _any(runs, "rollout/unique_moves")
-    figure, axes = _new_figure(2 if has_unique else 1)
-    _plot_metrics(axes[0], runs, ["rollout/frac_reward_zero_std"])
-    axes[0].axhline(0.5, color="black", linestyle="--", linewidth=0.8, label="one half")
-    axes[0].set_ylim(-0.02, 1.02)
-    _finish(axes[0], "fraction of groups", "groups whose rewards are all equal (no signal)")
-    if has_unique:
-        _plot_metrics(axes[1], runs, ["rollout/unique_moves"])
-        _finish(axes[1], "distinct moves per group (count)", "distinct sampled moves per group")
-    figure.suptitle("Signal: reward variance inside groups")
+    panel = Panel("groups whose rewards are all equal (no signal)", "fraction of groups", ylim=(-0.02, 1.02))
+    _plot_metrics(panel, runs, ["rollout/frac_reward_zero_std"])
+    panel.hline(0.5, "one half", color="black", dash="dash")
+    panels = [panel]
+    if _any(runs, "rollout/unique_moves"):
+        unique = Panel("distinct sampled moves per group", "distinct moves per group (count)")
+        _plot_metrics(unique, runs, ["rollout/unique_moves"])
+        panels.append(unique)
     return ReportFigure("signal", "Signal", "A group whose sampled moves all get the same reward has zero advantage and "
-                        "teaches nothing.", figure)  # fmt: skip
+                        "teaches nothing.", "Signal: reward variance inside groups", panels)  # fmt: skip
 
 
 def figure_clip(runs: Sequence[RunData]) -> ReportFigure | None:
     keys = [k for k in ("ratio/clip_frac", "ratio/clip_frac_low", "ratio/clip_frac_high") if _any(runs, k)]
     if not keys:
         return None
-    figure, axes = _new_figure(1, width=9.0)
-    _plot_metrics(axes[0], runs, keys)
-    axes[0].set_ylim(bottom=0)
-    _finish(axes[0], "fraction of tokens (moves)", "clipped fraction: low (A < 0, ratio < 1-eps), high (A > 0, ratio > 1+eps)")
-    figure.suptitle("PPO clipping")
+    panel = Panel("clipped fraction: low (A < 0, ratio < 1-eps), high (A > 0, ratio > 1+eps)", "fraction of tokens (moves)",
+                  ylim=(0, None))  # fmt: skip
+    _plot_metrics(panel, runs, keys)
     return ReportFigure("clip", "Clip fractions", "Share of sampled moves whose ratio was clipped, over all minibatches of a "
-                        "step. The first minibatch after a rollout must clip nothing.", figure)  # fmt: skip
+                        "step. The first minibatch after a rollout must clip nothing.", "PPO clipping", [panel], columns=1,
+                        width=9.0)  # fmt: skip
 
 
 def figure_ratio(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "ratio/mean", "ratio/first_max_abs_dev"):
         return None
-    figure, axes = _new_figure(2)
-    ax = axes[0]
+    ratio = Panel("importance ratio over all minibatches", "ratio pi/pi_old (dimensionless)")
     for r, run in enumerate(runs):
+        group = _group(run, len(runs))
         steps, low = _series(run, "ratio/min")
         _, high = _series(run, "ratio/max")
         style = _style(r, 0, len(runs))
         if len(low) and len(low) == len(high):
-            ax.fill_between(steps, low, high, color=style["color"], alpha=0.2, linewidth=0,
-                            label=_label(run, "ratio min-max over moves", len(runs)))  # fmt: skip
+            ratio.band(steps, low, high, _label(run, "ratio min-max over moves", len(runs)), color=style["color"], group=group)
+            ratio.sources += [(_label(run, "ratio/min", len(runs)), low), (_label(run, "ratio/max", len(runs)), high)]
         steps, mean = _series(run, "ratio/mean")
         if len(mean):
-            ax.plot(steps, mean, label=_label(run, "ratio/mean", len(runs)), **style)
+            label = _label(run, "ratio/mean", len(runs))
+            ratio.line(steps, mean, label, source=label, group=group, **style)
         eps_low = float(run.setting("grpo.epsilon", 0.2))
         eps_high = run.setting("grpo.epsilon_high") or eps_low
         if r == 0 and run.kind == "grpo":
-            bounds = f"clip bounds 1-{eps_low:g}, 1+{float(eps_high):g}"
-            ax.axhline(1 - eps_low, color="black", linestyle="--", linewidth=0.8, label=bounds)
-            ax.axhline(1 + float(eps_high), color="black", linestyle="--", linewidth=0.8)
-    _finish(ax, "ratio pi/pi_old (dimensionless)", "importance ratio over all minibatches")
-    ax = axes[1]
+            ratio.hline(1 - eps_low, f"clip bounds 1-{eps_low:g}, 1+{float(eps_high):g}", color="black", dash="dash")
+            ratio.hline(1 + float(eps_high), None, color="black", dash="dash")
+    deviation = Panel("first minibatch after each rollout (must be ~0)", "max |ratio - 1| (log scale)", ylog=True)
     floor = 1e-9
     for r, run in enumerate(runs):
         steps, dev = _series(run, "ratio/first_max_abs_dev")
         if len(dev):
-            ax.plot(steps, np.maximum(dev, floor), marker="." if len(dev) < 60 else None,
-                    label=_label(run, f"ratio/first_max_abs_dev (0 drawn at {floor:g})", len(runs)),
-                    **_style(r, 0, len(runs)))  # fmt: skip
+            label = _label(run, f"ratio/first_max_abs_dev (0 drawn at {floor:g})", len(runs))
+            deviation.line(steps, np.maximum(dev, floor), label, marker="dot" if len(dev) < 60 else None, group=_group(run, len(runs)),
+                           **_style(r, 0, len(runs)))  # fmt: skip
+            deviation.sources.append((_label(run, "ratio/first_max_abs_dev", len(runs)), dev))
         bf16 = run.setting("bf16")
         tolerance = float(run.setting("grpo.ratio_tolerance_bf16", 2e-2) if bf16 else run.setting("grpo.ratio_tolerance", 1e-4))
         if r == 0:
-            ax.axhline(tolerance, color="red", linestyle="--", linewidth=0.9, label=f"tolerance {tolerance:g}")
-    ax.set_yscale("log")
-    _finish(ax, "max |ratio - 1| (log scale)", "first minibatch after each rollout (must be ~0)")
-    figure.suptitle("Importance ratio")
-    return ReportFigure("ratio", "Ratio range", "Left: the range and mean of the ratio used in the loss. Right: the largest "
+            deviation.hline(tolerance, f"tolerance {tolerance:g}", color="#d62728", dash="dash", width=0.9)
+    panels = [p for p in (ratio, deviation) if p.traces]
+    return ReportFigure("ratio", "Ratio range", "The range and mean of the ratio used in the loss, and the largest "
                         "|ratio - 1| on the first minibatch after each rollout, where the learner's weights still equal "
-                        "the sampler's: above the tolerance the log-probs of sampling and learning differ.", figure)  # fmt: skip
+                        "the sampler's: above the tolerance the log-probs of sampling and learning differ.",
+                        "Importance ratio", panels)  # fmt: skip
 
 
 def figure_throughput(runs: Sequence[RunData]) -> ReportFigure | None:
     phases = ["perf/sample_s", "perf/reward_s", "perf/learn_s"]
-    has_phases = _any(runs, *phases)
     rates = [k for k in ("perf/samples_per_s", "perf/engine_evals_per_s") if _any(runs, k)]
-    if not has_phases and not rates:
+    if not _any(runs, *phases) and not rates:
         return None
-    has_cache = _any(runs, "perf/cache_hit_rate")
-    panels = int(has_phases) + len(rates) + int(has_cache)
-    figure, axes = _new_figure(panels, columns=2 if panels > 1 else 1)
-    index = 0
-    if has_phases:
-        ax = axes[index]
-        index += 1
-        if len(runs) == 1:
-            series = [_series(runs[0], key) for key in phases]
-            steps = series[0][0]
-            if len(steps) and all(len(s[1]) == len(steps) for s in series):
-                window = window_for(len(steps))
-                stacked = [moving_average(s[1], window)[0] for s in series]
-                suffix = f" (mean of {window} steps)" if window > 1 else ""
-                labels = [p.split("/")[1].removesuffix("_s") + suffix for p in phases]
-                ax.stackplot(steps, stacked, labels=labels, colors=["C0", "C1", "C2"], alpha=0.85)
-        else:
-            _plot_metrics(ax, runs, phases, band=False)
-        _finish(ax, "seconds per step (s)", "time per phase (stacked: sample, reward, learn)")
+    panels = []
+    if _any(runs, *phases):
+        panel = Panel("time per phase (stacked: sample, reward, learn)", "seconds per step (s)")
+        _stacked(panel, runs, phases, [p.split("/")[1].removesuffix("_s") for p in phases])
+        panels.append(panel)
     for key in rates:
-        ax = axes[index]
-        index += 1
-        _plot_metrics(ax, runs, [key])
-        unit = "samples per second (1/s)" if key == "perf/samples_per_s" else "engine evaluations per second (1/s)"
-        _finish(ax, unit, key)
-    if has_cache:
-        ax = axes[index]
-        _plot_metrics(ax, runs, ["perf/cache_hit_rate"])
-        ax.set_ylim(-0.02, 1.02)
-        _finish(ax, "fraction of lookups", "evaluation cache hit rate")
-    figure.suptitle("Throughput and phase times")
+        panel = Panel(key, "samples per second (1/s)" if key == "perf/samples_per_s" else "engine evaluations per second (1/s)")
+        _plot_metrics(panel, runs, [key])
+        panels.append(panel)
+    if _any(runs, "perf/cache_hit_rate"):
+        panel = Panel("evaluation cache hit rate", "fraction of lookups", ylim=(-0.02, 1.02))
+        _plot_metrics(panel, runs, ["perf/cache_hit_rate"])
+        panels.append(panel)
+    panels = [p for p in panels if p.traces]
     return ReportFigure("throughput", "Throughput", "Time per training step split into sampling, engine rewards and learning; "
-                        "samples and engine evaluations per second; the evaluation cache's hit rate.", figure)  # fmt: skip
+                        "samples and engine evaluations per second; the evaluation cache's hit rate.",
+                        "Throughput and phase times", panels, columns=2 if len(panels) > 1 else 1)  # fmt: skip
 
 
 def figure_optimizer(runs: Sequence[RunData]) -> ReportFigure | None:
     if not _any(runs, "grad_norm", "lr"):
         return None
-    figure, axes = _new_figure(2)
-    _plot_metrics(axes[0], runs, ["grad_norm"], band=False)
+    grad = Panel("gradient norm", "gradient L2 norm before clipping")
+    _plot_metrics(grad, runs, ["grad_norm"], band=False)
     for r, run in enumerate(runs):
         clip = run.setting("max_grad_norm", run.setting("grpo.max_grad_norm", run.setting("grad_clip")))
-        if clip:
-            axes[0].axhline(float(clip), color=_style(r, 0, len(runs))["color"], linestyle="--", linewidth=0.9,
-                            label=f"{run.name + ' ' if len(runs) > 1 else ''}clip at {clip}")  # fmt: skip
+        if clip and grad.traces:
+            grad.hline(float(clip), f"{run.name + ' ' if len(runs) > 1 else ''}clip at {clip}", color=_style(r, 0, len(runs))["color"],
+                       dash="dash", width=0.9)  # fmt: skip
     values = [v for run in runs for v in _series(run, "grad_norm")[1] if v > 0]
-    if values and max(values) / min(values) > 20:
-        axes[0].set_yscale("log")
-    _finish(axes[0], "gradient L2 norm before clipping", "gradient norm")
-    _plot_metrics(axes[1], runs, ["lr"], raw=True)
-    _finish(axes[1], "learning rate (per update)", "learning rate")
-    figure.suptitle("Optimizer")
+    grad.ylog = bool(values) and max(values) / min(values) > 20
+    lr = Panel("learning rate", "learning rate (per update)")
+    _plot_metrics(lr, runs, ["lr"], raw=True)
+    panels = [p for p in (grad, lr) if p.traces]
     return ReportFigure("optimizer", "Gradient norm and learning rate", "Gradient norm before clipping (mean over the step's "
-                        "minibatches) with the clipping threshold, and the learning rate schedule.", figure)  # fmt: skip
+                        "minibatches) with the clipping threshold, and the learning rate schedule.", "Optimizer", panels)  # fmt: skip
 
 
 FIGURES: tuple[Callable[[Sequence[RunData]], ReportFigure | None], ...] = (
     figure_reward,
     figure_heldout,
+    figure_games,
     figure_pretraining,
     figure_loss,
     figure_kl,
@@ -503,43 +728,262 @@ FIGURES: tuple[Callable[[Sequence[RunData]], ReportFigure | None], ...] = (
 )
 
 
+def drop_constant_panels(figure: ReportFigure) -> ReportFigure | None:
+    """Leave out the droppable panels whose every series is constant (recorded in figure.dropped); None when none is left."""
+    kept = []
+    for panel in figure.panels:
+        if panel.droppable and panel.sources and all(is_constant(values) for _, values in panel.sources):
+            constants = {}
+            for label, values in panel.sources:
+                finite = np.asarray(values, dtype=float)
+                constants.setdefault(label, float(finite[np.isfinite(finite)][0]))
+            figure.dropped.append(DroppedPanel(figure.title, panel.title, tuple(constants.items())))
+        else:
+            kept.append(panel)
+    figure.panels = kept
+    if not kept:
+        return None
+    figure.columns = max(1, min(figure.columns, len(kept)))
+    return figure
+
+
+def plan_figures(runs: Sequence[RunData]) -> FigurePlan:
+    """Every figure some run has metrics for, in report order, without the panels whose series are all constant."""
+    figures, dropped = [], []
+    for build in FIGURES:
+        figure = build(runs)
+        if figure is None:
+            continue
+        kept = drop_constant_panels(figure)
+        dropped += figure.dropped
+        if kept is not None:
+            figures.append(kept)
+    return FigurePlan(figures, dropped)
+
+
 def build_figures(runs: Sequence[RunData]) -> list[ReportFigure]:
-    """Every figure some run has metrics for, in report order."""
-    return [figure for build in FIGURES if (figure := build(runs)) is not None]
+    """The figures of `plan_figures` (constant panels left out)."""
+    return plan_figures(runs).figures
 
 
 def figure_study(study: StudyPlotData) -> ReportFigure:
     """A sweep's optimisation history (each trial's objective, the best so far) beside its parameter importances."""
-    figure, (history, importance) = _new_figure(2)
     minimize = study.direction == "minimize"
     done = [(n, v, i) for n, v, s, i in zip(study.numbers, study.values, study.states, study.intervals) if s == "complete" and v is not None]
     pruned = [(n, v) for n, v, s in zip(study.numbers, study.values, study.states) if s == "pruned" and v is not None]
     failed = [n for n, s in zip(study.numbers, study.states) if s == "failed"]
-    if done:
-        numbers = np.array([n for n, _, _ in done])
-        values = np.array([v for _, v, _ in done], dtype=float)
-        low = np.array([v - i[0] if i else 0.0 for _, v, i in done])
-        high = np.array([i[1] - v if i else 0.0 for _, v, i in done])
-        history.errorbar(numbers, values, yerr=[low, high], fmt="o", color="C0", ecolor="C0", alpha=0.8, capsize=2,
-                         label="complete (95% interval)")  # fmt: skip
-        best = np.minimum.accumulate(values) if minimize else np.maximum.accumulate(values)
-        history.step(numbers, best, where="post", color="C3", label=f"best so far ({'lowest' if minimize else 'highest'})")
-    if pruned:
-        history.scatter([n for n, _ in pruned], [v for _, v in pruned], marker="x", color="0.5", label="pruned (last reported value)")
-    history.xaxis.set_major_locator(MaxNLocator(integer=True))
     failed_text = f"; {len(failed)} failed (not drawn)" if failed else ""
-    _finish(history, study.metric, f"optimisation history of {study.name}{failed_text}", xlabel="trial number")
+    history = Panel(f"optimisation history of {study.name}{failed_text}", study.metric, "trial number", integer_x=True, droppable=False)
+    if done:
+        numbers = np.array([n for n, _, _ in done], dtype=float)
+        values = np.array([v for _, v, _ in done], dtype=float)
+        low = np.array([i[0] if i else v for _, v, i in done], dtype=float)
+        high = np.array([i[1] if i else v for _, v, i in done], dtype=float)
+        history.traces.append(Trace("errorbar", numbers, values, "complete (95% interval)", marker="circle", low=low, high=high,
+                                    connect=False, opacity=0.8))  # fmt: skip
+        best = np.minimum.accumulate(values) if minimize else np.maximum.accumulate(values)
+        history.traces.append(Trace("step", numbers, best, f"best so far ({'lowest' if minimize else 'highest'})", color=PALETTE[3]))
+    if pruned:
+        history.traces.append(Trace("line", np.array([n for n, _ in pruned], dtype=float), np.array([v for _, v in pruned], dtype=float),
+                                    "pruned (last reported value)", color="#808080", width=0, marker="x"))  # fmt: skip
+    importance = Panel("parameter importances (PED-ANOVA, normalised)", "parameter", "importance", droppable=False)
     if study.importances:
         names = list(study.importances)[::-1]
-        importance.barh(names, [study.importances[n] for n in names], color="C2")
-        importance.set_xlim(0, 1)
-        _finish(importance, "parameter", "parameter importances (PED-ANOVA, normalised)", xlabel="importance", legend=False)
+        importance.traces.append(Trace("barh", np.array([study.importances[n] for n in names], dtype=float), names, None,
+                                       color=PALETTE[2]))  # fmt: skip
     else:
-        importance.text(0.5, 0.5, study.importance_note or "no importances", ha="center", va="center", transform=importance.transAxes)
-        importance.set_axis_off()
+        importance.placeholder = study.importance_note or "no importances"
     caption = (f"Each complete trial's objective ({study.metric}, {study.direction}) with its 95% interval (the evaluation's own, "
                "or the paired bootstrap of the change from step 0), pruned trials at their last reported value, and the best "
                "value so far. The best is selected on these positions: re-measure it on unseen ones "
                "(chessgrpo sweep --summary STUDY --remeasure). Importances: how much of the objective's variation over the "
                "complete trials each parameter explains.")  # fmt: skip
-    return ReportFigure("study", f"Sweep {study.name}: optimisation history and parameter importances", caption, figure)
+    return ReportFigure("study", f"Sweep {study.name}: optimisation history and parameter importances", caption,
+                        f"Sweep {study.name}", [history, importance])  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Static drawing (matplotlib)
+
+
+def _legend_rows(panel: Panel, per_row: int) -> int:
+    return math.ceil(panel.legend_entries() / per_row) if panel.legend_entries() else 0
+
+
+def render_matplotlib(spec: ReportFigure) -> Figure:
+    """All panels of `spec` in one matplotlib figure; each panel's legend below its axes (outside the data)."""
+    from matplotlib.transforms import ScaledTranslation
+
+    panels = spec.panels
+    columns = max(1, min(spec.columns, len(panels)))
+    rows = math.ceil(len(panels) / columns)
+    per_row = 2 if columns == 1 else 1
+    legend_lines = [max((_legend_rows(p, per_row) for p in panels[i : i + columns]), default=0) for i in range(0, len(panels), columns)]
+    height = sum(spec.panel_height + 0.17 * lines for lines in legend_lines)
+    figure = Figure(figsize=(spec.width, height), layout="constrained")
+    grid = figure.add_gridspec(rows, columns, height_ratios=[spec.panel_height + 0.17 * lines for lines in legend_lines])
+    for index, panel in enumerate(panels):
+        ax = figure.add_subplot(grid[index // columns, index % columns])
+        _draw_panel(ax, panel)
+        if panel.placeholder is None and panel.legend_entries():
+            below = ax.transAxes + ScaledTranslation(0, -0.5, figure.dpi_scale_trans)  # under the tick labels and x label
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, fontsize=7, ncol=per_row, frameon=False)
+    figure.suptitle(spec.heading)
+    return figure
+
+
+def _draw_panel(ax, panel: Panel) -> None:
+    if panel.placeholder is not None and not panel.traces:
+        ax.text(0.5, 0.5, panel.placeholder, ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        ax.set_title(panel.title, fontsize=10)
+        return
+    stacks = [t for t in panel.traces if t.kind == "stack"]
+    if stacks:
+        ax.stackplot(stacks[0].x, [t.y for t in stacks], labels=[t.label for t in stacks], colors=[t.color for t in stacks],
+                     alpha=stacks[0].opacity)  # fmt: skip
+    for trace in panel.traces:
+        common = {"color": trace.color, "label": trace.label}
+        if trace.kind == "line":
+            ax.plot(trace.x, trace.y, linestyle=_MPL_DASH[trace.dash] if trace.width > 0 else "none", linewidth=trace.width or None,
+                    alpha=trace.opacity, marker=_MPL_MARKER.get(trace.marker or "", None), markersize=trace.size, zorder=3, **common)  # fmt: skip
+        elif trace.kind == "band":
+            ax.fill_between(trace.x, trace.low, trace.high, alpha=trace.opacity, linewidth=0, **common)
+        elif trace.kind == "errorbar":
+            low, high = np.asarray(trace.low, dtype=float), np.asarray(trace.high, dtype=float)
+            y = np.asarray(trace.y, dtype=float)
+            yerr = [np.where(np.isfinite(low), y - low, 0.0), np.where(np.isfinite(high), high - y, 0.0)]
+            ax.errorbar(trace.x, y, yerr=yerr, marker=_MPL_MARKER.get(trace.marker or "circle", "o"), capsize=4, alpha=trace.opacity,
+                        linestyle=_MPL_DASH[trace.dash] if trace.connect else "none", **common)  # fmt: skip
+        elif trace.kind == "step":
+            ax.step(trace.x, trace.y, where="post", linewidth=trace.width, **common)
+        elif trace.kind == "barh":
+            ax.barh(trace.y, trace.x, color=trace.color)
+    for ref in panel.references:
+        if ref.y1 is not None:
+            ax.axhspan(ref.y, ref.y1, color=ref.color, alpha=ref.opacity, label=ref.label)
+        else:
+            ax.axhline(ref.y, color=ref.color, linestyle=_MPL_DASH[ref.dash], linewidth=ref.width, label=ref.label)
+    if panel.ylog:
+        ax.set_yscale("log")
+    if panel.ylim is not None:
+        ax.set_ylim(*panel.ylim)
+    if panel.xticks is not None:
+        ax.set_xticks(panel.xticks[0], panel.xticks[1], fontsize=8)
+        ax.set_xlim(min(panel.xticks[0]) - 0.5, max(panel.xticks[0]) + 0.5)
+    elif panel.integer_x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylabel(panel.ylabel)
+    ax.set_title(panel.title + (f"\n{panel.note}" if panel.note else ""), fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+# ------------------------------------------------------------------------------------------------
+# Interactive drawing (plotly)
+
+
+def _rgba(color: str, opacity: float) -> str:
+    color = color.lstrip("#")
+    red, green, blue = (int(color[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({red},{green},{blue},{opacity:g})"
+
+
+def _list(values: Any) -> list:
+    """JSON-ready values: NaN -> None (a gap), numpy scalars -> Python numbers."""
+    out = []
+    for value in np.asarray(values).tolist() if not isinstance(values, list) else values:
+        out.append(None if isinstance(value, float) and not math.isfinite(value) else value)
+    return out
+
+
+def panel_height_px(panel: Panel) -> int:
+    """Pixel height of an interactive panel: the plot plus its legend rows below."""
+    return 340 + 20 * _legend_rows(panel, 2)
+
+
+def render_plotly_panel(panel: Panel) -> Any:
+    """One panel as a plotly figure, legend below the axes (outside the data); its title is left to the page."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    xs: list[float] = []
+    for trace in panel.traces:
+        if trace.kind != "barh":
+            xs += [float(v) for v in np.asarray(trace.x, dtype=float).ravel() if math.isfinite(v)]
+        legend = {"name": trace.label or "", "showlegend": trace.label is not None, "legendgroup": trace.group or trace.label}
+        if trace.kind == "line":
+            mode = ("lines" if trace.width > 0 else "") + ("+markers" if trace.marker and trace.width > 0 else "markers" if trace.marker else "")
+            figure.add_trace(go.Scatter(x=_list(trace.x), y=_list(trace.y), mode=mode, opacity=trace.opacity,
+                                        line={"color": trace.color, "dash": trace.dash, "width": trace.width or 1},
+                                        marker={"color": trace.color, "symbol": _PLOTLY_MARKER.get(trace.marker or "", "circle"),
+                                                "size": trace.size or (5 if trace.marker == "dot" else 9)},
+                                        hoverinfo="skip" if trace.label is None and trace.opacity < 0.5 else None, **legend))  # fmt: skip
+        elif trace.kind == "band":
+            x = np.asarray(trace.x, dtype=float)
+            figure.add_trace(go.Scatter(x=_list(np.concatenate([x, x[::-1]])),
+                                        y=_list(np.concatenate([np.asarray(trace.high, dtype=float), np.asarray(trace.low, dtype=float)[::-1]])),
+                                        fill="toself", fillcolor=_rgba(trace.color, trace.opacity), line={"width": 0}, mode="lines",
+                                        hoverinfo="skip", **legend))  # fmt: skip
+        elif trace.kind == "errorbar":
+            y = np.asarray(trace.y, dtype=float)
+            low, high = np.asarray(trace.low, dtype=float), np.asarray(trace.high, dtype=float)
+            error = {"type": "data", "symmetric": False, "array": _list(np.where(np.isfinite(high), high - y, np.nan)),
+                     "arrayminus": _list(np.where(np.isfinite(low), y - low, np.nan)), "color": trace.color, "width": 4}  # fmt: skip
+            text = [f"{v:.4g} [{lo:.4g}, {hi:.4g}]" if math.isfinite(lo) and math.isfinite(hi) else f"{v:.4g}" for v, lo, hi in zip(y, low, high)]
+            figure.add_trace(go.Scatter(x=_list(trace.x), y=_list(y), error_y=error, mode="lines+markers" if trace.connect else "markers",
+                                        line={"color": trace.color, "dash": trace.dash}, opacity=trace.opacity,
+                                        marker={"color": trace.color, "symbol": _PLOTLY_MARKER.get(trace.marker or "circle", "circle"), "size": 8},
+                                        text=text, hovertemplate="%{x}: %{text}<extra>" + (trace.label or "") + "</extra>", **legend))  # fmt: skip
+        elif trace.kind == "stack":
+            figure.add_trace(go.Scatter(x=_list(trace.x), y=_list(trace.y), stackgroup="stack", mode="lines",
+                                        line={"color": trace.color, "width": 0.5}, fillcolor=_rgba(trace.color, trace.opacity), **legend))  # fmt: skip
+        elif trace.kind == "step":
+            figure.add_trace(go.Scatter(x=_list(trace.x), y=_list(trace.y), mode="lines", line={"color": trace.color, "shape": "hv"}, **legend))
+        elif trace.kind == "barh":
+            figure.add_trace(go.Bar(x=_list(trace.x), y=list(trace.y), orientation="h", marker={"color": trace.color}, showlegend=False))
+    if panel.xticks is not None:
+        xs += [min(panel.xticks[0]) - 0.5, max(panel.xticks[0]) + 0.5]
+    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    for ref in panel.references:  # drawn as traces across the data's x range, so they have legend entries
+        legend = {"name": ref.label or "", "showlegend": ref.label is not None, "hoverinfo": "skip"}
+        if ref.y1 is not None:
+            figure.add_trace(go.Scatter(x=[x0, x1, x1, x0], y=[ref.y, ref.y, ref.y1, ref.y1], fill="toself", mode="lines",
+                                        fillcolor=_rgba(ref.color if ref.color.startswith("#") else "#000000", max(ref.opacity, 0.08)),
+                                        line={"width": 0}, **legend))  # fmt: skip
+        else:
+            color = ref.color if ref.color != "black" else "#000000"
+            figure.add_trace(go.Scatter(x=[x0, x1], y=[ref.y, ref.y], mode="lines", line={"color": color, "dash": ref.dash,
+                                        "width": max(ref.width, 1)}, **legend))  # fmt: skip
+    xaxis: dict[str, Any] = {"title": {"text": panel.xlabel}, "zeroline": False}
+    yaxis: dict[str, Any] = {"title": {"text": panel.ylabel}, "zeroline": False}
+    if panel.xticks is not None:
+        xaxis.update(tickmode="array", tickvals=panel.xticks[0], ticktext=panel.xticks[1], range=[x0, x1])
+    elif panel.integer_x:
+        xaxis.update(tickformat="d")
+    if panel.ylog:
+        yaxis["type"] = "log"
+    if panel.ylim is not None:
+        low, high = panel.ylim
+        if low is None or high is None:
+            ys = [float(v) for t in panel.traces for arr in (t.y, t.high) if arr is not None and t.kind != "barh"
+                  for v in np.asarray(arr, dtype=float).ravel() if math.isfinite(v)]  # fmt: skip
+            top = max(ys, default=1.0)
+            bottom = min(ys, default=0.0)
+            low = bottom - 0.05 * abs(top - bottom) if low is None else low
+            high = top + 0.05 * abs(top - (low or 0.0)) if high is None else high
+        yaxis["range"] = [low, high]
+    if panel.placeholder is not None and not panel.traces:
+        figure.add_annotation(text=panel.placeholder, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
+        xaxis["visible"] = yaxis["visible"] = False
+    figure.update_layout(  # no plotly title: the report writes the panel's title (and note) above the chart, clear of the toolbar
+        xaxis=xaxis,
+        yaxis=yaxis,
+        template="plotly_white",
+        height=panel_height_px(panel),
+        margin={"l": 60, "r": 15, "t": 28, "b": 10},
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left",
+                "font": {"size": 10}, "groupclick": "togglegroup"},  # fmt: skip
+        hovermode="closest",
+    )
+    return figure

@@ -1,16 +1,25 @@
-"""`build_report`: one self-contained HTML file (PNG figures embedded as base64) plus the PNGs.
+"""`build_report`: one self-contained HTML file (interactive plotly figures, or embedded PNGs) plus the PNGs.
 
-Sections: the runs (kind, steps, status), the diagnosis (`track.diagnose`), the evaluation
-tables (``eval/step_*.json`` or the eval rows, and any standalone ``eval offline|puzzles``
-result in ``eval/``), the figures (`track.plots`), and the configuration: the differences
-between the runs when several are compared, the whole resolved config for one.
+Sections: the runs (kind, steps, status), their metadata (git commit, package versions, hardware,
+wall time: what the run directory records, and what generated the report), the diagnosis
+(`track.diagnose`), the evaluation tables (``eval/step_*.json`` or the eval rows, and any
+standalone ``eval offline|puzzles`` result in ``eval/``), game strength (``eval games`` summaries
+in ``eval/``: W/D/L, score and Elo per anchor with intervals, over steps), the figures
+(`track.plots`), and the configuration: the differences between the runs when several are
+compared, the whole resolved config for one. Several runs share the axes of every figure.
+
+Interactive or static: with plotly installed the figures are interactive plotly charts (zoom,
+hover, a legend that toggles a run) and plotly.js is embedded once in the HTML, so the file opens
+offline; without plotly, with ``interactive=False`` (``chessgrpo report --static``) or with the
+environment variable ``CHESSGRPO_REPORT_STATIC=1``, the figures are the matplotlib PNGs embedded
+as base64. Panels whose every series is constant are left out and listed in one line.
 
 A sweep's study directory (``chessgrpo sweep``) adds the optimisation history and the parameter
 importances (`track.plots.figure_study`) and stands for its default and best trials' runs.
 
 Where things go: ``chessgrpo report RUN_DIR`` writes ``RUN_DIR/report.html`` and the PNGs in
 ``RUN_DIR/report/``; ``--out DIR/NAME.html`` writes the PNGs to ``DIR/NAME/``. The HTML needs
-none of the PNG files (every image is inline), so it can be mailed or archived alone.
+none of the PNG files (everything is inline), so it can be mailed or archived alone.
 """
 
 from __future__ import annotations
@@ -21,7 +30,11 @@ import datetime
 import html
 import json
 import math
+import os
+import platform
 import re
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,8 +42,11 @@ from typing import Any
 import yaml
 
 from chessgrpo.track.diagnose import Finding, diagnose
-from chessgrpo.track.plots import build_figures, figure_study
-from chessgrpo.track.run_data import HELDOUT_METRICS, HeldOut, RunData, load_run
+from chessgrpo.track.plots import DroppedPanel, ReportFigure, figure_study, panel_height_px, plan_figures, plotly_available
+from chessgrpo.track.run_data import HELDOUT_METRICS, GamesEvaluation, HeldOut, RunData, load_run
+
+STATIC_ENV = "CHESSGRPO_REPORT_STATIC"
+"""Set to 1 (or true/yes) to force the static report (embedded PNGs) even with plotly installed."""
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1250px; color: #222;
@@ -45,6 +61,10 @@ figcaption { font-size: 0.9em; color: #444; margin-top: 0.3em; }
 .critical { background: #b00020; } .warning { background: #d97a00; } .info { background: #4a6fa5; }
 .note { color: #555; font-size: 0.9em; } pre { background: #f8f8f8; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
 details summary { cursor: pointer; color: #333; } nav a { margin-right: 1em; }
+.panels { display: grid; gap: 0.8em; margin-top: 0.4em; } .cols-1 { grid-template-columns: minmax(0, 1fr); }
+.cols-2 { grid-template-columns: repeat(2, minmax(0, 1fr)); } .cols-3 { grid-template-columns: repeat(3, minmax(0, 1fr)); }
+.panel { border: 1px solid #eee; min-width: 0; } .panel-title { font-size: 0.95em; padding: 0.4em 0.6em 0; color: #222; } section.figure { margin: 1.2em 0 2.2em; }
+td.unknown { color: #888; font-style: italic; }
 """
 
 
@@ -57,9 +77,15 @@ class ReportResult:
     html: Path
     """The self-contained HTML file."""
     pngs: list[Path]
-    """The figures as PNG files (the same images as in the HTML)."""
+    """The figures as PNG files (the images of the static report; written beside the interactive one too)."""
     findings: dict[str, list[Finding]]
     """Run label -> its diagnosis."""
+    interactive: bool = False
+    """Whether the figures are interactive plotly charts (else embedded PNGs)."""
+    figures: list[str] = dataclasses.field(default_factory=list)
+    """Names of the figures in the report, in order."""
+    dropped: list[DroppedPanel] = dataclasses.field(default_factory=list)
+    """Panels left out because every series in them was constant."""
 
 
 def default_output(run_dirs: Sequence[Path]) -> Path:
@@ -83,10 +109,33 @@ def _labels(run_dirs: Sequence[Path]) -> list[str]:
     return [f"{Path(d).parent.name}/{Path(d).name}" for d in run_dirs]
 
 
-def build_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, *, dpi: int = 100) -> ReportResult:
-    """Write the HTML report of one or several runs (and its PNGs); returns where they are."""
+def interactive_default() -> bool:
+    """Interactive when plotly is importable and CHESSGRPO_REPORT_STATIC is not set to 1/true/yes."""
+    if os.environ.get(STATIC_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    return plotly_available()
+
+
+def build_report(
+    run_dirs: Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    dpi: int = 100,
+    interactive: bool | None = None,
+    pngs: bool = True,
+) -> ReportResult:
+    """Write the HTML report of one or several runs (and its PNGs); returns where they are.
+
+    interactive: True = plotly charts (raises when plotly is missing), False = embedded PNGs,
+    None = `interactive_default()`. pngs: also write the PNG files (always done for the static
+    report, whose HTML embeds them).
+    """
     if not run_dirs:
         raise ValueError("build_report needs at least one run directory")
+    if interactive is None:
+        interactive = interactive_default()
+    elif interactive and not plotly_available():
+        raise ImportError("the interactive report needs plotly: pip install 'plotly>=5.20' (or build it static: --static)")
     given = [Path(d) for d in run_dirs]
     paths, studies = _study_trials(given)
     runs = [load_run(p) for p in paths]
@@ -95,38 +144,52 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     out = Path(out) if out is not None else default_output(given if studies else paths)
     out.parent.mkdir(parents=True, exist_ok=True)
     images = png_directory(out)
-    images.mkdir(parents=True, exist_ok=True)
+    write_pngs = pngs or not interactive
+    if write_pngs:
+        images.mkdir(parents=True, exist_ok=True)
 
     findings = {run.name: diagnose(run) for run in runs}
-    figures = [figure_study(study) for study in studies] + build_figures(runs)
-    pngs, figure_html = [], []
+    plan = plan_figures(runs)
+    figures = [figure_study(study) for study in studies] + plan.figures
+    png_paths: list[Path] = []
+    rendered: dict[str, str] = {}
     for figure in figures:
-        data = figure.png(dpi=dpi)
         path = images / f"{figure.name}.png"
-        path.write_bytes(data)
-        pngs.append(path)
-        encoded = base64.b64encode(data).decode("ascii")
-        figure_html.append(
-            f'<figure id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
-            f'<img src="data:image/png;base64,{encoded}" alt="{_e(figure.title)}">'
-            f"<figcaption>{_e(figure.caption)} <span class=note>(PNG: {_e(_relative(path, out.parent))})</span></figcaption></figure>"
-        )
+        data = figure.png(dpi=dpi) if write_pngs else b""
+        if write_pngs:
+            path.write_bytes(data)
+            png_paths.append(path)
+        rendered[figure.name] = _figure_html(figure, data, path if write_pngs else None, out, interactive)
 
     title = "chessgrpo report: " + ", ".join([f"study {study.name}" for study in studies] + [run.name for run in runs])
+    figure_parts = [html for name, html in rendered.items() if name != "games"]
+    if plan.dropped:
+        figure_parts.insert(0, '<p class=note id="dropped">Constant, not drawn: '
+                            + "; ".join(_e(d.describe()) for d in plan.dropped) + ".</p>")  # fmt: skip
     sections = [
         ("runs", "Runs", _runs_table(runs)),
+        ("metadata", "Run metadata", _metadata_html(runs)),
         ("findings", "Diagnosis", _findings_html(runs, findings)),
         ("evaluation", "Evaluation", _evaluation_html(runs)),
-        ("figures", "Figures", "\n".join(figure_html) or "<p>No metrics to plot yet.</p>"),
+        ("games", "Game strength", _games_html(runs, rendered.get("games"))),
+        ("figures", "Figures", "\n".join(figure_parts) or "<p>No metrics to plot yet.</p>"),
         ("config", "Configuration" if len(runs) == 1 else "Configuration differences", _config_html(runs)),
     ]
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     body = "\n".join(f'<h2 id="{key}">{_e(name)}</h2>\n{content}' for key, name, content in sections)
     nav = " ".join(f'<a href="#{key}">{_e(name)}</a>' for key, name, _ in sections)
+    script = ""
+    mode = "figures are embedded PNGs (static report)"
+    if interactive:
+        from plotly.offline import get_plotlyjs
+
+        script = f'<script type="text/javascript">/* plotly.js, embedded once: the report needs no network */\n{get_plotlyjs()}</script>'
+        mode = "figures are interactive (plotly: drag to zoom, double-click to reset, click a legend entry to hide it)"
+    overlay = "; the runs share the axes of every panel (colour = run)" if len(runs) > 1 else ""
     document = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n"
-        f"<h1>{_e(title)}</h1><p class=note>generated {_e(generated)} by <code>chessgrpo report</code>; "
+        f"<title>{_e(title)}</title><style>{_STYLE}</style>{script}</head><body>\n"
+        f"<h1>{_e(title)}</h1><p class=note>generated {_e(generated)} by <code>chessgrpo report</code>; {mode}{overlay}; "
         "intervals are 95%; long per-step series are drawn raw (pale) and as a centred moving average with the 95% "
         "band of the window mean.</p>\n"
         f"<nav>{nav}</nav>\n{body}\n</body></html>\n"
@@ -134,7 +197,28 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(document, encoding="utf-8")
     tmp.replace(out)
-    return ReportResult(out, pngs, findings)
+    return ReportResult(out, png_paths, findings, interactive, [f.name for f in figures], plan.dropped)
+
+
+def _figure_html(figure: ReportFigure, png: bytes, path: Path | None, out: Path, interactive: bool) -> str:
+    """One figure: its plotly panels in a grid (interactive) or its embedded PNG (static)."""
+    where = f" <span class=note>(PNG: {_e(_relative(path, out.parent))})</span>" if path is not None else ""
+    if not interactive:
+        encoded = base64.b64encode(png).decode("ascii")
+        return (f'<figure id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
+                f'<img src="data:image/png;base64,{encoded}" alt="{_e(figure.title)}">'
+                f"<figcaption>{_e(figure.caption)}{where}</figcaption></figure>")  # fmt: skip
+    divs = []
+    for index, (panel, chart) in enumerate(zip(figure.panels, figure.plotly())):
+        div = chart.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{figure.name}-{index}",
+                            default_width="100%", default_height=f"{panel_height_px(panel)}px",
+                            config={"displaylogo": False, "responsive": True})  # fmt: skip
+        note = f"<br><span class=note>{_e(panel.note)}</span>" if panel.note else ""
+        divs.append(f'<div class="panel"><div class="panel-title">{_e(panel.title)}{note}</div>{div}</div>')
+    columns = max(1, min(figure.columns, len(divs), 3))
+    return (f'<section class="figure" id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
+            f'<div class="panels cols-{columns}">{"".join(divs)}</div>'
+            f"<p class=note>{_e(figure.caption)}{where}</p></section>")  # fmt: skip
 
 
 def _study_trials(paths: Sequence[Path]) -> tuple[list[Path], list[Any]]:
@@ -194,6 +278,231 @@ def _runs_table(runs: Sequence[RunData]) -> str:
                      f"<td>{_e(last)}</td></tr>")  # fmt: skip
     lines.append("</table>")
     return "\n".join(lines)
+
+
+def _when(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def duration_text(seconds: float) -> str:
+    """1 h 02 min 03 s, 4 min 05 s, 6.2 s."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min {secs:02d} s" if hours else f"{minutes} min {secs:02d} s"
+
+
+def _info_value(run: RunData, *paths: str) -> Any:
+    """The first present value among dotted paths into the run's metadata file, then its config."""
+    for source in (run.info, run.config):
+        for dotted in paths:
+            node: Any = source
+            for part in dotted.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node not in (None, "", {}, []):
+                return node
+    return None
+
+
+def _started(run: RunData) -> float | None:
+    value = _info_value(run, "started", "start_time", "time")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def run_metadata(run: RunData) -> dict[str, str | None]:
+    """What the run directory records about the run: field -> text, None where nothing is recorded."""
+    times = [row["time"] for row in run.rows if isinstance(row.get("time"), (int, float))]
+    steps = [row["step"] for row in run.rows]
+    config_kind = run.config.get("kind")
+    kind = f"{config_kind} ({run.kind})" if config_kind and config_kind != run.kind else run.kind
+    planned = run.setting("steps")
+    logged = f"{min(steps)}-{max(steps)}" if steps else "none yet"
+    meta: dict[str, str | None] = {"kind": kind, "steps": f"{logged} logged" + (f" of {planned} planned" if planned else "")}
+    started = _started(run)
+    if times:
+        first, last = min(times), max(times)
+        if started is not None and started <= first:
+            meta["wall time"] = f"{duration_text(last - started)} (run start to the last metrics row)"
+        else:
+            meta["wall time"] = (f"{duration_text(last - first)} between the first and last metrics rows (steps "
+                                 f"{steps[0]}-{steps[-1]}; time before the first row not counted)")  # fmt: skip
+        meta["first / last metrics row"] = f"{_when(first)} / {_when(last)}"
+    else:
+        meta["wall time"] = None
+        meta["first / last metrics row"] = None
+    commit = _info_value(run, "git_commit", "git.commit", "commit", "run.git_commit", "meta.git_commit")
+    if commit is None:
+        commit = next((row[k] for row in run.rows for k in ("git_commit", "meta/git_commit") if isinstance(row.get(k), str)), None)
+    dirty = _info_value(run, "git_dirty", "git.dirty")
+    meta["git commit"] = None if commit is None else f"{commit}{' (uncommitted changes)' if dirty is True else ''}"
+    versions = _info_value(run, "versions", "packages")
+    if isinstance(versions, dict):
+        wanted = ["chessgrpo", "torch", "chess", "python-chess"]
+        ordered = [k for k in wanted if k in versions] + sorted(k for k in versions if k not in wanted)
+        meta["package versions"] = ", ".join(f"{'python-chess' if k == 'chess' else k} {versions[k]}" for k in ordered)
+    else:
+        meta["package versions"] = None
+    python = _info_value(run, "python", "python_version")
+    meta["python"] = str(python).split()[0] if python else None
+    hardware = _info_value(run, "hardware")
+    parts = []
+    if isinstance(hardware, dict):
+        cpu = hardware.get("cpu_model") or hardware.get("cpu")
+        count = hardware.get("cpu_count")
+        if cpu or count:
+            parts.append(f"CPU {cpu or '?'}" + (f" x {count} cores" if count else ""))
+        gpu = hardware.get("gpu") or hardware.get("gpus")
+        if gpu:
+            parts.append(f"GPU {', '.join(map(str, gpu)) if isinstance(gpu, list) else gpu}")
+        if hardware.get("memory_gb"):
+            parts.append(f"{hardware['memory_gb']} GB memory")
+    host = _info_value(run, "hostname", "host")
+    if host:
+        parts.append(f"host {host}")
+    meta["hardware"] = "; ".join(parts) or None
+    device = run.setting("device")
+    settings = [f"device {device}"] if device else []
+    if run.setting("threads") is not None:
+        settings.append(f"threads {run.setting('threads')}" + (" (0 = all cores)" if run.setting("threads") == 0 else ""))
+    if run.setting("bf16") is not None:
+        settings.append(f"bf16 {str(run.setting('bf16')).lower()}")
+    if isinstance(run.setting("engine.processes"), int):
+        settings.append(f"engine processes {run.setting('engine.processes')}")
+    meta["device settings (config)"] = ", ".join(settings) or None
+    meta["metadata file"] = str(run.info_path.name) if run.info_path is not None else None
+    return meta
+
+
+_UNKNOWN = {
+    "git commit": "unknown (not recorded in the run directory)",
+    "package versions": "not recorded in the run directory",
+    "python": "not recorded",
+    "hardware": "not recorded in the run directory (see the device settings)",
+    "metadata file": "none (no run_info.json; the training loop does not write one yet)",
+    "wall time": "unknown (no timed metrics row yet)",
+    "first / last metrics row": "-",
+    "device settings (config)": "-",
+}
+
+
+def _package_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _source_commit() -> str:
+    """The git commit of the chessgrpo source that generated the report, when it is a git checkout."""
+    source = Path(__file__).resolve().parent
+    try:
+        done = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (git not available)"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown (not a git checkout)"
+
+
+def report_environment() -> dict[str, str]:
+    """The code and machine that generate the report (not necessarily the run's)."""
+    versions = ", ".join(f"{label} {_package_version(name)}" for label, name in (
+        ("chessgrpo", "chessgrpo"), ("torch", "torch"), ("python-chess", "chess"), ("plotly", "plotly"), ("matplotlib", "matplotlib")))  # fmt: skip
+    return {
+        "chessgrpo source commit": _source_commit(),
+        "package versions": versions,
+        "python": platform.python_version() + f" ({sys.implementation.name})",
+        "hardware": f"CPU {_cpu_model()} x {os.cpu_count() or '?'} cores; {platform.system()} {platform.release()}",
+    }
+
+
+def _metadata_html(runs: Sequence[RunData]) -> str:
+    metas = [run_metadata(run) for run in runs]
+    header = "".join(f"<th>{_e(run.name)}</th>" for run in runs)
+    lines = [f"<table><tr><th>recorded for the run</th>{header}</tr>"]
+    for field in metas[0]:
+        cells = []
+        for meta in metas:
+            value = meta.get(field)
+            cells.append(f"<td>{_e(value)}</td>" if value is not None else f"<td class=unknown>{_e(_UNKNOWN.get(field, 'unknown'))}</td>")
+        lines.append(f"<tr><td>{_e(field)}</td>{''.join(cells)}</tr>")
+    lines.append("</table>")
+    environment = report_environment()
+    lines.append("<table><tr><th>this report was generated with</th><th>(not necessarily the run's code or machine)</th></tr>")
+    lines += [f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in environment.items()]
+    lines.append("</table><p class=note>Git commit, versions and hardware of a run come from a metadata file in the run "
+                 "directory (run_info.json; docs/report.md gives its fields) or its config; the wall time from the "
+                 "metrics rows' timestamps.</p>")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _interval_text(held: HeldOut) -> str:
+    if not math.isfinite(held.value):
+        return "n/a"
+    if held.has_interval:
+        return f"{held.value:.3f} [{held.low:.3f}, {held.high:.3f}]"
+    return f"{held.value:.3f}"
+
+
+def _games_table(evaluations: Sequence[GamesEvaluation]) -> str:
+    parts = ["<table><tr><th>step</th><th>file</th><th>anchor</th><th>rating</th><th>W / D / L</th>"
+             "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>ML Elo over rated anchors [95%]</th></tr>"]  # fmt: skip
+    for evaluation in evaluations:
+        span = len(evaluation.anchors)
+        step = "?" if evaluation.step is None else str(evaluation.step)
+        elo = evaluation.elo.text(signed=False) if evaluation.elo is not None else "n/a (no rated anchor)"
+        speed = f"; {evaluation.games_played} games" + (f", {evaluation.games_per_minute:g}/min" if evaluation.games_per_minute else "")
+        for index, row in enumerate(evaluation.anchors):
+            first = (f'<td class=num rowspan={span} title="{_e(evaluation.step_source)}">{_e(step)}</td>'
+                     f'<td rowspan={span}><code>{_e(evaluation.path.name)}</code><br><span class=note>{_e(evaluation.player)}{_e(speed)}'
+                     "</span></td>") if index == 0 else ""  # fmt: skip
+            last = f"<td class=num rowspan={span}>{_e(elo)}</td>" if index == 0 else ""
+            rating = "unrated" if row.rating is None else f"{row.rating:g}"
+            parts.append(f'<tr>{first}<td title="{_e(row.settings)}">{_e(row.anchor)}</td><td class=num title="{_e(row.rating_source)}">'
+                         f"{_e(rating)}</td><td class=num>{row.wins} / {row.draws} / {row.losses}</td>"
+                         f"<td class=num>{_e(_interval_text(row.score))}</td>"
+                         f"<td class=num>{_e(row.elo.text() if row.elo else 'n/a')}</td>{last}</tr>")  # fmt: skip
+    parts.append("</table>")
+    return "\n".join(parts)
+
+
+def _games_html(runs: Sequence[RunData], figure: str | None) -> str:
+    parts = []
+    for run in runs:
+        if len(runs) > 1:
+            parts.append(f"<h3>{_e(run.name)}</h3>")
+        if not run.games:
+            parts.append("<p>No game evaluation in this run directory. Play one with <code>chessgrpo eval games --checkpoint "
+                         "RUN/checkpoints/step_NNNNNN output=RUN/eval/games_step_NNNNNN.json</code>.</p>")  # fmt: skip
+            continue
+        parts.append(_games_table(run.games))
+        steps = sorted({e.step_source for e in run.games})
+        parts.append("<p class=note>Step of each evaluation from: " + _e("; ".join(steps)) + ".</p>")
+    calibration = next((e.calibration for run in runs for e in run.games if e.calibration), "")
+    if calibration:
+        parts.append(f"<p class=note>Ratings: {_e(calibration)}</p>")
+    if figure:
+        parts.append(figure)
+    return "\n".join(parts)
 
 
 def _findings_html(runs: Sequence[RunData], findings: dict[str, list[Finding]]) -> str:

@@ -7,7 +7,15 @@ data, not re-validated, so a run of an older or newer version still reads), ``me
 - ``eval/step_NNNNNN_{offline,puzzles}.json``: written by ``chessgrpo train`` at each held-out
   evaluation, with per-item records (so evaluation points can be compared *paired*);
 - any other ``eval/*.json`` written by ``chessgrpo eval offline|puzzles ... output=...`` (kept as
-  standalone evaluations for the report's tables).
+  standalone evaluations for the report's tables);
+- game evaluations: any JSON under ``eval/`` (or ``games*.json`` in the run directory) with the
+  structure ``chessgrpo eval games ... output=FILE`` (or ``--json``) writes: per-anchor W/D/L,
+  score and Elo difference with intervals, and the maximum-likelihood Elo (`GamesEvaluation`).
+  Each is placed at the training step of the checkpoint that played (`games_step`).
+
+Run metadata (`RunData.info`): a ``run_info.json`` (or ``meta.json``, ``environment.json``) in the
+run directory, when the training spine writes one, else whatever config.yaml records; see
+`read_run_info`.
 
 Held-out metric names follow the metrics rows: ``esl``, ``top1``, ``blunder_rate`` (offline) and
 ``puzzle_first_move_accuracy``, ``puzzle_solve_rate`` (puzzles).
@@ -68,6 +76,10 @@ TRAIN_KEYS = ("loss/total", "loss/train", "reward/mean")
 """A metrics row holding any of these is a training row (the rest are evaluation-only rows)."""
 
 _STEP_FILE = re.compile(r"^step_(\d+)_(offline|puzzles)\.json$")
+_CHECKPOINT_STEP = re.compile(r"^step_(\d+)$")
+_FILE_STEP = re.compile(r"step_?(\d+)")
+INFO_FILES = ("run_info.json", "meta.json", "environment.json")
+"""Run metadata files looked for in a run directory (the first that exists and is a JSON object is read)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +117,70 @@ class StandaloneEval:
     baselines: dict[str, dict[str, HeldOut]]
 
 
+@dataclasses.dataclass(frozen=True)
+class EloValue:
+    """An Elo estimate as `eval games` writes it: value, interval, games, and "lower"/"upper" for a one-sided bound."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+    n: int = 0
+    bound: str | None = None
+
+    def text(self, signed: bool = True) -> str:
+        if self.value is None:
+            return f"n/a (n={self.n})"
+        sign = "+" if signed else ""
+        if self.bound == "lower":
+            return f">= {self.value:{sign}.0f} (every game won)"
+        if self.bound == "upper":
+            return f"<= {self.value:{sign}.0f} (every game lost)"
+        if self.low is None or self.high is None:
+            return f"{self.value:{sign}.0f}"
+        return f"{self.value:{sign}.0f} [{self.low:{sign}.0f}, {self.high:{sign}.0f}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorResult:
+    """The games against one anchor."""
+
+    anchor: str
+    settings: str
+    rating: float | None
+    rating_source: str
+    wins: int
+    draws: int
+    losses: int
+    score: HeldOut
+    """Points per game with its Wilson interval (n = games)."""
+    elo: EloValue | None
+    """Elo difference player - anchor implied by the score."""
+    pentanomial: tuple[int, ...] = ()
+    terminations: dict[str, int] = dataclasses.field(default_factory=dict)
+    mean_plies: float | None = None
+
+
+@dataclasses.dataclass
+class GamesEvaluation:
+    """One `chessgrpo eval games` summary (JSON) found in the run directory."""
+
+    path: Path
+    step: int | None
+    """Training step of the checkpoint that played; None when it cannot be told (see `games_step`)."""
+    step_source: str
+    """How the step was found (a JSON "step" field, the checkpoint path, init_checkpoint, the file name) or why not."""
+    checkpoint: str
+    player: str
+    anchors: list[AnchorResult]
+    elo: EloValue | None
+    """Maximum-likelihood Elo over the rated anchors (None: no rated anchor)."""
+    games_played: int = 0
+    seconds: float | None = None
+    games_per_minute: float | None = None
+    calibration: str = ""
+    sprt: dict[str, Any] | None = None
+
+
 @dataclasses.dataclass
 class RunData:
     """Everything `diagnose` and `report` read from one run directory."""
@@ -118,6 +194,11 @@ class RunData:
     """The training loop's health events (events.jsonl): skipped updates, rollbacks, early stops, divergence."""
     label: str | None = None
     """Display name (reports comparing runs of the same name set it); None = the directory name."""
+    games: list[GamesEvaluation] = dataclasses.field(default_factory=list)
+    """Game evaluations (`eval games` summaries), by step (unknown steps first, then by file time)."""
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Run metadata written by the training spine (run_info.json), empty when none; see `read_run_info`."""
+    info_path: Path | None = None
 
     @property
     def name(self) -> str:
@@ -177,7 +258,128 @@ def load_run(run_dir: str | Path) -> RunData:
     rows = read_metrics(metrics_path)
     evals, standalone = _read_evaluations(path / "eval", rows)
     events = [event for event in read_metrics_like(path / EVENTS_FILE) if isinstance(event.get("event"), str)]
-    return RunData(path=path, config=config, rows=rows, evals=evals, standalone=standalone, events=events)
+    info, info_path = read_run_info(path)
+    run = RunData(path=path, config=config, rows=rows, evals=evals, standalone=standalone, events=events, info=info,
+                  info_path=info_path)  # fmt: skip
+    run.games = read_games(run)
+    return run
+
+
+def read_run_info(run_dir: Path) -> tuple[dict[str, Any], Path | None]:
+    """The run's metadata file (first of `INFO_FILES` that is a JSON object) and its path; ({}, None) when none.
+
+    Keys the report reads when present: ``git_commit`` (or ``git: {commit, dirty}``), ``git_dirty``,
+    ``versions`` ({package: version}), ``python``, ``hardware`` ({cpu_count, cpu_model, gpu, ...}),
+    ``hostname``, ``started`` (Unix time or ISO text), ``command``.
+    """
+    for name in INFO_FILES:
+        candidate = run_dir / name
+        if candidate.is_file():
+            payload = _read_json(candidate)
+            if payload is not None:
+                return payload, candidate
+    return {}, None
+
+
+def is_games_summary(payload: dict[str, Any]) -> bool:
+    """Whether a JSON object is an `eval games` summary (a list of per-anchor rows with W/D/L and a score)."""
+    anchors = payload.get("anchors")
+    return (
+        isinstance(anchors, list)
+        and bool(anchors)
+        and all(isinstance(row, dict) and {"anchor", "wins", "draws", "losses", "score"} <= set(row) for row in anchors)
+    )
+
+
+def _elo_value(entry: Any) -> EloValue | None:
+    if not isinstance(entry, dict):
+        return None
+
+    def number(key: str) -> float | None:
+        value = entry.get(key)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    bound = entry.get("bound") if entry.get("bound") in ("lower", "upper") else None
+    return EloValue(number("value"), number("low"), number("high"), int(entry.get("n") or 0), bound)
+
+
+def _resolve_checkpoint_dir(path: Path) -> Path | None:
+    """The checkpoint a path names (a checkpoint, or a run directory's newest intact one), without loading a model."""
+    from chessgrpo.files import resolve_model_directory
+
+    try:
+        found = resolve_model_directory(path, lambda d: (d / "model.safetensors").is_file() and (d / "model_config.json").is_file())
+    except Exception:  # a corrupt checkpoint: not the one that played
+        return None
+    return Path(found).resolve() if found is not None else None
+
+
+def games_step(run: RunData, payload: dict[str, Any], path: Path) -> tuple[int | None, str]:
+    """The training step a games summary belongs to, and how it was found.
+
+    In order: an integer "step" field; the checkpoint being the run's ``init_checkpoint`` (step 0,
+    the policy before training); the checkpoint path ``<this run>/checkpoints/step_NNNNNN``; a
+    ``step_NNNNNN`` or ``stepNNN`` in the file name. Else None (drawn only as the latest evaluation).
+    """
+    if isinstance(payload.get("step"), int) and not isinstance(payload.get("step"), bool):
+        return payload["step"], "the summary's step field"
+    checkpoint = payload.get("checkpoint")
+    if isinstance(checkpoint, str) and checkpoint:
+        played = Path(checkpoint)
+        init = run.setting("init_checkpoint")
+        if isinstance(init, str) and init and played.exists():
+            resolved = _resolve_checkpoint_dir(Path(init))
+            if resolved is not None and resolved == played.resolve():
+                return 0, f"the checkpoint is the run's init_checkpoint ({init})"
+        match = _CHECKPOINT_STEP.match(played.name)
+        if match and played.parent.name == "checkpoints" and played.parent.parent.name == run.path.name:
+            return int(match.group(1)), f"checkpoint {played.parent.parent.name}/checkpoints/{played.name}"
+    match = _FILE_STEP.search(path.stem)
+    if match:
+        return int(match.group(1)), f"the file name {path.name}"
+    return None, "unknown: no step field, the checkpoint is not this run's step_NNNNNN or its init_checkpoint"
+
+
+def read_games(run: RunData) -> list[GamesEvaluation]:
+    """The run's game evaluations: `eval games` summaries under eval/ (any depth) and games*.json beside config.yaml."""
+    candidates = sorted((run.path / "eval").rglob("*.json")) if (run.path / "eval").is_dir() else []
+    candidates += sorted(run.path.glob("games*.json"))
+    found: list[tuple[float, GamesEvaluation]] = []
+    for path in candidates:
+        if _STEP_FILE.match(path.name):
+            continue
+        payload = _read_json(path)
+        if payload is None or not is_games_summary(payload):
+            continue
+        rows = []
+        for row in payload["anchors"]:
+            score = _held_out(row.get("score")) or HeldOut(math.nan)
+            rating = row.get("rating")
+            rows.append(AnchorResult(
+                anchor=str(row["anchor"]), settings=str(row.get("settings") or ""),
+                rating=float(rating) if isinstance(rating, (int, float)) else None, rating_source=str(row.get("rating_source") or ""),
+                wins=int(row["wins"]), draws=int(row["draws"]), losses=int(row["losses"]),
+                score=HeldOut(score.value, score.low, score.high, score.n or int(row["wins"]) + int(row["draws"]) + int(row["losses"])),
+                elo=_elo_value(row.get("elo_difference")), pentanomial=tuple(int(c) for c in row.get("pentanomial") or ()),
+                terminations={str(k): int(v) for k, v in (row.get("terminations") or {}).items()},
+                mean_plies=row.get("mean_plies") if isinstance(row.get("mean_plies"), (int, float)) else None,
+            ))  # fmt: skip
+        step, source = games_step(run, payload, path)
+
+        def number(key: str) -> float | None:
+            value = payload.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        evaluation = GamesEvaluation(
+            path=path, step=step, step_source=source, checkpoint=str(payload.get("checkpoint") or ""),
+            player=str(payload.get("player") or payload.get("checkpoint") or ""), anchors=rows, elo=_elo_value(payload.get("elo")),
+            games_played=int(payload.get("games_played") or sum(r.wins + r.draws + r.losses for r in rows)),
+            seconds=number("seconds"), games_per_minute=number("games_per_minute"), calibration=str(payload.get("calibration") or ""),
+            sprt=payload.get("sprt") if isinstance(payload.get("sprt"), dict) else None,
+        )  # fmt: skip
+        found.append((path.stat().st_mtime, evaluation))
+    found.sort(key=lambda item: (item[1].step is not None, item[1].step or 0, item[0]))
+    return [evaluation for _, evaluation in found]
 
 
 def read_metrics_like(path: Path) -> list[dict[str, Any]]:
