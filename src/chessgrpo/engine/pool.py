@@ -463,9 +463,8 @@ class EnginePool:
                 last_error = error
                 logger.warning("engine %s failed to start (attempt %d of %d): %s", self.path, attempt + 1, self.retry.startup_attempts, error)
                 self._count_engine_failure(f"starting {self.path}")
-        raise EngineError(
-            f"engine {str(self.path)!r} could not be started in {self.retry.startup_attempts} attempts: {last_error}"
-        )
+        reason = str(last_error).replace(f"cannot start engine {str(self.path)!r}: ", "")  # the path once
+        raise EngineError(f"engine {str(self.path)!r} could not be started in {self.retry.startup_attempts} attempts: {reason}")
 
     def _count_engine_failure(self, doing: str) -> None:
         """Count one engine fault against the pool's budget; raise when the budget is spent."""
@@ -544,7 +543,8 @@ class EnginePool:
                     final = EngineError(
                         f"{self.engine_name} ({self.path}) failed {failures} times on position "
                         f"{task.fen!r} ({task.limit}, engine.retries_per_position="
-                        f"{self.retry.retries_per_position}); last error: {error}"
+                        f"{self.retry.retries_per_position}); last error: "
+                        + str(error).replace(f"engine {str(self.path)!r} ", "the engine ", 1)  # the path once
                     )
                     if not self._healthy:  # not one search ever worked: the engine is broken
                         self._broken = final

@@ -291,7 +291,8 @@ class UciProcess:
                 bufsize=0,
             )
         except OSError as error:
-            raise EngineError(f"cannot start engine {str(self.path)!r}: {error}") from error
+            # strerror, not str(error): the latter repeats the path, and these errors nest in longer ones.
+            raise EngineError(f"cannot start engine {str(self.path)!r}: {error.strerror or error}") from error
         self._stdout_fd = self._process.stdout.fileno()  # type: ignore[union-attr]
         # poll, not select: select fails on descriptors >= 1024, common in big training processes.
         self._poller = select.poll()

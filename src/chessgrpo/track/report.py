@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from chessgrpo.run_info import cpu_model, package_version, source_commit
 from chessgrpo.track.diagnose import Finding, diagnose
 from chessgrpo.track.plots import DroppedPanel, ReportFigure, figure_study, panel_height_px, plan_figures, plotly_available
 from chessgrpo.track.run_data import HELDOUT_METRICS, GamesEvaluation, HeldOut, RunData, load_run
@@ -393,45 +393,15 @@ _UNKNOWN = {
 }
 
 
-def _package_version(name: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _source_commit() -> str:
-    """The git commit of the chessgrpo source that generated the report, when it is a git checkout."""
-    source = Path(__file__).resolve().parent
-    try:
-        done = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown (git not available)"
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown (not a git checkout)"
-
-
 def report_environment() -> dict[str, str]:
     """The code and machine that generate the report (not necessarily the run's)."""
-    versions = ", ".join(f"{label} {_package_version(name)}" for label, name in (
+    versions = ", ".join(f"{label} {package_version(name)}" for label, name in (
         ("chessgrpo", "chessgrpo"), ("torch", "torch"), ("python-chess", "chess"), ("plotly", "plotly"), ("matplotlib", "matplotlib")))  # fmt: skip
     return {
-        "chessgrpo source commit": _source_commit(),
+        "chessgrpo source commit": source_commit(),
         "package versions": versions,
         "python": platform.python_version() + f" ({sys.implementation.name})",
-        "hardware": f"CPU {_cpu_model()} x {os.cpu_count() or '?'} cores; {platform.system()} {platform.release()}",
+        "hardware": f"CPU {cpu_model()} x {os.cpu_count() or '?'} cores; {platform.system()} {platform.release()}",
     }
 
 

@@ -39,8 +39,10 @@ import torch
 
 from chessgrpo.config import ConfigError, save_config, to_dict
 from chessgrpo.errors import TrainingDiverged
+from chessgrpo.files import write_json_atomic
 from chessgrpo.rl.invariants import NonFiniteError, check_finite
 from chessgrpo.rl.learner import clip_grad_norm
+from chessgrpo.run_info import RUN_INFO_FILE, collect_run_info
 from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
@@ -457,6 +459,9 @@ class Trainer:
             save_config(config, self.run_dir / "config.yaml")
             if not self.resumed:
                 (self.run_dir / EVENTS_FILE).unlink(missing_ok=True)
+            if not self.resumed or not (self.run_dir / RUN_INFO_FILE).exists():
+                # What code and machine made the run (the report's metadata); a resume keeps the original.
+                write_json_atomic(self.run_dir / RUN_INFO_FILE, collect_run_info(str(self.device)), indent=1)
         if not main:  # rank 0 alone writes metrics; the others compute the same rows and drop them
             progress = None
         writer_context = (
