@@ -200,3 +200,19 @@ def test_eval_games_finds_openings_and_tables_from_another_directory(tmp_path):
     [line] = missing.stderr.strip().splitlines()
     assert "Syzygy directory (engine.syzygy_path) '../shared/data/no_tables' not found" in line
     assert f"{data / 'no_tables'} (${DATA_ENV})" in line and "engine.syzygy_path=null" in line
+
+
+def test_readers_find_relative_defaults_from_any_directory(elsewhere, monkeypatch):
+    """The readers every command shares (Syzygy tables, puzzles, RookWorld text data) resolve a
+    relative default the same way, so training and `eval endgame`/`uci` work from anywhere too."""
+    from chessgrpo.engine.tablebase import Tablebase
+    from chessgrpo.eval.puzzles import read_puzzles
+
+    monkeypatch.setenv(DATA_ENV, str(SHARED_DATA))
+    with Tablebase("../shared/data/syzygy") as tables:
+        assert "KQvK" in tables.names
+    assert len(read_puzzles(PUZZLES_DEFAULT, max_puzzles=5).puzzles) == 5
+    monkeypatch.delenv(DATA_ENV)
+    missing = "../shared/data/not-here.csv"
+    with pytest.raises(FileNotFoundError, match="not-here.csv"):
+        read_puzzles(missing)

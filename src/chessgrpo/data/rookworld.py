@@ -48,6 +48,7 @@ from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import DataEngineConfig, require
 from chessgrpo.files import text_lines, write_text_atomic
+from chessgrpo.paths import find_data_path
 from chessgrpo.tasks.rookworld import (
     HISTORY_MOVES,
     MAX_LISTED_MOVES,
@@ -302,7 +303,7 @@ def write_examples(directory: Path, examples: Iterable[RookWorldExample], test_f
 
 def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None = None) -> list[RookWorldExample]:
     """The examples of one split of a `data rookworld` directory (optionally one task)."""
-    directory = Path(directory)
+    directory = find_data_path(directory) or Path(directory)  # a relative path, from any current directory
     paths = sorted((directory / split).glob("shard-*.parquet"))
     if not paths:
         raise FileNotFoundError(f"no RookWorld Parquet shards for split {split!r} under {str(directory)!r} (make them with `chessgrpo data rookworld`)")

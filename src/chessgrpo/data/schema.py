@@ -70,6 +70,7 @@ import pyarrow.parquet as pq
 
 from chessgrpo.errors import one_line
 from chessgrpo.files import file_sha256
+from chessgrpo.paths import find_data_path
 
 SCHEMA_VERSION = 1
 # Stamped into manifests for the record; no reader decides anything by it. Adding the nullable game
@@ -192,7 +193,7 @@ def read_positions(source: str | os.PathLike, split: Split | None = None, column
     Raises `ValueError` naming the file when a shard is unreadable (truncated, scrambled pages), differs
     from the checksum the directory's manifest recorded, lacks schema columns or has columns of other types.
     """
-    source = Path(source)
+    source = find_data_path(source) or Path(source)  # a relative path, from any current directory
     paths = [source] if source.is_file() else shard_paths(source, split)
     if not paths:
         raise FileNotFoundError(f"no Parquet shards for split {split or 'any'} under {str(source)!r}")

@@ -12,6 +12,7 @@ import chess
 import chess.syzygy
 
 from chessgrpo.board.validation import parse_board
+from chessgrpo.paths import find_data_path
 
 _TABLE_NAME = re.compile(r"^([KQRBNP]+)v([KQRBNP]+)\.rtbw$")
 
@@ -32,10 +33,11 @@ class TablebaseResult:
 
 
 def split_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
-    """Directories from one path, an os.pathsep-joined string, or a list."""
+    """Directories from one path, an os.pathsep-joined string, or a list; a relative one is found
+    from any current directory (`chessgrpo.paths`: as given, $CHESSGRPO_DATA, the checkout)."""
     if isinstance(paths, (str, os.PathLike)):
-        return [Path(p) for p in str(paths).split(os.pathsep) if p]
-    return [Path(p) for p in paths]
+        paths = [p for p in str(paths).split(os.pathsep) if p]
+    return [find_data_path(p) or Path(p) for p in paths]
 
 
 def table_names(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:

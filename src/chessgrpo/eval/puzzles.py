@@ -52,6 +52,7 @@ from chessgrpo.errors import one_line
 from chessgrpo.eval.players import Player
 from chessgrpo.eval.stats import Interval, wilson_interval
 from chessgrpo.files import open_decompressed, text_lines
+from chessgrpo.paths import find_data_path
 
 logger = logging.getLogger(__name__)
 
@@ -189,8 +190,8 @@ def _parse_row(row: dict[str, str]) -> Puzzle:
 
 def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0, *, strict: bool = False) -> PuzzleSet:
     """Validated puzzles from a Lichess puzzle CSV (plain, .gz or .zst); `max_puzzles` sampled
-    with `seed` (file order kept)."""
-    path = Path(path)
+    with `seed` (file order kept). A relative path is found from any directory (`chessgrpo.paths`)."""
+    path = find_data_path(path) or Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"puzzle file {str(path)!r} does not exist")
     if max_puzzles is not None and max_puzzles < 1:
