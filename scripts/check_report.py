@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Open a `chessgrpo report` HTML file in headless Chromium and check that every image loaded.
+"""Open a `chessgrpo report` HTML file in headless Chromium and check that every image loaded and
+every interactive (plotly) chart drew.
 
     python scripts/check_report.py runs/quickstart/grpo/report.html [--screenshot shot.png] [--browser PATH]
 
 It copies the report to a temporary file with one added script that, at the page's load event
 (fired once every image has loaded or failed), writes {images, broken, widths} into the DOM; Chromium
 (`--headless --dump-dom`) prints the DOM and this script reads the result back. It passes when the
-page has at least one image and every <img> has naturalWidth > 0 (a truncated or corrupt base64
-PNG fails). `--screenshot` also saves a full-page PNG for a look by eye.
+page has at least one image or chart, every <img> has naturalWidth > 0 (a truncated or corrupt base64
+PNG fails) and every plotly chart holds its SVG. `--screenshot` also saves a full-page PNG for a look by eye.
 
 The browser is $CHROMIUM, --browser, or the first of chromium, chromium-browser, google-chrome,
 google-chrome-stable, chrome on PATH (Debian: `apt-get install chromium`). Nothing else is needed
@@ -37,7 +38,11 @@ window.addEventListener("load", () => {{
   const broken = images.filter((img) => !(img.complete && img.naturalWidth > 0)).map((img) => img.alt || img.src.slice(0, 60));
   const out = document.createElement("pre");
   out.id = "{RESULT_ID}";
-  out.textContent = JSON.stringify({{images: images.length, broken: broken, widths: images.map((img) => img.naturalWidth)}});
+  // Interactive reports: every plotly chart must have drawn its SVG (plotly.js is embedded in the page).
+  const charts = Array.from(document.querySelectorAll(".plotly-graph-div"));
+  const blank = charts.filter((div) => !div.querySelector("svg.main-svg")).map((div) => div.id);
+  out.textContent = JSON.stringify({{images: images.length, broken: broken, widths: images.map((img) => img.naturalWidth),
+                                     charts: charts.length, blank: blank}});
   document.body.appendChild(out);
 }});
 </script>
@@ -94,8 +99,9 @@ def check(report: Path, browser: str, screenshot: Path | None, timeout: float) -
     text = report.read_text(encoding="utf-8")
     counter = _ImgCounter()
     counter.feed(text)
-    if counter.images == 0:
-        print(f"FAIL: {report} has no <img> element", file=sys.stderr)
+    charts_in_file = text.count('class="plotly-graph-div"')
+    if counter.images == 0 and charts_in_file == 0:
+        print(f"FAIL: {report} has no <img> element and no plotly chart", file=sys.stderr)
         return 1
     probed = text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE
     with tempfile.TemporaryDirectory() as directory:
@@ -127,7 +133,10 @@ def check(report: Path, browser: str, screenshot: Path | None, timeout: float) -
     if result["broken"]:
         print(f"FAIL: {len(result['broken'])} image(s) did not load: {result['broken']}", file=sys.stderr)
         return 1
-    print("OK: every image loaded (naturalWidth > 0)")
+    if result.get("blank"):
+        print(f"FAIL: {len(result['blank'])} plotly chart(s) drew nothing: {result['blank'][:5]}", file=sys.stderr)
+        return 1
+    print(f"OK: every image loaded (naturalWidth > 0); {result.get('charts', 0)} interactive charts drawn")
     return 0
 
 
