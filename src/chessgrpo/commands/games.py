@@ -27,12 +27,11 @@ import argparse
 import collections
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
 
-from chessgrpo.commands.common import add_config_arguments
+from chessgrpo.commands.common import add_config_arguments, progress_bar
 from chessgrpo.commands.evaluate import add_search_arguments
 from chessgrpo.config import EngineConfig, load_config, to_dict
 
@@ -261,8 +260,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run_games_command(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from chessgrpo.board.openings import generate_openings, read_openings
     from chessgrpo.engine import EnginePool, RetryPolicy, available_cores
     from chessgrpo.eval.anchors import (
@@ -384,7 +381,7 @@ def run_games_command(args: argparse.Namespace) -> int:
     pair_points: list[float] = []
     sprt_state: dict[str, Any] = {}
 
-    progress = tqdm(total=len(tasks), desc="games", unit="game", file=sys.stderr, disable=None, leave=False)
+    progress = progress_bar(len(tasks), "games", "game", leave=False)  # in a log file: a line every 30 s
 
     def on_result(result) -> bool:
         progress.update(1)
