@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import torch
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
@@ -273,6 +275,13 @@ def test_without_plotly_the_report_falls_back_to_pngs(lab, tmp_path, monkeypatch
 
 def test_run_metadata_recorded_or_unknown(lab, tmp_path):
     run_dir = _copy(lab.healthy, tmp_path)
+    # The training loop records where the run came from (run_info.json) ...
+    recorded = json.loads((run_dir / "run_info.json").read_text())
+    assert recorded["versions"]["torch"] == torch.__version__ and recorded["hardware"]["cpu_count"] == os.cpu_count()
+    meta = run_metadata(load_run(run_dir))
+    assert meta["metadata file"] == "run_info.json" and "torch " + torch.__version__ in meta["package versions"]
+    # ... and a run without one (made before it existed) says unknown.
+    (run_dir / "run_info.json").unlink()
     meta = run_metadata(load_run(run_dir))
     assert meta["git commit"] is None and meta["package versions"] is None and meta["metadata file"] is None
     assert re.match(r"[\d.]+ s between the first and last metrics rows \(steps 0-16", meta["wall time"])
@@ -280,7 +289,7 @@ def test_run_metadata_recorded_or_unknown(lab, tmp_path):
     assert meta["device settings (config)"].startswith("device cpu, threads 1")
     text = build_report([run_dir], pngs=False, interactive=False).html.read_text()
     assert "unknown (not recorded in the run directory)" in text and "python-chess" in text  # and the report's own versions
-    # What a run_info.json (not written by the training loop yet) would give.
+    # What a hand-written run_info.json gives.
     first = load_run(run_dir).rows[0]["time"]
     (run_dir / "run_info.json").write_text(json.dumps({
         "git_commit": "0123456789abcdef", "git_dirty": True, "versions": {"torch": "2.13.0", "chessgrpo": "0.1.0", "chess": "1.11.2"},
