@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
+import time
 
 import chess
 import chess.pgn
@@ -521,3 +523,49 @@ def test_an_anchor_engine_killed_mid_game_is_replaced_and_keeps_playing(caplog):
         engine.close()
     assert board.is_legal(first) and board.is_legal(again)
     assert "replacing it" in caplog.text  # the dead process was noticed and replaced
+
+
+def _children(pid: int) -> list[int]:
+    listed = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in listed]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_leave_when_eval_games_is_killed(tmp_path, value_checkpoint):
+    """kill -9 of `eval games` runs no cleanup in the parent: its workers must notice and exit
+    rather than play every queued game (found when a long ladder run was stopped with SIGTERM)."""
+    openings = tmp_path / "openings.epd"
+    openings.write_text(OPENINGS[0].fen + "\n")
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "chessgrpo.cli", "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random",
+         "--games", "400", "--search-nodes", "16", "--openings", str(openings), "--workers", "2", "--pgn", str(tmp_path / "g.pgn"),
+         "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        workers: list[int] = []
+        while time.monotonic() < deadline and len(workers) < 2:  # the spawned workers (and a resource tracker)
+            time.sleep(0.5)
+            workers = _children(parent.pid)  # the two workers (and multiprocessing's resource tracker)
+        assert len(workers) >= 2, "the game workers did not start"
+        time.sleep(3)  # they are playing
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 60  # a worker checks its parent before every move
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.5)
+        left = {p: open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:120] for p in workers if _alive(p)}
+        assert not left, f"processes of eval games kept running after it was killed: {left}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in _children(parent.pid):
+            os.kill(pid, 9)

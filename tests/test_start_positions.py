@@ -75,3 +75,30 @@ def test_policy_game_positions_are_the_policys_turns_and_reproducible():
     assert 4 * 4 <= len(boards) <= 4 * 20  # the policy's moves only (colours alternate by game), after 4-8 opening plies
     assert {b.turn for b in boards} == {chess.WHITE, chess.BLACK}
     assert all(not b.is_game_over() for b in boards)
+
+
+def test_min_best_margin_keeps_only_moves_from_labelled_data(tmp_path):
+    """Positions where the labelled best move beats the second best by the margin ("only moves")
+    are kept; a single labelled move says nothing about a margin and is dropped."""
+    from chessgrpo.board import move_to_action
+    from chessgrpo.board.sources import random_playout_positions
+    from chessgrpo.data.schema import write_shard
+
+    rows, margins = [], [0.5, 0.05, 0.3, None]
+    for board, margin in zip(random_playout_positions(4, seed=5, max_plies=30), margins):
+        first, second = sorted(board.legal_moves, key=chess.Move.uci)[:2]
+        moves, wins = ([first.uci()], [0.6]) if margin is None else ([first.uci(), second.uci()], [0.6, 0.6 - margin])
+        rows.append({
+            "fen": board.fen(), "source": "test", "best_move": first.uci(), "best_action": move_to_action(first), "moves": moves,
+            "win_probs": wins, "value": 0.6, "legal_moves": None, "legal_win_probs": None, "nodes": 50,
+        })  # fmt: skip
+    shard = write_shard(rows, tmp_path / "labelled.parquet")
+    kept = StartPositions.from_source(str(shard), min_best_margin=0.2)
+    assert [b.fen() for b in kept.boards] == [rows[0]["fen"], rows[2]["fen"]]
+    assert len(StartPositions.from_source(str(shard))) == 4
+    with pytest.raises(ValueError, match="no position passes"):
+        StartPositions.from_source(str(shard), min_best_margin=0.9)
+    with pytest.raises(ValueError, match="min_best_margin"):
+        PositionSource(str(shard), min_best_margin=0.0)
+    with pytest.raises(ValueError, match="labelled dataset"):
+        StartPositions.from_source("random:5", min_best_margin=0.2)

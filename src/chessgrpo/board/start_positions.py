@@ -43,6 +43,7 @@ class StartPositions:
         seed: int = 0,
         win_prob_range: tuple[float, float] | None = None,
         skip_mover: str | None = None,
+        min_best_margin: float | None = None,
     ) -> StartPositions:
         """Load start positions.
 
@@ -52,13 +53,17 @@ class StartPositions:
         At most `max_positions` are kept (a seeded sample).
 
         `win_prob_range` (datasets only) keeps positions whose labelled best move's win probability
-        lies inside [low, high]. `skip_mover` (.pgn only) drops the positions where the side to
+        lies inside [low, high]; `min_best_margin` (datasets only) keeps positions whose labelled
+        best move's win probability exceeds the second best's by at least this much ("only moves":
+        tactics, where one move is right and the others lose). `skip_mover` (.pgn only) drops the positions where the side to
         move is the player of that name in the game's White/Black headers, e.g. ``random`` to
         keep only the policy's own moves from `chessgrpo eval games` PGN.
         """
         if skip_mover is not None and Path(source).suffix.lower() != ".pgn":
             raise ValueError(f"start positions {source!r}: skip_mover needs a .pgn source")
         if source.startswith("random:"):
+            if win_prob_range is not None or min_best_margin is not None:
+                raise ValueError(f"start positions {source!r}: win_prob_range and min_best_margin need a labelled dataset (directory or .parquet)")
             count = source.split(":", 1)[1]
             if not count.isdigit() or int(count) < 1:
                 raise ValueError(f"start positions {source!r}: expected random:N with N >= 1")
@@ -68,9 +73,13 @@ class StartPositions:
             raise FileNotFoundError(f"start positions {source!r} do not exist")
         suffix = path.suffix.lower()
         if path.is_dir() or suffix == ".parquet":
-            boards = _dataset_positions(path, source, split=split if path.is_dir() else None, win_prob_range=win_prob_range)
-        elif win_prob_range is not None:
-            raise ValueError(f"start positions {source!r}: win_prob_range needs a labelled dataset (directory or .parquet)")
+            boards = _dataset_positions(
+                path, source, split=split if path.is_dir() else None, win_prob_range=win_prob_range, min_best_margin=min_best_margin
+            )
+            if not boards:
+                raise ValueError(f"start positions {source!r}: no position passes win_prob_range {win_prob_range} and min_best_margin {min_best_margin}")
+        elif win_prob_range is not None or min_best_margin is not None:
+            raise ValueError(f"start positions {source!r}: win_prob_range and min_best_margin need a labelled dataset (directory or .parquet)")
         elif suffix in (".epd", ".fen", ".txt"):
             boards = list(read_fen_file(path))
         elif suffix == ".pgn":
@@ -95,7 +104,9 @@ class StartPositions:
         return [self.boards[int(i)].copy() for i in indices]
 
 
-def _dataset_positions(path: Path, source: str, *, split: str | None, win_prob_range: tuple[float, float] | None) -> list[chess.Board]:
+def _dataset_positions(
+    path: Path, source: str, *, split: str | None, win_prob_range: tuple[float, float] | None, min_best_margin: float | None = None
+) -> list[chess.Board]:
     from chessgrpo.data.schema import read_positions  # lazy: pyarrow only for datasets
 
     table = read_positions(path, split=split, columns=["fen", "win_probs"])
@@ -103,6 +114,8 @@ def _dataset_positions(path: Path, source: str, *, split: str | None, win_prob_r
     for row, (fen, win_probs) in enumerate(zip(table.column("fen").to_pylist(), table.column("win_probs").to_pylist())):
         if win_prob_range is not None and win_probs and not win_prob_range[0] <= win_probs[0] <= win_prob_range[1]:
             continue
+        if min_best_margin is not None and not (len(win_probs or []) >= 2 and win_probs[0] - win_probs[1] >= min_best_margin):
+            continue  # one labelled move (or none) says nothing about the margin
         try:
             boards.append(parse_board(fen))
         except ValueError as error:
@@ -149,6 +162,9 @@ class PositionSource:
     """Keep at most this many positions (a seeded sample); null = all."""
     win_prob_range: tuple[float, float] | None = None
     """Datasets only: keep positions whose labelled best move's win probability is in [low, high]."""
+    min_best_margin: float | None = None
+    """Datasets only: keep positions whose best labelled move's win probability beats the second
+    best's by at least this (e.g. 0.2: "only moves", tactics); needs multipv >= 2 labels."""
     skip_mover: str | None = None
     """.pgn only: drop positions where this player (a White/Black header value, e.g. random) is to move."""
     max_defender_pieces: int | None = None
@@ -162,6 +178,8 @@ class PositionSource:
             raise ValueError(f"position source {self.positions!r}: weight must be a finite number >= 0, got {self.weight}")
         if self.win_prob_range is not None and not 0.0 <= self.win_prob_range[0] <= self.win_prob_range[1] <= 1.0:
             raise ValueError(f"position source {self.positions!r}: win_prob_range must be [low, high] within [0, 1]")
+        if self.min_best_margin is not None and not 0.0 < self.min_best_margin <= 1.0:
+            raise ValueError(f"position source {self.positions!r}: min_best_margin must be in (0, 1], got {self.min_best_margin}")
 
     @property
     def label(self) -> str:
@@ -205,7 +223,7 @@ class StartPositionMixture:
             if loaded is None:
                 loaded = StartPositions.from_source(
                     item.positions, split=item.split, max_positions=item.max_positions, seed=seed,
-                    win_prob_range=item.win_prob_range, skip_mover=item.skip_mover,
+                    win_prob_range=item.win_prob_range, skip_mover=item.skip_mover, min_best_margin=item.min_best_margin,
                 )  # fmt: skip
             if item.max_defender_pieces is not None:
                 kept = [b for b in loaded.boards if chess.popcount(b.occupied_co[not b.turn]) <= item.max_defender_pieces]

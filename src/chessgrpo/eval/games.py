@@ -46,6 +46,7 @@ import functools
 import hashlib
 import logging
 import multiprocessing
+import os
 import queue
 import re
 import time
@@ -331,10 +332,18 @@ class Adjudicator:
 # Playing
 
 
+class GameAbandoned(Exception):
+    """`play_game`'s `abandon` check said to stop mid-game (a worker whose parent died)."""
+
+
 def play_game(
-    task: GameTask, player: Mover, anchor: Mover, adjudicator: Adjudicator, settings: GameSettings
+    task: GameTask, player: Mover, anchor: Mover, adjudicator: Adjudicator, settings: GameSettings,
+    abandon: Callable[[], bool] | None = None,
 ) -> GameResult:
-    """Play one game from the task's opening to its end; returns the result with its PGN."""
+    """Play one game from the task's opening to its end; returns the result with its PGN.
+
+    `abandon`, asked before every move, raises `GameAbandoned` when it returns True.
+    """
     started = time.perf_counter()
     board = chess.Board(task.opening.fen)
     game_id = (task.anchor.text, task.pair, task.game, task.seed)
@@ -347,6 +356,8 @@ def play_game(
         verdict = adjudicator.check(board, plies)
         if verdict is not None:
             break
+        if abandon is not None and abandon():
+            raise GameAbandoned(f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} abandoned after {plies} plies")
         mover = white if board.turn == chess.WHITE else black
         move = mover.move(board)
         if not board.is_legal(move):
@@ -431,8 +442,8 @@ class GameWorker:
             )
         return self._anchors[spec.text]
 
-    def play(self, task: GameTask) -> GameResult:
-        return play_game(task, self.player, self.anchor(task.anchor), self.adjudicator, self.settings)
+    def play(self, task: GameTask, abandon: Callable[[], bool] | None = None) -> GameResult:
+        return play_game(task, self.player, self.anchor(task.anchor), self.adjudicator, self.settings, abandon)
 
     def close(self) -> None:
         self.player.close()
@@ -441,8 +452,11 @@ class GameWorker:
         self.adjudicator.close()
 
 
-def _worker_main(settings: GameSettings, tasks: Any, results: Any, stop: Any) -> None:
-    """Entry point of a spawned worker: play tasks until a None sentinel or the stop event."""
+def _worker_main(settings: GameSettings, tasks: Any, results: Any, stop: Any, parent: int) -> None:
+    """Entry point of a spawned worker: play tasks until a None sentinel, the stop event, or the
+    death of `parent` (the pid of `eval games`; a SIGTERM or kill -9 runs no cleanup there, and
+    without this check its workers would go on playing every queued game). The pid comes from
+    the parent: the parent may die while a worker is still importing."""
     try:
         import torch
 
@@ -452,16 +466,21 @@ def _worker_main(settings: GameSettings, tasks: Any, results: Any, stop: Any) ->
         results.put(("error", "worker start-up failed:\n" + traceback.format_exc()))
         return
     try:
-        while not stop.is_set():
+        while not stop.is_set() and os.getppid() == parent:
             task = tasks.get()
-            if task is None or stop.is_set():
+            if task is None or stop.is_set() or os.getppid() != parent:
                 break
             try:
-                results.put(("ok", worker.play(task)))
+                results.put(("ok", worker.play(task, abandon=lambda: os.getppid() != parent)))
+            except GameAbandoned:
+                break
             except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
                 results.put(("error", f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} failed:\n{traceback.format_exc()}"))
                 break
     finally:
+        if os.getppid() != parent:
+            # Nobody reads the results any more: exiting must not wait to flush them into the pipe.
+            results.cancel_join_thread()
         worker.close()
 
 
@@ -518,7 +537,9 @@ def _run_parallel(
     for _ in range(workers):
         task_queue.put(None)
     processes = [
-        context.Process(target=_worker_main, args=(settings, task_queue, result_queue, stop), name=f"games-{i}", daemon=True)
+        context.Process(
+            target=_worker_main, args=(settings, task_queue, result_queue, stop, os.getpid()), name=f"games-{i}", daemon=True
+        )
         for i in range(workers)
     ]
     for process in processes:
