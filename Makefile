@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test bench doctor clean
+.PHONY: setup run test bench doctor recipe clean
 
 setup:
 	@bash scripts/setup.sh
@@ -15,6 +15,9 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/engine_throughput.py
+
+recipe: setup
+	bash scripts/recipe.sh cpu_hour
 
 doctor: setup
 	$(BIN)/chessgrpo doctor

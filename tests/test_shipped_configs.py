@@ -16,6 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # Configs without a `kind` key, by file name: (module, class) of the command that reads them.
 COMMAND_CLASSES: dict[str, tuple[str, str]] = {
     "data_tiny.yaml": ("chessgrpo.data.generate", "GenerateConfig"),
+    "data.yaml": ("chessgrpo.data.generate", "GenerateConfig"),  # a recipe's data stage (configs/recipes/*/)
     "engine_eval.yaml": ("chessgrpo.config", "EngineEvalConfig"),
     "eval.yaml": ("chessgrpo.commands.evaluate", "EvalConfig"),
     "games.yaml": ("chessgrpo.commands.games", "GamesConfig"),
@@ -34,8 +35,20 @@ def config_class(path: Path) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("**/*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_shipped_config_loads_into_its_class(path):
     cls = config_class(path)
     config = load_config(cls, path)  # raises ConfigError naming any unknown key or wrong type
     assert type(config) is cls
+
+
+def test_every_recipe_has_its_three_stages_chained():
+    """scripts/recipe.sh runs data, pretrain and grpo from a recipe folder: the pretraining reads the
+    data stage's output, and GRPO starts from the pretraining run the script writes."""
+    recipes = [p for p in (CONFIGS / "recipes").iterdir() if p.is_dir()]
+    assert recipes
+    for recipe in recipes:
+        stages = {name: yaml.safe_load((recipe / f"{name}.yaml").read_text()) for name in ("data", "pretrain", "grpo")}
+        assert stages["pretrain"]["data"] == stages["data"]["out"], recipe
+        assert stages["grpo"]["init_checkpoint"] == f"runs/{recipe.name}/pretrain", recipe
+        assert stages["grpo"]["eval"]["positions"] == stages["data"]["out"], recipe
