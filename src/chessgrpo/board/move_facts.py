@@ -57,10 +57,21 @@ def move_facts(board: chess.Board) -> list[tuple[int, int]]:
     return out
 
 
-def move_fact_array(boards: Sequence[chess.Board]) -> np.ndarray:
-    """uint8 [B, 1968]: the fact byte of every action of every board (0 where nothing holds)."""
+def move_fact_array(boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None) -> np.ndarray:
+    """uint8 [B, 1968]: the fact byte of every action of every board (0 where nothing holds).
+
+    `facts`: each board's `move_facts`, when the caller has them already (search computes them
+    once per leaf for its mate-in-one test and the network's input).
+    """
+    if facts is not None and len(facts) != len(boards):
+        raise ValueError(f"{len(facts)} fact lists for {len(boards)} boards")
     out = np.zeros((len(boards), NUM_ACTIONS), dtype=np.uint8)
     for row, board in enumerate(boards):
-        for action, bits in move_facts(board):
+        for action, bits in move_facts(board) if facts is None else facts[row]:
             out[row, action] = bits
     return out
+
+
+def has_mate(facts: Sequence[tuple[int, int]]) -> bool:
+    """Whether a position's `move_facts` include a checkmating move (a mate in one)."""
+    return any(bits & CHECKMATE for _, bits in facts)

@@ -144,10 +144,13 @@ class Chess960Evaluator(NetworkEvaluator):
     For `chessgrpo.search.Searcher`'s ``evaluator_class``.
     """
 
-    def _network(self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]]) -> list[tuple[np.ndarray, float]]:
-        """`NetworkEvaluator._network` over the standard views, with the priors of `move_actions`."""
+    def _network(
+        self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]], facts: Sequence[list[tuple[int, int]]] | None = None
+    ) -> list[tuple[np.ndarray, float]]:
+        """`NetworkEvaluator._network` over the standard views, with the priors of `move_actions`
+        (the network reads the standard view's move facts, so `facts` of a Chess960 board are not used)."""
         if not any(board.chess960 for board in boards):
-            return super()._network(boards, legal)
+            return super()._network(boards, legal, facts)
         with torch.no_grad():
             tokens, _ = self.policy.inputs([standard_view(board) for board in boards])
             logits, value_logits = self.policy(tokens, with_value=True)

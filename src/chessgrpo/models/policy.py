@@ -298,11 +298,16 @@ class ActionPolicy(nn.Module):
             raise ValueError("this policy has no value head (train one with model.value_head: true)")
         return logits, self.value_head(x, board[:, 0] == WHITE_TO_MOVE_TOKEN)
 
-    def inputs(self, boards: Sequence[chess.Board]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device."""
+    def inputs(
+        self, boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device.
+
+        `facts`: the boards' `board.move_facts.move_facts`, if the caller computed them already.
+        """
         tokens = torch.from_numpy(encode_fens(boards).astype(np.int64))
         if self.config.move_facts:
-            tokens = torch.cat([tokens, torch.from_numpy(move_fact_array(boards).astype(np.int64))], dim=1)
+            tokens = torch.cat([tokens, torch.from_numpy(move_fact_array(boards, facts).astype(np.int64))], dim=1)
         masks = torch.from_numpy(legal_masks(boards))
         return tokens.to(self.device), masks.to(self.device)
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from chessgrpo.board import move_to_action
+from chessgrpo.board.move_facts import has_mate, move_facts
 from chessgrpo.models.policy import ActionPolicy, log_probs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,13 +108,17 @@ class NetworkEvaluator:
         self.network_calls = 0
         """Batched forward passes so far."""
 
-    def exact_value(self, board: chess.Board, legal: Sequence[chess.Move]) -> float | None:
+    def exact_value(
+        self, board: chess.Board, legal: Sequence[chess.Move], facts: Sequence[tuple[int, int]] | None = None
+    ) -> float | None:
         """The rules' value, else 1 with a mate in one, else the tablebase's where it covers the
-        position, else None."""
+        position, else None. `facts` (the board's `move_facts`, when known) answer the mate in one."""
         value = rule_value(board, legal)
-        if value is not None:
-            return value
-        if mating_move(board, legal) is not None:
+        return value if value is not None else self._value_beyond_rules(board, legal, facts)
+
+    def _value_beyond_rules(self, board: chess.Board, legal: Sequence[chess.Move], facts: Sequence[tuple[int, int]] | None) -> float | None:
+        """`exact_value` for a position the rules leave open: a mate in one, else the tablebase."""
+        if has_mate(facts) if facts is not None else mating_move(board, legal) is not None:
             return 1.0
         tablebase = self.tablebase
         if tablebase is not None and chess.popcount(board.occupied) <= self.tablebase_pieces and tablebase.covers(board):
@@ -128,27 +133,40 @@ class NetworkEvaluator:
         detection; they are not modified.
         """
         results: list[LeafEvaluation | None] = [None] * len(boards)
-        pending: list[tuple[int, list[chess.Move]]] = []
+        pending: list[tuple[int, list[chess.Move], list[tuple[int, int]] | None]] = []
+        with_facts = self.policy.config.move_facts
         for index, board in enumerate(boards):
             legal = list(board.legal_moves)
+            facts = None
             if not legal:
                 value = rule_value(board, legal)  # mate or stalemate: exact even at a root
+            elif exact:
+                # A policy that reads move facts needs them for the network anyway: computed once,
+                # they also answer the mate-in-one test (the same pushes; ~1/3 of a leaf's cost).
+                value = rule_value(board, legal)
+                if value is None:
+                    facts = move_facts(board) if with_facts else None
+                    value = self._value_beyond_rules(board, legal, facts)
             else:
-                value = self.exact_value(board, legal) if exact else None
+                value = None
             if value is not None:
                 results[index] = LeafEvaluation(legal, np.zeros(0), value, exact=True)
             else:
-                pending.append((index, legal))
+                pending.append((index, legal, facts))
         if pending:
-            for (index, legal), (priors, value) in zip(pending, self._network([boards[i] for i, _ in pending], [m for _, m in pending])):
+            known = None if any(f is None for _, _, f in pending) or not with_facts else [f for _, _, f in pending]
+            evaluated = self._network([boards[i] for i, _, _ in pending], [m for _, m, _ in pending], facts=known)
+            for (index, legal, _), (priors, value) in zip(pending, evaluated):
                 results[index] = LeafEvaluation(legal, priors, value, exact=False)
         return results  # type: ignore[return-value]
 
     @torch.no_grad()
-    def _network(self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]]) -> list[tuple[np.ndarray, float]]:
+    def _network(
+        self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]], facts: Sequence[list[tuple[int, int]]] | None = None
+    ) -> list[tuple[np.ndarray, float]]:
         """Priors over `legal` (summing to 1) and value for each board, from one forward pass
-        (counted in `network_positions` and `network_calls`)."""
-        tokens, masks = self.policy.inputs(boards)
+        (counted in `network_positions` and `network_calls`); `facts`: the boards' move facts, if known."""
+        tokens, masks = self.policy.inputs(boards, facts)
         logits, value_logits = self.policy(tokens, with_value=True)
         probs = log_probs(logits.float(), masks, self.prior_temperature).exp().cpu().numpy()
         values = torch.sigmoid(value_logits.float()).cpu().numpy()
