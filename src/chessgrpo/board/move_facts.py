@@ -20,6 +20,7 @@ import chess
 import numpy as np
 
 from chessgrpo.board.actions import NUM_ACTIONS, move_to_action
+from chessgrpo.board.fast_moves import available, move_facts_fast
 
 MOVE_FACTS = ("check", "checkmate", "stalemate", "insufficient_material", "fifty_moves")
 """Bit i of a fact byte is MOVE_FACTS[i]: the move gives check; mates; stalemates; leaves a dead
@@ -29,10 +30,19 @@ CHECK, CHECKMATE, STALEMATE, INSUFFICIENT_MATERIAL, FIFTY_MOVES = (1 << i for i 
 
 
 def move_facts(board: chess.Board) -> list[tuple[int, int]]:
-    """(action, fact byte) for each legal move of `board` with at least one fact set.
+    """(action, fact byte) for each legal move of `board` with at least one fact set, sorted by action.
 
-    About 0.3 ms for a middlegame position: one push, one check test and the first legal reply
-    per move (`any` stops at the first). The board is left as it was.
+    Computed by the fast backend (`board.fast_moves`, ~0.09 ms for a middlegame position) when it
+    is installed, else by `move_facts_reference`; the two agree move for move (tests/test_fast_moves.py).
+    """
+    facts = move_facts_fast(board) if available(board) else None
+    return sorted(move_facts_reference(board) if facts is None else facts)
+
+
+def move_facts_reference(board: chess.Board) -> list[tuple[int, int]]:
+    """python-chess's move facts, the reference: one push, one check test and the first legal
+    reply per move (`any` stops at the first), ~0.55 ms for a middlegame position. The board is
+    left as it was. Unsorted (legal-move order).
     """
     out: list[tuple[int, int]] = []
     for move in list(board.legal_moves):
