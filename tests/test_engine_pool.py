@@ -17,6 +17,7 @@ import pytest
 
 from chessgrpo.board import random_playout_positions
 from chessgrpo.engine import EngineError, EngineNotFoundError, EnginePool, RetryPolicy, find_stockfish
+from chessgrpo.engine.pool import BACKGROUND
 
 WHITE_MATES_IN_ONE = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1"  # Ra8#
 BLACK_MATES_IN_ONE = "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1"  # Ra1#
@@ -367,3 +368,22 @@ def test_multipv_lines_are_distinct_complete_and_ordered(pool):
         assert len(moves) == len(set(moves)) == min(5, board.legal_moves.count()), board.fen()
         assert values == sorted(values, reverse=True), board.fen()
         assert all(chess.Move.from_uci(move) in board.legal_moves for move in moves)
+
+
+def test_submit_returns_at_once_and_gives_what_evaluate_gives(pool, positions):
+    pending = pool.submit(positions[:12], nodes=500)
+    submitted = pending.result()
+    assert [e.fen for e in submitted] == positions[:12]
+    assert [(e.best_move, e.cp, e.mate) for e in submitted] == [(e.best_move, e.cp, e.mate) for e in pool.evaluate(positions[:12], nodes=500)]
+    with pytest.raises(RuntimeError, match="already"):
+        pending.result()
+
+
+def test_an_urgent_search_overtakes_queued_background_searches(positions):
+    # One process: 20 background searches are queued first; the urgent one is taken next.
+    with EnginePool(processes=1, nodes=20_000) as one:
+        background = one.submit(positions[:20], priority=BACKGROUND)
+        urgent = one.evaluate([ITALIAN], nodes=100)[0]
+        assert urgent.best_move is not None
+        assert not background.done()  # most background searches were still waiting behind it
+        assert len(background.result()) == 20

@@ -26,6 +26,8 @@ from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.rl import GRPOConfig, InvariantViolation, compute_advantages
 from chessgrpo.tasks.endgame import TablebaseOracle
 from chessgrpo.tasks.trajectory import (
+    EngineValues,
+    StockfishOpponent,
     TablebaseOpponent,
     TrajectoryConfig,
     Trajectories,
@@ -142,6 +144,10 @@ class FakePool:
     def evaluate(self, boards, nodes):
         self.asked.extend(b.fen() for b in boards)
         return [SimpleNamespace(win_probability=self.values[b.fen()]) for b in boards]
+
+    def submit(self, boards, nodes, priority=None, fens=None):  # EnginePool.submit: answered at once
+        evaluations = self.evaluate(boards, nodes)
+        return SimpleNamespace(result=lambda: evaluations)
 
 
 def test_self_play_rows_have_each_colours_own_rewards():
@@ -303,3 +309,26 @@ def test_train_command_runs_the_endgame_config(tmp_path):
     assert (tmp_path / "cli" / "eval" / "step_000002_endgame.json").is_file()
     bad = subprocess.run([*command, "task.opponent=sunfish"], capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
     assert bad.returncode == 2 and "opponent" in bad.stderr
+
+
+def test_rewards_valued_during_the_rollout_equal_rewards_valued_after_it():
+    """task.overlap_rewards: the engine values points as the rollout reaches them; same rewards, same searches."""
+    from chessgrpo.engine import EnginePool
+    from chessgrpo.board import random_playout_positions
+
+    torch.manual_seed(3)
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    starts = random_playout_positions(3, seed=5, max_plies=20)
+    config = TrajectoryConfig(group_size=3, positions_per_step=3, horizon=3, opponent="stockfish", opponent_nodes=50, reward="engine")
+    with EnginePool(processes=2, nodes=300) as pool:
+        results = []
+        for overlap in (False, True):
+            prefetch = EngineValues(pool, 300) if overlap else None
+            trajectories = play_trajectories(
+                model, starts, config, opponent=StockfishOpponent(pool, 50), generator=torch.Generator().manual_seed(0), prefetch=prefetch
+            )
+            results.append(engine_step_rewards(trajectories, pool, nodes=300, prefetched=prefetch))
+            assert trajectories.timings["policy_s"] > 0 and trajectories.timings["opponent_s"] > 0
+    (plain, searched), (overlapped, searched_overlapped) = results
+    assert torch.equal(plain, overlapped) and searched == searched_overlapped > 9
+    assert plain[trajectories.mask].abs().sum() > 0  # real rewards, not zeros

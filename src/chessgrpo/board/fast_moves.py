@@ -74,15 +74,16 @@ def _insufficient_material(board: object) -> bool:
     return True
 
 
-def move_facts_fast(board: chess.Board) -> list[tuple[int, int]] | None:
+def move_facts_fast(board: chess.Board, fen: str | None = None) -> list[tuple[int, int]] | None:
     """`board.move_facts.move_facts` computed by rust_chess: (action, fact byte) per legal move with a fact.
 
     The caller checks `available(board)` first. The same list as the reference, in the backend's move
     order; None for a position the backend refuses (an impossible check that python-chess reads anyway).
+    `fen`: the board's FEN, when the caller has it.
     """
     assert _rc is not None
     # No clocks (module docstring): the position, castling and en passant fields only.
-    placement, turn, castling, ep = board.fen().split(" ", 4)[:4]
+    placement, turn, castling, ep = (board.fen() if fen is None else fen).split(" ", 4)[:4]
     try:
         fast = _rc.Board.from_fen(f"{placement} {turn} {castling} {ep} 0 1")
     except ValueError:

@@ -29,13 +29,14 @@ draw by insufficient material; reaches the fifty-move rule (100 plies without ca
 CHECK, CHECKMATE, STALEMATE, INSUFFICIENT_MATERIAL, FIFTY_MOVES = (1 << i for i in range(len(MOVE_FACTS)))
 
 
-def move_facts(board: chess.Board) -> list[tuple[int, int]]:
+def move_facts(board: chess.Board, fen: str | None = None) -> list[tuple[int, int]]:
     """(action, fact byte) for each legal move of `board` with at least one fact set, sorted by action.
 
     Computed by the fast backend (`board.fast_moves`, ~0.09 ms for a middlegame position) when it
     is installed, else by `move_facts_reference`; the two agree move for move (tests/test_fast_moves.py).
+    `fen`: the board's FEN, when the caller has it.
     """
-    facts = move_facts_fast(board) if available(board) else None
+    facts = move_facts_fast(board, fen) if available(board) else None
     return sorted(move_facts_reference(board) if facts is None else facts)
 
 
@@ -67,17 +68,19 @@ def move_facts_reference(board: chess.Board) -> list[tuple[int, int]]:
     return out
 
 
-def move_fact_array(boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None) -> np.ndarray:
+def move_fact_array(
+    boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None, fens: Sequence[str] | None = None
+) -> np.ndarray:
     """uint8 [B, 1968]: the fact byte of every action of every board (0 where nothing holds).
 
     `facts`: each board's `move_facts`, when the caller has them already (search computes them
-    once per leaf for its mate-in-one test and the network's input).
+    once per leaf for its mate-in-one test and the network's input); `fens`: the boards' FENs, likewise.
     """
     if facts is not None and len(facts) != len(boards):
         raise ValueError(f"{len(facts)} fact lists for {len(boards)} boards")
     out = np.zeros((len(boards), NUM_ACTIONS), dtype=np.uint8)
     for row, board in enumerate(boards):
-        for action, bits in move_facts(board) if facts is None else facts[row]:
+        for action, bits in move_facts(board, None if fens is None else fens[row]) if facts is None else facts[row]:
             out[row, action] = bits
     return out
 

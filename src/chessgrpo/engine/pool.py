@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
 import os
 import queue
@@ -176,6 +177,48 @@ class _Task:
     multipv: int
 
 
+URGENT, BACKGROUND = 0, 1
+"""`EnginePool.submit` priorities: a search the caller is waiting for, and one it will need later."""
+
+
+@dataclasses.dataclass
+class _Dispatch:
+    cached: dict[str, tuple[dict, bool]]
+    """Request key -> (raw result, True) for what the cache answered."""
+    futures: dict[concurrent.futures.Future, str]
+    """Queued searches -> their request key."""
+    started: float
+
+
+class PendingEvaluations:
+    """Evaluations under way (`EnginePool.submit`): `result()` waits for them and returns them in order."""
+
+    def __init__(self, pool: EnginePool, boards: list[chess.Board], fens: list[str], results: list, requests: dict, dispatch: _Dispatch):
+        self._pool, self._boards, self._fens, self._results = pool, boards, fens, results
+        self._requests, self._dispatch = requests, dispatch
+        self._done = False
+
+    def done(self) -> bool:
+        """Whether every search has finished (`result()` would not wait)."""
+        return all(future.done() for future in self._dispatch.futures)
+
+    def result(self, progress: Progress | None = None) -> list[Evaluation]:
+        """One `Evaluation` per submitted position, in order; raises the first engine failure. Once only."""
+        if self._done:
+            raise RuntimeError("result() was already called for these evaluations")
+        self._done = True
+        pool, requests = self._pool, self._requests
+        done_now = len(self._boards) - sum(len(indices) for _, indices in requests.values())
+        if progress and done_now:
+            progress(done_now)
+        raw = pool._collect(requests, self._dispatch, progress)
+        for key, (_, indices) in requests.items():
+            value, cached = raw[key]
+            for index in indices:
+                self._results[index] = pool._evaluation(self._boards[index], value, cached, self._fens[index])
+        return self._results
+
+
 class EnginePool:
     """Evaluate chess positions with several engine processes (Stockfish) in parallel.
 
@@ -212,7 +255,10 @@ class EnginePool:
         self.default_limit = SearchLimit(nodes=None if depth is not None else nodes, depth=depth)
         self.stats = PoolStats()
         self._stats_lock = threading.Lock()
-        self._queue: queue.Queue[tuple[_Task, concurrent.futures.Future] | None] = queue.Queue()
+        # (priority, arrival, (task, future) or None to stop a worker): urgent searches (an opponent's
+        # move the caller waits for) overtake background ones (rewards prefetched during a rollout).
+        self._queue: queue.PriorityQueue[tuple[float, int, tuple[_Task, concurrent.futures.Future] | None]] = queue.PriorityQueue()
+        self._arrival = itertools.count()
         self._engines: list[UciProcess | None] = [None] * self.processes
         self._closed = False
         self.engine_name = "engine"
@@ -285,7 +331,29 @@ class EnginePool:
         `positions` are FEN strings or boards; all are validated before any search starts
         (`ValueError` names the first bad one). `progress(n)` is called as n more are done.
         """
+        return self.submit(positions, nodes=nodes, depth=depth, priority=URGENT).result(progress)
+
+    def submit(
+        self,
+        positions: Sequence[Position],
+        *,
+        nodes: int | None = None,
+        depth: int | None = None,
+        priority: int = BACKGROUND,
+        fens: Sequence[str] | None = None,
+    ) -> PendingEvaluations:
+        """Start evaluating `positions` and return at once; `.result()` waits for the evaluations.
+
+        The searches run on the pool's processes while the caller does other work (a rollout
+        prefetches its rewards this way). `priority`: `URGENT` searches are taken before any queued
+        `BACKGROUND` one, so a caller waiting on an opponent's move is not stuck behind prefetches.
+        Results are exactly those of `evaluate` (the same searches; order never changes a result).
+        `fens`: the positions' FENs when they are boards whose FENs the caller computed already.
+        """
         boards = [parse_board(position) for position in positions]
+        if fens is not None and len(fens) != len(boards):
+            raise ValueError(f"{len(fens)} FENs for {len(boards)} positions")
+        own_fens = [board.fen() for board in boards] if fens is None else list(fens)
         limit = self._limit(nodes, depth)
         results: list[Evaluation | None] = [None] * len(boards)
         requests: dict[str, tuple[str, list[int]]] = {}
@@ -294,16 +362,9 @@ class EnginePool:
             if terminal is not None:
                 results[index] = terminal_evaluation(board, *terminal)
                 continue
-            self._add_request(requests, board, index, limit, multipv=1)
-        done_now = len(boards) - sum(len(indices) for _, indices in requests.values())
-        if progress and done_now:
-            progress(done_now)
-        raw = self._resolve(requests, limit, multipv=1, progress=progress)
-        for key, (_, indices) in requests.items():
-            value, cached = raw[key]
-            for index in indices:
-                results[index] = self._evaluation(boards[index], value, cached)
-        return results  # type: ignore[return-value]
+            self._add_request(requests, board, index, limit, multipv=1, fen=own_fens[index])
+        dispatch = self._dispatch(requests, limit, multipv=1, priority=priority)
+        return PendingEvaluations(self, boards, own_fens, results, requests, dispatch)
 
     def analyse_many(
         self,
@@ -334,7 +395,7 @@ class EnginePool:
         done_now = len(boards) - sum(len(indices) for _, indices in requests.values())
         if progress and done_now:
             progress(done_now)
-        raw = self._resolve(requests, limit, multipv=multipv, progress=progress)
+        raw = self._collect(requests, self._dispatch(requests, limit, multipv=multipv, priority=URGENT), progress)
         for key, (_, indices) in requests.items():
             value, cached = raw[key]
             for index in indices:
@@ -360,7 +421,7 @@ class EnginePool:
             return
         self._closed = True
         for _ in self._workers:
-            self._queue.put(None)
+            self._queue.put((float("inf"), next(self._arrival), None))  # after every queued search
         for worker in self._workers:
             worker.join(timeout=self.timeout_s + 5)
         for engine in self._engines:
@@ -383,9 +444,12 @@ class EnginePool:
             return self.default_limit
         return SearchLimit(nodes=nodes, depth=depth)
 
-    def _add_request(self, requests: dict, board: chess.Board, index: int, limit: SearchLimit, multipv: int) -> None:
+    def _add_request(
+        self, requests: dict, board: chess.Board, index: int, limit: SearchLimit, multipv: int, fen: str | None = None
+    ) -> None:
         clock = board.halfmove_clock if board.halfmove_clock >= HALFMOVE_CLOCK_RELEVANT_FROM else 0
-        position = f"{board.epd()} {clock}"
+        epd = (board.fen() if fen is None else fen).rsplit(" ", 2)[0]  # a FEN is its EPD and the two clocks
+        position = f"{epd} {clock}"
         key = f"{self.engine_id}|{limit}|multipv={multipv}|{position}"
         if key in requests:
             requests[key][1].append(index)
@@ -394,38 +458,36 @@ class EnginePool:
             # from `board`), built from the key's string instead of a second board.fen().
             requests[key] = (f"{position} 1", [index])
 
-    def _resolve(
-        self,
-        requests: dict[str, tuple[str, list[int]]],
-        limit: SearchLimit,
-        multipv: int,
-        progress: Progress | None,
-    ) -> dict[str, tuple[dict, bool]]:
-        """Raw search results for each request key, from the cache or from the engines."""
+    def _dispatch(self, requests: dict[str, tuple[str, list[int]]], limit: SearchLimit, multipv: int, priority: int) -> _Dispatch:
+        """Answer what the cache knows and queue the rest (`_collect` waits for them)."""
         if self._closed:
             raise EngineError("the engine pool is closed")
         self._broken = None  # each batch gets its own chance (the fast failure is within a batch)
-        out: dict[str, tuple[dict, bool]] = {}
+        cached: dict[str, tuple[dict, bool]] = {}
         if self.cache is not None and requests:
             for key, value in self.cache.get_many(requests).items():
-                out[key] = (value, True)
+                cached[key] = (value, True)
             with self._stats_lock:
-                self.stats.cache_hits += len(out)
-                self.stats.cache_misses += len(requests) - len(out)
-            if progress and out:
-                progress(sum(len(requests[key][1]) for key in out))
+                self.stats.cache_hits += len(cached)
+                self.stats.cache_misses += len(requests) - len(cached)
         futures: dict[concurrent.futures.Future, str] = {}
         for key, (engine_fen, _) in requests.items():
-            if key in out:
+            if key in cached:
                 continue
             future: concurrent.futures.Future = concurrent.futures.Future()
-            self._queue.put((_Task(engine_fen, limit, multipv), future))
+            self._queue.put((priority, next(self._arrival), (_Task(engine_fen, limit, multipv), future)))
             futures[future] = key
-        started = time.perf_counter()
+        return _Dispatch(cached, futures, time.perf_counter())
+
+    def _collect(self, requests: dict[str, tuple[str, list[int]]], dispatch: _Dispatch, progress: Progress | None) -> dict[str, tuple[dict, bool]]:
+        """Raw search results for each request key: the dispatch's cached answers and its searches."""
+        out = dict(dispatch.cached)
+        if progress and out:
+            progress(sum(len(requests[key][1]) for key in out))
         fresh: dict[str, dict] = {}
         error: BaseException | None = None
-        for future in concurrent.futures.as_completed(futures):
-            key = futures[future]
+        for future in concurrent.futures.as_completed(dispatch.futures):
+            key = dispatch.futures[future]
             try:
                 fresh[key] = _result_to_json(future.result())
             except BaseException as exc:  # keep the successes, then raise the first failure
@@ -436,7 +498,7 @@ class EnginePool:
                 progress(len(requests[key][1]))
         with self._stats_lock:
             self.stats.searches += len(fresh)
-            self.stats.search_seconds += time.perf_counter() - started
+            self.stats.search_seconds += time.perf_counter() - dispatch.started
         if self.cache is not None:
             self.cache.put_many(fresh)
         if error is not None:
@@ -479,7 +541,7 @@ class EnginePool:
 
     def _worker_loop(self, slot: int) -> None:
         while True:
-            item = self._queue.get()
+            _, _, item = self._queue.get()
             if item is None:
                 return
             task, future = item
@@ -567,11 +629,11 @@ class EnginePool:
         if not result.lines:
             raise EngineError("sent no usable `info ... score` line (a score is what the search is for)")
 
-    def _evaluation(self, board: chess.Board, value: dict, cached: bool) -> Evaluation:
+    def _evaluation(self, board: chess.Board, value: dict, cached: bool, fen: str | None = None) -> Evaluation:
         cp, mate, pv, depth, nodes = value["lines"][0]
         wdl = score_to_wdl(cp, mate, ply=board.ply(), model=self.wdl_model)
         return Evaluation(
-            fen=board.fen(),
+            fen=board.fen() if fen is None else fen,
             win_probability=expected_score(wdl),
             wdl=wdl,
             cp=cp,

@@ -299,15 +299,16 @@ class ActionPolicy(nn.Module):
         return logits, self.value_head(x, board[:, 0] == WHITE_TO_MOVE_TOKEN)
 
     def inputs(
-        self, boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None
+        self, boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None, fens: Sequence[str] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device.
 
-        `facts`: the boards' `board.move_facts.move_facts`, if the caller computed them already.
+        `facts`: the boards' `board.move_facts.move_facts`, if the caller computed them already;
+        `fens`: the boards' FENs, likewise (hot loops compute each once).
         """
-        tokens = torch.from_numpy(encode_fens(boards).astype(np.int64))
+        tokens = torch.from_numpy(encode_fens(boards if fens is None else fens).astype(np.int64))
         if self.config.move_facts:
-            tokens = torch.cat([tokens, torch.from_numpy(move_fact_array(boards, facts).astype(np.int64))], dim=1)
+            tokens = torch.cat([tokens, torch.from_numpy(move_fact_array(boards, facts, fens).astype(np.int64))], dim=1)
         masks = torch.from_numpy(legal_masks(boards))
         return tokens.to(self.device), masks.to(self.device)
 

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -110,6 +111,11 @@ class TrajectoryConfig:
     regret: bool = False
     """``tablebase`` rewards: subtract the best reward the position before the ply allows against the
     perfect defender (`tasks.endgame.best_step_reward`): 0 for a DTZ-optimal move, < 0 otherwise."""
+    overlap_rewards: bool = False
+    """``engine`` rewards: hand each position to the engine pool the moment the rollout reaches it, so the
+    engine values it while the policy plays on (`EngineValues`; identical rewards). Off by default: it only
+    pays with cores to spare beside the pool's processes; on 2 cores, where the pool has one process per
+    core, the two compete and a step got slower (docs/benchmarks.md, issue 25)."""
     supervision: str = "process"
     """outcome (one advantage per row) | process (per-ply step rewards, reward-to-go, DeepSeekMath) |
     step (per-ply step rewards normalised as in process, without the sum) | critic (regret rewards
@@ -212,6 +218,14 @@ class Point:
     """The position (no move stack)."""
     terminal: str | None
     """`tasks.endgame.game_over` reason, judged with the game's move stack; None while the game goes on."""
+    fen: str = ""
+    """The board's FEN, when the rollout computed it already ("" = not known)."""
+
+    def key(self) -> str:
+        """The board's FEN (computed once)."""
+        if not self.fen:
+            self.fen = self.board.fen()
+        return self.fen
 
 
 @dataclasses.dataclass
@@ -264,6 +278,9 @@ class Trajectories:
     """[N, T] reference log-probs of the sampled actions (rollout temperature)."""
     exact_kl: torch.Tensor | None = None
     """[N, T] exact KL(policy || reference) at each ply."""
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Wall-clock of the rollout's parts: ``policy_s`` (encoding, forwards, sampling, pushing the learner's
+    moves), ``opponent_s`` (waiting for the opponent's moves)."""
 
     @property
     def num_rows(self) -> int:
@@ -288,17 +305,17 @@ class Trajectories:
         return out
 
 
-def _distinct(boards: Sequence[chess.Board]) -> tuple[list[chess.Board], list[str], torch.Tensor]:
+def _distinct(boards: Sequence[chess.Board], fens: Sequence[str] | None = None) -> tuple[list[chess.Board], list[str], torch.Tensor]:
     """(copies of the distinct boards by FEN, their FENs, inverse [len(boards)] index into them).
 
     Copies, so that pushing a move on one of `boards` cannot change what another row sees.
+    `fens`: the boards' FENs, when the caller has them.
     """
     index: dict[str, int] = {}
     unique: list[chess.Board] = []
     keys: list[str] = []
     inverse = []
-    for board in boards:
-        key = board.fen()
+    for board, key in zip(boards, fens if fens is not None else (board.fen() for board in boards)):
         if key not in index:
             index[key] = len(unique)
             unique.append(board.copy(stack=False))
@@ -317,10 +334,13 @@ def play_trajectories(
     generator: Generators = None,
     reference: ActionPolicy | None = None,
     bf16: bool = False,
+    prefetch: EngineValues | None = None,
 ) -> Trajectories:
     """Play `config.group_size` games from each start, in lockstep; `opponent` None means self-play.
 
-    `reference` (optional) adds reference log-probs and the exact KL at every own ply.
+    `reference` (optional) adds reference log-probs and the exact KL at every own ply. `prefetch`
+    (engine rewards): every unfinished position that becomes a row's point is handed to it the
+    moment it is reached, so the engine values it while the rollout goes on (`EngineValues`).
     """
     if model.training or (reference is not None and reference.training):
         raise RuntimeError("play_trajectories needs models in eval mode (no dropout in RL forwards)")
@@ -345,6 +365,19 @@ def play_trajectories(
     for mapping in game_rows:
         rows.extend(mapping.values())
     over: list[str | None] = [None] * len(boards)
+    # Each board's FEN, computed once per position reached: it keys the distinct positions, encodes
+    # the policy's input, names the point and keys its engine value.
+    fens: list[str | None] = [None] * len(boards)
+
+    def fen_of(g: int) -> str:
+        fen = fens[g]
+        if fen is None:
+            fen = fens[g] = boards[g].fen()
+        return fen
+
+    if prefetch is not None:
+        prefetch.add(starts)  # every row's first point
+    timings = {"policy_s": 0.0, "opponent_s": 0.0}
 
     table: dict[str, int] = {}
     tokens_list: list[torch.Tensor] = []
@@ -358,8 +391,9 @@ def play_trajectories(
         learner = [g for g in active if boards[g].turn in game_rows[g]]
         others = [g for g in active if boards[g].turn not in game_rows[g]]
         if learner:
-            unique, keys, inverse = _distinct([boards[g] for g in learner])
-            tokens, legal = model.inputs(unique)
+            tick = time.perf_counter()
+            unique, keys, inverse = _distinct([boards[g] for g in learner], [fen_of(g) for g in learner])
+            tokens, legal = model.inputs(unique, fens=keys)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 logits = model(tokens)
             logp_full = log_probs(logits, legal, config.temperature)
@@ -383,7 +417,7 @@ def play_trajectories(
                 board = boards[g]
                 row = game_rows[g][board.turn]
                 if not row.closed and len(row.actions) == horizon:
-                    row.points.append(Point(board.copy(stack=False), None))
+                    row.points.append(Point(board.copy(stack=False), None, fen_of(g)))
                     row.closed = True
                 if not row.closed:
                     u = inverse_list[j]
@@ -392,7 +426,7 @@ def play_trajectories(
                         table[key] = len(table)
                         tokens_list.append(tokens[u])
                         legal_list.append(legal[u])
-                    row.points.append(Point(board.copy(stack=False), None))
+                    row.points.append(Point(board.copy(stack=False), None, key))
                     row.positions.append(table[key])
                     row.actions.append(actions_list[j])
                     row.logp.append(logp_list[j])
@@ -402,18 +436,28 @@ def play_trajectories(
                         row.ref_logp.append(ref_chosen[j])
                         row.kl.append(kl[u])
                 board.push(chess.Move.from_uci(ACTIONS[actions_list[j]]))
+                fens[g] = None
+            timings["policy_s"] += time.perf_counter() - tick
         if others:
             assert opponent is not None
-            for g, move in zip(others, opponent.moves([boards[g] for g in others], [g // group_size for g in others])):
+            tick = time.perf_counter()
+            replies = opponent.moves([boards[g] for g in others], [g // group_size for g in others])
+            timings["opponent_s"] += time.perf_counter() - tick
+            for g, move in zip(others, replies):
                 if not boards[g].is_legal(move):
                     raise RuntimeError(f"opponent played illegal move {move.uci()} in {boards[g].fen()!r}")
                 boards[g].push(move)
+                fens[g] = None
         for g in active:
             over[g] = game_over(boards[g])
+        if prefetch is not None:
+            # The positions just reached where a row moves next (or ends at its horizon): its next point.
+            reached = [g for g in active if over[g] is None and boards[g].turn in game_rows[g] and not game_rows[g][boards[g].turn].closed]
+            prefetch.add([boards[g] for g in reached], [fen_of(g) for g in reached])
     for g, mapping in enumerate(game_rows):
         for row in mapping.values():
             if not row.closed:
-                row.points.append(Point(boards[g].copy(stack=False), over[g]))
+                row.points.append(Point(boards[g].copy(stack=False), over[g], fen_of(g)))
                 row.closed = True
 
     n = len(rows)
@@ -448,6 +492,7 @@ def play_trajectories(
         points=[row.points for row in rows],
         ref_logp=pad([row.ref_logp for row in rows], torch.float32) if with_reference else None,
         exact_kl=pad([row.kl for row in rows], torch.float32) if with_reference else None,
+        timings=timings,
     )
 
 
@@ -483,30 +528,65 @@ def point_value(point: Point, pov: chess.Color, engine_value: float | None) -> f
     return engine_value if point.board.turn == pov else 1.0 - engine_value
 
 
-def engine_step_rewards(trajectories: Trajectories, pool: EnginePool, *, nodes: int) -> tuple[torch.Tensor, int]:
-    """([N, T] changes of the mover's win probability per own ply, distinct positions evaluated).
+class EngineValues:
+    """Engine values of a rollout's positions, searched while the rollout is still being played.
 
-    An engine failure is retried by the pool and raises if it persists: never a silent 0 reward.
+    `add` hands positions to the pool as soon as they are reached (`EnginePool.submit` at background
+    priority, so an opponent's move, which the rollout waits for, is searched first); `values` waits
+    for what is left. The searches are exactly those `engine_step_rewards` would make after the
+    rollout (the same positions at the same node limit, and the pool's results do not depend on
+    order or timing), so the rewards are identical; the engine just works while the policy does.
     """
-    index: dict[str, int] = {}
-    boards: list[chess.Board] = []
-    for points in trajectories.points:
-        for point in points:
-            if point.terminal is None:
-                key = point.board.fen()
-                if key not in index:
-                    index[key] = len(boards)
-                    boards.append(point.board)
-    values = [e.win_probability for e in pool.evaluate(boards, nodes=nodes)] if boards else []
+
+    def __init__(self, pool: EnginePool, nodes: int):
+        self.pool, self.nodes = pool, nodes
+        self._index: dict[str, int] = {}
+        self._batches: list[Any] = []
+        self._values: list[float] = []
+
+    def add(self, boards: Sequence[chess.Board], keys: Sequence[str] | None = None) -> None:
+        """Start valuing those of `boards` not seen before (unfinished positions only: finished ones are
+        exact); `keys`: their FENs, when the caller has them."""
+        fresh, fresh_keys = [], []
+        for board, key in zip(boards, keys if keys is not None else (board.fen() for board in boards)):
+            if key not in self._index:
+                self._index[key] = len(self._index)
+                fresh.append(board)  # the pool validates a copy
+                fresh_keys.append(key)
+        if fresh:
+            from chessgrpo.engine.pool import BACKGROUND
+
+            self._batches.append(self.pool.submit(fresh, nodes=self.nodes, priority=BACKGROUND, fens=fresh_keys))
+
+    def value(self, key: str) -> float:
+        """The engine's win probability for the side to move at the position with FEN `key` (added
+        before); waits for the searches."""
+        while self._batches:  # in submission order: the index counts positions in that order
+            self._values.extend(e.win_probability for e in self._batches.pop(0).result())
+        return self._values[self._index[key]]
+
+
+def engine_step_rewards(
+    trajectories: Trajectories, pool: EnginePool, *, nodes: int, prefetched: EngineValues | None = None
+) -> tuple[torch.Tensor, int]:
+    """([N, T] changes of the mover's win probability per own ply, distinct positions valued).
+
+    `prefetched`: the `EngineValues` the rollout filled as it went (`play_trajectories(prefetch=...)`);
+    any point it lacks is searched now. An engine failure is retried by the pool and raises if it
+    persists: never a silent 0 reward.
+    """
+    values = prefetched if prefetched is not None else EngineValues(pool, nodes)
+    if values.nodes != nodes:
+        raise ValueError(f"prefetched values were searched at {values.nodes} nodes, the rewards need {nodes}")
+    keys = [[p.key() if p.terminal is None else "" for p in points] for points in trajectories.points]
+    unfinished = [(p.board, key) for points, row_keys in zip(trajectories.points, keys) for p, key in zip(points, row_keys) if key]
+    values.add([board for board, _ in unfinished], [key for _, key in unfinished])
     rewards = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
-    for i, (colour, points) in enumerate(zip(trajectories.row_colour, trajectories.points)):
-        v = [
-            point_value(p, colour, values[index[p.board.fen()]] if p.terminal is None else None)
-            for p in points
-        ]  # fmt: skip
+    for i, (colour, points, row_keys) in enumerate(zip(trajectories.row_colour, trajectories.points, keys)):
+        v = [point_value(p, colour, values.value(key) if key else None) for p, key in zip(points, row_keys)]
         for t in range(len(points) - 1):
             rewards[i, t] = v[t + 1] - v[t]
-    return rewards.to(trajectories.mask.device), len(boards)
+    return rewards.to(trajectories.mask.device), len({key for _, key in unfinished})
 
 
 # ------------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from chessgrpo.rl import GRPOConfig, optimize
 from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
 from chessgrpo.board.start_positions import StartPositions
 from chessgrpo.tasks.trajectory import (
+    EngineValues,
     Opponent,
     PolicyOpponent,
     StockfishOpponent,
@@ -264,9 +265,12 @@ class TrajectoryKind(PolicyGRPOKind):
         generators = self.group_generators(step, mine)
         if isinstance(self.opponent, PolicyOpponent):  # the reference opponent samples from the same group streams
             self.opponent.generator = generators
+        # task.overlap_rewards: the pool values each position as the rollout reaches it (same searches, same rewards).
+        overlap = task.overlap_rewards and task.reward == "engine" and self.pool is not None
+        prefetch = EngineValues(self.pool, task.reward_nodes) if overlap else None
         trajectories = play_trajectories(
             self.model, starts, task, opponent=self.opponent, generator=generators,
-            reference=self.reference if self._uses_kl else None, bf16=bf16,
+            reference=self.reference if self._uses_kl else None, bf16=bf16, prefetch=prefetch,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
 
@@ -277,7 +281,7 @@ class TrajectoryKind(PolicyGRPOKind):
             step_rewards = tablebase_step_rewards(trajectories, self.oracle, shaping=task.shaping, regret=task.regret)
         else:
             assert self.pool is not None
-            step_rewards, evaluations = engine_step_rewards(trajectories, self.pool, nodes=task.reward_nodes)
+            step_rewards, evaluations = engine_step_rewards(trajectories, self.pool, nodes=task.reward_nodes, prefetched=prefetch)
         reward_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
@@ -308,6 +312,8 @@ class TrajectoryKind(PolicyGRPOKind):
                 "rollout/unique_positions": float(trajectories.tokens.shape[0]),
                 "reward/step_mean": float(step_rewards[mask].mean()),
                 "perf/sample_s": sample_s,
+                "perf/policy_s": trajectories.timings.get("policy_s", 0.0),
+                "perf/opponent_s": trajectories.timings.get("opponent_s", 0.0),
                 "perf/reward_s": reward_s,
                 "perf/learn_s": learn_s,
                 "perf/step_s": step_s,

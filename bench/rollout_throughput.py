@@ -1,0 +1,176 @@
+"""Rollout throughput: one-move groups against multi-ply trajectories, with the phase split of a step.
+
+    .venv/bin/python bench/rollout_throughput.py --init runs/quickstart/pretrain
+    .venv/bin/python bench/rollout_throughput.py --init runs/quickstart/pretrain --settings trajectory,matched \\
+        --baseline-src /path/to/older/checkout/src      # the same settings on older code, alternated
+
+Settings (each a real `chessgrpo train` step loop, built in a fresh process, engine cache off):
+
+- ``one_move``: configs/grpo_tiny.yaml's shape (B=32 positions x G=8 moves, 2000 reward nodes, 2 epochs of
+  2 minibatches), start positions from the init's dataset (``--positions``) instead of the policy-game mixture
+  (whose start-up games cost ~20 s and nothing per step);
+- ``trajectory``: configs/trajectory_stockfish_tiny.yaml (B=8 x G=8 games, T=4 own plies against Stockfish at
+  100 nodes, engine rewards at 2000 nodes, process supervision, 2 epochs of 2 minibatches);
+- ``matched``: the predecessor's setting (issue 25): B=8, G=8, T=8, the tiny 2 x 64 policy, temperature 1, one
+  full-batch update per step, no reference forward (kl_coef 0), opponent and rewards at 200 nodes (Stockfish
+  15.1's median node count at depth 4 on data/tiny positions: the predecessor searched to depth 4).
+
+Each setting runs `--warmup` steps, then `--steps` timed steps; settings alternate within each of `--repeats`
+rounds (so a slow spell of the machine hits all of them), and the table gives medians over all timed steps
+of all rounds. Per step: samples (own plies) per second, the wall-clock split (the policy's part of the
+rollout, waiting for the opponent, waiting for rewards, learning), and CPU seconds per sample of this
+process (Python, torch, the pool's threads) and of the engine processes (from /proc). Ratios are of medians
+measured in the same run. `--json FILE` writes every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SETTINGS: dict[str, tuple[str, list[str]]] = {
+    "one_move": ("configs/grpo_tiny.yaml", ["position_mixture=[]", "eval.positions=null", "eval.puzzles=null"]),
+    "trajectory": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null"]),
+    "matched": (
+        "configs/trajectory_stockfish_tiny.yaml",
+        [
+            "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
+            "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
+            "grpo.num_iterations=1", "grpo.minibatch_size=64",
+        ],
+    ),  # fmt: skip
+}
+COMMON = ["engine.cache=false", "eval_at_start=false", "eval_every=0", "checkpoint_every=100000", "log_every=1"]
+
+
+def _engine_cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the engine processes (seconds), from /proc (0 where unreadable)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def worker(setting: str, init: str, positions: str, steps: int, warmup: int, extra: list[str]) -> list[dict]:
+    """Run one setting in this process; one dict per timed step."""
+    from chessgrpo.config import load_config
+    from chessgrpo.train.kinds import config_class
+    from chessgrpo.train.loop import Trainer
+
+    config_path, overrides = SETTINGS[setting]
+    with tempfile.TemporaryDirectory() as out:
+        kind = "move_group" if setting == "one_move" else "trajectory"
+        options = [f"kind={kind}", f"init_checkpoint={init}", f"positions={positions}", f"run.out_dir={out}", "run.name=bench",
+                   f"steps={warmup + steps}", *COMMON, *overrides, *extra]  # fmt: skip
+        config = load_config(config_class(kind), ROOT / config_path, options)
+        rows = []
+        with Trainer(config) as trainer:
+            pool = trainer.kind.pool
+            for step in range(warmup + steps):
+                wall, cpu = time.perf_counter(), time.process_time()
+                engine = _engine_cpu_seconds(pool.pids) if pool is not None else 0.0
+                metrics = trainer.train_step()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                engine = (_engine_cpu_seconds(pool.pids) if pool is not None else 0.0) - engine
+                if step < warmup:
+                    continue
+                samples = metrics.get("rollout/plies", metrics.get("rollout/samples", float(config.task.positions_per_step * config.task.group_size)))
+                rows.append({
+                    "setting": setting, "step": step, "wall_s": wall, "samples": samples, "main_cpu_s": cpu, "engine_cpu_s": engine,
+                    **{k: v for k, v in metrics.items() if k.startswith("perf/")},
+                })  # fmt: skip
+        return rows
+
+
+def run_setting(setting: str, args: argparse.Namespace, src: Path) -> list[dict]:
+    """`worker` in a fresh Python process importing chessgrpo from `src` (this checkout or --baseline-src)."""
+    command = [sys.executable, __file__, "--worker", setting, "--init", args.init, "--positions", args.positions,
+               "--steps", str(args.steps), "--warmup", str(args.warmup), *(f"--set={o}" for o in args.set)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{setting} ({src}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _median(rows: list[dict], key: str, per_sample: bool = False) -> float:
+    values = [row[key] / row["samples"] if per_sample else row[key] for row in rows if key in row]
+    return statistics.median(values) if values else float("nan")
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    """Markdown: one line per (setting, code)."""
+    head = ("| setting | samples/s | step s | policy s | opponent wait s | reward wait s | learn s | "
+            "engine wait ms/sample | other ms/sample | main CPU ms/sample | engine CPU ms/sample |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, rows in results.items():
+        per_s = statistics.median(row["samples"] / row["wall_s"] for row in rows)
+        wait = statistics.median((row.get("perf/opponent_s", 0.0) + row.get("perf/reward_s", 0.0)) / row["samples"] for row in rows)
+        other = statistics.median((row["wall_s"] - row.get("perf/opponent_s", 0.0) - row.get("perf/reward_s", 0.0)) / row["samples"] for row in rows)
+        lines.append(
+            f"| {name} | {per_s:.0f} | {_median(rows, 'wall_s'):.3f} | {_median(rows, 'perf/policy_s'):.3f} | "
+            f"{_median(rows, 'perf/opponent_s'):.3f} | {_median(rows, 'perf/reward_s'):.3f} | {_median(rows, 'perf/learn_s'):.3f} | "
+            f"{1000 * wait:.2f} | {1000 * other:.2f} | {1000 * _median(rows, 'main_cpu_s', True):.2f} | "
+            f"{1000 * _median(rows, 'engine_cpu_s', True):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--init", default="runs/quickstart/pretrain", help="the starting policy (run or checkpoint dir)")
+    parser.add_argument("--positions", default="data/tiny", help="start positions (dataset dir: its train split)")
+    parser.add_argument("--settings", default="one_move,trajectory", help=f"comma-separated, of {list(SETTINGS)}")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per setting and round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (allocations, engine start)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; the settings alternate within each")
+    parser.add_argument("--baseline-src", type=Path, help="also run every setting on the chessgrpo in this src/ directory")
+    parser.add_argument("--set", action="append", default=[], help="an extra config override for every setting (key=value)")
+    parser.add_argument("--json", type=Path, help="write every timed step here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.init, args.positions, args.steps, args.warmup, args.set)))
+        return 0
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown settings {unknown}; choose from {list(SETTINGS)}")
+    codes = {"": ROOT / "src"} | ({" (baseline)": args.baseline_src.resolve()} if args.baseline_src else {})
+    results: dict[str, list[dict]] = {}
+    for round_ in range(args.repeats):
+        for setting in settings:
+            for suffix, src in codes.items():
+                started = time.perf_counter()
+                rows = run_setting(setting, args, src)
+                results.setdefault(setting + suffix, []).extend(rows)
+                print(f"round {round_ + 1}/{args.repeats} {setting}{suffix}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    print(table(results))
+    medians = {name: statistics.median(row["samples"] / row["wall_s"] for row in rows) for name, rows in results.items()}
+    for suffix in codes:
+        if "one_move" + suffix in medians and "trajectory" + suffix in medians:
+            print(f"\ntrajectory / one-move samples/s{suffix}: {medians['trajectory' + suffix] / medians['one_move' + suffix]:.2f}")
+    for setting in settings:
+        if setting + " (baseline)" in medians:
+            print(f"{setting}: this code / baseline samples/s: {medians[setting] / medians[setting + ' (baseline)']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
