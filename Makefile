@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test bench doctor recipe clean
+.PHONY: setup run test test-all bench doctor recipe clean
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,9 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-all: setup
+	$(BIN)/python -m pytest -q -m "slow or not slow" $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python bench/engine_throughput.py

@@ -71,12 +71,15 @@ def worker(setting: str, init: str, positions: str, steps: int, warmup: int, ext
     from chessgrpo.train.kinds import config_class
     from chessgrpo.train.loop import Trainer
 
+    import chessgrpo
+
     config_path, overrides = SETTINGS[setting]
+    checkout = Path(chessgrpo.__file__).resolve().parents[2]  # the configs of the code under test
     with tempfile.TemporaryDirectory() as out:
         kind = "move_group" if setting == "one_move" else "trajectory"
         options = [f"kind={kind}", f"init_checkpoint={init}", f"positions={positions}", f"run.out_dir={out}", "run.name=bench",
                    f"steps={warmup + steps}", *COMMON, *overrides, *extra]  # fmt: skip
-        config = load_config(config_class(kind), ROOT / config_path, options)
+        config = load_config(config_class(kind), checkout / config_path, options)
         rows = []
         with Trainer(config) as trainer:
             pool = trainer.kind.pool

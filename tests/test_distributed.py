@@ -169,6 +169,7 @@ def test_sft_and_rookworld_on_two_processes_are_the_one_process_experiments(tmp_
 # -- resume, world sizes, nodes -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_process_run_resumes_exactly_and_resumes_on_one_process(tmp_path):
     run_torchrun(*move_group_args(tmp_path, "straight"))
     run_torchrun(*move_group_args(tmp_path, "stopped", "stop_at=2"))
@@ -187,6 +188,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_node_processes_on_loopback_match_one_process(tmp_path):
     run_single(*move_group_args(tmp_path, "one"))
     port = _free_port()

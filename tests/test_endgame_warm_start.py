@@ -95,6 +95,7 @@ def test_bad_endgame_config_is_one_clear_error():
         EndgameDataConfig(out="x", material="KXvK")
 
 
+@pytest.mark.slow
 def test_cli_data_pretrain_and_eval_endgame_with_paired_compare(tmp_path):
     data = tmp_path / "kqk"
     result = chessgrpo("data", "endgame", "--out", str(data), "--material", "KQvK", "--positions", "300",

@@ -20,7 +20,7 @@ from chessgrpo.board import move_to_action
 from chessgrpo.config import EngineConfig, RunConfig
 from chessgrpo.engine import EnginePool
 from chessgrpo.eval.puzzles import read_puzzles
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs, save_policy
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, log_probs, save_policy
 from chessgrpo.rl import GRPOConfig, InvariantViolation
 from chessgrpo.tasks.move_group import MoveGroupConfig, MoveGroups, StartPositions, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.track.metrics import read_metrics
@@ -203,3 +203,51 @@ def test_train_command_runs_evaluates_and_writes_a_run_directory(tmp_path):
     bad = subprocess.run([*command[:-1], "grpo.advantage_estimator=ppo"], capture_output=True, text=True, timeout=60, check=False,
                          cwd=Path(__file__).parent.parent)  # fmt: skip
     assert bad.returncode == 2 and "advantage_estimator" in bad.stderr
+
+
+def _value_head_state(run_dir: Path) -> dict[str, torch.Tensor]:
+    weights = load_file(str(run_dir / "checkpoints" / "latest" / "model.safetensors"))
+    return {k: v for k, v in weights.items() if k.startswith("value_head.")}
+
+
+def test_value_loss_trains_the_value_head_toward_the_engine_values(tmp_path):
+    from chessgrpo.config import ConfigError
+    from chessgrpo.models.policy import ModelConfig
+
+    start = tmp_path / "start"
+    torch.manual_seed(0)
+    save_policy(ActionPolicy(dataclasses.replace(PolicyConfig.from_size("tiny"), value_head=True)), start)
+    common = dict(init_checkpoint=str(start), positions="random:64", steps=6, checkpoint_every=6)
+    with Trainer(_config(tmp_path, "without", **common)) as trainer:
+        trainer.train()
+    with Trainer(_config(tmp_path, "with", value_loss_weight=1.0, **common)) as trainer:
+        trainer.train()
+    initial = {k: v for k, v in load_file(str(start / "model.safetensors")).items() if k.startswith("value_head.")}
+    without, with_loss = _value_head_state(tmp_path / "without"), _value_head_state(tmp_path / "with")
+    assert initial and all(torch.equal(initial[k], without[k]) for k in initial)  # frozen without the loss
+    assert any(not torch.equal(initial[k], with_loss[k]) for k in initial)
+    aux = [row["loss/aux"] for row in read_metrics(tmp_path / "with" / "metrics.jsonl") if "loss/aux" in row]
+    assert len(aux) == 6 and all(0 < a < 5 for a in aux)  # logged every step
+    assert not any("loss/aux" in row for row in read_metrics(tmp_path / "without" / "metrics.jsonl"))
+
+    # The term itself: minimising it moves the value head's predictions onto the targets.
+    from chessgrpo.tasks.move_group import make_forward
+
+    model = load_policy(start).eval()
+    boards = [chess.Board(), chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"), chess.Board("6k1/8/8/3q4/8/8/8/6K1 w - - 0 1")]
+    groups = sample_groups(model, boards, 4, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([0.55, 1.0, 0.0])
+    batch = to_rollout_batch(groups, torch.zeros(3, 4))
+    forward = make_forward(model, groups, temperature=1.0, value_targets=targets, value_loss_weight=1.0)
+    optimizer = torch.optim.Adam(model.value_head.parameters(), lr=1e-2)
+    first = float(forward(batch).aux_loss.detach())
+    for _ in range(60):
+        optimizer.zero_grad()
+        forward(batch).aux_loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        _, value_logits = model(groups.tokens, with_value=True)
+    assert float(forward(batch).aux_loss.detach()) < 0.5 * first
+    assert torch.allclose(torch.sigmoid(value_logits), targets, atol=0.1)
+    with pytest.raises(ConfigError, match="value head"):
+        Trainer(_config(tmp_path, "headless", value_loss_weight=1.0, model=ModelConfig(value_head=False)))

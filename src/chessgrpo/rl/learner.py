@@ -48,6 +48,9 @@ class PolicyOutputs:
     """[n, L] exact entropy of the current policy's (masked, tempered) distribution at each step, or None."""
     ref_logp: Tensor | None = None
     """[n, L] log-probs under the frozen reference (computed under no_grad), or None to use batch.ref_logp."""
+    aux_loss: Tensor | None = None
+    """A scalar added to the minibatch's policy loss (with grad), e.g. a value head's regression on the
+    rollout's engine values; logged as ``loss/aux``. None = nothing added."""
 
 
 Forward = Callable[[RolloutBatch], PolicyOutputs]
@@ -217,7 +220,11 @@ def optimize(
             if config.check_invariants and "kl/min" in step_metrics:
                 check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
 
-            grad_norm = update(out.loss if weight == 1.0 else out.loss * weight)
+            loss = out.loss
+            if outputs.aux_loss is not None:
+                loss = loss + outputs.aux_loss
+                step_metrics = {**step_metrics, "loss/aux": float(outputs.aux_loss.detach())}
+            grad_norm = update(loss if weight == 1.0 else loss * weight)
             collected.append({**step_metrics, "grad_norm": grad_norm})
 
     if collected:

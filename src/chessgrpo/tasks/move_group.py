@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import chess
 import torch
+import torch.nn.functional as F
 
 from chessgrpo.board import ACTIONS
 from chessgrpo.board.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
@@ -268,22 +269,42 @@ def to_rollout_batch(groups: MoveGroups, rewards: torch.Tensor) -> RolloutBatch:
     )
 
 
-def make_forward(model: ActionPolicy, groups: MoveGroups, *, temperature: float, bf16: bool = False):
+def make_forward(
+    model: ActionPolicy,
+    groups: MoveGroups,
+    *,
+    temperature: float,
+    bf16: bool = False,
+    value_targets: torch.Tensor | None = None,
+    value_loss_weight: float = 0.0,
+):
     """The learner's forward for these groups: log-probs and exact entropy of any subset of rows.
 
     The model runs once per distinct position in the minibatch (G rows share a position). It must
-    be in eval mode (no dropout); gradients flow.
+    be in eval mode (no dropout); gradients flow. With `value_targets` ([B] expected scores of the
+    positions for their side to move) and `value_loss_weight` > 0 the same trunk pass also gives the
+    value head's logits, and the minibatch's aux loss is the weight times the value head's
+    cross-entropy to those targets (the pretraining value loss), once per distinct position.
     """
+    with_value = value_targets is not None and value_loss_weight > 0
 
     def forward(minibatch: RolloutBatch) -> PolicyOutputs:
         if model.training:
             raise RuntimeError("the GRPO forward needs the model in eval mode (no dropout in RL forwards)")
         positions, inverse = torch.unique(minibatch.inputs["position"], return_inverse=True)
+        aux = None
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(groups.tokens[positions])
+            if with_value:
+                logits, value_logits = model(groups.tokens[positions], with_value=True)
+            else:
+                logits = model(groups.tokens[positions])
+        if with_value:
+            assert value_targets is not None
+            target = value_targets.to(value_logits.device)[positions].float()
+            aux = value_loss_weight * F.binary_cross_entropy_with_logits(value_logits.float(), target)
         logp_full = log_probs(logits, groups.legal[positions], temperature)
         logp = logp_full[inverse].gather(1, minibatch.actions)
         entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)
-        return PolicyOutputs(logp=logp, entropy=entropy)
+        return PolicyOutputs(logp=logp, entropy=entropy, aux_loss=aux)
 
     return forward

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,10 @@ class MoveGroupTrainConfig(TrainConfig):
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     """The Stockfish pool for rewards and evaluation (task.reward_nodes / eval.nodes set the limits)."""
     eval: MoveGroupEvalConfig = dataclasses.field(default_factory=MoveGroupEvalConfig)
+    value_loss_weight: float = 0.0
+    """Policies with a value head: also train the head during GRPO, on the step's engine values of its
+    start positions (the best move's value, `task.best_move_values`), with the pretraining value loss at
+    this weight. 0 = the head stays as pretraining left it while the shared trunk moves under it."""
     debug_learn_temperature: float | None = None
     """DEBUG: learn at this temperature instead of task.temperature, to watch the ratio check fire."""
 
@@ -111,6 +116,10 @@ class MoveGroupTrainConfig(TrainConfig):
             raise ConfigError(f"config key start_win_prob_range must be [low, high] within [0, 1], got {list(low_high)}")
         if self.debug_learn_temperature is not None and self.debug_learn_temperature <= 0:
             raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
+        if not (math.isfinite(self.value_loss_weight) and self.value_loss_weight >= 0):
+            raise ConfigError(f"config key value_loss_weight must be a finite number >= 0, got {self.value_loss_weight}")
+        if self.value_loss_weight > 0 and not self.task.best_move_values:
+            raise ConfigError("config key value_loss_weight > 0 needs task.best_move_values: true (the positions' engine values)")
 
     def default_best_metric(self) -> tuple[str, str] | None:
         if self.eval.positions:
@@ -143,8 +152,9 @@ class PolicyGRPOKind(GRPOKind):
         return list(self.model.head.parameters())
 
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        # A value head is kept as pretraining left it: no GRPO loss trains it (the shared trunk still moves).
-        return frozen_parameters(self.model, freeze_layers) + value_head_parameters(self.model)
+        # Without a value loss the value head is kept as pretraining left it (the shared trunk still moves).
+        trains_value = getattr(self.config, "value_loss_weight", 0.0) > 0
+        return frozen_parameters(self.model, freeze_layers) + ([] if trains_value else value_head_parameters(self.model))
 
     def save_model(self, directory: Path) -> None:
         save_policy(self.model, directory)
@@ -181,6 +191,8 @@ class MoveGroupKind(PolicyGRPOKind):
 
         super().__init__(config, context)
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
+        if config.value_loss_weight > 0 and self.model.value_head is None:
+            raise ConfigError(f"config key value_loss_weight is {config.value_loss_weight}, but the policy has no value head (model.value_head)")
         self._policy_games: dict[str, list] = {}
         self.start_positions: StartPositions | StartPositionMixture
         if config.position_mixture:
@@ -250,7 +262,10 @@ class MoveGroupKind(PolicyGRPOKind):
         tick = time.perf_counter()
         batch = to_rollout_batch(groups, rewards.to(self.context.device))
         learn_temperature = config.debug_learn_temperature or task.temperature
-        forward = make_forward(self.learner_model, groups, temperature=learn_temperature, bf16=bf16)
+        forward = make_forward(
+            self.learner_model, groups, temperature=learn_temperature, bf16=bf16,
+            value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
+        )  # fmt: skip
         metrics = optimize(
             batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
             parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
