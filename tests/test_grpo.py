@@ -251,3 +251,44 @@ def test_value_loss_trains_the_value_head_toward_the_engine_values(tmp_path):
     assert torch.allclose(torch.sigmoid(value_logits), targets, atol=0.1)
     with pytest.raises(ConfigError, match="value head"):
         Trainer(_config(tmp_path, "headless", value_loss_weight=1.0, model=ModelConfig(value_head=False)))
+
+
+def _labelled_dataset(directory: Path, count: int) -> str:
+    """`count` random-playout positions labelled by real Stockfish (100 nodes), all in the train split."""
+    from chessgrpo.board import random_playout_positions
+    from chessgrpo.data.schema import write_shard
+
+    boards = random_playout_positions(count, seed=11, max_plies=40)
+    with EnginePool(processes=1, nodes=100, cache_path=None) as pool:
+        analyses = pool.analyse_many(boards, multipv=1)
+    rows = [
+        dict(fen=b.fen(), source="random_playout", best_move=a.lines[0].move, best_action=move_to_action(a.lines[0].move),
+             moves=[a.lines[0].move], win_probs=[a.lines[0].win_probability], value=a.lines[0].win_probability,
+             legal_moves=None, legal_win_probs=None, nodes=100)
+        for b, a in zip(boards, analyses)
+    ]  # fmt: skip
+    write_shard(rows, directory / "train" / "shard-00000.parquet")
+    return str(directory)
+
+
+def test_value_positions_add_labelled_positions_to_the_value_loss(tmp_path):
+    from chessgrpo.config import ConfigError
+    from chessgrpo.train.dataset import load_split
+
+    labelled = _labelled_dataset(tmp_path / "labelled", 24)
+    start = tmp_path / "start"
+    torch.manual_seed(0)
+    save_policy(ActionPolicy(dataclasses.replace(PolicyConfig.from_size("tiny"), value_head=True)), start)
+    common = dict(init_checkpoint=str(start), positions="random:64", steps=2, checkpoint_every=2, value_loss_weight=1.0)
+    with Trainer(_config(tmp_path, "own", **common)) as trainer:
+        trainer.train()
+    with Trainer(_config(tmp_path, "data", value_positions=labelled, value_batch_size=16, **common)) as trainer:
+        assert len(trainer.kind.value_data) == len(load_split(labelled, "train"))
+        tokens, targets = trainer.kind._value_batches(0)()
+        assert tokens.shape == (16, trainer.kind.model.input_length) and ((targets >= 0) & (targets <= 1)).all()
+        trainer.train()
+    own = [row["loss/aux"] for row in read_metrics(tmp_path / "own" / "metrics.jsonl")]
+    data = [row["loss/aux"] for row in read_metrics(tmp_path / "data" / "metrics.jsonl")]
+    assert own[0] != data[0] and all(d > 0 for d in data)  # the labelled term is in the loss
+    with pytest.raises(ConfigError, match="value_loss_weight"):
+        _config(tmp_path, "weightless", value_positions=labelled)

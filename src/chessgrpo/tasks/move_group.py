@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import chess
@@ -277,6 +277,7 @@ def make_forward(
     bf16: bool = False,
     value_targets: torch.Tensor | None = None,
     value_loss_weight: float = 0.0,
+    value_batches: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ):
     """The learner's forward for these groups: log-probs and exact entropy of any subset of rows.
 
@@ -285,6 +286,9 @@ def make_forward(
     positions for their side to move) and `value_loss_weight` > 0 the same trunk pass also gives the
     value head's logits, and the minibatch's aux loss is the weight times the value head's
     cross-entropy to those targets (the pretraining value loss), once per distinct position.
+    `value_batches` (optional, with a weight > 0): each call returns (inputs, targets) of labelled
+    positions from a dataset, whose value cross-entropy is added too, so the head also stays fitted
+    to the positions of the data (a forward of those positions per minibatch).
     """
     with_value = value_targets is not None and value_loss_weight > 0
 
@@ -302,6 +306,11 @@ def make_forward(
             assert value_targets is not None
             target = value_targets.to(value_logits.device)[positions].float()
             aux = value_loss_weight * F.binary_cross_entropy_with_logits(value_logits.float(), target)
+            if value_batches is not None:
+                tokens, labelled = value_batches()
+                with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+                    _, data_logits = model(tokens.to(model.device), with_value=True)
+                aux = aux + value_loss_weight * F.binary_cross_entropy_with_logits(data_logits.float(), labelled.to(data_logits.device).float())
         logp_full = log_probs(logits, groups.legal[positions], temperature)
         logp = logp_full[inverse].gather(1, minibatch.actions)
         entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)

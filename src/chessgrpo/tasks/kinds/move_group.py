@@ -39,6 +39,7 @@ from chessgrpo.board.start_positions import PositionSource, StartPositionMixture
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
 from chessgrpo.tasks.move_group import MoveGroupConfig, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.distributed import derived_seed
 from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,12 @@ class MoveGroupTrainConfig(TrainConfig):
     """Policies with a value head: also train the head during GRPO, on the step's engine values of its
     start positions (the best move's value, `task.best_move_values`), with the pretraining value loss at
     this weight. 0 = the head stays as pretraining left it while the shared trunk moves under it."""
+    value_positions: str | None = None
+    """With value_loss_weight > 0: a dataset directory whose train split's labelled values (the best move's
+    win probability) also train the value head, `value_batch_size` positions per update, so the head stays
+    fitted to the positions of the data, which the step's own start positions are not. null = only those."""
+    value_batch_size: int = 64
+    """Labelled positions of `value_positions` per update (one more forward and backward of that many)."""
     debug_learn_temperature: float | None = None
     """DEBUG: learn at this temperature instead of task.temperature, to watch the ratio check fire."""
 
@@ -118,6 +125,10 @@ class MoveGroupTrainConfig(TrainConfig):
             raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
         if not (math.isfinite(self.value_loss_weight) and self.value_loss_weight >= 0):
             raise ConfigError(f"config key value_loss_weight must be a finite number >= 0, got {self.value_loss_weight}")
+        if self.value_batch_size < 1:
+            raise ConfigError(f"config key value_batch_size must be >= 1, got {self.value_batch_size}")
+        if self.value_positions is not None and self.value_loss_weight <= 0:
+            raise ConfigError("config key value_positions needs value_loss_weight > 0 (it is what trains on them)")
         if self.value_loss_weight > 0 and not self.task.best_move_values:
             raise ConfigError("config key value_loss_weight > 0 needs task.best_move_values: true (the positions' engine values)")
 
@@ -193,6 +204,12 @@ class MoveGroupKind(PolicyGRPOKind):
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
         if config.value_loss_weight > 0 and self.model.value_head is None:
             raise ConfigError(f"config key value_loss_weight is {config.value_loss_weight}, but the policy has no value head (model.value_head)")
+        self.value_data = None
+        if config.value_positions is not None:
+            from chessgrpo.train.dataset import load_split
+
+            self.value_data = load_split(config.value_positions, "train", move_facts=self.model.config.move_facts)
+            logger.info("value loss: %d labelled positions from %s", len(self.value_data), config.value_positions)
         self._policy_games: dict[str, list] = {}
         self.start_positions: StartPositions | StartPositionMixture
         if config.position_mixture:
@@ -265,6 +282,7 @@ class MoveGroupKind(PolicyGRPOKind):
         forward = make_forward(
             self.learner_model, groups, temperature=learn_temperature, bf16=bf16,
             value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
+            value_batches=self._value_batches(step) if self.value_data is not None else None,
         )  # fmt: skip
         metrics = optimize(
             batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
@@ -306,6 +324,20 @@ class MoveGroupKind(PolicyGRPOKind):
             metrics["reward/esl"] = float(-scored.regret.mean())
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
         return metrics
+
+    def _value_batches(self, step: int):
+        """Draws of `value_batch_size` labelled positions for the value loss, a function of (seed, step)."""
+        from chessgrpo.tasks.supervised import value_targets
+
+        assert self.value_data is not None
+        data, size = self.value_data, self.config.value_batch_size
+        generator = torch.Generator().manual_seed(derived_seed(self.context.seed, step, 0x7A))
+
+        def draw() -> tuple[torch.Tensor, torch.Tensor]:
+            batch = data.batch(torch.randint(len(data), (size,), generator=generator))
+            return batch.tokens, value_targets(batch)
+
+        return draw
 
     # -- evaluation ---------------------------------------------------------------------------------
 
