@@ -387,3 +387,10 @@ def test_an_urgent_search_overtakes_queued_background_searches(positions):
         assert urgent.best_move is not None
         assert not background.done()  # most background searches were still waiting behind it
         assert len(background.result()) == 20
+
+
+def test_given_fens_cannot_carry_commands(pool):
+    board = chess.Board(ITALIAN)
+    with pytest.raises(ValueError, match="characters"):
+        pool.submit([board], fens=[ITALIAN + "\nquit"])
+    assert pool.evaluate([board], nodes=100)[0].best_move is not None  # the pool still works

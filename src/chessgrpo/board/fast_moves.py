@@ -38,6 +38,7 @@ BACKEND_ENV = "CHESSGRPO_MOVEGEN"
 
 # Fact bits, as in board.move_facts (not imported from there: that module imports this one).
 _CHECK, _CHECKMATE, _STALEMATE, _INSUFFICIENT_MATERIAL, _FIFTY_MOVES = (1 << i for i in range(5))
+FACT_BITS = (_CHECK, _CHECKMATE, _STALEMATE, _INSUFFICIENT_MATERIAL, _FIFTY_MOVES)  # checked by board.move_facts
 
 if _rc is not None:
     _PIECE_TYPES = (_rc.PAWN, _rc.KNIGHT, _rc.BISHOP, _rc.ROOK, _rc.QUEEN, _rc.KING)

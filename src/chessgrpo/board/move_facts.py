@@ -20,13 +20,15 @@ import chess
 import numpy as np
 
 from chessgrpo.board.actions import NUM_ACTIONS, move_to_action
-from chessgrpo.board.fast_moves import available, move_facts_fast
+from chessgrpo.board.fast_moves import FACT_BITS, available, move_facts_fast
 
 MOVE_FACTS = ("check", "checkmate", "stalemate", "insufficient_material", "fifty_moves")
 """Bit i of a fact byte is MOVE_FACTS[i]: the move gives check; mates; stalemates; leaves a dead
 draw by insufficient material; reaches the fifty-move rule (100 plies without capture or pawn move)."""
 
 CHECK, CHECKMATE, STALEMATE, INSUFFICIENT_MATERIAL, FIFTY_MOVES = (1 << i for i in range(len(MOVE_FACTS)))
+# board.fast_moves cannot import these (this module imports it): its copies must stay the same bits.
+assert FACT_BITS == (CHECK, CHECKMATE, STALEMATE, INSUFFICIENT_MATERIAL, FIFTY_MOVES), "fast_moves' fact bits differ"
 
 
 def move_facts(board: chess.Board, fen: str | None = None) -> list[tuple[int, int]]:

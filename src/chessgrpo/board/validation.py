@@ -25,6 +25,12 @@ def _describe_status(status: chess.Status) -> str:
     return ", ".join(names) or "invalid position"
 
 
+def fen_characters_only(text: str) -> bool:
+    """Whether `text` is non-empty, FEN-sized and made only of characters a FEN can hold (so it can
+    carry no UCI command); it says nothing about whether the position is valid."""
+    return 0 < len(text) <= _MAX_FEN_LENGTH and _FEN_CHARACTERS.issuperset(text)
+
+
 def parse_board(position: str | chess.Board) -> chess.Board:
     """Return a validated copy of `position` (a FEN string or a board).
 
@@ -42,7 +48,7 @@ def parse_board(position: str | chess.Board) -> chess.Board:
         return board
     if not isinstance(position, str):
         raise ValueError(f"expected a FEN string or chess.Board, got {type(position).__name__}: {quote(position)}")
-    if len(position) > _MAX_FEN_LENGTH or not position or set(position) - _FEN_CHARACTERS:
+    if not fen_characters_only(position):
         raise ValueError(f"malformed FEN {quote(position)}: contains characters or length a FEN cannot have")
     text = " ".join(position.split(" "))
     if len(text.split()) not in (4, 6):

@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 
 import chess
 
-from chessgrpo.board.validation import parse_board
+from chessgrpo.board.validation import fen_characters_only, parse_board
 from chessgrpo.engine.cache import EvaluationCache
 from chessgrpo.engine.evaluation import (
     Analysis,
@@ -353,6 +353,8 @@ class EnginePool:
         boards = [parse_board(position) for position in positions]
         if fens is not None and len(fens) != len(boards):
             raise ValueError(f"{len(fens)} FENs for {len(boards)} positions")
+        if fens is not None and not all(isinstance(fen, str) and fen_characters_only(fen) for fen in fens):
+            raise ValueError("a given FEN has characters a FEN cannot have: engines only receive FEN text")
         own_fens = [board.fen() for board in boards] if fens is None else list(fens)
         limit = self._limit(nodes, depth)
         results: list[Evaluation | None] = [None] * len(boards)
