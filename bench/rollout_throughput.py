@@ -103,7 +103,8 @@ def run_setting(setting: str, args: argparse.Namespace, src: Path) -> list[dict]
     """`worker` in a fresh Python process importing chessgrpo from `src` (this checkout or --baseline-src)."""
     command = [sys.executable, __file__, "--worker", setting, "--init", args.init, "--positions", args.positions,
                "--steps", str(args.steps), "--warmup", str(args.warmup), *(f"--set={o}" for o in args.set)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # src first; what was on PYTHONPATH (e.g. packages installed to a --target directory) stays after it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)}
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{setting} ({src}) failed:\n{done.stderr[-3000:]}")
