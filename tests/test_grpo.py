@@ -292,3 +292,48 @@ def test_value_positions_add_labelled_positions_to_the_value_loss(tmp_path):
     assert own[0] != data[0] and all(d > 0 for d in data)  # the labelled term is in the loss
     with pytest.raises(ConfigError, match="value_loss_weight"):
         _config(tmp_path, "weightless", value_positions=labelled)
+
+
+def test_bc_term_anchors_the_policy_to_the_labelled_moves(tmp_path):
+    """PPO-ptx: the bc term is the pretraining cross-entropy on labelled positions, added to the GRPO loss."""
+    from chessgrpo.config import ConfigError
+    from chessgrpo.tasks.move_group import make_forward
+
+    labelled = _labelled_dataset(tmp_path / "labelled", 24)
+    start = tmp_path / "start"
+    torch.manual_seed(0)
+    save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), start)
+    common = dict(init_checkpoint=str(start), positions="random:64", steps=2, checkpoint_every=2)
+    with Trainer(_config(tmp_path, "bc", bc_loss_weight=0.5, bc_positions=labelled, bc_batch_size=8, **common)) as trainer:
+        tokens, legal, best = trainer.kind._bc_batches(0)()
+        assert tokens.shape == (8, trainer.kind.model.input_length) and legal.shape == (8, 1968)
+        assert legal.gather(1, best.unsqueeze(1)).all()  # the labelled best move is legal
+        a, b = trainer.kind._bc_batches(3)(), trainer.kind._bc_batches(3)()
+        assert torch.equal(a[2], b[2])  # the draw is a function of (seed, step)
+        trainer.train()
+    aux = [row["loss/aux"] for row in read_metrics(tmp_path / "bc" / "metrics.jsonl")]
+    # A fresh policy is near-uniform over ~30 legal moves: 0.5 x ln(30) ~ 1.7.
+    assert len(aux) == 2 and all(1.0 < x < 2.5 for x in aux)
+
+    # Minimising the term alone puts the policy's argmax on the labelled best moves.
+    model = load_policy(start).eval()
+    boards = [chess.Board()]
+    groups = sample_groups(model, boards, 2, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    batch = to_rollout_batch(groups, torch.zeros(1, 2))
+    fixed = (tokens, legal, best)
+    forward = make_forward(model, groups, temperature=1.0, bc_batches=lambda: fixed, bc_loss_weight=1.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    first = float(forward(batch).aux_loss.detach())
+    for _ in range(80):
+        optimizer.zero_grad()
+        forward(batch).aux_loss.backward()
+        optimizer.step()
+    assert float(forward(batch).aux_loss.detach()) < 0.3 * first
+    with torch.no_grad():
+        chosen = log_probs(model(tokens), legal).argmax(dim=1)
+    assert torch.equal(chosen, best)
+
+    with pytest.raises(ConfigError, match="bc_positions"):
+        _config(tmp_path, "nothing", bc_loss_weight=0.5)
+    with pytest.raises(ConfigError, match="bc_loss_weight"):
+        _config(tmp_path, "weightless", bc_positions=labelled)

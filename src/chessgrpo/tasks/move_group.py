@@ -278,6 +278,8 @@ def make_forward(
     value_targets: torch.Tensor | None = None,
     value_loss_weight: float = 0.0,
     value_batches: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    bc_batches: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,
+    bc_loss_weight: float = 0.0,
 ):
     """The learner's forward for these groups: log-probs and exact entropy of any subset of rows.
 
@@ -289,8 +291,13 @@ def make_forward(
     `value_batches` (optional, with a weight > 0): each call returns (inputs, targets) of labelled
     positions from a dataset, whose value cross-entropy is added too, so the head also stays fitted
     to the positions of the data (a forward of those positions per minibatch).
+    `bc_batches` (optional, with `bc_loss_weight` > 0): each call returns (inputs, legal mask, best
+    action) of labelled positions, whose behaviour-cloning cross-entropy (the pretraining objective,
+    at temperature 1) is added with that weight: the pretraining-mix anchor of PPO-ptx (Ouyang et al.
+    2022, InstructGPT), which keeps the policy on the engine's moves where the rewards do not reach.
     """
     with_value = value_targets is not None and value_loss_weight > 0
+    with_bc = bc_batches is not None and bc_loss_weight > 0
 
     def forward(minibatch: RolloutBatch) -> PolicyOutputs:
         if model.training:
@@ -311,6 +318,14 @@ def make_forward(
                 with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
                     _, data_logits = model(tokens.to(model.device), with_value=True)
                 aux = aux + value_loss_weight * F.binary_cross_entropy_with_logits(data_logits.float(), labelled.to(data_logits.device).float())
+        if with_bc:
+            assert bc_batches is not None
+            tokens, legal, best = bc_batches()
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+                bc_logits = model(tokens.to(model.device))
+            bc_logp = log_probs(bc_logits, legal.to(bc_logits.device))
+            bc = -bc_logp.gather(1, best.to(bc_logits.device).unsqueeze(1)).mean()
+            aux = bc_loss_weight * bc if aux is None else aux + bc_loss_weight * bc
         logp_full = log_probs(logits, groups.legal[positions], temperature)
         logp = logp_full[inverse].gather(1, minibatch.actions)
         entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)

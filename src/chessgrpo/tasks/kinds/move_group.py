@@ -105,6 +105,15 @@ class MoveGroupTrainConfig(TrainConfig):
     fitted to the positions of the data, which the step's own start positions are not. null = only those."""
     value_batch_size: int = 64
     """Labelled positions of `value_positions` per update (one more forward and backward of that many)."""
+    bc_loss_weight: float = 0.0
+    """Also minimise this weight x the pretraining objective (cross-entropy to the labelled best move) on
+    `bc_batch_size` labelled positions of `bc_positions` per update: the pretraining-mix anchor of PPO-ptx
+    (InstructGPT), so GRPO keeps the engine's moves where its rewards do not reach (e.g. tactics the start
+    positions rarely hold). 0 = off."""
+    bc_positions: str | None = None
+    """With bc_loss_weight > 0: the dataset directory (its train split) of those positions; null = value_positions."""
+    bc_batch_size: int = 64
+    """Labelled positions per update for the bc term (one more forward and backward of that many)."""
     debug_learn_temperature: float | None = None
     """DEBUG: learn at this temperature instead of task.temperature, to watch the ratio check fire."""
 
@@ -129,8 +138,21 @@ class MoveGroupTrainConfig(TrainConfig):
             raise ConfigError(f"config key value_batch_size must be >= 1, got {self.value_batch_size}")
         if self.value_positions is not None and self.value_loss_weight <= 0:
             raise ConfigError("config key value_positions needs value_loss_weight > 0 (it is what trains on them)")
+        if not (math.isfinite(self.bc_loss_weight) and self.bc_loss_weight >= 0):
+            raise ConfigError(f"config key bc_loss_weight must be a finite number >= 0, got {self.bc_loss_weight}")
+        if self.bc_batch_size < 1:
+            raise ConfigError(f"config key bc_batch_size must be >= 1, got {self.bc_batch_size}")
+        if self.bc_loss_weight > 0 and self.bc_dataset is None:
+            raise ConfigError("config key bc_loss_weight > 0 needs bc_positions (or value_positions): the labelled positions it trains on")
+        if self.bc_positions is not None and self.bc_loss_weight <= 0:
+            raise ConfigError("config key bc_positions needs bc_loss_weight > 0 (it is what trains on them)")
         if self.value_loss_weight > 0 and not self.task.best_move_values:
             raise ConfigError("config key value_loss_weight > 0 needs task.best_move_values: true (the positions' engine values)")
+
+    @property
+    def bc_dataset(self) -> str | None:
+        """The dataset the bc term draws from: bc_positions, else value_positions."""
+        return self.bc_positions or self.value_positions
 
     def default_best_metric(self) -> tuple[str, str] | None:
         if self.eval.positions:
@@ -204,12 +226,19 @@ class MoveGroupKind(PolicyGRPOKind):
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
         if config.value_loss_weight > 0 and self.model.value_head is None:
             raise ConfigError(f"config key value_loss_weight is {config.value_loss_weight}, but the policy has no value head (model.value_head)")
-        self.value_data = None
-        if config.value_positions is not None:
+        # Labelled positions for the auxiliary losses, each dataset loaded once (value and bc may share one).
+        loaded: dict[str, Any] = {}
+
+        def labelled(path: str, what: str) -> Any:
             from chessgrpo.train.dataset import load_split
 
-            self.value_data = load_split(config.value_positions, "train", move_facts=self.model.config.move_facts)
-            logger.info("value loss: %d labelled positions from %s", len(self.value_data), config.value_positions)
+            if path not in loaded:
+                loaded[path] = load_split(path, "train", move_facts=self.model.config.move_facts)
+            logger.info("%s: %d labelled positions from %s", what, len(loaded[path]), path)
+            return loaded[path]
+
+        self.value_data = labelled(config.value_positions, "value loss") if config.value_positions is not None else None
+        self.bc_data = labelled(config.bc_dataset, "bc loss") if config.bc_loss_weight > 0 and config.bc_dataset else None
         self._policy_games: dict[str, list] = {}
         self.start_positions: StartPositions | StartPositionMixture
         if config.position_mixture:
@@ -283,6 +312,7 @@ class MoveGroupKind(PolicyGRPOKind):
             self.learner_model, groups, temperature=learn_temperature, bf16=bf16,
             value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
             value_batches=self._value_batches(step) if self.value_data is not None else None,
+            bc_batches=self._bc_batches(step) if self.bc_data is not None else None, bc_loss_weight=config.bc_loss_weight,
         )  # fmt: skip
         metrics = optimize(
             batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
@@ -336,6 +366,18 @@ class MoveGroupKind(PolicyGRPOKind):
         def draw() -> tuple[torch.Tensor, torch.Tensor]:
             batch = data.batch(torch.randint(len(data), (size,), generator=generator))
             return batch.tokens, value_targets(batch)
+
+        return draw
+
+    def _bc_batches(self, step: int):
+        """Draws of `bc_batch_size` labelled positions (inputs, legal mask, best action) for the bc term, a function of (seed, step)."""
+        assert self.bc_data is not None
+        data, size = self.bc_data, self.config.bc_batch_size
+        generator = torch.Generator().manual_seed(derived_seed(self.context.seed, step, 0xBC))
+
+        def draw() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            batch = data.batch(torch.randint(len(data), (size,), generator=generator))
+            return batch.tokens, batch.legal_mask, batch.best_action
 
         return draw
 
