@@ -34,6 +34,7 @@ KINDS = {
         "train", "--config", "configs/grpo_tiny.yaml", "init_checkpoint=null", "positions=data/tiny", "position_mixture=[]",
         "eval.positions=null", "eval.puzzles=null", "eval_at_start=false", "eval_every=0", "task.best_move_values=false",
         "engine.cache=false", "checkpoint_every=0", "task.positions_per_step=32", "task.group_size=8",
+        "value_loss_weight=0", "value_positions=null", "bc_loss_weight=0",
     ],
     "pretrain": [
         "pretrain", "--config", "configs/pretrain_tiny.yaml", "eval_every=0", "checkpoint_every=0", "batch_size=256",

@@ -19,3 +19,7 @@ def shared_file(name: str) -> Path:
     if not path.exists():
         pytest.fail(f"shared data {path} is missing: check out ../shared beside the repo or set CHESSGRPO_DATA")
     return path
+
+# configs/grpo_tiny.yaml trains the value head and a bc anchor on data/tiny's labelled positions; runs from a fresh
+# policy (no value head) on random positions, without data/tiny, switch both off.
+NO_LABELLED_LOSSES = ("value_loss_weight=0", "value_positions=null", "bc_loss_weight=0")

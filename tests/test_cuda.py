@@ -113,13 +113,13 @@ def test_a_checkpoint_written_on_the_gpu_plays_the_same_on_the_cpu(pretrained):
 
 @pytest.mark.parametrize("extra", [["device=cuda"], ["device=cuda", "bf16=true"], ["device=cuda", "compile=true"]],
                          ids=["fp32", "bf16", "compile"])  # fmt: skip
-def test_move_group_grpo_on_cuda(tmp_path, pretrained, extra):
+def test_move_group_grpo_on_cuda(tmp_path, labelled, pretrained, extra):
     args = [
         "train", "--config", "configs/grpo_tiny.yaml", f"run.out_dir={tmp_path}", "run.name=grpo", f"init_checkpoint={pretrained}",
         "positions=random:64", "position_mixture=[]", "eval.positions=null", f"eval.puzzles={shared_file('lichess_puzzles_dev.csv')}",
         "eval.max_puzzles=16", "task.positions_per_step=8", "task.group_size=4", "task.reward_nodes=30", "grpo.minibatch_size=16",
         "engine.processes=2", "engine.cache=false", "steps=3", "eval_every=3", "checkpoint_every=1", "keep_checkpoints=10",
-        "lr=3e-3", "warmup_steps=0", "value_loss_weight=1.0", *extra,
+        "lr=3e-3", "warmup_steps=0", "value_loss_weight=1.0", f"value_positions={labelled}", "bc_loss_weight=0.3", *extra,
     ]  # fmt: skip
     cli(*args)
     logged = assert_trained(tmp_path / "grpo", 3)

@@ -29,7 +29,7 @@ from chessgrpo.tasks.move_group import sample_groups
 from chessgrpo.train.checkpoint import latest_checkpoint
 from chessgrpo.train.distributed import Parallel, group_generators
 
-from helpers import SYZYGY_DIR
+from helpers import NO_LABELLED_LOSSES, SYZYGY_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 ATOL = 1e-4
@@ -92,7 +92,7 @@ def move_group_args(out: Path, name: str, *extra: str) -> list[str]:
         "positions=random:64", "position_mixture=[]", "eval.positions=null", "eval.puzzles=null", "task.positions_per_step=4",
         "task.group_size=4", "task.reward_nodes=30", "task.best_move_values=false", "grpo.minibatch_size=8",
         "engine.processes=1", "engine.cache=false", "threads=1", "warmup_steps=0", "lr=3e-3", "steps=4", "eval_every=0",
-        "eval_at_start=false", "checkpoint_every=1", "keep_checkpoints=10", *extra,
+        "eval_at_start=false", "checkpoint_every=1", "keep_checkpoints=10", *NO_LABELLED_LOSSES, *extra,
     ]  # fmt: skip
 
 

@@ -39,7 +39,7 @@ from chessgrpo.testing.faults import (
     weights_difference,
 )
 
-from helpers import REPO_ROOT, SYZYGY_DIR
+from helpers import NO_LABELLED_LOSSES, REPO_ROOT, SYZYGY_DIR
 
 CLI = [sys.executable, "-m", "chessgrpo.cli"]
 NODES = 300
@@ -119,7 +119,7 @@ def grpo_args(out_dir: Path, name: str, *extra: str) -> list[str]:
         "task.positions_per_step=8", "task.group_size=4", "task.reward_nodes=1000", "task.best_move_values=false",
         "grpo.minibatch_size=16", "engine.processes=2", "engine.cache=false", f"engine.syzygy_path={SYZYGY_DIR}",
         "threads=1", "log_every=1", "warmup_steps=0", "lr=3e-3", "steps=20", "eval_every=0", "eval_at_start=false",
-        "checkpoint_every=5", *extra,
+        "checkpoint_every=5", *NO_LABELLED_LOSSES, *extra,
     ]  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from chessgrpo.track.metrics import read_metrics
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 
-from helpers import shared_file
+from helpers import NO_LABELLED_LOSSES, shared_file
 
 
 def _groups_for(board: chess.Board, moves: list[str]) -> MoveGroups:
@@ -187,7 +187,7 @@ def test_train_command_runs_evaluates_and_writes_a_run_directory(tmp_path):
         f"init_checkpoint={checkpoint}", "positions=random:50", "steps=2", f"run.out_dir={tmp_path}", "run.name=cli",
         "task.positions_per_step=4", "task.group_size=4", "task.reward_nodes=50", "engine.processes=1", "engine.cache=false",
         f"eval.positions={tmp_path / 'eval.fen'}", "eval.max_positions=20", "eval.nodes=100", "eval.max_puzzles=20",
-        "eval_every=0", "grpo.minibatch_size=8", "start_win_prob_range=null", "position_mixture=[]",
+        "eval_every=0", "grpo.minibatch_size=8", "start_win_prob_range=null", "position_mixture=[]", *NO_LABELLED_LOSSES,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]

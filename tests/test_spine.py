@@ -28,7 +28,7 @@ from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.lock import LOCK_FILE, RunLock
 from chessgrpo.train.loop import Trainer
 
-from helpers import shared_file
+from helpers import NO_LABELLED_LOSSES, shared_file
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "chessgrpo.cli"]
@@ -41,6 +41,7 @@ def tiny_overrides(tmp_path: Path, name: str = "run") -> list[str]:
         f"eval.puzzles={shared_file('lichess_puzzles_dev.csv')}", "eval.max_puzzles=16", "task.positions_per_step=4",
         "task.group_size=4", "task.reward_nodes=30", "task.best_move_values=false", "grpo.minibatch_size=8",
         "engine.processes=1", f"engine.cache_path={tmp_path}/cache.sqlite", "threads=1", "warmup_steps=0", "lr=3e-3",
+        *NO_LABELLED_LOSSES,
     ]  # fmt: skip
 
 

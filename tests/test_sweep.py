@@ -27,7 +27,7 @@ from chessgrpo.sweep.config import SweepConfig, load_sweep, resolve_sweep
 from chessgrpo.sweep.summary import load_study, remeasure, summarize
 from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 
-from helpers import shared_file
+from helpers import NO_LABELLED_LOSSES, shared_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -202,6 +202,7 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
             "task.positions_per_step": 4, "task.group_size": 4, "task.reward_nodes": 30, "task.best_move_values": False,
             "grpo.minibatch_size": 8, "engine.processes": 1, "engine.cache_path": str(tmp_path / "cache.sqlite"), "threads": 1,
             "warmup_steps": 0, "steps": 2, "eval_every": 1, "checkpoint_every": 0,
+            **{key: yaml.safe_load(value) for key, value in (o.split("=", 1) for o in NO_LABELLED_LOSSES)},
         },
         "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
         "objective": {"metric": "eval/puzzle_first_move_accuracy", "measure": "change", "direction": "maximize"},
