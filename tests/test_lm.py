@@ -39,8 +39,9 @@ P_PROMPTS = [
 A_PROMPT = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+"
 
 
-def _tiny_char_lm(dropout: float = 0.0, seed: int = 0):
-    lm = build_lm(LMModelConfig(n_layer=2, n_embd=64, n_head=2, n_positions=384, dropout=dropout), seed=seed)
+def _tiny_char_lm(dropout: float = 0.0, seed: int = 0, tokenizer: str = "char"):
+    config = LMModelConfig(n_layer=2, n_embd=64, n_head=2, n_positions=384, dropout=dropout, tokenizer=tokenizer)
+    lm = build_lm(config, seed=seed)
     return lm
 
 
@@ -109,9 +110,9 @@ def test_fresh_char_model_saves_and_loads_through_the_same_path(tmp_path):
         load_lm(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("kind", ["char", "bpe"])
+@pytest.mark.parametrize("kind", ["char", "chess", "bpe"])
 def test_left_padded_batched_greedy_generation_equals_unbatched(kind, bpe_model_dir):
-    lm = _tiny_char_lm(seed=3) if kind == "char" else load_lm(bpe_model_dir)
+    lm = _tiny_char_lm(seed=3, tokenizer=kind) if kind != "bpe" else load_lm(bpe_model_dir)
     prepare_for_rl(lm.model)
     prompts = [lm.tokenizer.encode(p) for p in [*P_PROMPTS, A_PROMPT]]
     assert len({len(p) for p in prompts}) > 1  # different lengths: real left padding

@@ -4,10 +4,12 @@ Two ways to get one, one loading path (`load_lm`):
 
 - a local directory with a model and its tokenizer, e.g. a downloaded RookWorld-LM-124M
   (`AutoModelForCausalLM` + `AutoTokenizer`, ``local_files_only``: nothing is ever downloaded);
-- a fresh model from `LMModelConfig` with `CharTokenizer`, a character-level vocabulary of chess
-  text (FEN, UCI, the P:/A: task markers, newline = end of sequence) built offline. Saved with
-  `save_lm`, such a model is a normal `save_pretrained` directory plus ``chess_char_tokenizer.json``,
-  which `load_lm` prefers over a `transformers` tokenizer when present.
+- a fresh model from `LMModelConfig` with, by default (``tokenizer: chess``), the word-level
+  `models.chess_tokenizer.ChessTokenizer` (one token per UCI move, FEN item, tag, number part and
+  space run; ``<|endoftext|>`` = end of sequence), saved as a standard ``tokenizer.json`` that plain
+  `transformers` loads too; or (``tokenizer: char``) `CharTokenizer`, a character-level vocabulary
+  of chess text (newline = end of sequence) saved as ``chess_char_tokenizer.json``, which `load_lm`
+  prefers over a `transformers` tokenizer when present. Both are built offline.
 
 Layout of every LM batch (sampling, old policy, learner, reference and SFT alike)::
 
@@ -56,6 +58,9 @@ LM_WEIGHTS_FILE = "model.safetensors"
 # UCI moves (files, ranks, promotion pieces), evaluations ('-', '.', digits), the task markers
 # ('P', 'A', 'M', 'E', 'B', ':'), the A: separators ('+') and newline, which ends a sequence.
 CHAR_VOCAB = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
+
+LM_TOKENIZERS = ("chess", "char")
+"""The tokenizers of a fresh model (`LMModelConfig.tokenizer`)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -152,11 +157,12 @@ class HFTokenizer:
 
 @dataclasses.dataclass
 class LMModelConfig:
-    """A fresh GPT-2 for chess text with the character tokenizer (the `model:` section of a config)."""
+    """A fresh GPT-2 for chess text with a chess tokenizer (the `model:` section of a config)."""
 
     path: str | None = None
     """A local directory (a RookWorld-LM download, an SFT run or checkpoint) to load instead of
-    building a fresh model; the fields below then only matter for `dropout` during SFT."""
+    building a fresh model; the fields below then do not apply (SFT keeps the loaded model's own
+    dropout unless its `override_dropout` says otherwise)."""
     n_layer: int = 4
     """Transformer blocks."""
     n_embd: int = 128
@@ -166,9 +172,15 @@ class LMModelConfig:
     n_positions: int = 384
     """Longest sequence (prompt + completion). A: lines are at most ~260 characters."""
     dropout: float = 0.0
-    """Residual, embedding and attention dropout during SFT. RL forwards always run without it."""
+    """Residual, embedding and attention dropout of a fresh model during SFT. RL forwards always run without it."""
+    tokenizer: str = "chess"
+    """Tokenizer of a fresh model: "chess" (word-level, `models.chess_tokenizer`: ~22 tokens per P:
+    answer, saved as a standard tokenizer.json) or "char" (one token per character, `CharTokenizer`).
+    A model loaded from `path` always keeps its own tokenizer."""
 
     def __post_init__(self) -> None:
+        if self.tokenizer not in LM_TOKENIZERS:
+            raise ValueError(f"tokenizer must be one of {', '.join(LM_TOKENIZERS)}, got {self.tokenizer!r}")
         if min(self.n_layer, self.n_embd, self.n_head, self.n_positions) < 1:
             raise ValueError("n_layer, n_embd, n_head and n_positions must be >= 1")
         if self.n_embd % self.n_head:
@@ -201,10 +213,12 @@ class ChessLM:
 
 
 def build_lm(config: LMModelConfig, *, seed: int | None = None) -> ChessLM:
-    """A freshly initialised GPT-2 with the character tokenizer (offline; no downloads)."""
+    """A freshly initialised GPT-2 with the configured chess tokenizer (offline; no downloads)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    tokenizer = CharTokenizer()
+    from chessgrpo.models.chess_tokenizer import ChessTokenizer
+
+    tokenizer: LMTokenizer = ChessTokenizer() if config.tokenizer == "chess" else CharTokenizer()
     gpt_config = GPT2Config(
         vocab_size=tokenizer.vocab_size,
         n_positions=config.n_positions,
@@ -242,15 +256,20 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
 
     `path` is a `save_pretrained` directory (e.g. RookWorld-LM-124M as downloaded), a checkpoint
     or an SFT/GRPO run directory. The tokenizer is ``chess_char_tokenizer.json`` when present,
-    else the directory's `transformers` tokenizer. `dropout` (when given) replaces the model
+    else the chess word-level tokenizer when ``tokenizer_config.json`` names it, else the
+    directory's `transformers` tokenizer (e.g. GPT-2 BPE). `dropout` (when given) replaces the model
     config's dropout probabilities; RL callers use `prepare_for_rl` instead.
     """
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from chessgrpo.models.chess_tokenizer import ChessTokenizer, is_chess_tokenizer_directory
+
     directory = resolve_lm_directory(path)
     if (directory / CHAR_TOKENIZER_FILE).is_file():
         tokenizer: LMTokenizer = CharTokenizer.load(directory)
+    elif is_chess_tokenizer_directory(directory):
+        tokenizer = ChessTokenizer.load(directory)
     else:
         try:
             tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(str(directory), local_files_only=True))
@@ -379,9 +398,37 @@ def position_ids(attention_mask: Tensor) -> Tensor:
 
 def tempered_log_probs(logits: Tensor, temperature: float) -> Tensor:
     """log softmax(logits / temperature) in fp32: THE sampling distribution (no truncation)."""
+    return F.log_softmax(_tempered(logits, temperature), dim=-1)
+
+
+def _tempered(logits: Tensor, temperature: float) -> Tensor:
+    """logits / temperature in fp32 (no copy for fp32 logits at temperature 1)."""
     if not (temperature > 0 and math.isfinite(temperature)):
         raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
-    return F.log_softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def token_log_probs_and_entropy(
+    logits: Tensor, tokens: Tensor, temperature: float, *, with_entropy: bool = False, entropy_grad: bool = True
+) -> tuple[Tensor, Tensor | None]:
+    """(log-prob of `tokens` [..], exact entropy [..] or None) under softmax(logits / temperature) [.., V].
+
+    The same distribution as `tempered_log_probs`, computed as ``z[token] - logsumexp(z)`` so that
+    no [.., V] log-softmax is materialised: with gradients, autograd keeps only z (and, for an
+    entropy with gradient, softmax(z)) per row, not the three or four [.., V] copies of
+    log_softmax + gather + `categorical_entropy`. `entropy_grad=False` computes the entropy under
+    no_grad (a metric only), which frees softmax(z) at once.
+    """
+    z = _tempered(logits, temperature)
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logp, None
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        # H = logsumexp(z) - sum_a p(a) z(a); every z is finite (no masked actions in an LM vocabulary).
+        entropy = lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+    return logp, entropy
 
 
 def completion_log_probs(
@@ -393,15 +440,56 @@ def completion_log_probs(
     *,
     temperature: float,
     with_entropy: bool = False,
+    chunk_rows: int = 0,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs [N, L] (fp32) of the completion tokens given left-padded prompts; 0 at masked positions.
 
     The one function for behaviour (right after sampling), old policy, learner, reference and SFT.
     With `with_entropy`, also the exact entropy [N, L] of the tempered next-token distribution
-    at each completion step. Gradients flow when the caller has them enabled.
+    at each completion step (`entropy_grad=False`: computed without gradient, a metric only).
+    Gradients flow when the caller has them enabled.
+
+    `chunk_rows` > 0 runs the model on at most that many rows at a time, so the [rows, L, vocab]
+    logits and their softmax temporaries exist for one chunk only (a GPT-2 vocabulary costs
+    ~35 MB per row and copy at L = 176); only [N, L] results are kept. Without gradients that
+    bounds the peak; with gradients the graph still holds every chunk until backward, so the
+    learner bounds it with micro-batches (`GRPOConfig.micro_batch_size`). 0 = all rows at once.
+    Chunking does not change the results beyond float summation order.
     """
     if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
         raise ValueError("ids and masks must have the same shapes")
+    if chunk_rows < 0:
+        raise ValueError(f"chunk_rows must be >= 0 (0 = all rows at once), got {chunk_rows}")
+    rows = prompt_ids.shape[0]
+    step = chunk_rows or max(rows, 1)
+    parts = [
+        _completion_log_probs_rows(
+            model, prompt_ids[start : start + step], prompt_mask[start : start + step],
+            completion_ids[start : start + step], completion_mask[start : start + step],
+            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
+        )  # fmt: skip
+        for start in range(0, rows, step)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    logp = torch.cat([p[0] for p in parts])
+    entropy = torch.cat([p[1] for p in parts]) if with_entropy else None  # type: ignore[misc]
+    return logp, entropy
+
+
+def _completion_log_probs_rows(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """`completion_log_probs` of one chunk of rows: one forward, [n, L] results."""
     length = completion_ids.shape[1]
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, completion_mask], dim=1).long()
@@ -409,16 +497,15 @@ def completion_log_probs(
     # positions minus the very last (which predicts past the end).
     out = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention), logits_to_keep=length + 1, use_cache=False)
     logits = out.logits[:, :-1]
+    del out  # the [n, L+1, V] logits live on only through `logits` (and what autograd saves)
     if logits.shape[1] != length:
         raise RuntimeError(f"model returned {logits.shape[1]} positions for a completion of {length} (logits_to_keep unsupported?)")
-    logp_full = tempered_log_probs(logits, temperature)
-    logp = logp_full.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    logp, entropy = token_log_probs_and_entropy(
+        logits, completion_ids, temperature, with_entropy=with_entropy, entropy_grad=entropy_grad
+    )
     logp = torch.where(completion_mask, logp, torch.zeros_like(logp))
-    entropy = None
-    if with_entropy:
-        from chessgrpo.rl import categorical_entropy
-
-        entropy = torch.where(completion_mask, categorical_entropy(logp_full), torch.zeros_like(logp))
+    if entropy is not None:
+        entropy = torch.where(completion_mask, entropy, torch.zeros_like(entropy))
     return logp, entropy
 
 

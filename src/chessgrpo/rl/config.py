@@ -93,6 +93,12 @@ class GRPOConfig:
     1 is exactly on-policy; > 1 is where the clipped ratio starts to matter."""
     minibatch_size: int = 0
     """Default 0 (= the whole batch). Rows (sequences) per optimizer step; rows are never split."""
+    micro_batch_size: int = dataclasses.field(default=0, metadata={"resumable": True})  # memory, not math
+    """Default 0 (= no split). Rows per forward/backward within a minibatch (gradient accumulation):
+    the minibatch's rows run in micro-batches of at most this many rows, each loss weighted by its
+    share of the minibatch (valid tokens for token_mean, rows for the sequence means), then one
+    optimizer step. The gradient equals the whole minibatch's up to float summation order; peak
+    memory is set by the micro-batch. In a data-parallel run it counts each process's rows."""
 
     # ---------------------------------------------------------------- runtime invariants
     ratio_tolerance: float = 1e-4
@@ -138,6 +144,7 @@ class GRPOConfig:
         _at_least("entropy_coef", self.entropy_coef, 0.0)
         _at_least("num_iterations", self.num_iterations, 1)
         _at_least("minibatch_size", self.minibatch_size, 0)
+        _at_least("micro_batch_size", self.micro_batch_size, 0)
         if not (math.isfinite(self.ratio_tolerance) and self.ratio_tolerance > 0.0):
             raise ValueError(f"ratio_tolerance must be > 0, got {self.ratio_tolerance!r}")
         if not (math.isfinite(self.ratio_tolerance_bf16) and self.ratio_tolerance_bf16 > 0.0):

@@ -10,9 +10,13 @@ reference log-probs). One call is one training step:
 2. zero-std groups counted (``rollout/frac_reward_zero_std``) and, with DAPO dynamic sampling,
    dropped; a batch with nothing left is skipped (``loss/skipped`` = 1, no optimizer step);
 3. ``num_iterations`` epochs over shuffled minibatches of whole rows: forward, `policy_loss`,
-   backward, gradient clipping, optimizer step;
+   backward, gradient clipping, optimizer step. With ``micro_batch_size`` a minibatch runs as
+   micro-batches (forward + backward each, losses weighted by their share of the minibatch's tokens
+   or rows, so the accumulated gradient is the minibatch's) and then one step: peak memory follows
+   the micro-batch, the optimisation does not change;
 4. the very first minibatch runs with the weights that sampled the batch, so the ratio must be 1:
-   `check_first_minibatch` raises otherwise (ARCHITECTURE invariant 1);
+   `check_first_minibatch` raises otherwise, checked on each of its micro-batches (ARCHITECTURE
+   invariant 1);
 5. the KL controller is updated once with the mean observed KL.
 """
 
@@ -50,7 +54,8 @@ class PolicyOutputs:
     """[n, L] log-probs under the frozen reference (computed under no_grad), or None to use batch.ref_logp."""
     aux_loss: Tensor | None = None
     """A scalar added to the minibatch's policy loss (with grad), e.g. a value head's regression on the
-    rollout's engine values; logged as ``loss/aux``. None = nothing added."""
+    rollout's engine values; logged as ``loss/aux``. None = nothing added. With micro-batches (or
+    data-parallel ranks) it is weighted like the policy loss of the rows it came with."""
 
 
 Forward = Callable[[RolloutBatch], PolicyOutputs]
@@ -86,10 +91,13 @@ def compute_advantages(batch: RolloutBatch, config: GRPOConfig, parallel: DataPa
     )
 
 
-UpdateFn = Callable[[Tensor], float]
-"""Takes a minibatch loss, does backward, gradient clipping and one optimizer step (or raises
-`NonFiniteError` without stepping) and returns the gradient norm before clipping. The training
-spine supplies one (`train.loop.Learner.update`), so clipping and divergence handling live there."""
+UpdateFn = Callable[..., float]
+"""``update(loss)``: takes a minibatch loss, does backward, gradient clipping and one optimizer step
+(or raises `NonFiniteError` without stepping) and returns the gradient norm before clipping.
+``update(loss, step=False)`` (needed only with `GRPOConfig.micro_batch_size`) only adds
+backward(loss) to the accumulated gradients; the minibatch's last micro-batch then calls
+``update(loss)``. The training spine supplies one (`train.loop.Learner.update`), so clipping and
+divergence handling live there."""
 
 
 def optimize(
@@ -182,50 +190,32 @@ def optimize(
         order = _permutation(n, shuffler)
         for start in range(0, n, size):
             rows = order[start : start + size]
-            local, weight = layout.share(rows, config.loss_aggregation, world_size)
             minibatches += 1
-            if local.numel() == 0:  # this rank holds none of the minibatch's rows: join DDP's reduction with 0
-                outputs = forward(layout.placeholder(learn_batch, batch))
-                update(outputs.logp.sum() * 0.0)
-                continue
-            minibatch = learn_batch.select(local.to(learn_batch.actions.device))
-            outputs = forward(minibatch)
-            _check_outputs(outputs, minibatch)
-            ref_logp = outputs.ref_logp if outputs.ref_logp is not None else minibatch.ref_logp
-            if ref_logp is None and (kl_coef > 0 or config.kl_coef > 0 or kl_controller.schedule == "adaptive"):
-                raise ValueError(
-                    f"kl_coef = {config.kl_coef} (schedule {kl_controller.schedule!r}) needs reference log-probs, "
-                    "but neither forward's PolicyOutputs.ref_logp nor batch.ref_logp holds them"
-                )
-            out = policy_loss(
-                outputs.logp,
-                minibatch.behaviour_logp,
-                minibatch.advantages,
-                minibatch.mask,
-                config,
-                ref_logp=ref_logp,
-                entropy=outputs.entropy,
-                kl_coef=kl_coef,
-            )
-            step_metrics = out.metrics
-            if iteration == 0 and start == 0:  # the first minibatch: weights still equal the behaviour policy's
-                first_dev = step_metrics["ratio/max_abs_dev"]
-                if config.check_invariants:
-                    check_first_minibatch(
-                        first_dev,
-                        step_metrics["ratio/clip_frac"] if check_clipping else 0.0,
-                        tolerance,
-                        context=f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}",
-                    )
-            if config.check_invariants and "kl/min" in step_metrics:
-                check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
-
-            loss = out.loss
-            if outputs.aux_loss is not None:
-                loss = loss + outputs.aux_loss
-                step_metrics = {**step_metrics, "loss/aux": float(outputs.aux_loss.detach())}
-            grad_norm = update(loss if weight == 1.0 else loss * weight)
-            collected.append({**step_metrics, "grad_norm": grad_norm})
+            first = iteration == 0 and start == 0  # the weights still equal the behaviour policy's
+            micro_rows: list[dict[str, float]] = []
+            micro_weights: list[float] = []
+            grad_norm = math.nan
+            parts = layout.micro_batches(rows, config.micro_batch_size, config.loss_aggregation, world_size)
+            for index, (local, weight) in enumerate(parts):
+                last = index == len(parts) - 1
+                if local.numel() == 0:  # this rank holds none of these rows: join DDP's reduction with 0
+                    outputs = forward(layout.placeholder(learn_batch, batch))
+                    grad_norm = _update(update, outputs.logp.sum() * 0.0, last)
+                    continue
+                minibatch = learn_batch.select(local.to(learn_batch.actions.device))
+                loss, step_metrics = _micro_batch_loss(
+                    minibatch, forward(minibatch), config, kl_controller, kl_coef,
+                    check=first and config.check_invariants, check_clipping=check_clipping, tolerance=tolerance,
+                    context=f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}",
+                )  # fmt: skip
+                if first:  # the largest deviation over the first minibatch's micro-batches
+                    dev = step_metrics["ratio/max_abs_dev"]
+                    first_dev = dev if math.isnan(first_dev) else max(first_dev, dev)
+                grad_norm = _update(update, loss if weight == 1.0 else loss * weight, last)
+                micro_rows.append(step_metrics)
+                micro_weights.append(weight)
+            if micro_rows:
+                collected.append({**combine_micro_metrics(micro_rows, micro_weights), "grad_norm": grad_norm})
 
     if collected:
         metrics.update(reduce_metrics(collected))
@@ -259,16 +249,19 @@ class _RowLayout:
     local_rows: int
     tokens: Tensor
     """[total rows] valid tokens of every global row (the token_mean normaliser)."""
+    ranks: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    """(offset, rows) of every rank, in rank order (one entry in a single process)."""
 
     @classmethod
     def of(cls, batch: RolloutBatch, parallel: DataParallel | None) -> _RowLayout:
         counts = batch.mask.sum(dim=1).cpu() if batch.num_rows else torch.zeros(0, dtype=torch.long)
         if parallel is None or parallel.world_size == 1:
-            return cls(0, batch.num_rows, counts)
+            return cls(0, batch.num_rows, counts, [(0, batch.num_rows)])
         everyone = parallel.all_gather(counts)
+        sizes = [int(c.numel()) for c in everyone]
+        offsets = [sum(sizes[:r]) for r in range(len(sizes))]
         rank = parallel.rank
-        offset = sum(int(c.numel()) for c in everyone[:rank])
-        return cls(offset, batch.num_rows, torch.cat(everyone))
+        return cls(offsets[rank], batch.num_rows, torch.cat(everyone), list(zip(offsets, sizes)))
 
     @property
     def total_rows(self) -> int:
@@ -280,11 +273,32 @@ class _RowLayout:
             return rows, 1.0
         mine = (rows >= self.offset) & (rows < self.offset + self.local_rows)
         local = rows[mine] - self.offset
-        if aggregation == "token_mean":  # each rank's loss is a token mean: weight by its share of tokens
-            part, whole = float(self.tokens[rows[mine]].sum()), float(self.tokens[rows].sum())
+        return local, self._weight(local, rows, aggregation, world_size)
+
+    def micro_batches(self, rows: Tensor, micro_size: int, aggregation: str, world_size: int) -> list[tuple[Tensor, float]]:
+        """This rank's share of the global minibatch `rows` cut into micro-batches of <= `micro_size`
+        rows (0 = one), each with its loss weight: world size x its share of the minibatch's valid
+        tokens (token_mean) or rows (sequence means), so the weighted micro-batch losses sum to
+        exactly the minibatch's loss, and their gradients to its gradient. Every rank gets the
+        same number of micro-batches (DDP reduces in every backward); a rank with fewer rows gets
+        empty ones (run on a placeholder row at weight 0)."""
+        local, weight = self.share(rows, aggregation, world_size)
+        if micro_size <= 0:
+            return [(local, weight)]
+        largest = max(int(((rows >= lo) & (rows < lo + count)).sum()) for lo, count in self.ranks)
+        count = max(1, math.ceil(largest / micro_size))
+        if count == 1:
+            return [(local, weight)]
+        chunks = [local[i * micro_size : (i + 1) * micro_size] for i in range(count)]
+        return [(chunk, self._weight(chunk, rows, aggregation, world_size)) for chunk in chunks]
+
+    def _weight(self, local: Tensor, rows: Tensor, aggregation: str, world_size: int) -> float:
+        """world size x (the part `local` of this rank's rows holds) / (the whole minibatch `rows`)."""
+        if aggregation == "token_mean":  # each loss is a token mean: weight by its share of tokens
+            part, whole = float(self.tokens[local + self.offset].sum()), float(self.tokens[rows].sum())
         else:  # sequence means: weight by its share of rows
             part, whole = float(local.numel()), float(rows.numel())
-        return local, world_size * part / whole
+        return world_size * part / whole
 
     @staticmethod
     def placeholder(learn_batch: RolloutBatch, batch: RolloutBatch) -> RolloutBatch:
@@ -306,13 +320,90 @@ def _check_outputs(outputs: PolicyOutputs, minibatch: RolloutBatch) -> None:
         raise ValueError("forward returned logp without grad (was it run under torch.no_grad?)")
 
 
-def _builtin_update(optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float) -> UpdateFn:
-    """backward, clip, step (skipped with `NonFiniteError` on a non-finite gradient norm), zero_grad."""
+def _micro_batch_loss(
+    minibatch: RolloutBatch,
+    outputs: PolicyOutputs,
+    config: GRPOConfig,
+    kl_controller: KLController,
+    kl_coef: float,
+    *,
+    check: bool,
+    check_clipping: bool,
+    tolerance: float,
+    context: str,
+) -> tuple[Tensor, dict[str, float]]:
+    """The loss (policy + KL + entropy + aux) of one (micro-)batch and its metrics; with `check`,
+    the first-minibatch ratio invariant (ARCHITECTURE invariant 1), and the KL sign check."""
+    _check_outputs(outputs, minibatch)
+    ref_logp = outputs.ref_logp if outputs.ref_logp is not None else minibatch.ref_logp
+    if ref_logp is None and (kl_coef > 0 or config.kl_coef > 0 or kl_controller.schedule == "adaptive"):
+        raise ValueError(
+            f"kl_coef = {config.kl_coef} (schedule {kl_controller.schedule!r}) needs reference log-probs, "
+            "but neither forward's PolicyOutputs.ref_logp nor batch.ref_logp holds them"
+        )
+    out = policy_loss(
+        outputs.logp, minibatch.behaviour_logp, minibatch.advantages, minibatch.mask, config,
+        ref_logp=ref_logp, entropy=outputs.entropy, kl_coef=kl_coef,
+    )  # fmt: skip
+    step_metrics = out.metrics
+    if check:
+        check_first_minibatch(
+            step_metrics["ratio/max_abs_dev"], step_metrics["ratio/clip_frac"] if check_clipping else 0.0, tolerance,
+            context=context,
+        )  # fmt: skip
+    if config.check_invariants and "kl/min" in step_metrics:
+        check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
+    loss = out.loss
+    if outputs.aux_loss is not None:
+        loss = loss + outputs.aux_loss
+        step_metrics = {**step_metrics, "loss/aux": float(outputs.aux_loss.detach())}
+    return loss, step_metrics
 
-    def update(loss: Tensor) -> float:
-        check_finite("loss/total", float(loss.detach()))
-        optimizer.zero_grad(set_to_none=True)
+
+def _update(update: UpdateFn, loss: Tensor, last: bool) -> float:
+    """The minibatch's last micro-batch steps; the others only accumulate (plain ``update(loss)``
+    when there is one micro-batch, so an `UpdateFn` without ``step=`` works without micro-batches)."""
+    return update(loss) if last else update(loss, step=False)
+
+
+def combine_micro_metrics(rows: list[dict[str, float]], weights: list[float]) -> dict[str, float]:
+    """One minibatch's metrics from its micro-batches': ``min*``/``max*`` leaves by min/max, the rest
+    by the mean weighted by each micro-batch's loss weight (its share of the minibatch's tokens or
+    rows), which makes the loss terms exactly the minibatch's (approximate for nonlinear ones: shares)."""
+    if len(rows) == 1:
+        return rows[0]
+    total = math.fsum(weights) or 1.0
+    combined: dict[str, float] = {}
+    for key in dict.fromkeys(key for m in rows for key in m):
+        pairs = [(m[key], w) for m, w in zip(rows, weights) if key in m]
+        leaf = key.rsplit("/", 1)[-1]
+        if leaf.startswith("min"):
+            combined[key] = min(v for v, _ in pairs)
+        elif leaf.startswith("max"):
+            combined[key] = max(v for v, _ in pairs)
+        else:
+            weight = math.fsum(w for _, w in pairs) or total
+            combined[key] = math.fsum(v * w for v, w in pairs) / weight
+    return combined
+
+
+def _builtin_update(optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float) -> UpdateFn:
+    """backward, clip, step (skipped with `NonFiniteError` on a non-finite gradient norm), zero_grad;
+    ``step=False`` only accumulates backward (micro-batches)."""
+    accumulating = False
+
+    def update(loss: Tensor, *, step: bool = True) -> float:
+        nonlocal accumulating
+        if not math.isfinite(float(loss.detach())):
+            optimizer.zero_grad(set_to_none=True)  # drop this minibatch's accumulated micro-batches too
+            accumulating = False
+            check_finite("loss/total", float(loss.detach()))
+        if not accumulating:
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        accumulating = not step
+        if not step:
+            return math.nan
         grad_norm = clip_grad_norm(params, max_grad_norm)
         if not math.isfinite(grad_norm):
             optimizer.zero_grad(set_to_none=True)

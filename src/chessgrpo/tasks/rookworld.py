@@ -31,13 +31,24 @@ reason, never an exception.
 
 - policy task, components in [0, 1], total = sum of weight * component (`PolicyRewardConfig`):
   ``format`` (1 when it parses), ``legal`` (distinct legal moves of M / moves in M), ``best``
-  (B equals the engine's best move), ``top5`` (|M ∩ engine top-k| / k, order-free, k =
-  min(5, legal moves)), ``eval`` (the mean over the moves of M of max(0, 1 - |E_m - v_m| / eval_scale), each E
+  (how good B is), ``top5`` (how good the moves of M are), ``eval`` (the mean over the moves of M of max(0, 1 - |E_m - v_m| / eval_scale), each E
   matched to its own move m, an illegal or repeated move scoring 0; both values clipped to +/-eval_clip pawns;
   v_m is the engine's multipv value of m, or for a move outside the engine's list, with
   ``eval_unlisted_moves``, the value of the position after m from a search of it). The engine's
   own answer scores the maximum (sum of weights, 2.0 by default); a malformed answer scores
   ``malformed_penalty`` (-1.0).
+
+  ``best`` and ``top5`` are graded by **win-probability regret** by default (``best_mode`` /
+  ``top5_mode`` = "graded"): a move's regret is the engine's best line's win probability minus
+  the move's (expected score for the side to move from the pool's python-chess WDL model; a
+  legal move outside the engine's list is valued by a search of the position after it), and its
+  credit is `regret_credit`: 1 up to ``regret_tolerance`` (0.02), linear to 0 at
+  ``regret_zero_credit`` (0.2). ``best`` = B's credit (an illegal B scores 0); ``top5`` = the
+  summed credits of M's distinct legal moves over the summed credits of the engine's top k
+  (capped at 1). Why: several moves are often equally good, and the engine's best move at a
+  few thousand nodes is itself unstable, so exact match made a right and a wrong B score alike
+  (docs/rookworld_reward.md). The "exact" modes restore B == engine best and |M ∩ top k| / k
+  (k = min(5, legal moves)); ``best_exact`` and ``top5_overlap`` always report them.
 - environment task (`EnvironmentRewardConfig`): ``format``, ``fen_exact`` (the whole new FEN),
   ``fen_fields`` (partial credit: the share of the six FEN fields that match), ``reward``,
   ``terminated``, ``truncated`` (each 1 when equal to the truth). Maximum 2.3 by default.
@@ -394,10 +405,20 @@ class PolicyTruth:
     """Their values in pawns for the side to move."""
     legal: frozenset[str]
     """Every legal move (UCI)."""
+    wins: tuple[float, ...] = ()
+    """Their win probabilities (expected score for the side to move, the pool's python-chess WDL
+    model); empty in a truth built without them (graded rewards need them: use `policy_truths`)."""
 
     @property
     def best(self) -> str:
         return self.moves[0]
+
+    @property
+    def best_win(self) -> float:
+        """The reference win probability regrets are measured from: the best listed line's."""
+        if len(self.wins) != len(self.moves):
+            raise ValueError(f"the truth of {self.fen!r} carries no win probabilities (build it with policy_truths)")
+        return max(self.wins)
 
     def answer(self, seed: int | None = None) -> PolicyAnswer:
         """The engine's answer in P: form: M shuffled (seeded), E rounded as written, B = best."""
@@ -426,12 +447,33 @@ def policy_truths(pool: EnginePool, fens: Sequence[str], *, nodes: int, multipv:
             moves=tuple(line.move for line in analysis.lines),
             pawns=tuple(mover_pawns(line.cp, line.mate) for line in analysis.lines),
             legal=frozenset(move.uci() for move in board.legal_moves),
+            wins=tuple(line.win_probability for line in analysis.lines),
         )
     return [truths[fen] for fen in fens]
 
 
 # ------------------------------------------------------------------------------------------------
 # Rewards
+
+
+REWARD_MODES = ("graded", "exact")
+"""Values of `PolicyRewardConfig.best_mode` / `top5_mode`."""
+
+
+def regret_credit(regret: float, *, tolerance: float, zero_at: float) -> float:
+    """Credit in [0, 1] of a move that gives up `regret` win probability against the engine's best.
+
+    1 up to `tolerance` (engine noise: moves that good are as right as the best one), falling
+    linearly to 0 at `zero_at` and 0 beyond. A negative regret (a move valued above the best line by
+    its own search) is full credit.
+    """
+    if not 0.0 <= tolerance < zero_at:
+        raise ValueError(f"need 0 <= tolerance < zero_at, got tolerance={tolerance}, zero_at={zero_at}")
+    if regret <= tolerance:
+        return 1.0
+    if regret >= zero_at:
+        return 0.0
+    return (zero_at - regret) / (zero_at - tolerance)
 
 
 @dataclasses.dataclass
@@ -443,9 +485,17 @@ class PolicyRewardConfig:
     legal_weight: float = 0.2
     """Weight of `legal`: distinct legal moves of M / moves in M."""
     best_weight: float = 1.0
-    """Weight of `best`: B equals the engine's best move."""
+    """Weight of `best`: how good B is (see `best_mode`)."""
+    best_mode: str = "graded"
+    """`best` credit: "graded" = `regret_credit` of B's win-probability regret; "exact" = 1 only when B is the engine's best move."""
     top5_weight: float = 0.4
-    """Weight of `top5`: order-free overlap of M with the engine's top min(5, legal) moves."""
+    """Weight of `top5`: how good the moves of M are (see `top5_mode`)."""
+    top5_mode: str = "graded"
+    """`top5` credit: "graded" = summed `regret_credit` of M's distinct legal moves over that of the engine's top k (capped at 1); "exact" = |M ∩ top k| / k."""
+    regret_tolerance: float = 0.02
+    """Win-probability regret (0-1) up to which a move (B, or one of M) gets full graded credit."""
+    regret_zero_credit: float = 0.2
+    """Win-probability regret at which a move's graded credit reaches 0 (linear from `regret_tolerance`)."""
     eval_weight: float = 0.2
     """Weight of `eval`: mean over M of max(0, 1 - |E - engine value| / eval_scale) (illegal/repeated moves 0)."""
     eval_scale: float = 2.0
@@ -457,8 +507,9 @@ class PolicyRewardConfig:
     (one search per distinct move, cached); false: such moves get no `eval` credit."""
     malformed_penalty: float = -1.0
     """Total reward of a completion that does not parse."""
-    nodes: int = 1000
-    """Stockfish node limit of the reference analysis (use the dataset's, so labels are cache hits)."""
+    nodes: int = 20_000
+    """Stockfish node limit of the truth's analysis and of the searches of unlisted moves; 20000 is the
+    cheapest budget where the truth is stable at 2x and agrees with upstream labels (docs/rookworld_reward.md)."""
     multipv: int = 5
     """Engine lines the completion is compared with."""
 
@@ -466,6 +517,13 @@ class PolicyRewardConfig:
         for name in ("format_weight", "legal_weight", "best_weight", "top5_weight", "eval_weight"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
+        for name in ("best_mode", "top5_mode"):
+            if getattr(self, name) not in REWARD_MODES:
+                raise ValueError(f"{name} must be one of {', '.join(REWARD_MODES)}, got {getattr(self, name)!r}")
+        if not (math.isfinite(self.regret_tolerance) and 0.0 <= self.regret_tolerance < 1.0):
+            raise ValueError(f"regret_tolerance must be in [0, 1), got {self.regret_tolerance}")
+        if not (math.isfinite(self.regret_zero_credit) and self.regret_tolerance < self.regret_zero_credit <= 1.0):
+            raise ValueError(f"regret_zero_credit must be in (regret_tolerance, 1], got {self.regret_zero_credit}")
         if self.eval_scale <= 0 or self.eval_clip <= 0:
             raise ValueError("eval_scale and eval_clip must be > 0")
         if not math.isfinite(self.malformed_penalty):
@@ -476,6 +534,10 @@ class PolicyRewardConfig:
     @property
     def maximum(self) -> float:
         return self.format_weight + self.legal_weight + self.best_weight + self.top5_weight + self.eval_weight
+
+    def credit(self, regret: float) -> float:
+        """`regret_credit` with this config's tolerance and zero point."""
+        return regret_credit(regret, tolerance=self.regret_tolerance, zero_at=self.regret_zero_credit)
 
 
 @dataclasses.dataclass
@@ -516,33 +578,64 @@ class Reward:
 
     total: float
     components: dict[str, float]
-    """Component name -> value in [0, 1] (plus ``eval_error`` in pawns for P: when measurable)."""
+    """Component name -> value in [0, 1] (plus, for P: when measurable, ``eval_error`` in pawns and
+    ``best_regret`` / ``moves_regret`` in win probability, < 0 when a searched move beats the best line)."""
     malformed: str | None = None
     """The parse failure, or None."""
     answer: Any = None
     """The parsed `PolicyAnswer` / `EnvironmentAnswer` (None when malformed)."""
 
 
-POLICY_COMPONENTS = ("format", "legal", "best", "top5", "eval")
+POLICY_COMPONENTS = ("format", "legal", "best", "top5", "eval", "best_exact", "top5_overlap")
+"""P: components: the first five are weighted into the total; ``best_exact`` (B is the engine's best
+move) and ``top5_overlap`` (|M ∩ top k| / k) are what the "exact" modes score, always reported."""
 ENVIRONMENT_COMPONENTS = ("format", "fen_exact", "fen_fields", "reward", "terminated", "truncated")
 
 
-def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: PolicyRewardConfig,
-                 unlisted: dict[str, float] | None = None) -> Reward:  # fmt: skip
-    """The P: reward of a parsed completion against the engine's truth.
+@dataclasses.dataclass(frozen=True)
+class MoveValue:
+    """A legal move's value for the mover, from a search of the position after it (`unlisted_move_values`)."""
 
-    `unlisted` maps legal moves of M outside the engine's list to their values (pawns, mover's view).
+    pawns: float
+    """Pawns, mover's view (mate = +/-1000)."""
+    win: float
+    """Win probability (expected score) for the mover: 1 - the opponent's after the move."""
+
+
+def _move_wins(truth: PolicyTruth, unlisted: dict[str, MoveValue] | None) -> dict[str, float]:
+    """Win probability of every move with a value: the engine's lines, then the searched unlisted moves."""
+    truth.best_win  # noqa: B018 -- raises, naming the position, when the truth carries no win probabilities
+    wins = dict(zip(truth.moves, truth.wins))
+    for move, value in (unlisted or {}).items():
+        wins.setdefault(move, value.win)
+    return wins
+
+
+def _regret(move: str, truth: PolicyTruth, wins: dict[str, float]) -> float:
+    """Win probability a legal move gives up against the best line (< 0 when its own search rates it higher)."""
+    if move not in wins:
+        raise ValueError(f"legal move {move!r} in {truth.fen!r} has no value: pass its search in `unlisted` (score_completions does)")
+    return truth.best_win - wins[move]
+
+
+def _graded_top5(moves: Sequence[str], truth: PolicyTruth, config: PolicyRewardConfig, wins: dict[str, float]) -> tuple[float, list[float]]:
+    """(graded `top5`, regrets of `moves`): the distinct legal moves' summed credits over the engine's top k's.
+
+    Normalised by what the engine's own top k earn, not by |M|: a mean over M would give a one-move M
+    holding the best move full credit, so listing fewer moves would pay.
     """
-    if isinstance(answer, Malformed):
-        return Reward(config.malformed_penalty, {name: 0.0 for name in POLICY_COMPONENTS}, answer.reason)
-    legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
-    legal = len(legal_moves) / len(answer.moves)
-    best = float(answer.best == truth.best)
-    top = truth.moves[: min(MAX_LISTED_MOVES, len(truth.moves))]
-    top5 = len(set(answer.moves) & set(top)) / len(top)
+    k = min(MAX_LISTED_MOVES, len(truth.moves))
+    attainable = sum(config.credit(truth.best_win - win) for win in truth.wins[:k])  # >= 1: the best line's credit
+    regrets = [_regret(move, truth, wins) for move in moves]
+    return min(1.0, sum(config.credit(r) for r in regrets) / attainable), regrets
+
+
+def _eval_credit(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardConfig,
+                 unlisted: dict[str, MoveValue] | None) -> tuple[float, list[float]]:  # fmt: skip
+    """(`eval` credit, absolute errors in pawns of the moves with a known value)."""
     known = dict(zip(truth.moves, truth.pawns))
-    if unlisted:
-        known.update({m: v for m, v in unlisted.items() if m not in known})
+    if unlisted and config.eval_unlisted_moves:
+        known.update({m: v.pawns for m, v in unlisted.items() if m not in known})
     clip = config.eval_clip
     errors = []
     credits = []
@@ -559,12 +652,49 @@ def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: P
         error = 0.0 if error < 1e-9 else error
         errors.append(error)
         credits.append(max(0.0, 1.0 - error / config.eval_scale))
-    evaluation = sum(credits) / len(answer.moves) if credits else 0.0
-    components = {"format": 1.0, "legal": legal, "best": best, "top5": top5, "eval": evaluation}
+    return (sum(credits) / len(answer.moves) if credits else 0.0), errors
+
+
+def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: PolicyRewardConfig,
+                 unlisted: dict[str, MoveValue] | None = None) -> Reward:  # fmt: skip
+    """The P: reward of a parsed completion against the engine's truth.
+
+    `unlisted` maps legal moves outside the engine's list (of M, and B) to their searched values;
+    a graded mode raises `ValueError` for a legal move it needs and lacks (never a silent 0).
+    Besides `POLICY_COMPONENTS`, reports when measurable ``eval_error`` (pawns), ``best_regret``
+    (B's win-probability regret) and ``moves_regret`` (mean over M's distinct legal moves, graded `top5` only).
+    """
+    if isinstance(answer, Malformed):
+        return Reward(config.malformed_penalty, {name: 0.0 for name in POLICY_COMPONENTS}, answer.reason)
+    legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
+    legal = len(legal_moves) / len(answer.moves)
+    graded = "graded" in (config.best_mode, config.top5_mode)
+    wins = _move_wins(truth, unlisted) if graded else {}
+    extra: dict[str, float] = {}
+
+    best_exact = float(answer.best == truth.best)
+    best = best_exact
+    if config.best_mode == "graded":
+        best = 0.0  # an illegal B
+        if answer.best in truth.legal:
+            extra["best_regret"] = _regret(answer.best, truth, wins)
+            best = config.credit(extra["best_regret"])
+
+    top = truth.moves[: min(MAX_LISTED_MOVES, len(truth.moves))]
+    top5_overlap = len(set(answer.moves) & set(top)) / len(top)
+    top5 = top5_overlap
+    if config.top5_mode == "graded":
+        top5, regrets = _graded_top5(legal_moves, truth, config, wins)
+        if regrets:
+            extra["moves_regret"] = sum(regrets) / len(regrets)
+
+    evaluation, errors = _eval_credit(answer, truth, config, unlisted)
+    if errors:
+        extra["eval_error"] = sum(errors) / len(errors)
+    components = {"format": 1.0, "legal": legal, "best": best, "top5": top5, "eval": evaluation,
+                  "best_exact": best_exact, "top5_overlap": top5_overlap, **extra}  # fmt: skip
     total = (config.format_weight + config.legal_weight * legal + config.best_weight * best + config.top5_weight * top5
              + config.eval_weight * evaluation)  # fmt: skip
-    if errors:
-        components["eval_error"] = sum(errors) / len(errors)
     return Reward(total, components, None, answer)
 
 
@@ -589,8 +719,8 @@ def score_environment(answer: EnvironmentAnswer | Malformed, truth: EnvironmentA
     return Reward(total, components, None, answer)
 
 
-def unlisted_move_values(pool: EnginePool, pairs: Sequence[tuple[str, str]], *, nodes: int) -> dict[tuple[str, str], float]:
-    """Values (pawns, mover's view) of (FEN, legal move) pairs from a search of the position after the move."""
+def unlisted_move_values(pool: EnginePool, pairs: Sequence[tuple[str, str]], *, nodes: int) -> dict[tuple[str, str], MoveValue]:
+    """Values (mover's view) of (FEN, legal move) pairs from a search of the position after the move."""
     distinct = list(dict.fromkeys(pairs))
     if not distinct:
         return {}
@@ -602,10 +732,24 @@ def unlisted_move_values(pool: EnginePool, pairs: Sequence[tuple[str, str]], *, 
     values = {}
     for pair, evaluation in zip(distinct, pool.evaluate(boards, nodes=nodes)):
         if evaluation.mate is not None:  # the opponent's mate score; mate 0 = the opponent is mated
-            values[pair] = -MATE_PAWNS if evaluation.mate > 0 else MATE_PAWNS
+            pawns = -MATE_PAWNS if evaluation.mate > 0 else MATE_PAWNS
         else:
-            values[pair] = -(evaluation.cp or 0) / 100.0
+            pawns = -(evaluation.cp or 0) / 100.0
+        # The opponent's expected score, one ply later: the WDL model's ply term moves it negligibly.
+        values[pair] = MoveValue(pawns=pawns, win=1.0 - evaluation.win_probability)
     return values
+
+
+def _unlisted_pairs(truth: PolicyTruth, answer: PolicyAnswer | Malformed, config: PolicyRewardConfig) -> list[tuple[str, str]]:
+    """The (FEN, move) pairs `score_policy` needs searched: legal moves of the answer outside the engine's list."""
+    if isinstance(answer, Malformed):
+        return []
+    moves: list[str] = []
+    if config.top5_mode == "graded" or (config.eval_unlisted_moves and config.eval_weight > 0):
+        moves += answer.moves
+    if config.best_mode == "graded":
+        moves.append(answer.best)
+    return [(truth.fen, m) for m in dict.fromkeys(moves) if m in truth.legal and m not in truth.moves]
 
 
 def score_completions(
@@ -631,15 +775,12 @@ def score_completions(
         fens = [" ".join(prompts[i].strip()[2:].split()) for i in policy_rows]
         truths = policy_truths(pool, fens, nodes=pc.nodes, multipv=pc.multipv)
         answers = [parse_policy_completion(completions[i]) for i in policy_rows]
-        pairs = []
-        if pc.eval_unlisted_moves and pc.eval_weight > 0:
-            for truth, answer in zip(truths, answers):
-                if not isinstance(answer, Malformed):
-                    pairs += [(truth.fen, m) for m in answer.moves if m in truth.legal and m not in truth.moves]
-        values = unlisted_move_values(pool, pairs, nodes=pc.nodes)
+        pairs = [pair for truth, answer in zip(truths, answers) for pair in _unlisted_pairs(truth, answer, pc)]
+        by_fen: dict[str, dict[str, MoveValue]] = {}
+        for (fen, move), value in unlisted_move_values(pool, pairs, nodes=pc.nodes).items():
+            by_fen.setdefault(fen, {})[move] = value
         for row, truth, answer in zip(policy_rows, truths, answers):
-            extra = {m: v for (fen, m), v in values.items() if fen == truth.fen} if values else None
-            rewards[row] = score_policy(answer, truth, pc, extra)
+            rewards[row] = score_policy(answer, truth, pc, by_fen.get(truth.fen))
     for i, task in enumerate(tasks):
         if task == "environment":
             query = parse_environment_prompt(prompts[i])
@@ -734,8 +875,20 @@ class RookWorldTaskConfig:
     """Sampling temperature; the learner, old policy and reference use the same one (invariant 1)."""
     max_new_tokens: int = 192
     """Longest completion in tokens (a P: completion is <= ~160 characters, an A: one <= ~100)."""
+    logprob_chunk_rows: int = dataclasses.field(default=0, metadata={"resumable": True})  # memory, not math
+    """Rows per forward when the behaviour, reference and learner log-probs and entropies are computed
+    (`models.lm.completion_log_probs` ``chunk_rows``; 0 = all rows at once). Bounds the [rows, L,
+    vocab] temporaries: ~35 MB per row and copy for GPT-2's vocabulary at L = 176. The learner's
+    gradient memory is bounded by `grpo.micro_batch_size` instead."""
+    prompt_bos: bool = False
+    """Put the tokenizer's BOS token (GPT-2: ``<|endoftext|>``, also its EOS) before every prompt, as
+    the upstream RookWorld data did before every sample; for models trained that way (e.g. a
+    downloaded RookWorld-LM-124M). Off for models fine-tuned here without it (`kind: sft` key
+    ``prompt_bos`` must match). Applies to sampling and evaluation alike."""
 
     def __post_init__(self) -> None:
+        if self.logprob_chunk_rows < 0:
+            raise ValueError(f"logprob_chunk_rows must be >= 0 (0 = all rows at once), got {self.logprob_chunk_rows}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
         if self.prompts_per_step < 1:
@@ -781,6 +934,45 @@ class CompletionGroups:
         return [p for p in self.prompts for _ in range(self.group_size)]
 
 
+class PromptBOSTokenizer:
+    """An `LMTokenizer` whose `encode` puts the BOS token before the text: the prompt encoding of a
+    model trained, as upstream RookWorld-LM was, with ``<|endoftext|>`` before every sample.
+    Decoding, EOS and saving are the wrapped tokenizer's. Wrap for prompts only (`with_prompt_bos`)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.bos_token_id = prompt_bos_id(inner)
+        self.eos_token_id = inner.eos_token_id
+        self.vocab_size = inner.vocab_size
+        self.kind = getattr(inner, "kind", "unknown")
+
+    def encode(self, text: str) -> list[int]:
+        return [self.bos_token_id, *self.inner.encode(text)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.inner.decode(ids)
+
+    def save(self, directory: Any) -> None:
+        self.inner.save(directory)
+
+
+def prompt_bos_id(tokenizer: Any) -> int:
+    """The BOS id of an `LMTokenizer`: a `transformers` tokenizer's bos_token_id, else its EOS id
+    (GPT-2's BOS and EOS are both ``<|endoftext|>``; the character tokenizer's EOS is newline)."""
+    bos = getattr(getattr(tokenizer, "tokenizer", None), "bos_token_id", None)
+    return int(bos) if bos is not None else int(tokenizer.eos_token_id)
+
+
+def with_prompt_bos(lm: ChessLM, enabled: bool) -> ChessLM:
+    """`lm` itself, or (`enabled`) the same model whose tokenizer prefixes BOS to every encoded text:
+    for the code paths that encode only prompts (sampling, `eval.lm`)."""
+    if not enabled:
+        return lm
+    from chessgrpo.models.lm import ChessLM
+
+    return ChessLM(lm.model, PromptBOSTokenizer(lm.tokenizer), lm.source)  # type: ignore[arg-type]
+
+
 def sample_completion_groups(
     lm: ChessLM,
     prompts: Sequence[str],
@@ -790,20 +982,23 @@ def sample_completion_groups(
     max_new_tokens: int,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     reference: torch.nn.Module | None = None,
+    chunk_rows: int = 0,
 ) -> CompletionGroups:
     """Sample G completions per prompt, then record behaviour (and reference) log-probs and entropy.
 
     The behaviour log-probs are recomputed on the finished sequences with `completion_log_probs`,
-    the learner's own function, at the sampling temperature (see `models.lm`).
+    the learner's own function, at the sampling temperature (see `models.lm`), `chunk_rows` rows
+    per forward (0 = all). The completion tokens are the generated ids themselves, never the
+    decoded text encoded again: a prompt/completion boundary inside what would be one BPE token
+    of the joint text cannot shift the tokens that log-probs are taken of.
     """
     import torch
 
-
     with torch.no_grad():
-        return _sample_completion_groups(lm, prompts, group_size, temperature, max_new_tokens, generator, reference)
+        return _sample_completion_groups(lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows)
 
 
-def _sample_completion_groups(lm, prompts, group_size, temperature, max_new_tokens, generator, reference) -> CompletionGroups:
+def _sample_completion_groups(lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows=0) -> CompletionGroups:
     from chessgrpo.models.lm import completion_log_probs, generate
 
     model = lm.model
@@ -817,13 +1012,13 @@ def _sample_completion_groups(lm, prompts, group_size, temperature, max_new_toke
     )  # fmt: skip
     logp, entropy = completion_log_probs(
         model, generation.prompt_ids, generation.prompt_mask, generation.completion_ids, generation.completion_mask,
-        temperature=temperature, with_entropy=True,
+        temperature=temperature, with_entropy=True, chunk_rows=chunk_rows,
     )  # fmt: skip
     ref_logp = None
     if reference is not None:
         ref_logp, _ = completion_log_probs(
             reference, generation.prompt_ids, generation.prompt_mask, generation.completion_ids,
-            generation.completion_mask, temperature=temperature,
+            generation.completion_mask, temperature=temperature, chunk_rows=chunk_rows,
         )  # fmt: skip
     assert entropy is not None
     return CompletionGroups(
@@ -857,8 +1052,11 @@ def to_rollout_batch(groups: CompletionGroups, rewards: torch.Tensor) -> Rollout
     )
 
 
-def make_forward(model: torch.nn.Module, *, temperature: float):
-    """The learner's forward: `completion_log_probs` (with exact entropy) of any subset of rows."""
+def make_forward(model: torch.nn.Module, *, temperature: float, chunk_rows: int = 0, entropy_grad: bool = True):
+    """The learner's forward: `completion_log_probs` (with exact entropy) of any subset of rows.
+
+    `chunk_rows`: rows per model call (0 = all). `entropy_grad=False` (no entropy bonus) keeps the
+    entropy a metric computed without gradient, which spares autograd a [rows, L, vocab] softmax."""
     from chessgrpo.models.lm import completion_log_probs
     from chessgrpo.rl import PolicyOutputs
 
@@ -868,7 +1066,7 @@ def make_forward(model: torch.nn.Module, *, temperature: float):
         inputs = minibatch.inputs
         logp, entropy = completion_log_probs(
             model, inputs["prompt_ids"], inputs["prompt_mask"], minibatch.actions, minibatch.mask,
-            temperature=temperature, with_entropy=True,
+            temperature=temperature, with_entropy=True, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
         )  # fmt: skip
         return PolicyOutputs(logp=logp, entropy=entropy)
 

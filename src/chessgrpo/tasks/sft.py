@@ -33,16 +33,23 @@ class TokenizedExamples:
         return len(self.prompts)
 
 
-def tokenize_examples(lm: ChessLM, examples: list[Any]) -> TokenizedExamples:
+def tokenize_examples(lm: ChessLM, examples: list[Any], *, prompt_bos: bool = False) -> TokenizedExamples:
     """Token ids of `examples` (with ``prompt``, ``completion``, ``task``, ``line``); EOS ends each completion.
 
+    Prompt and completion are encoded separately, exactly as sampling sees them (the prompt's ids,
+    then generated ids), so where a joint encoding of the line would merge tokens across the
+    boundary, SFT still trains the split that generation produces. `prompt_bos` puts the
+    tokenizer's BOS before each prompt (`tasks.rookworld.with_prompt_bos`, upstream RookWorld's layout).
     Raises `ValueError` when an example is longer than the model's positions.
     """
+    from chessgrpo.tasks.rookworld import prompt_bos_id
+
     eos = lm.tokenizer.eos_token_id
     limit = lm.max_positions
+    prefix = [prompt_bos_id(lm.tokenizer)] if prompt_bos else []
     prompts, completions, tasks = [], [], []
     for example in examples:
-        prompt = lm.tokenizer.encode(example.prompt)
+        prompt = prefix + lm.tokenizer.encode(example.prompt)
         completion = lm.tokenizer.encode(example.completion) + [eos]
         if limit is not None and len(prompt) + len(completion) > limit:
             raise ValueError(f"example of {len(prompt) + len(completion)} tokens exceeds the model's {limit} positions: {example.line[:60]!r}")
@@ -69,16 +76,18 @@ def policy_answers(examples: list[Any]) -> dict[int, tuple[str, Any]]:
 
 
 def sft_loss(
-    lm: ChessLM, prompts: list[list[int]], completions: list[list[int]], model: torch.nn.Module | None = None
+    lm: ChessLM, prompts: list[list[int]], completions: list[list[int]], model: torch.nn.Module | None = None,
+    *, chunk_rows: int = 0,
 ) -> tuple[torch.Tensor, int]:
     """(mean NLL per completion token, number of tokens) for a batch, via `completion_log_probs` at T = 1.
 
     `model` replaces ``lm.model`` in the forward (the spine's DDP wrapper of it in a data-parallel run).
+    `chunk_rows` > 0: rows per forward (bounds the no-grad evaluation's logits; see `completion_log_probs`).
     """
     device = lm.device
     pad = lm.tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad, device)
     completion_ids, completion_mask = right_pad(completions, pad, device)
-    logp, _ = completion_log_probs(model if model is not None else lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0)
+    logp, _ = completion_log_probs(model if model is not None else lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0, chunk_rows=chunk_rows)
     tokens = int(completion_mask.sum())
     return -logp.sum() / max(tokens, 1), tokens

@@ -3,7 +3,8 @@
 Layout (every kind of run)::
 
     RUN_DIR/checkpoints/step_000500/model files     written by the kind (`Kind.save_model`)
-                                    trainer_state.pt optimizer, step, RNG, the kind's own state, ...
+                                    trainer_state.pt optimizer (unless checkpoint_optimizer: false),
+                                                     step, RNG, the kind's own state, ...
                                     manifest.json    size and SHA-256 of every file (`chessgrpo.files`)
     RUN_DIR/checkpoints/latest -> step_000500        relative symlink to the newest step
     RUN_DIR/checkpoints/best   -> step_000400        the best step by the run's `checkpoint.best_metric`
@@ -188,6 +189,35 @@ def load_trainer_state(checkpoint_dir: str | os.PathLike, map_location: str | to
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} does not hold a trainer state dict")
     return state
+
+
+OPTIMIZER_KEY = "optimizer"
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer, save: bool) -> dict[str, Any]:
+    """The trainer-state entries for the optimizer: its state dict, or (`save` false, config key
+    ``checkpoint_optimizer: false``) a note that it was left out (checkpoints ~3x smaller)."""
+    return {OPTIMIZER_KEY: optimizer.state_dict()} if save else {"optimizer_saved": False}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
+    """Load the optimizer state of a trainer state; True when it held one.
+
+    A checkpoint saved with ``checkpoint_optimizer: false`` holds none: the optimizer then starts
+    fresh (its per-parameter state, e.g. AdamW moments, is cleared; hyperparameters and the
+    learning-rate schedule are untouched) and a warning says so. That is a choice, not a fault: the
+    first steps after such a resume take Adam's bias-corrected early steps again.
+    """
+    if OPTIMIZER_KEY in state:
+        optimizer.load_state_dict(state[OPTIMIZER_KEY])
+        return True
+    optimizer.state.clear()
+    logger.warning(
+        "checkpoint %s holds no optimizer state (it was saved with checkpoint_optimizer: false): "
+        "the optimizer starts fresh (AdamW moments reset); step, schedule, RNG and model are restored",
+        checkpoint,
+    )
+    return False
 
 
 def is_step_dir(path: Path) -> bool:

@@ -116,6 +116,11 @@ class TrainConfig:
     """Checkpoint every this many steps (0 = only at the end); the last step is always saved."""
     keep_checkpoints: int = resumable(2)
     """Newest checkpoints kept on disk (the best one by checkpoint_best_metric is kept besides)."""
+    checkpoint_optimizer: bool = resumable(True)
+    """Save the optimizer state (AdamW moments: twice the model's size, ~1 GB for a 124M model) in
+    checkpoints. false = model, step, RNG and schedule only: a resume (or divergence rollback) from
+    such a checkpoint logs a warning that the optimizer state was not saved and starts AdamW fresh
+    (the learning-rate schedule still continues from the saved step)."""
     checkpoint_best_metric: str | None = None
     """Held-out metric that picks `checkpoints/best` (e.g. eval/esl); null = the kind's default."""
     checkpoint_best_mode: Literal["min", "max"] | None = None

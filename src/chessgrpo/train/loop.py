@@ -48,6 +48,8 @@ from chessgrpo.train.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
     load_trainer_state,
+    optimizer_state,
+    restore_optimizer,
     restore_rng_state,
     save_checkpoint,
 )
@@ -102,21 +104,43 @@ class Learner:
         self.max_grad_norm = max_grad_norm
         self.parallel = parallel or Parallel()
         self.inject_nonfinite = False
+        self._pending_nonfinite = False
+        """A micro-batch loss of the minibatch being accumulated was not finite (checked at its step)."""
+        self._accumulating = False
+        """Gradients of earlier micro-batches of this step are in .grad (else .grad is stale: cleared first)."""
 
-    def update(self, loss: torch.Tensor) -> float:
+    def update(self, loss: torch.Tensor, *, step: bool = True) -> float:
         """backward(loss), clip, optimizer step; returns the gradient norm before clipping.
 
+        With ``step=False`` only backward(loss) into the accumulated gradients (a micro-batch of
+        gradient accumulation; returns nan); the next ``step=True`` call adds its loss, then clips
+        and steps once. A non-finite micro-batch loss is remembered and skips that whole step.
+
         In a data-parallel run every rank calls this the same number of times per step; the ranks
-        agree on a non-finite loss before backward (all skip, or none), and DDP's backward averages
-        the gradients, so the clipped norm and the step are the same on every rank.
+        agree on a non-finite loss before the stepping backward (all skip, or none), and DDP's
+        backward averages the gradients, so the clipped norm and the step are the same on every rank.
         """
         if self.inject_nonfinite:
             loss = loss * float("nan")
-        if self.parallel.any(not math.isfinite(float(loss.detach()))):
+        if not step:  # accumulate; no collective here (ranks may agree only once per step)
+            if not self._accumulating:
+                self.optimizer.zero_grad(set_to_none=True)
+                self._accumulating = True
+            if math.isfinite(float(loss.detach())):
+                loss.backward()
+            else:
+                self._pending_nonfinite = True
+                if self.parallel.enabled:  # DDP reduces in every backward: keep the ranks in step
+                    (loss * 0.0).backward()
+            return math.nan
+        pending, self._pending_nonfinite = self._pending_nonfinite, False
+        if not self._accumulating:
+            self.optimizer.zero_grad(set_to_none=True)
+        self._accumulating = False
+        if self.parallel.any(pending or not math.isfinite(float(loss.detach()))):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteError(f"loss is not finite ({float(loss.detach())} on rank {self.parallel.rank}); update skipped")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # onto the gradients accumulated since the last step (none without micro-batches)
         grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -252,7 +276,7 @@ class Trainer:
     def _trainer_state(self) -> dict[str, Any]:
         return {
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
+            **optimizer_state(self.optimizer, self.config.checkpoint_optimizer),
             "rng": capture_rng_state(),
             "kind": self.kind.state_dict(),
             "health": {"lr_scale": self.lr_scale, "rollbacks": self.rollbacks},
@@ -289,7 +313,7 @@ class Trainer:
         """Load a checkpoint into the model, optimizer, kind and RNGs (and the health state when `health`)."""
         state = load_trainer_state(checkpoint)
         self.kind.load_model(checkpoint)
-        self.optimizer.load_state_dict(state["optimizer"])
+        restore_optimizer(self.optimizer, state, checkpoint)  # fresh, with a warning, if it was not saved
         self.kind.load_state_dict(state.get("kind", {}))
         self.step = int(state["step"])
         if health:

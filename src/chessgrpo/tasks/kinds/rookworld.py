@@ -16,8 +16,12 @@ One step (`RookWorldKind.train_step`):
    SFT reference (k3 by default, fixed/warmup/adaptive coefficient), the first-minibatch ratio
    check; each optimizer update through the loop's `Learner` (clipping at the top-level
    `max_grad_norm`). Reward normalisation: `grpo.advantage_estimator` (``batch_std`` = batch-level).
+   Memory (docs/lm_124m.md): every log-prob forward runs `task.logprob_chunk_rows` rows at a time
+   and the learner `grpo.micro_batch_size` rows per backward (gradient accumulation, the same
+   gradient); with ``grpo.entropy_coef: 0`` the learner's entropy is a metric without gradient.
 
-The reference is the starting model, frozen; the policy is its copy. Both run with every dropout
+``task.prompt_bos`` puts the tokenizer's BOS before every prompt (sampling and evaluation), as
+upstream RookWorld-LM was trained. The reference is the starting model, frozen; the policy is its copy. Both run with every dropout
 off and in eval mode (`models.lm.prepare_for_rl`), whatever the model config says (ARCHITECTURE
 invariant 2). With ``bf16: true`` the sampling and learner forwards run under bf16 autocast
 (log-probs stay fp32) and the ratio check uses its bf16 tolerance.
@@ -68,6 +72,7 @@ from chessgrpo.tasks.rookworld import (
     sample_completion_groups,
     score_completions,
     to_rollout_batch,
+    with_prompt_bos,
 )
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
@@ -112,7 +117,8 @@ class RookWorldTrainConfig(TrainConfig):
     """Starting model, also the frozen KL reference: an SFT run or checkpoint, or any local
     `save_pretrained` directory (e.g. RookWorld-LM-124M). null = a fresh `model` (for tests)."""
     model: LMModelConfig = dataclasses.field(default_factory=LMModelConfig)
-    """Shape of a fresh model (only with init_checkpoint: null). Its dropout is ignored: RL runs without."""
+    """Shape of a fresh model (only with init_checkpoint: null), or `model.path`: a local model directory
+    used like init_checkpoint when that is null. Its dropout is ignored: RL runs without."""
     data: str = "data/rookworld_tiny"
     """`chessgrpo data rookworld` directory: prompts from its train split, evaluation on its test split."""
     task: RookWorldTaskConfig = dataclasses.field(default_factory=RookWorldTaskConfig)
@@ -161,8 +167,9 @@ class RookWorldKind(GRPOKind):
         self.eval_policy_fens = [e.fen for e in test if e.task == "policy"][: config.eval.policy_prompts]
         self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][: config.eval.environment_prompts]
 
-        if config.init_checkpoint:
-            self.reference = load_lm(config.init_checkpoint, device=device)
+        start = config.init_checkpoint or config.model.path  # model.path: the same, for symmetry with kind: sft
+        if start:
+            self.reference = load_lm(start, device=device)
         else:
             self.reference = build_lm(config.model, seed=config.run.seed)
             self.reference.model.to(device)
@@ -170,10 +177,12 @@ class RookWorldKind(GRPOKind):
         self.lm = ChessLM(copy.deepcopy(self.reference.model), self.reference.tokenizer, self.reference.source)
         prepare_for_rl(self.lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
         self.model = self.lm.model
+        # Sampling and evaluation encode prompts through this view (task.prompt_bos: BOS first).
+        self.prompt_lm = with_prompt_bos(self.lm, config.task.prompt_bos)
         # The frozen reference may sit on its own device (reference_device), called from the policy's.
         self.reference_model = place_reference(self.reference.model, device, config.reference_device)
         limit = self.lm.max_positions
-        longest = max(len(self.lm.tokenizer.encode(p)) for p in self.policy_prompts[:2000] + self.environment_prompts[:2000])
+        longest = max(len(self.prompt_lm.tokenizer.encode(p)) for p in self.policy_prompts[:2000] + self.environment_prompts[:2000])
         if limit is not None and longest + config.task.max_new_tokens > limit:
             raise ConfigError(
                 f"config key task.max_new_tokens={config.task.max_new_tokens} + the longest prompt ({longest} tokens) "
@@ -214,7 +223,10 @@ class RookWorldKind(GRPOKind):
 
     def _learner_forward(self, temperature: float) -> Any:
         """`tasks.rookworld.make_forward` of the policy, under bf16 autocast when the run asks for it."""
-        forward = make_forward(self.learner_model, temperature=temperature)
+        forward = make_forward(
+            self.learner_model, temperature=temperature, chunk_rows=self.config.task.logprob_chunk_rows,
+            entropy_grad=self.config.grpo.entropy_coef > 0,
+        )  # fmt: skip
         if not self.context.bf16:
             return forward
 
@@ -234,8 +246,9 @@ class RookWorldKind(GRPOKind):
         prompts = prompts[mine.start : mine.stop]
         with context.autocast():
             groups = sample_completion_groups(
-                self.lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
+                self.prompt_lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
                 generator=self.group_generators(step, mine), reference=self.reference_model,
+                chunk_rows=task.logprob_chunk_rows,
             )  # fmt: skip
         sample_s = time.perf_counter() - tick
 
@@ -308,7 +321,7 @@ class RookWorldKind(GRPOKind):
 
             self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, seed).puzzles)
         result = evaluate_lm(
-            self.lm, policy_fens=self.eval_policy_fens, environment_prompts=self.eval_environment_prompts,
+            self.prompt_lm, policy_fens=self.eval_policy_fens, environment_prompts=self.eval_environment_prompts,
             puzzles=self._puzzles or (), pool=self.pool, rewards=self.config.rewards, batch_size=config.batch_size,
             policy_max_new_tokens=self.config.task.max_new_tokens, environment_max_new_tokens=self.config.task.max_new_tokens,
             seed=seed, resamples=config.resamples,

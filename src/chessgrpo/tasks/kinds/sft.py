@@ -9,7 +9,9 @@ One step (`SFTKind.train_step`):
 2. loss = mean negative log-likelihood of the completion tokens (EOS included) given the prompt
    (`tasks.sft.sft_loss`: `models.lm.completion_log_probs` at temperature 1, the same function and
    left-padded layout that sampling and GRPO use). Prompt tokens carry no loss. The model is in
-   train mode for the step (dropout as `model.dropout` says, 0 by default) and in eval mode after;
+   train mode for the step (dropout: a loaded model's own, `override_dropout` to change it; a fresh
+   model's `model.dropout`, 0 by default) and in eval mode after. With `micro_batch_size` the batch
+   runs as micro-batches whose token-weighted losses accumulate into one update;
 3. one optimizer update through the loop's `Learner` (AdamW, warmup + cosine, clipping: the spine's).
 
 Evaluation (`eval_every`): held-out loss on `eval_examples` test examples, and `eval_prompts`
@@ -17,7 +19,7 @@ held-out prompts per task decoded greedily, giving the well-formed rate per task
 number), the best-move agreement with the dataset's engine label (P:) and the exact-completion rate
 (A:), from the data alone (no engine). `eval/loss` picks `checkpoints/best`.
 
-The model starts fresh from `model` (character tokenizer) or from `model.path` (any local
+The model starts fresh from `model` (its `tokenizer`: chess by default, or char) or from `model.path` (any local
 GPT-2-family directory, e.g. RookWorld-LM-124M). Checkpoints are `save_pretrained` directories
 (`models.lm.save_lm`) plus the trainer state; `load_lm(RUN_DIR)` loads the newest, and a
 ``kind: rookworld`` GRPO run takes the run directory as its `init_checkpoint`.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,7 @@ import torch
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
 from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
-from chessgrpo.tasks.rookworld import format_policy_completion
+from chessgrpo.tasks.rookworld import format_policy_completion, with_prompt_bos
 from chessgrpo.tasks.sft import policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import Kind, RunContext, interval_text
@@ -55,7 +58,7 @@ class SFTTrainConfig(TrainConfig):
     data: str = "data/rookworld_tiny"
     """Dataset directory from `chessgrpo data rookworld` (train/ and test/ Parquet shards)."""
     model: LMModelConfig = dataclasses.field(default_factory=LMModelConfig)
-    """A fresh GPT-2 with the character tokenizer, or `model.path` to fine-tune a local model."""
+    """A fresh GPT-2 with the chess (or character) tokenizer, or `model.path` to fine-tune a local model."""
     tasks: tuple[str, ...] = TASKS
     """Which tasks of the dataset to train on."""
     reshuffle_moves: bool = True
@@ -65,13 +68,25 @@ class SFTTrainConfig(TrainConfig):
     alone is not yet measured, docs/benchmarks.md issue 7)."""
     batch_size: int = 32
     """Examples per optimizer step."""
+    micro_batch_size: int = resumable(0)
+    """Examples per forward/backward (gradient accumulation; 0 = the whole batch at once). Each
+    micro-batch's loss is weighted by its share of the batch's completion tokens, so the gradient is
+    the whole batch's token mean; peak memory follows the micro-batch. In a data-parallel run it
+    counts each process's examples."""
+    override_dropout: float | None = None
+    """Dropout of a model loaded from `model.path` during this SFT (its modules only; the saved config
+    keeps the model's own values). null = the model's own dropout. A fresh model uses `model.dropout`."""
+    prompt_bos: bool = False
+    """Put the tokenizer's BOS (GPT-2: ``<|endoftext|>``) before every prompt, as the upstream RookWorld
+    data did before every sample (for a downloaded RookWorld-LM-124M); GRPO's ``task.prompt_bos`` must
+    then match. Off for fresh models."""
     eval_examples: int = resumable(256)
     """Held-out examples for the held-out loss."""
     eval_prompts: int = resumable(100)
     """Held-out prompts per task decoded greedily for the well-formed rate."""
     eval_batch_size: int = resumable(64)
     max_new_tokens: int = resumable(176)
-    """Longest decoded completion in evaluation (characters for the char tokenizer)."""
+    """Longest decoded completion in evaluation, in tokens (characters for the char tokenizer)."""
 
     # Shared knobs with other defaults (train/config.py has their meanings).
     steps: int = resumable(1000)
@@ -92,6 +107,10 @@ class SFTTrainConfig(TrainConfig):
         for name in ("batch_size", "eval_examples", "eval_batch_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch_size < 0:
+            raise ConfigError(f"config key micro_batch_size must be >= 0 (0 = no split), got {self.micro_batch_size}")
+        if self.override_dropout is not None and not 0.0 <= self.override_dropout < 1.0:
+            raise ConfigError(f"config key override_dropout must be in [0, 1) or null, got {self.override_dropout}")
         if self.eval_prompts < 0:
             raise ConfigError(f"config key eval_prompts must be >= 0, got {self.eval_prompts}")
         if not self.tasks or any(t not in TASKS for t in self.tasks):
@@ -116,23 +135,27 @@ class SFTKind(Kind):
 
             raise ConfigError(f"config key reference_device: kind {self.name} has no reference model (set it to null)")
         device, seed = context.device, config.run.seed
-        if config.model.path:
-            self.lm = load_lm(config.model.path, device=device, dropout=config.model.dropout)
+        if config.model.path:  # the model's own dropout unless override_dropout says otherwise
+            self.lm = load_lm(config.model.path, device=device)
+            if config.override_dropout is not None:
+                set_dropout_modules(self.lm.model, config.override_dropout)
         else:
             self.lm = build_lm(config.model, seed=seed)
             self.lm.model.to(device)
         self.lm.model.eval()
         self.model = self.lm.model
+        # Evaluation encodes prompts through this view (prompt_bos: BOS first, as in training).
+        self.prompt_lm = with_prompt_bos(self.lm, config.prompt_bos)
         train = [e for e in read_rookworld(config.data, "train") if e.task in config.tasks]
         test = [e for e in read_rookworld(config.data, "test") if e.task in config.tasks]
         if not train:
             raise ValueError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
-        self.train_data = tokenize_examples(self.lm, train)
+        self.train_data = tokenize_examples(self.lm, train, prompt_bos=config.prompt_bos)
         self.train_policy_answers = policy_answers(train) if config.reshuffle_moves else {}
         self.test_examples = test
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.permutation(len(test))[: config.eval_examples]) if test else []
-        self.test_data = tokenize_examples(self.lm, [test[i] for i in chosen]) if test else None
+        self.test_data = tokenize_examples(self.lm, [test[i] for i in chosen], prompt_bos=config.prompt_bos) if test else None
         self.epoch = 0
         self.position = 0
         self._orders: tuple[int, np.ndarray] | None = None
@@ -193,29 +216,50 @@ class SFTKind(Kind):
         tick = time.perf_counter()
         indices = self._next_batch()  # the global batch; a data-parallel rank learns from its share
         parallel = self.context.parallel
-        self.model.train()  # dropout as configured (0 by default)
+        self.model.train()  # dropout as configured (the loaded model's own by default)
         try:
             completions = [self._completion(i, step) for i in indices]
             mine = parallel.split(len(indices))
-            with self.context.autocast():
-                loss, tokens = sft_loss(
-                    self.lm, [self.train_data.prompts[i] for i in indices[mine.start : mine.stop]],
-                    completions[mine.start : mine.stop], model=self.learner_model,
-                )  # fmt: skip
-            # A token mean over the global batch: each rank's mean weighted by its share of the tokens
-            # (DDP averages the gradients over the ranks).
-            weight = parallel.world_size * tokens / max(sum(len(c) for c in completions), 1)
-            grad_norm = learner.update(loss if parallel.world_size == 1 else loss * weight)
+            prompts = [self.train_data.prompts[i] for i in indices[mine.start : mine.stop]]
+            loss_value, grad_norm = self._learn(prompts, completions[mine.start : mine.stop], len(indices), sum(map(len, completions)), learner)
         finally:
             self.model.eval()
         seconds = time.perf_counter() - tick
         return {
-            "loss/train": float(loss.detach()),
+            "loss/train": loss_value,
             "grad_norm": grad_norm,
             "perf/step_s": seconds,
             "perf/tokens_per_s": sum(len(c) for c in completions) / max(seconds, 1e-9),  # every rank's tokens
             "train/epoch": float(self.epoch),
         }
+
+    def _learn(self, prompts: list[list[int]], completions: list[list[int]], batch_examples: int, batch_tokens: int, learner: Any) -> tuple[float, float]:
+        """One optimizer update from this rank's examples, in micro-batches: (its token-mean loss, grad norm).
+
+        The global loss is a token mean over the whole batch (every rank's `batch_tokens`): each
+        micro-batch's mean is weighted by world size x its tokens / `batch_tokens` (DDP averages the
+        gradients over the ranks), and every rank runs the same number of micro-batches (a rank
+        with fewer examples backpropagates a placeholder at weight 0), since DDP reduces in every backward.
+        """
+        world = self.context.parallel.world_size
+        size = self.config.micro_batch_size or max(batch_examples, 1)
+        count = max(1, math.ceil(math.ceil(batch_examples / world) / size))
+        total = weighted = 0.0
+        grad_norm = math.nan
+        for k in range(count):
+            part_prompts, part_completions = prompts[k * size : (k + 1) * size], completions[k * size : (k + 1) * size]
+            placeholder = not part_prompts
+            if placeholder:  # join DDP's reduction with a zero-weight loss
+                part_prompts, part_completions = [self.train_data.prompts[0]], [self.train_data.completions[0]]
+            with self.context.autocast():
+                loss, tokens = sft_loss(self.lm, part_prompts, part_completions, model=self.learner_model)
+            weight = 0.0 if placeholder else world * tokens / max(batch_tokens, 1)
+            if not placeholder:
+                total += float(loss.detach()) * tokens
+                weighted += tokens
+            scaled = loss if weight == 1.0 else loss * weight
+            grad_norm = learner.update(scaled) if k == count - 1 else learner.update(scaled, step=False)
+        return total / max(weighted, 1.0), grad_norm
 
     # -- evaluation ---------------------------------------------------------------------------------
 
@@ -242,6 +286,7 @@ class SFTKind(Kind):
                     self.lm,
                     self.test_data.prompts[start : start + config.eval_batch_size],
                     self.test_data.completions[start : start + config.eval_batch_size],
+                    chunk_rows=config.micro_batch_size,
                 )
             total += float(loss.detach()) * n
             tokens += n
@@ -251,7 +296,7 @@ class SFTKind(Kind):
             examples = [e for e in self.test_examples if e.task == task][: config.eval_prompts]
             if not examples:
                 continue
-            texts = generate_texts(self.lm, [e.prompt for e in examples], max_new_tokens=config.max_new_tokens, batch_size=config.eval_batch_size)
+            texts = generate_texts(self.prompt_lm, [e.prompt for e in examples], max_new_tokens=config.max_new_tokens, batch_size=config.eval_batch_size)
             parse = parse_policy_completion if task == "policy" else parse_environment_completion
             parsed = [parse(t) for t in texts]
             well_formed = [not isinstance(p, Malformed) for p in parsed]
@@ -316,3 +361,10 @@ class SFTKind(Kind):
             f"model: {self.lm.num_parameters() / 1e6:.2f}M parameters ({self.lm.source})",
             f"data: {len(self.train_data)} train examples of {', '.join(self.config.tasks)} from {self.config.data}",
         ]
+
+
+def set_dropout_modules(model: torch.nn.Module, p: float) -> None:
+    """Set p of every dropout module (not the model config, so `save_pretrained` keeps the model's own)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
