@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from chessgrpo.models.policy import load_policy, log_probs
@@ -125,8 +126,7 @@ def test_move_group_grpo_on_cuda(tmp_path, labelled, pretrained, extra):
     logged = assert_trained(tmp_path / "grpo", 3)
     steps = [r for r in logged if "ratio/first_max_abs_dev" in r]
     assert steps and all(r["ratio/first_max_abs_dev"] < (1e-2 if "bf16=true" in extra else 1e-4) for r in steps)
-    config = json.loads(json.dumps(__import__("yaml").safe_load((tmp_path / "grpo" / "config.yaml").read_text())))
-    assert config["device"] == "cuda"
+    assert yaml.safe_load((tmp_path / "grpo" / "config.yaml").read_text())["device"] == "cuda"
 
 
 def test_trajectory_grpo_on_cuda(tmp_path):
