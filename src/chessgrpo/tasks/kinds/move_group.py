@@ -355,31 +355,34 @@ class MoveGroupKind(PolicyGRPOKind):
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
         return metrics
 
+    def _labelled_draws(self, data: Any, size: int, step: int, stream: int):
+        """A function drawing `size` positions of `data` per call, from a generator seeded by (seed, step, stream)."""
+        generator = torch.Generator().manual_seed(derived_seed(self.context.seed, step, stream))
+        return lambda: data.batch(torch.randint(len(data), (size,), generator=generator))
+
     def _value_batches(self, step: int):
-        """Draws of `value_batch_size` labelled positions for the value loss, a function of (seed, step)."""
+        """Draws of `value_batch_size` labelled positions for the value loss: (inputs, targets), a function of (seed, step)."""
         from chessgrpo.tasks.supervised import value_targets
 
         assert self.value_data is not None
-        data, size = self.value_data, self.config.value_batch_size
-        generator = torch.Generator().manual_seed(derived_seed(self.context.seed, step, 0x7A))
+        draw = self._labelled_draws(self.value_data, self.config.value_batch_size, step, 0x7A)
 
-        def draw() -> tuple[torch.Tensor, torch.Tensor]:
-            batch = data.batch(torch.randint(len(data), (size,), generator=generator))
+        def inputs_and_targets() -> tuple[torch.Tensor, torch.Tensor]:
+            batch = draw()
             return batch.tokens, value_targets(batch)
 
-        return draw
+        return inputs_and_targets
 
     def _bc_batches(self, step: int):
-        """Draws of `bc_batch_size` labelled positions (inputs, legal mask, best action) for the bc term, a function of (seed, step)."""
+        """Draws of `bc_batch_size` labelled positions for the bc term: (inputs, legal mask, best action), a function of (seed, step)."""
         assert self.bc_data is not None
-        data, size = self.bc_data, self.config.bc_batch_size
-        generator = torch.Generator().manual_seed(derived_seed(self.context.seed, step, 0xBC))
+        draw = self._labelled_draws(self.bc_data, self.config.bc_batch_size, step, 0xBC)
 
-        def draw() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            batch = data.batch(torch.randint(len(data), (size,), generator=generator))
+        def inputs_and_best_moves() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            batch = draw()
             return batch.tokens, batch.legal_mask, batch.best_action
 
-        return draw
+        return inputs_and_best_moves
 
     # -- evaluation ---------------------------------------------------------------------------------
 
