@@ -137,20 +137,25 @@ def test_trajectory_grpo_on_cuda(tmp_path):
     assert_trained(tmp_path / "traj", 3)
 
 
-def test_sft_and_rookworld_grpo_on_cuda(tmp_path):
+@pytest.mark.parametrize("memory", [[], ["micro"]], ids=["whole", "micro_batched"])
+def test_sft_and_rookworld_grpo_on_cuda(tmp_path, memory):
+    """SFT then GRPO on text, the chess tokenizer (the fresh-model default); "micro_batched" also runs
+    SFT and the GRPO learner in micro-batches and the log-probs in row chunks (issue 20's memory path)."""
+    sft_memory = ["micro_batch_size=4"] if memory else []
+    grpo_memory = ["grpo.micro_batch_size=2", "task.logprob_chunk_rows=3"] if memory else []
     data = tmp_path / "rw"
     cli("data", "rookworld", "--out", str(data), "--positions", "40", "--nodes", "100", "engine.processes=2",
         "test_fraction=0.2", "engine.cache=false")  # fmt: skip
     cli("train", "--config", "configs/rookworld_sft_tiny.yaml", f"data={data}", f"run.out_dir={tmp_path}", "run.name=sft",
         "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "steps=4", "batch_size=8", "eval_every=4",
         "eval_examples=8", "eval_prompts=2", "max_new_tokens=8", "checkpoint_every=1", "keep_checkpoints=10",
-        "lr=3e-3", "warmup_steps=0", "device=cuda", "bf16=true")  # fmt: skip
+        "lr=3e-3", "warmup_steps=0", "device=cuda", "bf16=true", *sft_memory)  # fmt: skip
     assert_trained(tmp_path / "sft", 4)
     cli("train", "--config", "configs/rookworld_grpo_tiny.yaml", f"data={data}", f"init_checkpoint={tmp_path / 'sft'}",
         f"run.out_dir={tmp_path}", "run.name=rw", "task.prompts_per_step=4", "task.group_size=2", "task.max_new_tokens=20",
         "grpo.minibatch_size=4", "rewards.policy.nodes=100", "engine.processes=2", "engine.cache=false",
         "eval.policy_prompts=2", "eval.environment_prompts=2", "eval_every=0", "eval_at_start=false", "steps=3",
-        "grpo.entropy_coef=0.01", "checkpoint_every=1", "device=cuda")  # fmt: skip
+        "grpo.entropy_coef=0.01", "checkpoint_every=1", "device=cuda", *grpo_memory)  # fmt: skip
     logged = assert_trained(tmp_path / "rw", 3)
     assert all(r["ratio/first_max_abs_dev"] < 1e-4 for r in logged if "ratio/first_max_abs_dev" in r)
 
