@@ -6,12 +6,14 @@
 #   evaluation (not in the budget)    4. puzzles with the policy alone and with SEARCH_NODES of PUCT
 #                                     5. games: pretrained and GRPO policies against the random mover
 #                                        and sf-skill:0 (GAMES each), paired comparison
-#                                     6. the same against sf-skill:0 with SEARCH_NODES per move
+#                                     6. both against sf-skill:0 with SEARCH_NODES of PUCT per move, paired
 #                                     7. SPRT of the GRPO policy against its pretrained start (games)
 # Every stage resumes or skips finished work: running the command again continues where it stopped.
-# Time on 2 cores: training ~45 min; evaluation ~20 min plus ~90 min for stage 6 (SEARCH_NODES=0 skips 4's
-# searched half and 6). Environment: SEARCH_NODES (default 256; 0 skips the search stages), GAMES (default 200),
-# SPRT (default "0,10": H0 Elo 0, H1 Elo 10), SPRT_GAMES (default 4000: the most played).
+# Time on 2 idle cores (measured 2026-11-26): training 43 min (data 5.5, pretraining 23, GRPO 15 with a cold engine
+# cache); evaluation without search ~5 min, and stage 6 ~1.5 h per network on 2 cores (about 4 min each on a
+# 16-core machine with a GPU: GAME_DEVICE=cuda). SEARCH_NODES=0 skips 4's searched half and 6.
+# Environment: SEARCH_NODES (default 256; 0 skips the search stages), GAMES (default 200), GAME_DEVICE (default cpu:
+# the torch device of the searching games), SPRT (default "0,10": H0 Elo 0, H1 Elo 10), SPRT_GAMES (default 4000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NAME=${1:?usage: scripts/recipe.sh NAME (a folder of configs/recipes/)}
@@ -28,6 +30,7 @@ SEARCH_NODES=${SEARCH_NODES:-256}
 GAMES=${GAMES:-200}
 SPRT=${SPRT:-0,10}
 SPRT_GAMES=${SPRT_GAMES:-4000}
+GAME_DEVICE=${GAME_DEVICE:-cpu}
 mkdir -p "$EVAL"
 STAGES=$OUT/stages.tsv
 [ -f "$STAGES" ] || printf 'stage\tseconds\tfinished\n' > "$STAGES"
@@ -81,10 +84,15 @@ for STAGE in pretrain grpo; do
 done
 $CLI eval compare $EVAL/pretrain_games.json $EVAL/grpo_games.json
 
+# The same network with SEARCH_NODES of PUCT per move against sf-skill:0, before and after GRPO, paired.
 if [ "$SEARCH_NODES" -gt 0 ]; then
-  [ -f $EVAL/grpo_games_search$SEARCH_NODES.json ] || stage "games grpo search $SEARCH_NODES" \
-    $CLI eval games --config configs/games.yaml --checkpoint "$GRPO" --anchors sf-skill:0 --games "$GAMES" \
-    --search-nodes "$SEARCH_NODES" output=$EVAL/grpo_games_search$SEARCH_NODES.json pgn=$EVAL/grpo_games_search$SEARCH_NODES.pgn
+  for STAGE in pretrain grpo; do
+    [ -f $EVAL/${STAGE}_games_search$SEARCH_NODES.json ] || stage "games $STAGE search $SEARCH_NODES" \
+      $CLI eval games --config configs/games.yaml --checkpoint "$OUT/$STAGE" --anchors sf-skill:0 --games "$GAMES" \
+      --search-nodes "$SEARCH_NODES" device=$GAME_DEVICE output=$EVAL/${STAGE}_games_search$SEARCH_NODES.json \
+      pgn=$EVAL/${STAGE}_games_search$SEARCH_NODES.pgn
+  done
+  $CLI eval compare $EVAL/pretrain_games_search$SEARCH_NODES.json $EVAL/grpo_games_search$SEARCH_NODES.json
 fi
 
 # Does the GRPO stage win games against its own start? A sequential test stops when decided.
