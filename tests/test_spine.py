@@ -81,6 +81,7 @@ def test_repeated_nan_rolls_back_with_a_lower_lr_and_recovers(tmp_path):
     config = tiny_config(
         tmp_path, "steps=8", "eval_every=0", "checkpoint_every=2", "debug.nonfinite_at_step=4", "debug.nonfinite_steps=3",
         "divergence.max_consecutive_skips=3", "divergence.lr_backoff=0.5",
+        "min_lr_ratio=1.0",  # a constant lr after warmup, so the backed-off lr is exactly half of it
     )  # fmt: skip
     with Trainer(config) as trainer:
         result = trainer.train()
