@@ -228,6 +228,31 @@ def test_cli_runs_data_sft_train_and_eval_lm(lab, tmp_path, capsys):
     assert main(["train", "--config", "configs/rookworld_grpo_tiny.yaml", "task.bogus=1"]) == 2  # every key is checked
 
 
+def test_eval_lm_prompt_bos_decodes_from_bos_prefixed_prompts(lab, tmp_path):
+    """`eval lm --prompt-bos` (a model trained as upstream RookWorld-LM, BOS before every sample) generates
+    from [BOS, prompt...] (`with_prompt_bos`, whose ids tests/test_lm_memory.py checks), records the setting,
+    and a bad value is a config error."""
+    from chessgrpo.data.rookworld import read_rookworld
+    from chessgrpo.eval.lm import generate_texts
+    from chessgrpo.tasks.rookworld import with_prompt_bos
+
+    root, _ = lab
+    prompts = [e.prompt for e in read_rookworld(root / "data", "test") if e.task == "environment"][:3]
+    outputs = {}
+    for name, extra in (("plain", []), ("bos", ["--prompt-bos"])):
+        outputs[name] = tmp_path / f"{name}.json"
+        assert main(["eval", "lm", "--checkpoint", str(root / "runs" / "sft"), "--data", str(root / "data"), "--policy-prompts", "0",
+                     "--environment-prompts", "3", *extra, "max_new_tokens=8", "resamples=20", f"output={outputs[name]}"]) == 0  # fmt: skip
+    records = {name: json.loads(path.read_text()) for name, path in outputs.items()}
+    assert records["bos"]["config"]["prompt_bos"] is True and records["plain"]["config"]["prompt_bos"] is False
+    lm = load_lm(root / "runs" / "sft")
+    expected = {name: generate_texts(with_prompt_bos(lm, enabled), prompts, max_new_tokens=8, batch_size=64)
+                for name, enabled in (("plain", False), ("bos", True))}
+    for name in expected:
+        assert [r["completion"] for r in records[name]["records"]["environment"]] == expected[name]
+    assert main(["eval", "lm", "--checkpoint", str(root / "runs" / "sft"), "--prompt-bos", "prompt_bos=maybe"]) == 2
+
+
 def test_policy_metrics_separate_the_chess_from_the_format():
     """Best-move accuracy over all answers counts a malformed one as a miss; among well-formed ones it does not."""
     from chessgrpo.eval.lm import policy_metrics

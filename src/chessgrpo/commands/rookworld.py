@@ -5,7 +5,7 @@
     chessgrpo data rookworld --out DIR [--positions N] [--nodes K] [--seed S] [key=value ...]
     chessgrpo data rookworld --out DIR --from-text FILE [keep_defective=true]
     chessgrpo eval lm --checkpoint DIR [--data DIR] [--policy-prompts N] [--environment-prompts N]
-                      [--puzzles CSV] [--json] [key=value ...]
+                      [--puzzles CSV] [--prompt-bos] [--json] [key=value ...]
     chessgrpo eval lm --compare A.json B.json [--json]
 
 Registered by `commands.data` and `commands.evaluate` (one call each); not a top-level command.
@@ -99,6 +99,10 @@ class LMEvalConfig:
     """0 = greedy decoding."""
     max_new_tokens: int = 176
     batch_size: int = 64
+    prompt_bos: bool = False
+    """Put the tokenizer's BOS (GPT-2: ``<|endoftext|>``) before every prompt, as the upstream RookWorld
+    data did before every sample: set it for a downloaded RookWorld-LM-124M, or for a model trained
+    with SFT ``prompt_bos`` / GRPO ``task.prompt_bos``, so it is evaluated in the layout it learned."""
     seed: int = 0
     confidence: float = 0.95
     resamples: int = 2000
@@ -118,6 +122,8 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--policy-prompts", type=int, metavar="N", help="held-out P: positions (config key policy_prompts)")
     lm.add_argument("--environment-prompts", type=int, metavar="N", help="held-out A: prompts (config key environment_prompts)")
     lm.add_argument("--puzzles", help="Lichess puzzle CSV (config key puzzles)")
+    lm.add_argument("--prompt-bos", action="store_true", default=None,
+                    help="BOS before every prompt, as upstream RookWorld-LM was trained (config key prompt_bos)")
     lm.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(lm)
     lm.set_defaults(handler=run_eval_lm)
@@ -145,14 +151,17 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     from chessgrpo.engine import EnginePool
     from chessgrpo.eval.lm import evaluate_lm, write_result
     from chessgrpo.models.lm import load_lm, prepare_for_rl
+    from chessgrpo.tasks.rookworld import with_prompt_bos
 
     config = load_config(LMEvalConfig, args.config, args.overrides)
-    flags = {"data": args.data, "policy_prompts": args.policy_prompts, "environment_prompts": args.environment_prompts, "puzzles": args.puzzles}
+    flags = {"data": args.data, "policy_prompts": args.policy_prompts, "environment_prompts": args.environment_prompts,
+             "puzzles": args.puzzles, "prompt_bos": getattr(args, "prompt_bos", None)}
     config = dataclasses.replace(config, **{k: v for k, v in flags.items() if v is not None})
     if config.threads:
         torch.set_num_threads(config.threads)
     lm = load_lm(args.checkpoint, device=config.device)
     prepare_for_rl(lm.model)
+    lm = with_prompt_bos(lm, config.prompt_bos)  # prompts only: completions are decoded as generated
     examples = read_rookworld(config.data, config.split)
     fens = [e.fen for e in examples if e.task == "policy"][: config.policy_prompts]
     prompts = [e.prompt for e in examples if e.task == "environment"][: config.environment_prompts]
@@ -176,7 +185,8 @@ def run_eval_lm(args: argparse.Namespace) -> int:
         print(json.dumps({k: v.to_json() for k, v in result.metrics.items()}))
         return 0
     print(f"eval lm: {lm.source} on {config.data} ({config.split}); {len(fens)} P:, {len(prompts)} A:, {len(puzzles)} puzzles; "
-          f"{'greedy' if config.temperature == 0 else f'temperature {config.temperature}'}; {100 * config.confidence:g}% intervals")
+          f"{'greedy' if config.temperature == 0 else f'temperature {config.temperature}'}"
+          f"{'; BOS before prompts' if config.prompt_bos else ''}; {100 * config.confidence:g}% intervals")
     for name, interval in result.metrics.items():
         print(f"  {name:<28} {interval.format(4)}")
     return 0
