@@ -6,7 +6,10 @@ by `build_lab` and shared with test_report.py and test_tracking.py):
 - a small engine-labelled dataset and a 40-step pretraining run on it (the GRPO starting point);
 - ``healthy``: GRPO from the pretrained policy, with held-out evaluation -> no warnings;
 - ``mismatch``: debug_learn_temperature=1.3 with grpo.check_invariants=false -> ratio finding;
-- ``entropy``: entropy_coef=0.1 -> loss-budget finding (the entropy share is checked to be large);
+- ``entropy``: entropy_coef=4.0, per-term gradient norms every step -> loss-budget finding (the
+  entropy's share of the gradient is checked to be large);
+- ``anchored``: dr_grpo advantages and a behaviour-cloning anchor (bc_loss_weight=1.0), gradient norms
+  every step -> the auxiliary-loss finding (the CPU-hour recipe's harmful bc arm, in small);
 - ``adaptive_kl``: adaptive KL with a tight target and a small kl_coef_max -> pinned controller;
 - ``collapse``: lr=3e-3, no KL, 8 start positions -> the entropy collapses and most groups get
   identical rewards -> collapse and no-signal findings.
@@ -35,6 +38,7 @@ from chessgrpo.board import move_to_action, random_playout_positions
 from chessgrpo.config import EngineConfig, RunConfig, save_config
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
+from chessgrpo.models.policy import load_policy
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
@@ -58,8 +62,12 @@ class Lab:
     healthy: Path
     mismatch: Path
     entropy: Path
+    anchored: Path
     adaptive_kl: Path
     collapse: Path
+
+
+ENTROPY_GRPO = GRPOConfig(num_iterations=2, minibatch_size=0, kl_coef=0.05, entropy_coef=4.0, term_gradient_every=1)
 
 
 def grpo_config(lab_root: Path, name: str, **overrides) -> MoveGroupTrainConfig:
@@ -126,8 +134,11 @@ def build_lab(root: Path) -> Lab:
         max_puzzles=30, resamples=200,
     )  # fmt: skip
     mismatch_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, check_invariants=False)
-    # One minibatch per epoch: the policy term's value is then small (-mean(A) = 0 on the first epoch).
-    entropy_grpo = GRPOConfig(num_iterations=2, minibatch_size=0, kl_coef=0.05, entropy_coef=0.1)
+    # One minibatch per epoch: the policy term's value is then small (-mean(A) = 0 on the first epoch), so
+    # only the gradient norms can say whether the bonus dominates (at 0.1 it is ~20% of the gradient).
+    entropy_grpo = ENTROPY_GRPO
+    # dr_grpo's unscaled advantages make a small policy gradient; a bc anchor at 1.0 then pulls ~4x harder.
+    anchored_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, advantage_estimator="dr_grpo", term_gradient_every=1)
     adaptive_grpo = GRPOConfig(
         num_iterations=2, minibatch_size=32, kl_coef=0.01, kl_schedule="adaptive", kl_target=1e-4, kl_coef_max=0.02, kl_horizon=16
     )
@@ -139,6 +150,7 @@ def build_lab(root: Path) -> Lab:
         healthy=_grpo_run(grpo_config(root, "healthy", steps=16, eval=healthy_eval, eval_every=8)),
         mismatch=_grpo_run(grpo_config(root, "mismatch", steps=6, debug_learn_temperature=1.3, grpo=mismatch_grpo)),
         entropy=_grpo_run(grpo_config(root, "entropy", grpo=entropy_grpo)),
+        anchored=_grpo_run(grpo_config(root, "anchored", bc_loss_weight=1.0, bc_positions=str(data), grpo=anchored_grpo)),
         adaptive_kl=_grpo_run(grpo_config(root, "adaptive_kl", steps=12, grpo=adaptive_grpo)),
         collapse=_grpo_run(grpo_config(root, "collapse", steps=16, lr=3e-3, max_start_positions=2, grpo=collapse_grpo)),
     )
@@ -189,13 +201,37 @@ def test_temperature_mismatch_is_a_critical_ratio_finding(lab):
 
 
 def test_entropy_bonus_dominating_the_loss_is_found(lab):
-    rows = [r for r in read_metrics(lab.entropy / "metrics.jsonl") if "loss/share_entropy" in r]
-    shares = sorted(r["loss/share_entropy"] for r in rows)
-    assert shares[len(shares) // 2] > 0.75  # the run really spends its loss on the bonus (> 3x the policy term)
+    rows = [r for r in read_metrics(lab.entropy / "metrics.jsonl") if "grad_norm/entropy" in r]
+    shares = sorted(r["grad_norm/entropy"] / (r["grad_norm/policy"] + r["grad_norm/kl"] + r["grad_norm/entropy"]) for r in rows)
+    assert len(rows) == 8 and shares[len(shares) // 2] > 0.75  # the bonus really pulls > 3x harder than the rest
     finding = _by_id(diagnose(load_run(lab.entropy)), "loss_budget.entropy")
     assert finding.severity in ("warning", "critical") and finding.evidence["median_share"] > 0.75
-    assert finding.evidence["grpo.entropy_coef"] == 0.1 and "entropy_coef" in finding.advice
+    assert finding.evidence["basis"] == "gradient norm" and finding.evidence["median_policy_share"] < 0.25
+    assert finding.evidence["grpo.entropy_coef"] == 4.0 and "entropy_coef" in finding.advice
     assert "loss_budget.entropy" not in _ids(diagnose(load_run(lab.healthy)))
+
+
+def test_term_gradients_leave_the_update_unchanged(lab, tmp_path):
+    """Measuring each term's gradient (autograd.grad on a retained graph) must not touch the update: the
+    entropy run repeated without the measurement ends with the same weights and the same losses."""
+    config = grpo_config(lab.root, "entropy_unmeasured", grpo=dataclasses.replace(ENTROPY_GRPO, term_gradient_every=0),
+                         run=RunConfig(name="entropy_unmeasured", out_dir=str(tmp_path), seed=0))  # fmt: skip
+    unmeasured = _grpo_run(config)
+    measured_rows, plain_rows = read_metrics(lab.entropy / "metrics.jsonl"), read_metrics(unmeasured / "metrics.jsonl")
+    assert not any("grad_norm/policy" in r for r in plain_rows)
+    assert [r["loss/total"] for r in measured_rows if "loss/total" in r] == [r["loss/total"] for r in plain_rows if "loss/total" in r]
+    a, b = load_policy(lab.entropy).state_dict(), load_policy(unmeasured).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_an_auxiliary_loss_outpulling_grpo_is_found(lab):
+    """The CPU-hour recipe's failure in small: with dr_grpo advantages the policy gradient is small, and a
+    behaviour-cloning anchor's gradient dominates the update; the loss values could not show it."""
+    finding = _by_id(diagnose(load_run(lab.anchored)), "loss_budget.aux")
+    assert finding.severity in ("warning", "critical") and finding.evidence["basis"] == "gradient norm"
+    assert finding.evidence["median_share"] > 0.6 and finding.evidence["bc_loss_weight"] == 1.0
+    assert "bc_loss_weight (now 1.0)" in finding.advice
+    assert "loss_budget.aux" not in _ids(diagnose(load_run(lab.healthy)))
 
 
 def test_tight_adaptive_kl_target_pins_the_controller(lab):

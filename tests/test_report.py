@@ -201,7 +201,7 @@ def test_comparison_overlays_runs_on_shared_axes(lab, tmp_path, capsys):
     text = out.read_text()
     assert "Configuration differences" in text and "grpo.entropy_coef" in text
     differences = dict(config_differences([load_run(lab.healthy), load_run(lab.entropy)]))
-    assert differences["grpo.entropy_coef"] == [0.0, 0.1] and differences["run.name"] == ["healthy", "entropy"]
+    assert differences["grpo.entropy_coef"] == [0.0, 4.0] and differences["run.name"] == ["healthy", "entropy"]
     assert "grpo.kl_coef" not in differences
     assert text.count("<img ") == 0 and len(list((tmp_path / "compare").glob("*.png"))) >= 9  # PNGs beside, not inline
     # Every panel of a per-step metric both runs log draws both runs on its one set of axes, one colour per run.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -18,6 +19,8 @@ from chessgrpo.rl import (
     categorical_entropy,
     optimize,
 )
+from chessgrpo.rl.learner import compute_advantages
+from chessgrpo.rl.loss import policy_loss
 
 NUM_ACTIONS = 5
 FEATURES = 4
@@ -282,3 +285,38 @@ def test_sequence_level_ratio_runs_through_optimize() -> None:
     metrics = run_optimize(model, batch, config)
     assert metrics["ratio/first_max_abs_dev"] < 1e-6
     assert metrics["learn/minibatches"] == 2.0
+
+
+def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
+    """grad_norm/<term> on measured steps (0, k, 2k, ...) is the norm of that term alone, computed by hand
+    here on the same weights; unmeasured steps log none, and a missing term is 0."""
+    model = random_model(3, scale=0.3)
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        reference.bias.add_(0.5)  # a reference that differs, so the KL term has a gradient
+    positions = make_positions(4, 2, seed=5)
+    config = GRPOConfig(kl_coef=0.1, entropy_coef=0.01, term_gradient_every=3)
+    batch = rollout(model, positions, 4, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    forward = make_forward(model, 1.0, reference)
+
+    # By hand, before the step: each term of the loss, its gradient, its norm.
+    batch.advantages = compute_advantages(batch, config)
+    outputs = forward(batch)
+    out = policy_loss(outputs.logp, batch.behaviour_logp, batch.advantages, batch.mask, config, ref_logp=outputs.ref_logp,
+                      entropy=outputs.entropy, kl_coef=0.1)  # fmt: skip
+    expected = {}
+    for name, term in out.terms.items():
+        grads = torch.autograd.grad(term, list(model.parameters()), retain_graph=True)
+        expected[name] = float(torch.sqrt(sum((g**2).sum() for g in grads)))
+
+    def step(number: int, settings: GRPOConfig = config) -> dict[str, float]:
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        return optimize(batch, forward, optimizer, settings, KLController.from_config(settings), parameters=model.parameters(),
+                        generator=torch.Generator().manual_seed(0), step=number)  # fmt: skip
+
+    metrics = step(3)
+    for name in ("policy", "kl", "entropy"):
+        assert metrics[f"grad_norm/{name}"] == pytest.approx(expected[name], rel=1e-5) and expected[name] > 0
+    assert metrics["grad_norm/aux"] == 0.0
+    stale = dataclasses.replace(config, check_invariants=False)  # the weights moved since this batch was sampled
+    assert not any(key.startswith("grad_norm/") for key in step(4, stale))

@@ -111,7 +111,19 @@ class GRPOConfig:
     """Default True. Raise `InvariantViolation` when the first minibatch's ratio is off or clipped, or
     when a non-negative KL estimator goes negative. (Non-finite losses and gradients always raise.)"""
 
+    # ---------------------------------------------------------------- diagnostics
+    term_gradient_every: int = dataclasses.field(default=10, metadata={"resumable": True})  # a measurement, not math
+    """Default 10 (0 = never). Every this many steps (and at the first), measure the gradient norm of
+    each loss term (policy, weighted KL, entropy bonus, auxiliary: value head / bc anchor) separately
+    on the step's first micro-batch, over the parameters the policy term moves; logged as
+    ``grad_norm/{policy,kl,entropy,aux}``. A term's loss value says little (the policy term's value is
+    ~0 by construction with normalised advantages); its pull on the weights is what `diagnose` reads
+    to say which term drives the update. Costs up to four extra backward passes of one micro-batch on
+    those steps; does not change the update. Single-process runs only (skipped under data parallelism)."""
+
     def __post_init__(self) -> None:
+        if self.term_gradient_every < 0:
+            raise ValueError(f"term_gradient_every must be >= 0 (0 = never), got {self.term_gradient_every}")
         _choice("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
         _choice("loss_aggregation", self.loss_aggregation, LOSS_AGGREGATIONS)
         _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)

@@ -114,6 +114,7 @@ def optimize(
     update: UpdateFn | None = None,
     parallel: DataParallel | None = None,
     shuffle_seed: int | None = None,
+    step: int | None = None,
 ) -> dict[str, float]:
     """One GRPO training step on `batch`; returns its metrics as plain floats.
 
@@ -124,7 +125,8 @@ def optimize(
         optimizer: stepped once per minibatch; the caller steps any LR scheduler (None with `update`).
         config: the algorithm's hyperparameters.
         kl_controller: supplies the KL coefficient (fixed for this call) and is updated once.
-        parameters: the parameters whose gradient norm is clipped to `max_grad_norm` (without `update`).
+        parameters: the parameters whose gradient norm is clipped to `max_grad_norm` (without `update`);
+            with `update`, the trainable parameters, for the per-term gradient norms (optional).
         generator: shuffles rows between minibatches when `shuffle_seed` is None (None: torch's global generator).
         bf16: the forwards run in bf16, so the first-minibatch ratio check uses ratio_tolerance_bf16.
         max_grad_norm: gradient-norm clip of the built-in update (0 = off).
@@ -135,6 +137,9 @@ def optimize(
             rows; each rank backpropagates its share, weighted by (its normaliser / the minibatch's)
             x world size, so the gradient DDP averages equals the one-process gradient.
         shuffle_seed: seeds the minibatch shuffle (the same rows in every process and world size).
+        step: the training step (counted from 0, as the spine's kinds get it); with `parameters`,
+            single-process, on steps 0, k, 2k, ... for k = config.term_gradient_every, each loss term's gradient norm is measured on the
+            first micro-batch (``grad_norm/{policy,kl,entropy,aux}``, `term_gradient_norms`).
 
     Metrics: the per-minibatch `policy_loss` metrics reduced over minibatches (``*/min*`` by min,
     ``*/max*`` by max, the rest by mean), plus ``grad_norm`` (mean, before clipping),
@@ -150,12 +155,15 @@ def optimize(
             (always; no optimizer step is taken then).
     """
     batch.validate()
+    params = list(parameters)
     if update is None:
-        params = list(parameters)
         if optimizer is None or not params:
             raise ValueError("optimize needs an update function, or an optimizer and the parameters to clip")
         update = _builtin_update(optimizer, params, max_grad_norm)
     world_size = parallel.world_size if parallel is not None else 1
+    every = config.term_gradient_every
+    # DDP reduces gradients in backward hooks, so a side autograd.grad is only safe in one process.
+    measure_terms = bool(params) and step is not None and every > 0 and step % every == 0 and world_size == 1
     if batch.advantages is None:
         batch.advantages = compute_advantages(batch, config, parallel)
     step_mask = batch.mask if batch.rewards.dim() == 2 else None
@@ -203,7 +211,7 @@ def optimize(
                     grad_norm = _update(update, outputs.logp.sum() * 0.0, last)
                     continue
                 minibatch = learn_batch.select(local.to(learn_batch.actions.device))
-                loss, step_metrics = _micro_batch_loss(
+                loss, step_metrics, terms = _micro_batch_loss(
                     minibatch, forward(minibatch), config, kl_controller, kl_coef,
                     check=first and config.check_invariants, check_clipping=check_clipping, tolerance=tolerance,
                     context=f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}",
@@ -211,6 +219,8 @@ def optimize(
                 if first:  # the largest deviation over the first minibatch's micro-batches
                     dev = step_metrics["ratio/max_abs_dev"]
                     first_dev = dev if math.isnan(first_dev) else max(first_dev, dev)
+                if first and index == 0 and measure_terms:
+                    metrics.update(term_gradient_norms(terms, params))
                 grad_norm = _update(update, loss if weight == 1.0 else loss * weight, last)
                 micro_rows.append(step_metrics)
                 micro_weights.append(weight)
@@ -331,9 +341,10 @@ def _micro_batch_loss(
     check_clipping: bool,
     tolerance: float,
     context: str,
-) -> tuple[Tensor, dict[str, float]]:
-    """The loss (policy + KL + entropy + aux) of one (micro-)batch and its metrics; with `check`,
-    the first-minibatch ratio invariant (ARCHITECTURE invariant 1), and the KL sign check."""
+) -> tuple[Tensor, dict[str, float], dict[str, Tensor]]:
+    """The loss (policy + KL + entropy + aux) of one (micro-)batch, its metrics and its terms (with
+    grad, `LossOutput.terms` plus ``aux``); with `check`, the first-minibatch ratio invariant
+    (ARCHITECTURE invariant 1), and the KL sign check."""
     _check_outputs(outputs, minibatch)
     ref_logp = outputs.ref_logp if outputs.ref_logp is not None else minibatch.ref_logp
     if ref_logp is None and (kl_coef > 0 or config.kl_coef > 0 or kl_controller.schedule == "adaptive"):
@@ -353,11 +364,38 @@ def _micro_batch_loss(
         )  # fmt: skip
     if config.check_invariants and "kl/min" in step_metrics:
         check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
-    loss = out.loss
+    loss, terms = out.loss, dict(out.terms)
     if outputs.aux_loss is not None:
         loss = loss + outputs.aux_loss
+        terms["aux"] = outputs.aux_loss
         step_metrics = {**step_metrics, "loss/aux": float(outputs.aux_loss.detach())}
-    return loss, step_metrics
+    return loss, step_metrics, terms
+
+
+TERM_NAMES = ("policy", "kl", "entropy", "aux")
+
+
+def term_gradient_norms(terms: dict[str, Tensor], parameters: Sequence[Tensor]) -> dict[str, float]:
+    """``grad_norm/<term>``: the L2 norm of each loss term's own gradient, over the parameters the
+    policy term reaches (the trunk and policy head: a value head's private weights say nothing about
+    what moves the policy). Absent terms are 0. Computed with `torch.autograd.grad` on a retained
+    graph, so nothing accumulates into ``.grad`` and the update is unchanged."""
+    trainable = [p for p in parameters if p.requires_grad]
+    policy_grads = torch.autograd.grad(terms["policy"], trainable, retain_graph=True, allow_unused=True)
+    shared = [i for i, g in enumerate(policy_grads) if g is not None]
+    out: dict[str, float] = {}
+    for name in TERM_NAMES:
+        term = terms.get(name)
+        if name == "policy":
+            grads = [policy_grads[i] for i in shared]
+        elif term is None or not term.requires_grad:
+            out[f"grad_norm/{name}"] = 0.0
+            continue
+        else:
+            every = torch.autograd.grad(term, [trainable[i] for i in shared], retain_graph=True, allow_unused=True)
+            grads = [g for g in every if g is not None]
+        out[f"grad_norm/{name}"] = float(torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads]))) if grads else 0.0
+    return out
 
 
 def _update(update: UpdateFn, loss: Tensor, last: bool) -> float:

@@ -32,6 +32,9 @@ class LossOutput:
     """Scalar: policy term + kl_coef * KL term + entropy term."""
     metrics: dict[str, float]
     """loss/*, ratio/*, kl/*, entropy/* (see `policy_loss`)."""
+    terms: dict[str, Tensor] = dataclasses.field(default_factory=dict)
+    """The scalar terms that sum to `loss` (with grad): ``policy``, and ``kl`` (already weighted) and
+    ``entropy`` when present; for measuring each term's gradient separately."""
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
@@ -229,4 +232,9 @@ def policy_loss(
             values.append(entropy[valid].mean())
         # One device-to-host transfer for all metrics.
         floats = torch.stack([v.detach().float().reshape(()) for v in values]).tolist()
-    return LossOutput(loss=total, metrics=dict(zip(names, floats)))
+    terms = {"policy": policy_term}
+    if kl_term is not None:
+        terms["kl"] = kl_coef * kl_term
+    if entropy_term is not None:
+        terms["entropy"] = entropy_term
+    return LossOutput(loss=total, metrics=dict(zip(names, floats)), terms=terms)

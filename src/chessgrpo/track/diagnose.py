@@ -338,22 +338,26 @@ def check_first_minibatch(run: RunData, t: Thresholds) -> list[Finding]:
 
 
 def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
-    """The entropy or KL term larger than all other terms together for most of the run."""
+    """A regularizer or auxiliary loss larger than all other terms together for most of the run.
+
+    Read from the per-term gradient norms (``grad_norm/{policy,kl,entropy,aux}``, logged every
+    ``grpo.term_gradient_every`` steps) when the run has them: a term's pull on the weights. Older
+    runs fall back to the loss values' shares (entropy and KL only), which mislead when the policy
+    term's value is ~0 by construction."""
     rows = _learning_rows(run)
     findings = []
-    terms = ("policy", "kl", "entropy")
-    # Gradient-norm shares, when the learner logs per-term gradient norms, say more than value shares.
-    by_gradient = all(run.has(f"grad_norm/{term}") for term in terms)
+    by_gradient = run.has("grad_norm/policy")
+    gradient_rows = [row for row in rows if "grad_norm/policy" in row]
     _, policy_value = _finite(*run.series("loss/policy", rows))
     # One on-policy minibatch per step: the surrogate's value is -mean(A) = 0 by construction, so any
     # regularizer holds ~100% of the loss value whatever its weight; the value shares are then uninformative.
     degenerate = not by_gradient and len(policy_value) > 0 and float(np.median(np.abs(policy_value))) < 1e-6
-    for term, label in (("entropy", "entropy bonus"), ("kl", "KL penalty")):
+    labels = (("entropy", "entropy bonus"), ("kl", "KL penalty"), ("aux", "auxiliary loss (value head, bc anchor)"))
+    for term, label in labels:
         if by_gradient:
-            steps, norms = run.series(f"grad_norm/{term}", rows)
-            total = sum(run.series(f"grad_norm/{other}", rows)[1] for other in terms)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                steps, share = _finite(steps, norms / total)
+            steps, share = _gradient_share(run, gradient_rows, term)
+        elif term == "aux":
+            continue  # loss values cannot weigh a supervised term against the policy gradient
         else:
             steps, share = _finite(*run.series(f"loss/share_{term}", rows))
         if not len(share):
@@ -363,43 +367,62 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
         if fraction <= t.most_of_run:
             continue
         median = float(np.median(share))
-        _, policy = _finite(*run.series("loss/share_policy", rows))
         severity = "critical" if median >= t.share_critical else "warning" if median >= t.share_warning else "info"
         if degenerate:
             severity = "info"
-        evidence = {
+        evidence: dict[str, Any] = {
             "basis": "gradient norm" if by_gradient else "loss value", "median_share": _round(median),
             "fraction_of_steps_dominant": _round(fraction), "steps_logged": len(share),
             "first_dominant_steps": _steps(steps, dominant),
-            "median_policy_share": _round(float(np.median(policy))) if len(policy) and not by_gradient else None,
         }  # fmt: skip
+        if by_gradient:
+            _, policy_share = _gradient_share(run, gradient_rows, "policy")
+            evidence["median_policy_share"] = _round(float(np.median(policy_share))) if len(policy_share) else None
+        else:
+            _, policy = _finite(*run.series("loss/share_policy", rows))
+            evidence["median_policy_share"] = _round(float(np.median(policy))) if len(policy) else None
         if term == "entropy":
             coef = run.setting("grpo.entropy_coef")
             _, entropy = _finite(*run.series("entropy/mean", rows))
             evidence["grpo.entropy_coef"] = coef
             if len(entropy):
                 evidence["median_entropy"] = _round(float(np.median(entropy)))
-            advice = (f"Lower grpo.entropy_coef (now {coef}; the default is 0) until the policy term dominates. With "
-                      "group-normalised advantages the policy term's value is near 0, so coef x entropy (0.1 x 2.5 nats "
-                      "= 0.25) swamps it and the bonus pushes the policy towards uniform instead of towards reward.")  # fmt: skip
-        else:
+            advice = (f"Lower grpo.entropy_coef (now {coef}; the default is 0) until the policy term dominates: the bonus "
+                      "pushes the policy towards uniform instead of towards reward.")  # fmt: skip
+        elif term == "kl":
             _, coef = _finite(*run.series("kl/coef", rows))
             _, kl = _finite(*run.series("kl/value", rows))
             evidence["median_kl_coef"] = _round(float(np.median(coef))) if len(coef) else None
             evidence["median_kl"] = _round(float(np.median(kl))) if len(kl) else None
-            advice = ("Lower grpo.kl_coef, or use kl_schedule=adaptive with a kl_target you accept. The policy term's value is "
-                      "near 0 by construction (normalised advantages), so a share above one half is not by itself a bug: "
-                      "if the held-out metrics still improve, the KL weight is a choice; if they do not, it holds the policy "
-                      "at the reference.")  # fmt: skip
+            advice = ("Lower grpo.kl_coef, or use kl_schedule=adaptive with a kl_target you accept. A share above one half is "
+                      "not by itself a bug: if the held-out metrics still improve, the KL weight is a choice; if they do not, "
+                      "it holds the policy at the reference.")  # fmt: skip
+        else:
+            weights = {key: run.setting(key) for key in ("bc_loss_weight", "value_loss_weight") if run.setting(key) is not None}
+            evidence.update(weights)
+            named = ", ".join(f"{key} (now {value})" for key, value in weights.items()) or "the auxiliary loss weights"
+            advice = (f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "
+                      "whose gradient outweighs GRPO's trains the policy towards the labels (in the CPU-hour recipe, bc 0.3 "
+                      "made play worse: docs/benchmarks.md); a value loss should mostly move the value head.")  # fmt: skip
         of = "the gradient norm" if by_gradient else "the loss"
-        message = (f"the {label} is more than {_pct(t.share_dominant)} of {of} in {_pct(fraction)} of the steps "
-                   f"(median share {_pct(median)})")  # fmt: skip
+        message = (f"the {label} is more than {_pct(t.share_dominant)} of {of} in {_pct(fraction)} of the "
+                   f"{'measured ' if by_gradient else ''}steps (median share {_pct(median)})")  # fmt: skip
         if degenerate:
             message += ("; but the policy term's value is 0 by construction here (one on-policy minibatch per step), so "
                         "the value shares say nothing about the gradients")  # fmt: skip
             evidence["policy_value_zero_by_construction"] = True
         findings.append(Finding(f"loss_budget.{term}", severity, message, evidence, advice))
     return findings
+
+
+def _gradient_share(run: RunData, rows: list[dict[str, Any]], term: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, share) of `term`'s gradient norm in the sum of every logged term's norm (absent terms 0)."""
+    names = ("policy", "kl", "entropy", "aux")
+    steps = np.asarray([row["step"] for row in rows], dtype=float)
+    norms = {name: np.asarray([float(row.get(f"grad_norm/{name}", 0.0)) for row in rows]) for name in names}
+    total = sum(norms.values())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return _finite(steps, norms[term] / total)
 
 
 # ------------------------------------------------------------------------------------------------

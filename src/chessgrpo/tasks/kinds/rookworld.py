@@ -264,6 +264,7 @@ class RookWorldKind(GRPOKind):
             batch, self._learner_forward(task.temperature), None, config.grpo, self.kl_controller,
             generator=None, bf16=context.bf16, update=learner.update, parallel=context.parallel,
             shuffle_seed=self.shuffle_seed(step),
+            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
         )  # fmt: skip
         learn_s = time.perf_counter() - tick
 

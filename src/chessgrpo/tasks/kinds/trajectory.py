@@ -294,6 +294,7 @@ class TrajectoryKind(PolicyGRPOKind):
         metrics = optimize(
             batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
             parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
+            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
         )  # fmt: skip
         learn_s = time.perf_counter() - tick
 
