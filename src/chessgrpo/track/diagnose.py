@@ -398,7 +398,7 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
                       "not by itself a bug: if the held-out metrics still improve, the KL weight is a choice; if they do not, "
                       "it holds the policy at the reference.")  # fmt: skip
         else:
-            weights = {key: run.setting(key) for key in ("bc_loss_weight", "value_loss_weight") if run.setting(key) is not None}
+            weights = {key: run.setting(key) for key in ("bc_loss_weight", "value_loss_weight") if run.setting(key)}  # the ones in use
             evidence.update(weights)
             named = ", ".join(f"{key} (now {value})" for key, value in weights.items()) or "the auxiliary loss weights"
             advice = (f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "

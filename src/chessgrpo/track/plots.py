@@ -544,9 +544,16 @@ def figure_loss(runs: Sequence[RunData]) -> ReportFigure | None:
         _stacked(budget, runs, shares, shares)
         budget.hline(0.5, "one half (dominance)", color="black", dash="dash")
         panels.append(budget)
+    gradients = [f"grad_norm/{term}" for term in ("policy", "kl", "entropy", "aux")]
+    if _any(runs, "grad_norm/policy"):
+        pull = Panel("gradient of each term alone (every grpo.term_gradient_every steps)", "gradient L2 norm")
+        _plot_metrics(pull, runs, [k for k in gradients if _any(runs, k)], raw=True)
+        panels.append(pull)
     return ReportFigure("loss", "Loss terms and shares", "The policy (clipped surrogate), weighted KL and entropy terms, and "
                         "each term's share of the sum of their magnitudes. With normalised advantages the policy term's "
-                        "value is near 0 by construction; a regularizer above one half for most steps is flagged.",
+                        "value is near 0 by construction, so the last panel shows what each term pulls on the weights "
+                        "(its own gradient's norm, auxiliary = value head and bc anchor); a term other than the policy "
+                        "above one half of the sum for most measured steps is flagged.",
                         "Loss terms and their shares", panels)  # fmt: skip
 
 
