@@ -400,10 +400,20 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
         else:
             weights = {key: run.setting(key) for key in ("bc_loss_weight", "value_loss_weight") if run.setting(key)}  # the ones in use
             evidence.update(weights)
-            named = ", ".join(f"{key} (now {value})" for key, value in weights.items()) or "the auxiliary loss weights"
-            advice = (f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "
-                      "whose gradient outweighs GRPO's trains the policy towards the labels (in the CPU-hour recipe, bc 0.3 "
-                      "made play worse: docs/benchmarks.md); a value loss should mostly move the value head.")  # fmt: skip
+            if weights.get("bc_loss_weight"):
+                named = ", ".join(f"{key} (now {value})" for key, value in weights.items())
+                advice = (f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "
+                          "whose gradient outweighs GRPO's trains the policy towards the labels instead of towards reward "
+                          "(the CPU-hour recipe's bc 0.3 arm: 96% of the gradient, -75 Elo against its own start; "
+                          "docs/benchmarks.md).")  # fmt: skip
+            else:
+                # A value loss shapes the shared trunk but never the policy head; measured not to stop GRPO's gain in
+                # games (the CPU-hour recipe: 96% of the gradient, still +44/+52 Elo against its start), so a warning at most.
+                severity = "warning" if severity == "critical" else severity
+                advice = (f"The value head's loss (value_loss_weight {weights.get('value_loss_weight', '?')}) shapes the shared "
+                          "trunk far more than GRPO does; the policy head still learns from GRPO alone. In the CPU-hour recipe "
+                          "that arm still beat its start in games (+44 and +52 Elo; without the value loss +72, intervals "
+                          "overlapping). Lower value_loss_weight or value_batch_size if the policy's held-out metrics do not move.")  # fmt: skip
         of = "the gradient norm" if by_gradient else "the loss"
         message = (f"the {label} is more than {_pct(t.share_dominant)} of {of} in {_pct(fraction)} of the "
                    f"{'measured ' if by_gradient else ''}steps (median share {_pct(median)})")  # fmt: skip
