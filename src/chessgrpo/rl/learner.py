@@ -138,8 +138,9 @@ def optimize(
             x world size, so the gradient DDP averages equals the one-process gradient.
         shuffle_seed: seeds the minibatch shuffle (the same rows in every process and world size).
         step: the training step (counted from 0, as the spine's kinds get it); with `parameters`,
-            single-process, on steps 0, k, 2k, ... for k = config.term_gradient_every, each loss term's gradient norm is measured on the
-            first micro-batch (``grad_norm/{policy,kl,entropy,aux}``, `term_gradient_norms`).
+            single-process, on steps 0, k, 2k, ... for k = config.term_gradient_every, each loss
+            term's gradient norm is measured on the first micro-batch (``grad_norm/{policy,kl,
+            entropy,aux}``, `term_gradient_norms`).
 
     Metrics: the per-minibatch `policy_loss` metrics reduced over minibatches (``*/min*`` by min,
     ``*/max*`` by max, the rest by mean), plus ``grad_norm`` (mean, before clipping),

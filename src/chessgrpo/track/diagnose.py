@@ -428,7 +428,8 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
 
 def _gradient_share(run: RunData, rows: list[dict[str, Any]], term: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, share) of `term`'s gradient norm in the sum of every logged term's norm (absent terms 0)."""
-    names = ("policy", "kl", "entropy", "aux")
+    from chessgrpo.rl.learner import TERM_NAMES as names  # the terms the learner measures
+
     steps = np.asarray([row["step"] for row in rows], dtype=float)
     norms = {name: np.asarray([float(row.get(f"grad_norm/{name}", 0.0)) for row in rows]) for name in names}
     total = sum(norms.values())
