@@ -103,8 +103,8 @@ def test_resume_names_config_keys_the_run_predates(tmp_path):
     run_dir.mkdir()
     save_config(SFTTrainConfig(), run_dir / "config.yaml")
     written = yaml.safe_load((run_dir / "config.yaml").read_text())
-    del written["reshuffle_moves"]  # as written before the key existed
+    del written["move_order"]  # as written before the key existed
     (run_dir / "config.yaml").write_text(yaml.safe_dump(written))
     result = chessgrpo("sft", "--resume", str(run_dir))
     assert result.returncode != 0 and "no checkpoint" in result.stderr  # refused, after the warning
-    assert "predates config keys" in result.stderr and "reshuffle_moves=True" in result.stderr
+    assert "predates config keys" in result.stderr and "move_order=" in result.stderr and "shuffle" in result.stderr

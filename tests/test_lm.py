@@ -39,8 +39,8 @@ P_PROMPTS = [
 A_PROMPT = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+"
 
 
-def _tiny_char_lm(dropout: float = 0.0, seed: int = 0, tokenizer: str = "char"):
-    config = LMModelConfig(n_layer=2, n_embd=64, n_head=2, n_positions=384, dropout=dropout, tokenizer=tokenizer)
+def _tiny_char_lm(dropout: float = 0.0, seed: int = 0, tokenizer: str = "char", architecture: str = "gpt2"):
+    config = LMModelConfig(n_layer=2, n_embd=64, n_head=2, n_positions=384, dropout=dropout, tokenizer=tokenizer, architecture=architecture)
     lm = build_lm(config, seed=seed)
     return lm
 
@@ -98,21 +98,27 @@ def test_tiny_gpt2_saved_with_save_pretrained_loads_like_rookworld_lm_and_genera
     assert isinstance(again.tokenizer, HFTokenizer)
 
 
-def test_fresh_char_model_saves_and_loads_through_the_same_path(tmp_path):
-    lm = _tiny_char_lm()
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_fresh_char_model_saves_and_loads_through_the_same_path(tmp_path, architecture):
+    lm = _tiny_char_lm(architecture=architecture)
     save_lm(lm, tmp_path / "model")
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "model" / CHAR_TOKENIZER_FILE).is_file()
     loaded = load_lm(tmp_path / "model")
     assert isinstance(loaded.tokenizer, CharTokenizer)
+    assert type(loaded.model) is type(lm.model)
     for a, b in zip(lm.model.state_dict().values(), loaded.model.state_dict().values()):
         assert torch.equal(a, b)
     with pytest.raises(FileNotFoundError, match="no language model"):
         load_lm(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("kind", ["char", "chess", "bpe"])
+@pytest.mark.parametrize("kind", ["char", "chess", "bpe", "chess-llama"])
 def test_left_padded_batched_greedy_generation_equals_unbatched(kind, bpe_model_dir):
-    lm = _tiny_char_lm(seed=3, tokenizer=kind) if kind != "bpe" else load_lm(bpe_model_dir)
+    if kind == "bpe":
+        lm = load_lm(bpe_model_dir)
+    else:
+        tokenizer, _, architecture = kind.partition("-")
+        lm = _tiny_char_lm(seed=3, tokenizer=tokenizer, architecture=architecture or "gpt2")
     prepare_for_rl(lm.model)
     prompts = [lm.tokenizer.encode(p) for p in [*P_PROMPTS, A_PROMPT]]
     assert len({len(p) for p in prompts}) > 1  # different lengths: real left padding
@@ -123,8 +129,9 @@ def test_left_padded_batched_greedy_generation_equals_unbatched(kind, bpe_model_
         assert batched.completion_tokens(row) == alone.completion_tokens(0)
 
 
-def test_completion_log_probs_is_the_sampling_distribution_and_independent_of_padding():
-    lm = _tiny_char_lm(seed=1)
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_completion_log_probs_is_the_sampling_distribution_and_independent_of_padding(architecture):
+    lm = _tiny_char_lm(seed=1, architecture=architecture)
     prepare_for_rl(lm.model)
     tokenizer = lm.tokenizer
     prompts = [tokenizer.encode(p) for p in P_PROMPTS]
@@ -165,8 +172,9 @@ def test_generation_stops_at_eos_and_masks_what_follows():
             assert len(tokens) == 8
 
 
-def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path):
-    lm = _tiny_char_lm(dropout=0.5, seed=4)
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, architecture):
+    lm = _tiny_char_lm(dropout=0.5, seed=4, architecture=architecture)
     save_lm(lm, tmp_path / "sft")
     loaded = load_lm(tmp_path / "sft")
     assert max(dropout_probabilities(loaded.model)) == 0.5
@@ -196,6 +204,8 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path):
     for module in noisy.model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.5
+        if hasattr(module, "attention_dropout"):  # Llama's functional attention dropout
+            module.attention_dropout = 0.5
     learn = make_forward(noisy.model, temperature=1.0)
 
     def with_dropout(minibatch):

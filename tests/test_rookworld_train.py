@@ -87,8 +87,23 @@ def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
         assert answer.best == original.best and len(ids) == len(kind.train_data.completions[index])
         seen.add(answer.moves)
     assert len(seen) > 1  # the order changes between draws
-    config.reshuffle_moves = False
+    config.move_order = "as_written"
     assert SFTKind(config, context)._completion(index, 0) == kind.train_data.completions[index]
+    config.move_order = "sorted"
+    answer = parse_policy_completion(decode(SFTKind(config, context)._completion(index, 3)[:-1]))
+    assert list(answer.moves) == sorted(original.moves) and answer.best == original.best
+    assert sorted(zip(answer.moves, answer.evals)) == sorted(zip(original.moves, original.evals))
+    config.move_order = "best_first"
+    answer = parse_policy_completion(decode(SFTKind(config, context)._completion(index, 3)[:-1]))
+    assert list(answer.evals) == sorted(original.evals, reverse=True)
+    assert sorted(zip(answer.moves, answer.evals)) == sorted(zip(original.moves, original.evals))
+
+
+def test_sft_move_order_is_checked_and_the_old_key_still_reads():
+    assert SFTTrainConfig(reshuffle_moves=False).move_order == "as_written"
+    assert SFTTrainConfig(reshuffle_moves=True, move_order="sorted").move_order == "shuffle"  # an old config says it explicitly
+    with pytest.raises(ConfigError, match="move_order"):
+        SFTTrainConfig(move_order="random")
 
 
 def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:

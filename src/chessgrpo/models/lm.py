@@ -60,6 +60,7 @@ LM_WEIGHTS_FILE = "model.safetensors"
 CHAR_VOCAB = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
 
 LM_TOKENIZERS = ("chess", "char")
+LM_ARCHITECTURES = ("gpt2", "llama")
 """The tokenizers of a fresh model (`LMModelConfig.tokenizer`)."""
 
 
@@ -173,12 +174,18 @@ class LMModelConfig:
     """Longest sequence (prompt + completion). A: lines are at most ~260 characters."""
     dropout: float = 0.0
     """Residual, embedding and attention dropout of a fresh model during SFT. RL forwards always run without it."""
+    architecture: str = "gpt2"
+    """Fresh model: "gpt2" (`GPT2LMHeadModel`, learned absolute positions, as RookWorld-LM) or "llama"
+    (`LlamaForCausalLM`: rotary relative positions, SwiGLU, RMSNorm, tied embeddings; a stock
+    `transformers` class, so the saved directory loads with `AutoModelForCausalLM` as well)."""
     tokenizer: str = "chess"
     """Tokenizer of a fresh model: "chess" (word-level, `models.chess_tokenizer`: ~22 tokens per P:
     answer, saved as a standard tokenizer.json) or "char" (one token per character, `CharTokenizer`).
     A model loaded from `path` always keeps its own tokenizer."""
 
     def __post_init__(self) -> None:
+        if self.architecture not in LM_ARCHITECTURES:
+            raise ValueError(f"architecture must be one of {', '.join(LM_ARCHITECTURES)}, got {self.architecture!r}")
         if self.tokenizer not in LM_TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {', '.join(LM_TOKENIZERS)}, got {self.tokenizer!r}")
         if min(self.n_layer, self.n_embd, self.n_head, self.n_positions) < 1:
@@ -213,12 +220,32 @@ class ChessLM:
 
 
 def build_lm(config: LMModelConfig, *, seed: int | None = None) -> ChessLM:
-    """A freshly initialised GPT-2 with the configured chess tokenizer (offline; no downloads)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """A freshly initialised causal LM (`config.architecture`) with the configured chess tokenizer
+    (offline; no downloads)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     from chessgrpo.models.chess_tokenizer import ChessTokenizer
 
     tokenizer: LMTokenizer = ChessTokenizer() if config.tokenizer == "chess" else CharTokenizer()
+    if seed is not None:
+        torch.manual_seed(seed)
+    if config.architecture == "llama":
+        llama_config = LlamaConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=config.n_embd,
+            # SwiGLU's three matrices at 8/3 x width hold as many weights as GPT-2's 4 x width MLP.
+            intermediate_size=int(math.ceil(config.n_embd * 8 / 3 / 8) * 8),
+            num_hidden_layers=config.n_layer,
+            num_attention_heads=config.n_head,
+            num_key_value_heads=config.n_head,
+            max_position_embeddings=config.n_positions,
+            attention_dropout=config.dropout,
+            tie_word_embeddings=True,
+            bos_token_id=tokenizer.eos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.eos_token_id,
+        )
+        return ChessLM(model=LlamaForCausalLM(llama_config), tokenizer=tokenizer, source="fresh")
     gpt_config = GPT2Config(
         vocab_size=tokenizer.vocab_size,
         n_positions=config.n_positions,
@@ -232,8 +259,6 @@ def build_lm(config: LMModelConfig, *, seed: int | None = None) -> ChessLM:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id,
     )
-    if seed is not None:
-        torch.manual_seed(seed)
     model = GPT2LMHeadModel(gpt_config)
     return ChessLM(model=model, tokenizer=tokenizer, source="fresh")
 
@@ -339,8 +364,12 @@ def lm_frozen_parameters(model: torch.nn.Module, freeze_layers: int) -> list[tor
 
 
 def dropout_probabilities(model: torch.nn.Module) -> list[float]:
-    """p of every dropout module (for tests and diagnostics)."""
-    return [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    """p of every dropout module, and of every attention module's functional dropout (Llama's
+    `attention_dropout` attribute), for tests and diagnostics."""
+    modules = list(model.modules())
+    return [m.p for m in modules if isinstance(m, torch.nn.Dropout)] + [
+        float(m.attention_dropout) for m in modules if isinstance(getattr(m, "attention_dropout", None), float)
+    ]
 
 
 def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
@@ -352,6 +381,8 @@ def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):  # Llama: F.dropout with this p in train mode
+            module.attention_dropout = 0.0
     config = getattr(model, "config", None)
     if config is not None:
         for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout", "attention_dropout", "hidden_dropout"):

@@ -5,7 +5,7 @@ One step (`SFTKind.train_step`):
 1. draw `batch_size` examples from the train split (a seeded permutation per epoch; the epoch and
    the position in it are the kind's checkpointed state, so a resumed run sees the same batches);
    P: examples list their M:/E: pairs in a fresh order seeded by (seed, step, example) each draw
-   (`reshuffle_moves`);
+   (`move_order`; or as written, in UCI text order, best first);
 2. loss = mean negative log-likelihood of the completion tokens (EOS included) given the prompt
    (`tasks.sft.sft_loss`: `models.lm.completion_log_probs` at temperature 1, the same function and
    left-padded layout that sampling and GRPO use). Prompt tokens carry no loss. The model is in
@@ -47,6 +47,7 @@ from chessgrpo.train.kind import Kind, RunContext, interval_text
 logger = logging.getLogger(__name__)
 
 TASKS = ("policy", "environment")
+MOVE_ORDERS = ("shuffle", "as_written", "sorted", "best_first")
 
 
 @dataclasses.dataclass
@@ -61,11 +62,14 @@ class SFTTrainConfig(TrainConfig):
     """A fresh GPT-2 with the chess (or character) tokenizer, or `model.path` to fine-tune a local model."""
     tasks: tuple[str, ...] = TASKS
     """Which tasks of the dataset to train on."""
-    reshuffle_moves: bool = True
-    """Each time a P: example is drawn, list its M: moves (with their E: values) in a fresh seeded
-    order. The format says M is shuffled, so any order is an equally true line; many orders show the
-    model that M is a set (meant against greedy decoding writing one move five times; its effect
-    alone is not yet measured, docs/benchmarks.md issue 7)."""
+    move_order: str = "shuffle"
+    """How a drawn P: example lists its M: moves (each with its E: value; B: unchanged). M is a set,
+    so every order is an equally true line: "shuffle" = a fresh seeded order per draw (many orders
+    show the model that M is a set); "as_written" = the dataset's order; "sorted" = UCI text order
+    (a canonical order: each move follows a smaller one, so greedy decoding that repeats a move
+    breaks a pattern the model saw in every example); "best_first" = by E: value, best first."""
+    reshuffle_moves: bool | None = None
+    """Deprecated (before `move_order`): true = move_order shuffle, false = as_written; null = use move_order."""
     batch_size: int = 32
     """Examples per optimizer step."""
     micro_batch_size: int = resumable(0)
@@ -109,6 +113,11 @@ class SFTTrainConfig(TrainConfig):
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
         if self.micro_batch_size < 0:
             raise ConfigError(f"config key micro_batch_size must be >= 0 (0 = no split), got {self.micro_batch_size}")
+        if self.reshuffle_moves is not None:
+            self.move_order = "shuffle" if self.reshuffle_moves else "as_written"
+            self.reshuffle_moves = None
+        if self.move_order not in MOVE_ORDERS:
+            raise ConfigError(f"config key move_order must be one of {', '.join(MOVE_ORDERS)}, got {self.move_order!r}")
         if self.override_dropout is not None and not 0.0 <= self.override_dropout < 1.0:
             raise ConfigError(f"config key override_dropout must be in [0, 1) or null, got {self.override_dropout}")
         if self.eval_prompts < 0:
@@ -151,7 +160,7 @@ class SFTKind(Kind):
         if not train:
             raise ValueError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
         self.train_data = tokenize_examples(self.lm, train, prompt_bos=config.prompt_bos)
-        self.train_policy_answers = policy_answers(train) if config.reshuffle_moves else {}
+        self.train_policy_answers = policy_answers(train) if config.move_order != "as_written" else {}
         self.test_examples = test
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.permutation(len(test))[: config.eval_examples]) if test else []
@@ -200,13 +209,19 @@ class SFTKind(Kind):
         return indices
 
     def _completion(self, index: int, step: int) -> list[int]:
-        """Token ids of train example `index`'s completion; a P: one with its moves in a fresh order
-        seeded by (run seed, step, index), so a resumed run draws the same orders."""
+        """Token ids of train example `index`'s completion; a P: one with its moves in `move_order`
+        (a shuffle is seeded by (run seed, step, index), so a resumed run draws the same orders)."""
         parsed = self.train_policy_answers.get(index)
         if parsed is None:
             return self.train_data.completions[index]
         fen, answer = parsed
-        order = np.random.default_rng([self.config.run.seed, step, index]).permutation(len(answer.moves))
+        moves = answer.moves
+        if self.config.move_order == "sorted":
+            order = sorted(range(len(moves)), key=lambda k: moves[k])
+        elif self.config.move_order == "best_first":
+            order = sorted(range(len(moves)), key=lambda k: -answer.evals[k])  # stable: ties keep the written order
+        else:
+            order = np.random.default_rng([self.config.run.seed, step, index]).permutation(len(moves)).tolist()
         shuffled = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
         return self.lm.tokenizer.encode(format_policy_completion(fen, shuffled)) + [self.lm.tokenizer.eos_token_id]
 
@@ -364,7 +379,10 @@ class SFTKind(Kind):
 
 
 def set_dropout_modules(model: torch.nn.Module, p: float) -> None:
-    """Set p of every dropout module (not the model config, so `save_pretrained` keeps the model's own)."""
+    """Set p of every dropout module and Llama attention dropout (not the model config, so
+    `save_pretrained` keeps the model's own)."""
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = p
