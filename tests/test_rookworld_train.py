@@ -101,7 +101,8 @@ def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
 
 def test_sft_move_order_is_checked_and_the_old_key_still_reads():
     assert SFTTrainConfig(reshuffle_moves=False).move_order == "as_written"
-    assert SFTTrainConfig(reshuffle_moves=True, move_order="sorted").move_order == "shuffle"  # an old config says it explicitly
+    with pytest.raises(ConfigError, match="reshuffle_moves and move_order"):
+        SFTTrainConfig(reshuffle_moves=True, move_order="sorted")  # an old config's key would silently win
     with pytest.raises(ConfigError, match="move_order"):
         SFTTrainConfig(move_order="random")
 

@@ -114,6 +114,9 @@ class SFTTrainConfig(TrainConfig):
         if self.micro_batch_size < 0:
             raise ConfigError(f"config key micro_batch_size must be >= 0 (0 = no split), got {self.micro_batch_size}")
         if self.reshuffle_moves is not None:
+            if self.move_order != "shuffle":
+                raise ConfigError(f"config keys reshuffle_moves and move_order={self.move_order} both given: "
+                                  "reshuffle_moves is the old name, set move_order only (reshuffle_moves: null)")  # fmt: skip
             self.move_order = "shuffle" if self.reshuffle_moves else "as_written"
             self.reshuffle_moves = None
         if self.move_order not in MOVE_ORDERS:
