@@ -71,7 +71,7 @@ def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
     root, _ = lab
     config = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
         f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=reshuffle", "model.n_layer=1", "model.n_embd=32",
-        "model.n_head=2",
+        "model.n_head=2", "move_order=shuffle",
     ])  # fmt: skip
     context = RunContext(config.run.directory, torch.device("cpu"), config.run.seed)
     kind = SFTKind(config, context)
@@ -134,19 +134,24 @@ def test_sft_resumed_run_equals_a_straight_run_bitwise(lab):
     assert losses["sft_straight"] == losses["sft_resumed"] and [r["step"] for r in rows["sft_straight"]] == list(range(1, 9))
 
 
-def test_sft_freezes_gpt2_embeddings_and_first_blocks(lab):
-    """freeze_layers=1 trains only the final norm of the one-block model (the head is tied to the frozen wte)."""
+@pytest.mark.parametrize(("architecture", "final_norm"), [
+    ("gpt2", {"transformer.ln_f.weight", "transformer.ln_f.bias"}), ("llama", {"model.norm.weight"}),
+])  # fmt: skip
+def test_sft_freezes_embeddings_and_first_blocks(lab, architecture, final_norm):
+    """freeze_layers=1 trains only the final norm of the one-block model (the head is tied to the frozen embeddings)."""
     root, _ = lab
-    with Trainer(_sft_config(root, "sft_frozen", "freeze_layers=1", "steps=1", "model.dropout=0.0")) as trainer:
+    name = f"sft_frozen_{architecture}"
+    arch = f"model.architecture={architecture}"
+    with Trainer(_sft_config(root, name, "freeze_layers=1", "steps=1", "model.dropout=0.0", arch)) as trainer:
         assert trainer.kind.head_parameters() == []
         assert trainer.train().finished
-    start = load_lm(root / "runs" / "sft_frozen" / "checkpoints" / "step_000000").model.state_dict()
-    trained = load_lm(root / "runs" / "sft_frozen").model.state_dict()
-    assert {k for k in start if not torch.equal(start[k], trained[k])} == {"transformer.ln_f.weight", "transformer.ln_f.bias"}
+    start = load_lm(root / "runs" / name / "checkpoints" / "step_000000").model.state_dict()
+    trained = load_lm(root / "runs" / name).model.state_dict()
+    assert {k for k in start if not torch.equal(start[k], trained[k])} == final_norm
     with pytest.raises(ConfigError, match="freeze_layers=2"):
-        Trainer(_sft_config(root, "sft_frozen2", "freeze_layers=2"))
+        Trainer(_sft_config(root, name + "2", "freeze_layers=2", arch))
     with pytest.raises(ConfigError, match="head_lr"):
-        Trainer(_sft_config(root, "sft_head_lr", "head_lr=1e-3"))
+        Trainer(_sft_config(root, name + "_head_lr", "head_lr=1e-3", arch))
 
 
 def test_sft_cli_trains_resumes_and_refuses_another_kind(lab, tmp_path, capsys):
@@ -205,8 +210,9 @@ def test_grpo_on_text_logs_the_core_and_task_metrics_and_resumes_exactly(lab):
     assert json.loads((root / "runs" / "resumed" / "eval" / PAIRED_FILE).read_text())["differences"] == paired["differences"]
 
 
-def test_grpo_on_text_freezes_gpt2_embeddings_and_first_blocks(lab):
-    """freeze_layers=1 trains only the final norm of the one-block model (the head is tied to the frozen wte)."""
+def test_grpo_on_text_freezes_embeddings_and_first_blocks(lab):
+    """freeze_layers=1 trains only the final norm of the lab's one-block model (the shipped config's Llama; the
+    head is tied to the frozen embeddings)."""
     root, _ = lab
     no_eval = ("eval.policy_prompts=0", "eval.environment_prompts=0", "steps=1", "checkpoint_every=0")
     with Trainer(_grpo_config(root, "frozen", "freeze_layers=1", *no_eval)) as trainer:
@@ -215,7 +221,7 @@ def test_grpo_on_text_freezes_gpt2_embeddings_and_first_blocks(lab):
     start = load_lm(root / "runs" / "sft").model.state_dict()
     trained = load_lm(root / "runs" / "frozen").model.state_dict()
     changed = {k for k in start if not torch.equal(start[k], trained[k])}
-    assert changed == {"transformer.ln_f.weight", "transformer.ln_f.bias"}
+    assert changed == {"model.norm.weight"}
     with pytest.raises(ConfigError, match="freeze_layers=2"):
         Trainer(_grpo_config(root, "frozen2", "freeze_layers=2", *no_eval))
     with pytest.raises(ConfigError, match="head_lr"):

@@ -347,19 +347,24 @@ def lm_head_parameters(model: torch.nn.Module, head_lr: float | None) -> list[to
 
 
 def lm_frozen_parameters(model: torch.nn.Module, freeze_layers: int) -> list[torch.nn.Parameter]:
-    """GPT-2: the token and position embeddings (wte, wpe) and the first `freeze_layers` blocks of
-    transformer.h (a head tied to wte is frozen with it); none for 0."""
+    """The token (and GPT-2's position) embeddings and the first `freeze_layers` blocks (a head
+    tied to the embeddings is frozen with them), for GPT-2 (`transformer.wte/wpe/h`) and Llama
+    (`model.embed_tokens/layers`); none for 0."""
     from chessgrpo.config import ConfigError
 
     if not freeze_layers:
         return []
     transformer = getattr(model, "transformer", None)
-    blocks = getattr(transformer, "h", None)
-    if blocks is None or not hasattr(transformer, "wte") or not hasattr(transformer, "wpe"):
-        raise ConfigError(f"config key freeze_layers: only GPT-2 models can freeze layers, not {type(model).__name__}")
+    decoder = getattr(model, "model", None)
+    if transformer is not None and hasattr(transformer, "h") and hasattr(transformer, "wte") and hasattr(transformer, "wpe"):
+        blocks, embeddings = transformer.h, [transformer.wte, transformer.wpe]
+    elif decoder is not None and hasattr(decoder, "layers") and hasattr(decoder, "embed_tokens"):
+        blocks, embeddings = decoder.layers, [decoder.embed_tokens]
+    else:
+        raise ConfigError(f"config key freeze_layers: only GPT-2 and Llama models can freeze layers, not {type(model).__name__}")
     if freeze_layers > len(blocks):
         raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(blocks)} blocks")
-    modules = [transformer.wte, transformer.wpe, *blocks[:freeze_layers]]
+    modules = [*embeddings, *blocks[:freeze_layers]]
     return [p for module in modules for p in module.parameters()]
 
 
