@@ -60,8 +60,9 @@ LM_WEIGHTS_FILE = "model.safetensors"
 CHAR_VOCAB = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
 
 LM_TOKENIZERS = ("chess", "char")
-LM_ARCHITECTURES = ("gpt2", "llama")
 """The tokenizers of a fresh model (`LMModelConfig.tokenizer`)."""
+LM_ARCHITECTURES = ("gpt2", "llama")
+"""The architectures of a fresh model (`LMModelConfig.architecture`)."""
 
 
 # ------------------------------------------------------------------------------------------------

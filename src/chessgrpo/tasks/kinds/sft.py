@@ -5,7 +5,7 @@ One step (`SFTKind.train_step`):
 1. draw `batch_size` examples from the train split (a seeded permutation per epoch; the epoch and
    the position in it are the kind's checkpointed state, so a resumed run sees the same batches);
    P: examples list their M:/E: pairs in a fresh order seeded by (seed, step, example) each draw
-   (`move_order`; or as written, in UCI text order, best first);
+   (`move_order: shuffle`; or once, as written, in UCI text order or best first);
 2. loss = mean negative log-likelihood of the completion tokens (EOS included) given the prompt
    (`tasks.sft.sft_loss`: `models.lm.completion_log_probs` at temperature 1, the same function and
    left-padded layout that sampling and GRPO use). Prompt tokens carry no loss. The model is in
@@ -163,7 +163,9 @@ class SFTKind(Kind):
         if not train:
             raise ValueError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
         self.train_data = tokenize_examples(self.lm, train, prompt_bos=config.prompt_bos)
-        self.train_policy_answers = policy_answers(train) if config.move_order != "as_written" else {}
+        self.train_policy_answers = policy_answers(train) if config.move_order == "shuffle" else {}
+        if config.move_order in ("sorted", "best_first"):
+            self._encode_fixed_orders(policy_answers(train))
         self.test_examples = test
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.permutation(len(test))[: config.eval_examples]) if test else []
@@ -212,21 +214,30 @@ class SFTKind(Kind):
         return indices
 
     def _completion(self, index: int, step: int) -> list[int]:
-        """Token ids of train example `index`'s completion; a P: one with its moves in `move_order`
-        (a shuffle is seeded by (run seed, step, index), so a resumed run draws the same orders)."""
+        """Token ids of train example `index`'s completion: a P: one with its moves in `move_order`
+        (fixed orders are encoded once, at start-up; a shuffle is seeded by (run seed, step, index),
+        so a resumed run draws the same orders)."""
         parsed = self.train_policy_answers.get(index)
         if parsed is None:
             return self.train_data.completions[index]
         fen, answer = parsed
-        moves = answer.moves
-        if self.config.move_order == "sorted":
-            order = sorted(range(len(moves)), key=lambda k: moves[k])
-        elif self.config.move_order == "best_first":
-            order = sorted(range(len(moves)), key=lambda k: -answer.evals[k])  # stable: ties keep the written order
-        else:
-            order = np.random.default_rng([self.config.run.seed, step, index]).permutation(len(moves)).tolist()
-        shuffled = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
-        return self.lm.tokenizer.encode(format_policy_completion(fen, shuffled)) + [self.lm.tokenizer.eos_token_id]
+        order = np.random.default_rng([self.config.run.seed, step, index]).permutation(len(answer.moves)).tolist()
+        return self._encode_policy_answer(fen, answer, order)
+
+    def _encode_policy_answer(self, fen: str, answer: Any, order: list[int]) -> list[int]:
+        """Token ids (EOS last) of a P: completion with its M:/E: pairs listed in `order`."""
+        listed = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
+        return self.lm.tokenizer.encode(format_policy_completion(fen, listed)) + [self.lm.tokenizer.eos_token_id]
+
+    def _encode_fixed_orders(self, answers: dict[int, tuple[str, Any]]) -> None:
+        """Re-encode the P: train completions once in the fixed `move_order` (sorted or best_first)."""
+        for index, (fen, answer) in answers.items():
+            moves, evals = answer.moves, answer.evals
+            if self.config.move_order == "sorted":
+                order = sorted(range(len(moves)), key=lambda k: moves[k])
+            else:  # best_first; stable: ties keep the written order
+                order = sorted(range(len(moves)), key=lambda k: -evals[k])
+            self.train_data.completions[index] = self._encode_policy_answer(fen, answer, order)
 
     # -- the step -----------------------------------------------------------------------------------
 
