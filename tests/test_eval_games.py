@@ -569,3 +569,86 @@ def test_workers_leave_when_eval_games_is_killed(tmp_path, value_checkpoint):
             parent.kill()
         for pid in _children(parent.pid):
             os.kill(pid, 9)
+
+
+# --------------------------------------------------------------------------------------------
+# The journal: an interrupted run resumes
+
+
+def _result_for(task: GameTask, points: str = "1-0") -> "GameResult":
+    from chessgrpo.eval.games import GameResult
+
+    return GameResult(task.anchor_index, task.anchor.text, task.pair, task.game, task.player_white, points, "checkmate", 40, 1.5, f'[Event "{task.pair}/{task.game}"]\n\n1-0\n', task.opening.fen)
+
+
+def test_journal_keys_follow_settings_weights_and_openings(tmp_path, checkpoint, value_checkpoint):
+    from chessgrpo.eval.game_journal import GameJournal, remaining
+
+    anchors = [parse_anchor("random"), parse_anchor(str(value_checkpoint))]
+    tasks = make_tasks(anchors, ["random", "checkpoint"], OPENINGS, pairs=2)
+    path = tmp_path / "games.pgn.journal.jsonl"
+    journal = GameJournal(path, settings_for(checkpoint), tasks)
+    for task in tasks[:3]:
+        journal.append(_result_for(task))
+    journal.close()
+    with open(path, "a") as handle:  # a crash while writing leaves half a line
+        handle.write('{"key": "abc", "result": {"anchor_ind')
+    again = GameJournal(path, settings_for(checkpoint), tasks)
+    loaded = again.load()
+    assert [(r.anchor_index, r.pair, r.game) for r in loaded] == [(t.anchor_index, t.pair, t.game) for t in tasks[:3]]
+    assert loaded == [_result_for(t) for t in tasks[:3]]
+    assert remaining(tasks, loaded) == tasks[3:]
+    # More games later: the shared pairs are kept.
+    more = make_tasks(anchors, ["random", "checkpoint"], OPENINGS, pairs=4)
+    assert len(GameJournal(path, settings_for(checkpoint), more).load()) == 3
+    # Anything that decides a game changes its key: the player's settings, its weights, the openings.
+    assert GameJournal(path, settings_for(checkpoint, max_plies=121), tasks).load() == []
+    assert GameJournal(path, settings_for(value_checkpoint), tasks).load() == []
+    other_openings = make_tasks(anchors, ["random", "checkpoint"], OPENINGS[::-1], pairs=2)
+    assert GameJournal(path, settings_for(checkpoint), other_openings).load() == []
+    retrained = tmp_path / "retrained"
+    torch.manual_seed(1)
+    save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), retrained)
+    retrained_tasks = make_tasks([parse_anchor("random")], ["random"], OPENINGS, pairs=2)
+    first = GameJournal(tmp_path / "r.jsonl", settings_for(retrained), retrained_tasks)
+    first.append(_result_for(retrained_tasks[0]))
+    first.close()
+    torch.manual_seed(2)
+    save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), retrained)  # same path, new weights
+    assert GameJournal(tmp_path / "r.jsonl", settings_for(retrained), retrained_tasks).load() == []
+
+
+def test_eval_games_killed_then_rerun_plays_only_the_missing_games(tmp_path, value_checkpoint):
+    openings = tmp_path / "openings.epd"
+    openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")
+    pgn = tmp_path / "g.pgn"
+    journal = tmp_path / "g.pgn.journal.jsonl"
+    common = ["eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random", "--search-nodes", "16",
+              "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "max_plies=60", f"engine.syzygy_path={SYZYGY_DIR}"]  # fmt: skip
+    first = subprocess.Popen([sys.executable, "-m", "chessgrpo.cli", *common, "--games", "400"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count("\n") < 3):
+            time.sleep(0.2)
+        first.kill()
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert not pgn.exists(), "a killed run writes no PGN: only its journal holds its games"
+    journaled = [json.loads(line)["result"] for line in journal.read_text().splitlines() if line.strip()]
+    assert len(journaled) >= 3
+    done = min(len(journaled), 8)
+    rerun = chessgrpo(*common, "--games", "8", "--json", cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"resuming: {done} of 8 games already played" in rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["games_played"] == 8 and summary["games_resumed"] == done
+    games = pgn.read_text()
+    assert len(parse_pgns(games)) == 8
+    for result in journaled[:done]:  # the resumed games are in the PGN as they were played
+        assert result["pgn"] in games
+    assert not journal.exists(), "a finished run removes its journal"
+    fresh = chessgrpo(*common, "--games", "2", "--json", "resume=false", cwd=tmp_path)
+    assert fresh.returncode == 0 and json.loads(fresh.stdout)["games_resumed"] == 0

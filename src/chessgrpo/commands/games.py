@@ -27,6 +27,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from typing import Any, Literal
 from chessgrpo.commands.common import add_config_arguments, progress_bar
 from chessgrpo.commands.evaluate import add_search_arguments
 from chessgrpo.config import EngineConfig, load_config, to_dict
+from chessgrpo.eval.game_journal import GameJournal, journal_path, remaining
 
 
 @dataclasses.dataclass
@@ -117,6 +119,10 @@ class GamesConfig:
     """PGN of every game; null = <run>/eval/games.pgn for a run directory, else runs/eval_games/games.pgn."""
     output: str | None = None
     """If set, also write the JSON summary to this file."""
+    resume: bool = True
+    """Keep each finished game in a journal beside the PGN (`chessgrpo.eval.game_journal`) and, when
+    the same command is run again after an interruption, play only the games it does not hold yet.
+    false = ignore any journal and play every game (a journal is still written)."""
 
 
 def add_games_parser(sub: argparse._SubParsersAction) -> None:
@@ -399,12 +405,34 @@ def run_games_command(args: argparse.Namespace) -> int:
         progress.set_postfix(llr=f"{state.llr:.2f}")
         return state.decision is not None
 
-    started = time.perf_counter()
-    with progress:
-        results, stopped = run_games(settings, tasks, workers=workers, on_result=on_result)
-    seconds = time.perf_counter() - started
-
     pgn_path = Path(config.pgn) if config.pgn else _default_pgn(args.checkpoint, checkpoint)
+    journal = GameJournal(journal_path(pgn_path), settings, tasks)
+    if config.resume:
+        earlier = journal.load()
+    else:
+        journal.remove()
+        earlier = []
+    stopped = False
+    if earlier:
+        print(f"resuming: {len(earlier)} of {len(tasks)} games already played, from {journal.path}", file=sys.stderr)
+        for result in earlier:  # in the order they finished, as the SPRT first saw them
+            stopped = on_result(result) or stopped
+            if stopped:
+                break
+
+    def record(result) -> bool:
+        journal.append(result)
+        return on_result(result)
+
+    started = time.perf_counter()
+    fresh: list = []
+    with progress:
+        if not stopped:
+            fresh, stopped = run_games(settings, remaining(tasks, earlier), workers=workers, on_result=record)
+    journal.close()
+    seconds = time.perf_counter() - started
+    results = sorted([*earlier, *fresh], key=lambda r: (r.anchor_index, r.pair, r.game))
+
     _write_atomic(pgn_path, "".join(result.pgn + "\n" for result in results))
 
     ratings = [anchor_rating(anchor, engine_name, random_rating=config.random_rating, overrides=ratings_given) for anchor in anchors]
@@ -418,10 +446,11 @@ def run_games_command(args: argparse.Namespace) -> int:
         engine=engine_name or None,
         games_per_anchor=config.games,
         games_played=len(results),
+        games_resumed=len(earlier),
         stopped_early=stopped,
         workers=workers,
         seconds=round(seconds, 2),
-        games_per_minute=round(60.0 * len(results) / seconds, 2) if seconds > 0 else None,
+        games_per_minute=round(60.0 * len(fresh) / seconds, 2) if seconds > 0 and fresh else None,
         openings=opening_note,
         pgn=str(pgn_path),
         calibration=CALIBRATION_NOTE,
@@ -429,6 +458,7 @@ def run_games_command(args: argparse.Namespace) -> int:
     )
     if config.output:
         _write_atomic(Path(config.output), json.dumps({"config": to_dict(config), **summary}, indent=1))
+    journal.remove()  # everything is in the PGN and the JSON now
     if args.json:
         print(json.dumps(summary))
     else:
@@ -506,6 +536,8 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         f"{summary['games_played']} games ({planned} per anchor in colour-swapped pairs) from "
         f"{summary['openings']}; {workers}, {summary['games_per_minute']} games/minute",
     ]
+    if summary.get("games_resumed"):
+        lines.append(f"resumed: {summary['games_resumed']} of the games were played by an earlier, interrupted run (its journal)")
     if summary["stopped_early"]:
         lines.append("stopped early: the SPRT decided")
     header = ["anchor", "rating", "W", "D", "L", f"score [{level} Wilson]", "pairs 0/½/1/1½/2", f"Elo diff [{level}]"]

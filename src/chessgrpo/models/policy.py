@@ -299,17 +299,30 @@ class ActionPolicy(nn.Module):
         return logits, self.value_head(x, board[:, 0] == WHITE_TO_MOVE_TOKEN)
 
     def inputs(
-        self, boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None, fens: Sequence[str] | None = None
+        self,
+        boards: Sequence[chess.Board],
+        facts: Sequence[list[tuple[int, int]]] | None = None,
+        fens: Sequence[str] | None = None,
+        *,
+        legal_actions: Sequence[Sequence[int]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs [B, `input_length`] long, legal mask [B, 1968] bool) on the model's device.
 
         `facts`: the boards' `board.move_facts.move_facts`, if the caller computed them already;
-        `fens`: the boards' FENs, likewise (hot loops compute each once).
+        `fens`: the boards' FENs, likewise; `legal_actions`: each board's legal moves as action
+        indices, likewise (hot loops compute each once; the caller vouches they match the boards).
         """
         tokens = torch.from_numpy(encode_fens(boards if fens is None else fens).astype(np.int64))
         if self.config.move_facts:
             tokens = torch.cat([tokens, torch.from_numpy(move_fact_array(boards, facts, fens).astype(np.int64))], dim=1)
-        masks = torch.from_numpy(legal_masks(boards))
+        if legal_actions is None:
+            masks = torch.from_numpy(legal_masks(boards))
+        else:
+            if len(legal_actions) != len(boards):
+                raise ValueError(f"{len(legal_actions)} legal-action lists for {len(boards)} boards")
+            masks = torch.zeros(len(boards), NUM_ACTIONS, dtype=torch.bool)
+            for row, indices in enumerate(legal_actions):
+                masks[row, list(indices)] = True
         return tokens.to(self.device), masks.to(self.device)
 
     @torch.no_grad()

@@ -133,47 +133,56 @@ class NetworkEvaluator:
         detection; they are not modified.
         """
         results: list[LeafEvaluation | None] = [None] * len(boards)
-        pending: list[tuple[int, list[chess.Move], list[tuple[int, int]] | None]] = []
+        pending: list[tuple[int, list[chess.Move], list[tuple[int, int]] | None, str | None]] = []
         with_facts = self.policy.config.move_facts
         for index, board in enumerate(boards):
-            legal = list(board.legal_moves)
-            facts = None
+            legal = list(board.legal_moves)  # listed once per leaf: priors, mask and rules all read it
+            facts = fen = None
             if not legal:
                 value = rule_value(board, legal)  # mate or stalemate: exact even at a root
             elif exact:
                 # A policy that reads move facts needs them for the network anyway: computed once,
                 # they also answer the mate-in-one test (the same pushes; ~1/3 of a leaf's cost).
                 value = rule_value(board, legal)
+                if value is None and with_facts:
+                    fen = board.fen()  # ~0.1 ms: computed once for the facts and the network's input
+                    facts = move_facts(board, fen)
                 if value is None:
-                    facts = move_facts(board) if with_facts else None
                     value = self._value_beyond_rules(board, legal, facts)
             else:
                 value = None
             if value is not None:
                 results[index] = LeafEvaluation(legal, np.zeros(0), value, exact=True)
             else:
-                pending.append((index, legal, facts))
+                pending.append((index, legal, facts, fen))
         if pending:
-            known = None if any(f is None for _, _, f in pending) or not with_facts else [f for _, _, f in pending]
-            evaluated = self._network([boards[i] for i, _, _ in pending], [m for _, m, _ in pending], facts=known)
-            for (index, legal, _), (priors, value) in zip(pending, evaluated):
+            known = [f for _, _, f, _ in pending] if with_facts and all(f is not None for _, _, f, _ in pending) else None
+            fens = [boards[i].fen() if fen is None else fen for i, _, _, fen in pending]
+            evaluated = self._network([boards[i] for i, _, _, _ in pending], [m for _, m, _, _ in pending], facts=known, fens=fens)
+            for (index, legal, _, _), (priors, value) in zip(pending, evaluated):
                 results[index] = LeafEvaluation(legal, priors, value, exact=False)
         return results  # type: ignore[return-value]
 
     @torch.no_grad()
     def _network(
-        self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]], facts: Sequence[list[tuple[int, int]]] | None = None
+        self,
+        boards: Sequence[chess.Board],
+        legal: Sequence[list[chess.Move]],
+        facts: Sequence[list[tuple[int, int]]] | None = None,
+        fens: Sequence[str] | None = None,
     ) -> list[tuple[np.ndarray, float]]:
         """Priors over `legal` (summing to 1) and value for each board, from one forward pass
-        (counted in `network_positions` and `network_calls`); `facts`: the boards' move facts, if known."""
-        tokens, masks = self.policy.inputs(boards, facts)
+        (counted in `network_positions` and `network_calls`); `facts` and `fens`: the boards' move
+        facts and FENs, if known (a leaf's are computed once)."""
+        actions = [[move_to_action(m) for m in moves] for moves in legal]
+        tokens, masks = self.policy.inputs(boards, facts, fens, legal_actions=actions)
         logits, value_logits = self.policy(tokens, with_value=True)
         probs = log_probs(logits.float(), masks, self.prior_temperature).exp().cpu().numpy()
         values = torch.sigmoid(value_logits.float()).cpu().numpy()
         self.network_positions += len(boards)
         self.network_calls += 1
         out = []
-        for row, moves in enumerate(legal):
-            priors = probs[row, [move_to_action(m) for m in moves]].astype(np.float64)
+        for row, indices in enumerate(actions):
+            priors = probs[row, indices].astype(np.float64)
             out.append((priors / priors.sum(), float(values[row])))
         return out
