@@ -408,7 +408,7 @@ def _games_summary(text: str) -> dict:
     def strip(value):
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items()
-                    if k not in ("pgn", "seconds", "time") and not k.startswith("games_per_")}  # fmt: skip
+                    if k not in ("pgn", "seconds", "time", "games_resumed") and not k.startswith("games_per_")}  # fmt: skip
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
