@@ -116,22 +116,40 @@ def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:
     ])  # fmt: skip
 
 
-def test_sft_resumed_run_equals_a_straight_run_bitwise(lab):
+@pytest.mark.parametrize("curriculum", [(), ("first_tasks=[environment]", "first_tasks_steps=6")], ids=["plain", "first_stage"])
+def test_sft_resumed_run_equals_a_straight_run_bitwise(lab, curriculum):
     root, _ = lab
-    with Trainer(_sft_config(root, "sft_straight")) as trainer:
+    straight_name, resumed_name = f"sft_straight{len(curriculum)}", f"sft_resumed{len(curriculum)}"
+    with Trainer(_sft_config(root, straight_name, *curriculum)) as trainer:
         assert trainer.train().finished
-    with Trainer(_sft_config(root, "sft_resumed", "stop_at=4")) as trainer:
+    with Trainer(_sft_config(root, resumed_name, "stop_at=4", *curriculum)) as trainer:
         result = trainer.train()
     assert result.step == 4 and not result.finished and result.stop_reason == "stop_at=4"
-    with Trainer(_sft_config(root, "sft_resumed"), resume=True) as trainer:
-        assert trainer.step == 4 and trainer.kind.epoch >= 1  # the data position came back with the checkpoint
+    with Trainer(_sft_config(root, resumed_name, *curriculum), resume=True) as trainer:
+        # The data position came back with the checkpoint (a first stage's: mid-stage, past an epoch of its tasks).
+        assert trainer.step == 4 and (trainer.kind.first_epoch if curriculum else trainer.kind.epoch) >= 1
         assert trainer.train().finished
-    straight = load_lm(root / "runs" / "sft_straight").model.state_dict()
-    resumed = load_lm(root / "runs" / "sft_resumed").model.state_dict()
+    straight = load_lm(root / "runs" / straight_name).model.state_dict()
+    resumed = load_lm(root / "runs" / resumed_name).model.state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
-    rows = {name: read_metrics(root / "runs" / name / "metrics.jsonl") for name in ("sft_straight", "sft_resumed")}
+    rows = {name: read_metrics(root / "runs" / name / "metrics.jsonl") for name in (straight_name, resumed_name)}
     losses = {name: [(r["step"], r.get("loss/train"), r.get("eval/loss")) for r in found] for name, found in rows.items()}
-    assert losses["sft_straight"] == losses["sft_resumed"] and [r["step"] for r in rows["sft_straight"]] == list(range(1, 9))
+    assert losses[straight_name] == losses[resumed_name] and [r["step"] for r in rows[straight_name]] == list(range(1, 9))
+
+
+def test_sft_first_stage_draws_only_its_tasks_then_every_task(lab):
+    root, _ = lab
+    config = _sft_config(root, "first_stage", "first_tasks=[environment]", "first_tasks_steps=3", "batch_size=16")
+    kind = SFTKind(config, RunContext(config.run.directory, torch.device("cpu"), config.run.seed))
+    tasks = kind.train_data.tasks
+    for step in range(3):
+        assert {tasks[i] for i in kind._next_batch(step)} == {"environment"}
+    later = [tasks[i] for step in range(3, 9) for i in kind._next_batch(step)]
+    assert set(later) == {"policy", "environment"}
+    with pytest.raises(ConfigError, match="first_tasks must be a non-empty subset of tasks"):
+        SFTTrainConfig(tasks=("policy",), first_tasks=("environment",), first_tasks_steps=10)
+    with pytest.raises(ConfigError, match="first_tasks is null"):
+        SFTTrainConfig(first_tasks_steps=10)
 
 
 @pytest.mark.parametrize(("architecture", "final_norm"), [

@@ -62,6 +62,12 @@ class SFTTrainConfig(TrainConfig):
     """A fresh GPT-2 with the chess (or character) tokenizer, or `model.path` to fine-tune a local model."""
     tasks: tuple[str, ...] = TASKS
     """Which tasks of the dataset to train on."""
+    first_tasks: tuple[str, ...] | None = None
+    """A curriculum's first stage: the first `first_tasks_steps` steps draw only examples of these
+    tasks (e.g. [environment]: the A: task's FEN copy gets every gradient until it sets in), then
+    `tasks`. null = no first stage."""
+    first_tasks_steps: int = 0
+    """Length of the first stage in optimizer steps (0 = none)."""
     move_order: str = "shuffle"
     """How a drawn P: example lists its M: moves (each with its E: value; B: unchanged). M is a set,
     so every order is an equally true line: "shuffle" = a fresh seeded order per draw (many orders
@@ -127,6 +133,14 @@ class SFTTrainConfig(TrainConfig):
             raise ConfigError(f"config key eval_prompts must be >= 0, got {self.eval_prompts}")
         if not self.tasks or any(t not in TASKS for t in self.tasks):
             raise ConfigError(f"config key tasks must be a non-empty list of policy/environment, got {list(self.tasks)}")
+        if self.first_tasks_steps < 0:
+            raise ConfigError(f"config key first_tasks_steps must be >= 0, got {self.first_tasks_steps}")
+        if self.first_tasks is not None:
+            self.first_tasks = tuple(self.first_tasks)
+            if not self.first_tasks or any(t not in self.tasks for t in self.first_tasks):
+                raise ConfigError(f"config key first_tasks must be a non-empty subset of tasks {list(self.tasks)}, got {list(self.first_tasks)}")
+        if self.first_tasks_steps > 0 and self.first_tasks is None:
+            raise ConfigError(f"config key first_tasks_steps is {self.first_tasks_steps} but first_tasks is null: name the first stage's tasks")
 
     def default_best_metric(self) -> tuple[str, str] | None:
         return "eval/loss", "min"
@@ -173,6 +187,13 @@ class SFTKind(Kind):
         self.epoch = 0
         self.position = 0
         self._orders: tuple[int, np.ndarray] | None = None
+        # The curriculum's first stage reads its own seeded permutations of its tasks' examples.
+        first = set(config.first_tasks or ())
+        self._first_stage_indices = np.asarray([i for i, task in enumerate(self.train_data.tasks) if task in first], dtype=np.int64)
+        if config.first_tasks_steps > 0 and not len(self._first_stage_indices):
+            raise ValueError(f"dataset {config.data!r} has no train examples of first_tasks {list(config.first_tasks or ())}")
+        self.first_epoch = 0
+        self.first_position = 0
         logger.info("SFT of a %.2fM-parameter model on %d train examples", self.lm.num_parameters() / 1e6, len(self.train_data))
 
     # -- optimisation (the same rules as kind: rookworld) ------------------------------------------
@@ -202,7 +223,11 @@ class SFTKind(Kind):
         self._orders = (epoch, result)
         return result
 
-    def _next_batch(self) -> list[int]:
+    def _next_batch(self, step: int) -> list[int]:
+        """The train examples of step `step` (0-based, the steps done before it): from the first
+        stage's tasks for the first `first_tasks_steps` steps, else from every task."""
+        if step < self.config.first_tasks_steps:
+            return self._next_first_stage_batch()
         indices: list[int] = []
         while len(indices) < self.config.batch_size:
             order = self._order(self.epoch)
@@ -212,6 +237,19 @@ class SFTKind(Kind):
             if self.position >= len(order):
                 self.epoch, self.position = self.epoch + 1, 0
         return indices
+
+    def _next_first_stage_batch(self) -> list[int]:
+        indices: list[int] = []
+        pool = self._first_stage_indices
+        while len(indices) < self.config.batch_size:
+            order = pool[np.random.default_rng([self.config.run.seed, 1, self.first_epoch]).permutation(len(pool))]
+            take = order[self.first_position : self.first_position + self.config.batch_size - len(indices)]
+            indices += take.tolist()
+            self.first_position += len(take)
+            if self.first_position >= len(order):
+                self.first_epoch, self.first_position = self.first_epoch + 1, 0
+        # Shapes as in `_order`: sorted by prompt length, so the batch carries little padding.
+        return sorted(indices, key=lambda i: len(self.train_data.prompts[i]))
 
     def _completion(self, index: int, step: int) -> list[int]:
         """Token ids of train example `index`'s completion: a P: one with its moves in `move_order`
@@ -243,7 +281,7 @@ class SFTKind(Kind):
 
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         tick = time.perf_counter()
-        indices = self._next_batch()  # the global batch; a data-parallel rank learns from its share
+        indices = self._next_batch(step)  # the global batch; a data-parallel rank learns from its share
         parallel = self.context.parallel
         self.model.train()  # dropout as configured (the loaded model's own by default)
         try:
@@ -356,10 +394,11 @@ class SFTKind(Kind):
         self.model.eval()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position}
+        return {"epoch": self.epoch, "position": self.position, "first_epoch": self.first_epoch, "first_position": self.first_position}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.first_epoch, self.first_position = int(state.get("first_epoch", 0)), int(state.get("first_position", 0))
 
     # -- presentation -------------------------------------------------------------------------------
 
