@@ -145,12 +145,17 @@ class Chess960Evaluator(NetworkEvaluator):
     """
 
     def _network(
-        self, boards: Sequence[chess.Board], legal: Sequence[list[chess.Move]], facts: Sequence[list[tuple[int, int]]] | None = None
+        self,
+        boards: Sequence[chess.Board],
+        legal: Sequence[list[chess.Move]],
+        facts: Sequence[list[tuple[int, int]]] | None = None,
+        fens: Sequence[str] | None = None,
     ) -> list[tuple[np.ndarray, float]]:
         """`NetworkEvaluator._network` over the standard views, with the priors of `move_actions`
-        (the network reads the standard view's move facts, so `facts` of a Chess960 board are not used)."""
+        (the network reads the standard view's move facts and FEN, so `facts` and `fens` of a Chess960
+        board are not used)."""
         if not any(board.chess960 for board in boards):
-            return super()._network(boards, legal, facts)
+            return super()._network(boards, legal, facts, fens)
         with torch.no_grad():
             tokens, _ = self.policy.inputs([standard_view(board) for board in boards])
             logits, value_logits = self.policy(tokens, with_value=True)
