@@ -163,8 +163,12 @@ def test_first_minibatch_ratio_is_checked_on_every_micro_batch(tiny_lm):
     assert metrics["ratio/first_max_abs_dev"] < 1e-4
 
 
-def test_sft_micro_batches_accumulate_the_whole_batch_gradient(tiny_lm):
-    """`SFTKind._learn` with micro-batches: the gradient of the batch's token mean, and its loss."""
+@pytest.mark.parametrize("prompt_weight", [0.0, 0.5])
+def test_sft_micro_batches_accumulate_the_whole_batch_gradient(tiny_lm, prompt_weight):
+    """`SFTKind._learn` with micro-batches: the gradient of the batch's token mean, and its loss
+    (with prompt tokens scored too: the weighted token mean)."""
+    from chessgrpo.tasks.sft import loss_tokens
+
     from chessgrpo.tasks.kinds.sft import SFTKind
     from chessgrpo.train.distributed import Parallel
 
@@ -185,11 +189,12 @@ def test_sft_micro_batches_accumulate_the_whole_batch_gradient(tiny_lm):
             return 0.0
 
         stub = types.SimpleNamespace(
-            config=types.SimpleNamespace(micro_batch_size=micro), lm=ChessLM(model, tiny_lm.tokenizer), learner_model=model,
+            config=types.SimpleNamespace(micro_batch_size=micro, prompt_loss_weight=prompt_weight),
+            lm=ChessLM(model, tiny_lm.tokenizer), learner_model=model,
             context=types.SimpleNamespace(parallel=Parallel(), autocast=contextlib.nullcontext),
             train_data=data,
         )  # fmt: skip
-        tokens = sum(len(c) for c in data.completions)
+        tokens = sum(loss_tokens(p, c, prompt_weight) for p, c in zip(data.prompts, data.completions))
         loss, _ = SFTKind._learn(stub, data.prompts, data.completions, len(data), tokens, types.SimpleNamespace(update=update))
         assert len(grads) == 1
         results.append((loss, grads[0]))
@@ -197,6 +202,35 @@ def test_sft_micro_batches_accumulate_the_whole_batch_gradient(tiny_lm):
         assert loss == pytest.approx(results[0][0], abs=1e-5)
         for a, b in zip(results[0][1], grads):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_sft_loss_scores_prompt_tokens_at_their_weight(tiny_lm):
+    """`sft_loss(prompt_weight=w)` = (completion NLL + w x prompt NLL) / (completion tokens + w x prompt
+    tokens), by hand from one unpadded forward per line; w = 0 is the completion-only loss."""
+    from chessgrpo.tasks.sft import loss_tokens, sft_loss
+
+    examples = [types.SimpleNamespace(prompt=p, completion=c, task="policy", line=p + c)
+                for p, c in [(P_PROMPT, P_ANSWER), (A_PROMPT[:30], A_ANSWER[:11])]]  # fmt: skip
+    data = tokenize_examples(tiny_lm, examples)
+    sums = {"prompt": 0.0, "completion": 0.0}
+    counts = {"prompt": 0, "completion": 0}
+    with torch.no_grad():
+        for prompt, completion in zip(data.prompts, data.completions):
+            ids = torch.tensor([prompt + completion])
+            logp = F.log_softmax(tiny_lm.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+            token_logp = logp.gather(1, ids[0, 1:, None])[:, 0]
+            sums["prompt"] -= float(token_logp[: len(prompt) - 1].sum())
+            sums["completion"] -= float(token_logp[len(prompt) - 1 :].sum())
+            counts["prompt"] += len(prompt) - 1
+            counts["completion"] += len(completion)
+        for weight in (0.0, 0.3, 1.0):
+            loss, total = sft_loss(tiny_lm, data.prompts, data.completions, prompt_weight=weight)
+            expected_total = counts["completion"] + weight * counts["prompt"]
+            assert total == pytest.approx(expected_total)
+            assert total == pytest.approx(sum(loss_tokens(p, c, weight) for p, c in zip(data.prompts, data.completions)))
+            assert float(loss) == pytest.approx((sums["completion"] + weight * sums["prompt"]) / expected_total, rel=1e-5)
+    with pytest.raises(ValueError, match="prompt_weight"):
+        sft_loss(tiny_lm, data.prompts, data.completions, prompt_weight=-1.0)
 
 
 def test_checkpoint_without_optimizer_state_is_smaller_and_resumes_with_fresh_optimizer(tiny_lm, tmp_path, caplog):

@@ -105,6 +105,8 @@ def test_sft_move_order_is_checked_and_the_old_key_still_reads():
         SFTTrainConfig(reshuffle_moves=True, move_order="sorted")  # an old config's key would silently win
     with pytest.raises(ConfigError, match="move_order"):
         SFTTrainConfig(move_order="random")
+    with pytest.raises(ConfigError, match="prompt_loss_weight"):
+        SFTTrainConfig(prompt_loss_weight=-0.5)
 
 
 def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:
@@ -305,3 +307,22 @@ def test_policy_metrics_separate_the_chess_from_the_format():
     assert metrics["p_format_rate"].value == 0.5 and metrics["p_best_accuracy"].value == 0.25
     assert metrics["p_best_accuracy_well_formed"].value == 0.5 and metrics["p_best_accuracy_well_formed"].n == 2
     assert metrics["p_eval_error"].n == 0  # no answer had an eval error to average
+
+
+def test_paired_comparison_of_the_chess_uses_prompts_well_formed_in_both():
+    """`compare_lm_results`' ``*_well_formed`` differences pair only the prompts answered well-formed
+    before and after, so answers that merely became well-formed (a format gain) do not count as chess."""
+    from chessgrpo.eval.lm import compare_lm_results
+
+    def record(prompt, malformed, best, total):
+        return {"prompt": prompt, "malformed": malformed, "best": best, "total": total, "top5_hit": best, "legal": 1.0}
+
+    before = [record("p0", None, 0.0, 0.2), record("p1", None, 1.0, 1.0), record("p2", "missing B:", 0.0, -1.0),
+              record("p3", None, 0.0, 0.3)]  # fmt: skip
+    after = [record("p0", None, 1.0, 1.2), record("p1", None, 1.0, 1.0), record("p2", None, 1.0, 1.4),
+             record("p3", "missing B:", 0.0, -1.0)]  # fmt: skip
+    diffs = compare_lm_results({"records": {"policy": before}}, {"records": {"policy": after}}, resamples=200)
+    assert diffs["p_best_accuracy"].n == 4 and diffs["p_best_accuracy"].value == pytest.approx(0.5)  # 0.25 -> 0.75
+    well_formed = diffs["p_best_accuracy_well_formed"]
+    assert well_formed.n == 2 and well_formed.value == pytest.approx(0.5)  # p0 and p1 only
+    assert diffs["p_reward_well_formed"].value == pytest.approx(0.5)  # (1.2 - 0.2 + 0) / 2

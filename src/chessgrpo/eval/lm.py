@@ -214,7 +214,8 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
                        seed: int = 0) -> dict[str, Interval]:  # fmt: skip
     """Paired B - A differences over the prompts both evaluations hold (records of `LMEvalResult.to_json`).
 
-    P: reward, best-move accuracy, top-5 hit, legal rate, format rate; A: reward, exact state.
+    P: reward, best-move accuracy, top-5 hit, legal rate, format rate, and best-move accuracy and reward
+    over the prompts well-formed in both (``*_well_formed``: the chess, not the format); A: reward, exact state.
     """
     out: dict[str, Interval] = {}
     specs = {
@@ -236,6 +237,16 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
                 [value(second[p]) for p in shared], [value(first[p]) for p in shared],
                 confidence=confidence, resamples=resamples, seed=seed,
             )  # fmt: skip
+        if task == "policy":
+            # The chess alone: over the prompts answered well-formed in both, so a format gain cannot show here.
+            both = [p for p in shared if first[p]["malformed"] is None and second[p]["malformed"] is None]
+            if both:
+                for metric, value_of in (("p_best_accuracy_well_formed", lambda r: float(r["best"] == 1.0)),
+                                         ("p_reward_well_formed", lambda r: float(r["total"]))):  # fmt: skip
+                    out[metric] = paired_bootstrap_difference(
+                        [value_of(second[p]) for p in both], [value_of(first[p]) for p in both],
+                        confidence=confidence, resamples=resamples, seed=seed,
+                    )  # fmt: skip
     return out
 
 

@@ -6,7 +6,7 @@ Pure helpers of ``kind: sft`` (`chessgrpo.tasks.kinds.sft`); they own no optimiz
 - `sft_loss`: mean negative log-likelihood of the completion tokens given the prompt, from
   `models.lm.completion_log_probs` at temperature 1: the same function and the same left-padded
   layout that sampling and GRPO use, so SFT trains exactly the distribution RL starts from.
-  Prompt tokens carry no loss;
+  Prompt tokens carry no loss unless `prompt_weight` > 0 (then they count at that weight);
 - `policy_answers`: the P: examples whose M:/E: pairs can be listed in another order.
 """
 
@@ -77,17 +77,43 @@ def policy_answers(examples: list[Any]) -> dict[int, tuple[str, Any]]:
 
 def sft_loss(
     lm: ChessLM, prompts: list[list[int]], completions: list[list[int]], model: torch.nn.Module | None = None,
-    *, chunk_rows: int = 0,
-) -> tuple[torch.Tensor, int]:
-    """(mean NLL per completion token, number of tokens) for a batch, via `completion_log_probs` at T = 1.
+    *, chunk_rows: int = 0, prompt_weight: float = 0.0,
+) -> tuple[torch.Tensor, float]:
+    """(weighted mean NLL per token, the weight it is a mean over) for a batch, via `completion_log_probs` at T = 1.
 
+    With `prompt_weight` = 0 (the default) only completion tokens count: the mean NLL per completion
+    token and the completion token count. With `prompt_weight` w > 0 every prompt token after the first
+    counts too, at weight w (upstream RookWorld trained on whole lines): the loss is
+    (completion NLL + w x prompt NLL) / (completion tokens + w x prompt tokens), and that denominator
+    is returned. Token positions are the same either way (positions follow the attention mask).
     `model` replaces ``lm.model`` in the forward (the spine's DDP wrapper of it in a data-parallel run).
     `chunk_rows` > 0: rows per forward (bounds the no-grad evaluation's logits; see `completion_log_probs`).
     """
+    if prompt_weight < 0:
+        raise ValueError(f"prompt_weight must be >= 0, got {prompt_weight}")
     device = lm.device
     pad = lm.tokenizer.eos_token_id
-    prompt_ids, prompt_mask = left_pad(prompts, pad, device)
-    completion_ids, completion_mask = right_pad(completions, pad, device)
-    logp, _ = completion_log_probs(model if model is not None else lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0, chunk_rows=chunk_rows)
-    tokens = int(completion_mask.sum())
-    return -logp.sum() / max(tokens, 1), tokens
+    if prompt_weight == 0:
+        heads, tails = prompts, completions
+    else:  # the same sequences split after their first token: the rest of the prompt is scored too
+        heads, tails = [p[:1] for p in prompts], [p[1:] + c for p, c in zip(prompts, completions)]
+    prompt_ids, prompt_mask = left_pad(heads, pad, device)
+    completion_ids, completion_mask = right_pad(tails, pad, device)
+    model = model if model is not None else lm.model
+    logp, _ = completion_log_probs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0, chunk_rows=chunk_rows)
+    if prompt_weight == 0:
+        tokens = float(completion_mask.sum())
+        return -logp.sum() / max(tokens, 1.0), tokens
+    weights = torch.zeros_like(logp)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        scored_prompt = len(prompt) - 1
+        weights[row, :scored_prompt] = prompt_weight
+        weights[row, scored_prompt : scored_prompt + len(completion)] = 1.0
+    total = float(weights.sum())
+    return -(logp * weights).sum() / max(total, 1e-9), total
+
+
+def loss_tokens(prompt: list[int], completion: list[int], prompt_weight: float = 0.0) -> float:
+    """The weight one example adds to `sft_loss`'s denominator (its completion tokens plus
+    `prompt_weight` x its scored prompt tokens)."""
+    return len(completion) + (prompt_weight * (len(prompt) - 1) if prompt_weight else 0.0)

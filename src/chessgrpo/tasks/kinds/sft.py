@@ -8,7 +8,9 @@ One step (`SFTKind.train_step`):
    (`move_order: shuffle`; or once, as written, in UCI text order or best first);
 2. loss = mean negative log-likelihood of the completion tokens (EOS included) given the prompt
    (`tasks.sft.sft_loss`: `models.lm.completion_log_probs` at temperature 1, the same function and
-   left-padded layout that sampling and GRPO use). Prompt tokens carry no loss. The model is in
+   left-padded layout that sampling and GRPO use). Prompt tokens carry no loss unless
+   `prompt_loss_weight` > 0 (then they count at that weight, as in upstream RookWorld's whole-line
+   training; the held-out `eval/loss` stays completion-only, comparable across runs). The model is in
    train mode for the step (dropout: a loaded model's own, `override_dropout` to change it; a fresh
    model's `model.dropout`, 0 by default) and in eval mode after. With `micro_batch_size` the batch
    runs as micro-batches whose token-weighted losses accumulate into one update;
@@ -40,7 +42,7 @@ import torch
 from chessgrpo.config import ConfigError, RunConfig, resumable
 from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
 from chessgrpo.tasks.rookworld import format_policy_completion, with_prompt_bos
-from chessgrpo.tasks.sft import policy_answers, sft_loss, tokenize_examples
+from chessgrpo.tasks.sft import loss_tokens, policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import Kind, RunContext, interval_text
 
@@ -78,6 +80,10 @@ class SFTTrainConfig(TrainConfig):
     """Deprecated (before `move_order`): true = move_order shuffle, false = as_written; null = use move_order."""
     batch_size: int = 32
     """Examples per optimizer step."""
+    prompt_loss_weight: float = 0.0
+    """Weight of the prompt tokens in the training loss relative to completion tokens (0 = completions
+    only). The prompts are FENs and moves in the very grammar the completions must write, so a weight
+    > 0 gives every step more of it to learn from at no extra forward (see docs/benchmarks.md)."""
     micro_batch_size: int = resumable(0)
     """Examples per forward/backward (gradient accumulation; 0 = the whole batch at once). Each
     micro-batch's loss is weighted by its share of the batch's completion tokens, so the gradient is
@@ -117,6 +123,8 @@ class SFTTrainConfig(TrainConfig):
         for name in ("batch_size", "eval_examples", "eval_batch_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
+        if not (math.isfinite(self.prompt_loss_weight) and self.prompt_loss_weight >= 0):
+            raise ConfigError(f"config key prompt_loss_weight must be a number >= 0, got {self.prompt_loss_weight}")
         if self.micro_batch_size < 0:
             raise ConfigError(f"config key micro_batch_size must be >= 0 (0 = no split), got {self.micro_batch_size}")
         if self.reshuffle_moves is not None:
@@ -288,7 +296,9 @@ class SFTKind(Kind):
             completions = [self._completion(i, step) for i in indices]
             mine = parallel.split(len(indices))
             prompts = [self.train_data.prompts[i] for i in indices[mine.start : mine.stop]]
-            loss_value, grad_norm = self._learn(prompts, completions[mine.start : mine.stop], len(indices), sum(map(len, completions)), learner)
+            weight = self.config.prompt_loss_weight
+            batch_tokens = sum(loss_tokens(self.train_data.prompts[i], c, weight) for i, c in zip(indices, completions))
+            loss_value, grad_norm = self._learn(prompts, completions[mine.start : mine.stop], len(indices), batch_tokens, learner)
         finally:
             self.model.eval()
         seconds = time.perf_counter() - tick
@@ -300,10 +310,11 @@ class SFTKind(Kind):
             "train/epoch": float(self.epoch),
         }
 
-    def _learn(self, prompts: list[list[int]], completions: list[list[int]], batch_examples: int, batch_tokens: int, learner: Any) -> tuple[float, float]:
+    def _learn(self, prompts: list[list[int]], completions: list[list[int]], batch_examples: int, batch_tokens: float, learner: Any) -> tuple[float, float]:
         """One optimizer update from this rank's examples, in micro-batches: (its token-mean loss, grad norm).
 
-        The global loss is a token mean over the whole batch (every rank's `batch_tokens`): each
+        The global loss is a token mean over the whole batch (every rank's `batch_tokens`, the
+        `tasks.sft.loss_tokens` weights when prompt tokens are scored too): each
         micro-batch's mean is weighted by world size x its tokens / `batch_tokens` (DDP averages the
         gradients over the ranks), and every rank runs the same number of micro-batches (a rank
         with fewer examples backpropagates a placeholder at weight 0), since DDP reduces in every backward.
@@ -319,7 +330,7 @@ class SFTKind(Kind):
             if placeholder:  # join DDP's reduction with a zero-weight loss
                 part_prompts, part_completions = [self.train_data.prompts[0]], [self.train_data.completions[0]]
             with self.context.autocast():
-                loss, tokens = sft_loss(self.lm, part_prompts, part_completions, model=self.learner_model)
+                loss, tokens = sft_loss(self.lm, part_prompts, part_completions, model=self.learner_model, prompt_weight=self.config.prompt_loss_weight)
             weight = 0.0 if placeholder else world * tokens / max(batch_tokens, 1)
             if not placeholder:
                 total += float(loss.detach()) * tokens
