@@ -146,7 +146,7 @@ def test_sft_and_rookworld_on_two_processes_are_the_one_process_experiments(tmp_
     sft = ["train", "--config", "configs/rookworld_sft_tiny.yaml", f"data={data}", f"run.out_dir={tmp_path}",
            "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "steps=4", "batch_size=8", "eval_every=0",
            "eval_examples=8", "eval_prompts=2", "max_new_tokens=8", "checkpoint_every=1", "keep_checkpoints=10",
-           "threads=1", "lr=3e-3", "warmup_steps=0"]  # fmt: skip
+           "threads=1", "lr=3e-3", "warmup_steps=0", "first_tasks_steps=2"]  # fmt: skip  (the A:-first stage, then both)
     run_single(*sft, "run.name=sft_one")
     run_torchrun(*sft, "run.name=sft_two")
     assert_same_experiment(tmp_path / "sft_one", tmp_path / "sft_two")

@@ -36,7 +36,7 @@ def lab(tmp_path_factory):
     sft = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
         f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=sft", "model.n_layer=1", "model.n_embd=32",
         "model.n_head=2", "steps=6", "batch_size=32", "eval_every=0", "eval_examples=16", "eval_prompts=3",
-        "max_new_tokens=16", "log_every=2", "checkpoint_every=0",
+        "max_new_tokens=16", "log_every=2", "checkpoint_every=0", "first_tasks_steps=0",  # both tasks from the start
         # The chess tokenizer starts at ln(4763) nats: six warmed-up steps at 2e-3 on batches of 8 moved too little to
         # beat batch-to-batch noise, so: no warmup, lr 1e-2, batches of 32.
         "warmup_steps=0", "lr=1.0e-2",
@@ -114,7 +114,8 @@ def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:
     return load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
         f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", f"run.name={name}", "model.n_layer=1", "model.n_embd=32",
         "model.n_head=2", "model.dropout=0.1", "steps=8", "batch_size=37", "warmup_steps=2", "eval_every=3",
-        "eval_examples=16", "eval_prompts=2", "max_new_tokens=8", "log_every=1", "checkpoint_every=0", *overrides,
+        "eval_examples=16", "eval_prompts=2", "max_new_tokens=8", "log_every=1", "checkpoint_every=0", "first_tasks_steps=0",
+        *overrides,
     ])  # fmt: skip
 
 
