@@ -83,10 +83,13 @@ class SFTTrainConfig(TrainConfig):
     prompt_loss_weight: float = 0.0
     """Weight of the prompt tokens in the training loss relative to completion tokens (0 = completions
     only). The prompts are FENs and moves in the very grammar the completions must write, so a weight
-    > 0 gives every step more of it to learn from at no extra forward (see docs/benchmarks.md)."""
+    > 0 gives every step more of it to learn from; the forward is the same, but the output head then runs
+    on every prompt token too (~1.8x the step cost of the tiny chess-tokenizer model; no better per
+    minute there: docs/chess_tokenizer.md)."""
     micro_batch_size: int = resumable(0)
     """Examples per forward/backward (gradient accumulation; 0 = the whole batch at once). Each
-    micro-batch's loss is weighted by its share of the batch's completion tokens, so the gradient is
+    micro-batch's loss is weighted by its share of the batch's loss tokens (completion tokens, plus
+    prompt tokens at `prompt_loss_weight`), so the gradient is
     the whole batch's token mean; peak memory follows the micro-batch. In a data-parallel run it
     counts each process's examples."""
     override_dropout: float | None = None
