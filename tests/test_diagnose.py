@@ -461,3 +461,48 @@ def test_thresholds_are_respected(tmp_path):
     run = load_run(_write_run(tmp_path / "t", rows))
     assert "signal.zero_reward_variance" not in _ids(diagnose(run))
     assert "signal.zero_reward_variance" in _ids(diagnose(run, Thresholds(zero_std_fraction=0.1)))
+
+
+def _puzzle_eval_file(directory: Path, step: int, records: list[dict]) -> None:
+    """eval/step_NNNNNN_puzzles.json as `chessgrpo train` writes it (summary + per-puzzle records)."""
+    from chessgrpo.eval.puzzles import PuzzleRecord, summarize_puzzles
+
+    result = summarize_puzzles("player", [PuzzleRecord(**r) for r in records])
+    (directory / "eval").mkdir(exist_ok=True)
+    payload = {**result.to_json(), "step": step, "records": {"player": records}}
+    (directory / "eval" / f"step_{step:06d}_puzzles.json").write_text(json.dumps(payload))
+
+
+def test_a_puzzle_loss_from_fewer_checks_is_explained(tmp_path):
+    """Synthetic puzzle records: 300 check-first puzzles, 200 quiet-first. At step 120 the policy no longer
+    checks: it loses 90 check-first puzzles and gains 30 quiet-first ones; overall accuracy falls."""
+
+    def records(step: int) -> list[dict]:
+        out = []
+        for i in range(500):
+            check_first = i < 300
+            correct = (i < 120) if step == 0 else (i < 30 or 300 <= i < 380)
+            if not check_first and step == 0:
+                correct = i < 350
+            out.append({"id": str(i), "rating": 1500, "first_move_correct": correct, "solved": correct, "played": ["e2e4"],
+                        "themes": [], "solution_check": check_first, "played_check": step == 0 and i < 400})  # fmt: skip
+        return out
+
+    run_dir = _write_run(tmp_path / "checks", _synthetic_rows() + _healthy_evals())
+    for step in (0, 120):
+        _puzzle_eval_file(run_dir, step, records(step))
+    findings = diagnose(load_run(run_dir))
+    assert "learning.heldout_worse" in _ids(findings, "warning")  # first-move accuracy 0.34 -> 0.22
+    explained = _by_id(findings, "learning.puzzles_fewer_checks")
+    assert explained.severity == "info"
+    assert explained.evidence["check_first"]["difference"]["value"] == pytest.approx(-0.3)
+    assert explained.evidence["quiet_first"]["difference"]["value"] == pytest.approx(+0.15)
+    assert explained.evidence["played_check_rate"]["verdict"] == "lower"
+    assert "learning.puzzles_fewer_checks" in _by_id(findings, "learning.heldout_worse").advice
+
+    # Records written before the check fields existed: the warning stays, with no explanation.
+    for step in (0, 120):
+        _puzzle_eval_file(run_dir, step, [{k: v for k, v in r.items() if k not in ("solution_check", "played_check")}
+                                          for r in records(step)])  # fmt: skip
+    findings = diagnose(load_run(run_dir))
+    assert "learning.heldout_worse" in _ids(findings) and "learning.puzzles_fewer_checks" not in _ids(findings)

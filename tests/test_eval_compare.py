@@ -62,3 +62,26 @@ def test_cli_compares_puzzle_files_and_rejects_mixed_kinds(tmp_path):
         capture_output=True, text=True, check=False,
     )
     assert done.returncode == 2 and "no per-item records" in done.stderr
+
+
+def test_puzzles_split_by_check_first_solutions_and_a_descriptive_check_rate():
+    # 60 check-first puzzles: A solves 30 by checking, B none (it stopped checking); 40 quiet-first:
+    # A solves 10, B 30. The overall accuracy hides the shift; the split rows show it.
+    def record(i: int, correct: bool, check_first: bool, played_check: bool) -> dict:
+        return {"id": str(i), "rating": 1500, "first_move_correct": correct, "solved": correct, "played": [],
+                "solution_check": check_first, "played_check": played_check}  # fmt: skip
+
+    a = [record(i, i < 30, True, True) for i in range(60)] + [record(i, i < 70, False, True) for i in range(60, 100)]
+    b = [record(i, False, True, False) for i in range(60)] + [record(i, i < 90, False, False) for i in range(60, 100)]
+    rows = {m.metric: m for m in compare_records("puzzles", a, b).metrics}
+    assert rows["first_move_accuracy"].difference.value == pytest.approx(-0.10)
+    check_first, quiet_first = rows["check_first_accuracy"], rows["quiet_first_accuracy"]
+    assert (check_first.a.n, quiet_first.a.n) == (60, 40)
+    assert check_first.difference.value == pytest.approx(-0.5) and check_first.verdict == "worse"
+    assert quiet_first.difference.value == pytest.approx(+0.5) and quiet_first.verdict == "better"
+    played = rows["played_check_rate"]
+    assert played.higher_is_better is None and played.difference.value == pytest.approx(-1.0) and played.verdict == "lower"
+
+    # Files written before the fields existed compare as before: no split rows.
+    old = [{k: v for k, v in r.items() if k not in ("solution_check", "played_check")} for r in a]
+    assert [m.metric for m in compare_records("puzzles", old, b).metrics] == ["first_move_accuracy", "solve_rate"]

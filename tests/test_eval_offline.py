@@ -79,6 +79,11 @@ def test_best_move_has_zero_esl_and_a_blunder_more_than_the_threshold(pool, fen,
     assert bad.v_best == 1.0 and bad.v_chosen == pytest.approx(1.0 - bad.esl)
     assert all(record.esl >= 0.0 for record in records.values())
     assert sum(record.top1 for record in records.values()) == 1
+    # Check flags: the chosen move's own, the label's on every record of the position.
+    board = chess.Board(fen)
+    assert all(r.chosen_check == board.gives_check(chess.Move.from_uci(r.chosen)) for r in records.values())
+    assert sum(r.chosen_check for r in records.values()) == sum(board.gives_check(m) for m in board.legal_moves)
+    assert {r.best_check for r in records.values()} == {board.gives_check(position.best_move)}
 
 
 def test_esl_is_never_negative_and_the_label_is_near_the_top(pool):

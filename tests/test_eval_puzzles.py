@@ -72,6 +72,11 @@ def test_oracle_solves_every_shared_puzzle_in_batches():
     assert oracle.calls[0] == 40 and oracle.calls == sorted(oracle.calls, reverse=True)
     assert len(oracle.calls) == max((len(p.solution) + 1) // 2 for p in puzzles)
     assert sum(b["solve_rate"].n for b in result.by_rating.values()) == 40
+    # Every puzzle is check-first or quiet-first, by its solution's first move.
+    check_first = sum(p.board.gives_check(p.solution[0]) for p in puzzles)
+    assert 0 < check_first < 40 and result.by_solution["check first"]["solve_rate"].n == check_first
+    assert result.by_solution["quiet first"]["solve_rate"].n == 40 - check_first
+    assert result.played_check_rate.value == pytest.approx(check_first / 40)  # the oracle plays the solutions
 
 
 def test_random_player_rarely_solves():
@@ -91,6 +96,10 @@ def test_any_mating_move_counts(tmp_path):
     quiet = solve_puzzles(OraclePlayer([puzzle], deviate={"2MATE": {0: "b1b7"}}), [puzzle])
     assert (quiet.first_move_accuracy.value, quiet.solve_rate.value) == (0.0, 0.0)
     assert quiet.records[0].played == ("b1b7",)
+    # Ra8# gives check, Rb7 does not: the record says which, and the split groups it as check-first.
+    assert (quiet.records[0].solution_check, quiet.records[0].played_check) == (True, False)
+    assert list(quiet.by_solution) == ["check first"] and quiet.played_check_rate.value == 0.0
+    assert (other_mate.records[0].played_check, other_mate.played_check_rate.value) == (True, 1.0)
 
     shared = [p for p in read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles if p.id == ALT_MATE_ID]
     assert len(shared) == 1 and shared[0].solution[-1].uci() == "f7g7"

@@ -512,12 +512,18 @@ def run_puzzles(args: argparse.Namespace) -> int:
         print(f"{bucket:<{bucket_width}}  {n:>5}{cells}")
     print(f"\n{labels['player']} by rating band and by theme (themes of >= {config.min_theme_puzzles} puzzles)")
     groups = [(f"rating {band}", metrics) for band, metrics in main.by_rating.items()]
+    groups += [(f"solution {kind}", metrics) for kind, metrics in main.by_solution.items()]
     groups += [(f"theme {theme}", metrics) for theme, metrics in main.by_theme.items()]
     group_width = max(len(name) for name, _ in groups)
     print(f"{'group':<{group_width}}  {'n':>5}  {'first-move accuracy':<29}  {'solve rate':<29}")
     for group, metrics in groups:
         cells = [metrics[key].format().split(" (n=")[0] for key in ("first_move_accuracy", "solve_rate")]
         print(f"{group:<{group_width}}  {metrics['solve_rate'].n:>5}" + "".join(f"  {cell:<29}" for cell in cells))
+    if main.played_check_rate is not None:
+        check_first = main.by_solution.get("check first")
+        share = check_first["solve_rate"].n / max(main.solve_rate.n, 1) if check_first else 0.0
+        print(f"first moves that give check: {main.played_check_rate.format().split(' (n=')[0]} of the player's, "
+              f"{share:.3f} of the solutions'")
     if not main.by_theme:
         print(f"(no theme has {config.min_theme_puzzles} puzzles; lower it with --min-theme-puzzles)")
     return 0

@@ -34,6 +34,22 @@ GAMES_METRICS: dict[str, tuple[str, bool]] = {
     "win_rate": ("pair_win", True),
     "stalemate_rate": ("pair_stalemate", False),
 }
+# Descriptive rows over the same pairs, shown after the metrics above when the records carry their
+# fields (older files do not): metric -> (record field, True/False when higher is better or None when
+# neither, (field, value) keeping only the items whose A record has that value, or None for all).
+# Puzzles split by whether the solution starts with a check: a policy that gives up (or takes up)
+# checking moves one group against the other, which the overall accuracy hides.
+EXTRA_METRICS: dict[str, dict[str, tuple[str, bool | None, tuple[str, Any] | None]]] = {
+    "offline": {
+        "played_check_rate": ("chosen_check", None, None),
+        "label_check_rate": ("best_check", None, None),
+    },
+    "puzzles": {
+        "check_first_accuracy": ("first_move_correct", True, ("solution_check", True)),
+        "quiet_first_accuracy": ("first_move_correct", True, ("solution_check", False)),
+        "played_check_rate": ("played_check", None, None),
+    },
+}
 KINDS = {
     "offline": ("fen", OFFLINE_METRICS),
     "puzzles": ("id", PUZZLE_METRICS),
@@ -52,11 +68,15 @@ class MetricComparison:
     b: Interval
     difference: Interval
     """B - A with its paired bootstrap interval."""
-    higher_is_better: bool
+    higher_is_better: bool | None
+    """None for a descriptive rate (e.g. how often the first move is a check): neither direction is better."""
 
     @property
     def verdict(self) -> str:
-        """"better", "worse" (B against A) or "no significant difference" (interval contains 0)."""
+        """"better", "worse" (B against A; "higher", "lower" for a descriptive rate) or "no
+        significant difference" (interval contains 0)."""
+        if self.higher_is_better is None:
+            return "higher" if self.difference.low > 0 else "lower" if self.difference.high < 0 else "no significant difference"
         if self.difference.low > 0:
             return "better" if self.higher_is_better else "worse"
         if self.difference.high < 0:
@@ -114,10 +134,20 @@ def compare_records(
     if not pairs:
         items = {"puzzles": "puzzles", "games": "game pairs (same anchors, seed and openings)"}.get(kind, "positions")
         raise ValueError(f"the two {kind} evaluations share no {items}")
+    rows: list[tuple[str, str, bool | None, list[tuple[dict[str, Any], dict[str, Any]]]]] = [
+        (metric, field, higher_is_better, pairs) for metric, (field, higher_is_better) in metrics.items()
+    ]
+    for metric, (field, higher_is_better, subset) in EXTRA_METRICS.get(kind, {}).items():
+        needed = [field] + ([subset[0]] if subset else [])
+        if not all(name in first and name in second for first, second in pairs for name in needed):
+            continue  # written before the field existed
+        kept = [(first, second) for first, second in pairs if subset is None or first[subset[0]] == subset[1]]
+        if kept:
+            rows.append((metric, field, higher_is_better, kept))
     results = []
-    for metric, (field, higher_is_better) in metrics.items():
-        a = [float(first[field]) for first, _ in pairs]
-        b = [float(second[field]) for _, second in pairs]
+    for metric, field, higher_is_better, items in rows:
+        a = [float(first[field]) for first, _ in items]
+        b = [float(second[field]) for _, second in items]
         difference = paired_bootstrap_difference(b, a, confidence=confidence, resamples=resamples, seed=seed)
         own = [_own_interval(values, confidence, resamples, seed) for values in (a, b)]
         results.append(MetricComparison(metric, own[0], own[1], difference, higher_is_better))
@@ -174,5 +204,6 @@ def format_comparison(comparison: Comparison, confidence: float = 0.95) -> str:
     for m in comparison.metrics:
         d = m.difference
         a, b = (f"{x.value:.3f} [{x.low:.3f}, {x.high:.3f}]" for x in (m.a, m.b))
-        lines.append(f"{m.metric:<20}  {a:<22}  {b:<22}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<26}  {m.verdict}")
+        subset = f" (on {m.a.n} of them)" if m.a.n != comparison.n else ""
+        lines.append(f"{m.metric:<20}  {a:<22}  {b:<22}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<26}  {m.verdict}{subset}")
     return "\n".join(lines)

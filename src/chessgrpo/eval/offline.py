@@ -59,6 +59,10 @@ class MoveRecord:
     """max(v_best, v_chosen) - v_chosen."""
     top1: bool
     blunder: bool
+    chosen_check: bool = False
+    """The chosen move gives check (a policy that checks far more often than its labels wastes moves)."""
+    best_check: bool = False
+    """The label's move gives check."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -133,6 +137,8 @@ def score_moves(
                 esl=esl,
                 top1=move == position.best_move,
                 blunder=esl > BLUNDER_THRESHOLD,
+                chosen_check=position.board.gives_check(move),
+                best_check=position.board.gives_check(position.best_move),
             )
         )
     return records

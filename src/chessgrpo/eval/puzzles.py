@@ -253,6 +253,10 @@ class PuzzleRecord:
     """The player's moves (UCI), up to and including the first wrong one."""
     themes: tuple[str, ...] = ()
     """The puzzle's Lichess themes."""
+    solution_check: bool = False
+    """The solution's first move gives check (70% of `../shared` puzzles: "check-first" puzzles)."""
+    played_check: bool = False
+    """The player's first move gives check."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -269,6 +273,11 @@ class PuzzleResult:
     by_theme: dict[str, dict[str, Interval]] = dataclasses.field(default_factory=dict)
     """theme -> the same metrics, for themes with at least `min_theme_puzzles` puzzles (most puzzles first)."""
     min_theme_puzzles: int = MIN_THEME_PUZZLES
+    by_solution: dict[str, dict[str, Interval]] = dataclasses.field(default_factory=dict)
+    """"check first" / "quiet first" (the solution's first move gives check or not) -> the same metrics.
+    A policy that checks more or less often moves the two apart: most puzzles start with a check."""
+    played_check_rate: Interval | None = None
+    """Share of puzzles whose first move the player chose gives check (the solutions': `by_solution`'s counts)."""
 
     def to_json(self, records: bool = False) -> dict:
         def table(groups: dict[str, dict[str, Interval]]) -> dict:
@@ -281,7 +290,10 @@ class PuzzleResult:
             "by_rating": table(self.by_rating),
             "by_theme": table(self.by_theme),
             "min_theme_puzzles": self.min_theme_puzzles,
+            "by_solution": table(self.by_solution),
         }
+        if self.played_check_rate is not None:
+            out["played_check_rate"] = self.played_check_rate.to_json()
         if records:
             out["records"] = [record.to_json() for record in self.records]
         return out
@@ -303,6 +315,8 @@ class _State:
     played: list[str] = dataclasses.field(default_factory=list)
     first_correct: bool | None = None
     solved: bool | None = None
+    solution_check: bool = False
+    played_check: bool = False
 
 
 def solve_puzzles(
@@ -333,6 +347,8 @@ def solve_puzzles(
             state.played.append(move.uci())
             if state.first_correct is None:
                 state.first_correct = correct
+                state.solution_check = state.board.gives_check(expected)
+                state.played_check = state.board.gives_check(move)
             if not correct:
                 state.solved = False
             elif mates or state.step + 1 == len(state.puzzle.solution):
@@ -354,6 +370,8 @@ def solve_puzzles(
             solved=bool(s.solved),
             played=tuple(s.played),
             themes=s.puzzle.themes,
+            solution_check=s.solution_check,
+            played_check=s.played_check,
         )
         for s in states
     ]
@@ -391,6 +409,7 @@ def summarize_puzzles(
         bands[rating_bucket(record.rating, rating_bands)].append(record)
         for theme in dict.fromkeys(record.themes):  # a theme listed twice counts once
             themes.setdefault(theme, []).append(record)
+    solution_kinds = {"check first": [r for r in records if r.solution_check], "quiet first": [r for r in records if not r.solution_check]}
     frequent = sorted((theme for theme, group in themes.items() if len(group) >= min_theme_puzzles), key=lambda t: (-len(themes[t]), t))
     return PuzzleResult(
         player=player,
@@ -400,4 +419,6 @@ def summarize_puzzles(
         records=tuple(records),
         by_theme={theme: metrics(themes[theme]) for theme in frequent},
         min_theme_puzzles=min_theme_puzzles,
+        by_solution={name: metrics(group) for name, group in solution_kinds.items() if group},
+        played_check_rate=wilson_interval(sum(r.played_check for r in records), len(records), confidence),
     )

@@ -555,14 +555,18 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
         span = finals[0].step_b - finals[0].step_a
         evidence = {"changes": [c.to_json() for c in finals], "confidence": t.confidence}
         worse = [c for c in finals if c.worse]
+        checks = _puzzle_loss_from_fewer_checks(run, t) if any(c.metric.startswith("puzzle_") for c in worse) else None
         if worse:
             findings.append(Finding(
                 "learning.heldout_worse", "warning",
                 "held-out metrics got significantly worse: " + "; ".join(c.describe() for c in worse),
                 {"changes": [c.to_json() for c in worse], "confidence": t.confidence},
                 "The policy drifts away from good moves: look at the entropy (collapse) and KL findings, raise kl_coef or "
-                "lower lr, and keep the checkpoint of the best held-out point.",
+                "lower lr, and keep the checkpoint of the best held-out point."
+                + (" The puzzles' part: see learning.puzzles_fewer_checks." if checks else ""),
             ))  # fmt: skip
+        if checks:
+            findings.append(checks)
         if not any(c.improved for c in finals):
             if span < t.min_trend_steps:
                 short["held_out"] = evidence
@@ -587,6 +591,39 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
             f"Run at least {t.min_trend_steps} steps (and evaluate at least twice) before judging whether it learns.",
         ))  # fmt: skip
     return findings
+
+
+def _puzzle_loss_from_fewer_checks(run: RunData, t: Thresholds) -> Finding | None:
+    """A finding when the puzzles lost are check-first ones while quiet-first ones did not fall and the
+    policy checks less often: the policy gave up a checking habit (puzzles mostly start with a check),
+    which is not the same as drifting from good moves. None when the records cannot tell (older files)."""
+    from chessgrpo.eval.compare import compare_records
+
+    first, last = run.evals[0], run.evals[-1]
+    records_a, records_b = first.records.get("puzzles"), last.records.get("puzzles")
+    if not records_a or not records_b:
+        return None
+    rows = {m.metric: m for m in compare_records("puzzles", records_a, records_b, confidence=t.confidence, resamples=t.resamples).metrics}
+    check_first, quiet_first, played = (rows.get(k) for k in ("check_first_accuracy", "quiet_first_accuracy", "played_check_rate"))
+    if check_first is None or quiet_first is None or played is None:
+        return None
+    if not (check_first.verdict == "worse" and quiet_first.verdict != "worse" and played.verdict == "lower"):
+        return None
+
+    def row(m: Any) -> str:
+        d = m.difference
+        return f"{m.a.value:.3f} -> {m.b.value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}], n={m.a.n})"
+
+    return Finding(
+        "learning.puzzles_fewer_checks", "info",
+        f"the puzzles lost (step {first.step} -> {last.step}) are check-first ones: check-first {row(check_first)}, "
+        f"quiet-first {row(quiet_first)}; the policy's first move checks less often: {row(played)}",
+        {key: m.to_json() for key, m in (("check_first", check_first), ("quiet_first", quiet_first), ("played_check_rate", played))},
+        "The policy gave up a checking habit that most puzzles reward (their solutions start with a check) rather than "
+        "drifting from good moves: compare `eval compare`'s played_check_rate with label_check_rate on the held-out "
+        "positions, and judge the run by games against its start (`chessgrpo eval games --anchors START`) before "
+        "raising kl_coef (docs/benchmarks.md, \"The quickstart's GRPO that shows in games\").",
+    )
 
 
 def check_noise_as_progress(run: RunData, t: Thresholds) -> list[Finding]:
