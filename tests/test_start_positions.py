@@ -102,3 +102,31 @@ def test_min_best_margin_keeps_only_moves_from_labelled_data(tmp_path):
         PositionSource(str(shard), min_best_margin=0.0)
     with pytest.raises(ValueError, match="labelled dataset"):
         StartPositions.from_source("random:5", min_best_margin=0.2)
+
+
+def test_best_move_check_keeps_positions_by_whether_the_label_checks(tmp_path):
+    """Labelled best moves that give check (true) or not (false); the mixture item passes it through."""
+    from chessgrpo.board import move_to_action
+    from chessgrpo.data.schema import write_shard
+
+    # White to move in both: Ra8+ checks the king on g8; in the second the label is the quiet Kf1.
+    fens_and_labels = [("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "a1a8"), ("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "g1f1"),
+                       ("r5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 0 1", "a8a1")]  # fmt: skip
+    rows = []
+    for index, (fen, label) in enumerate(fens_and_labels):
+        board, move = chess.Board(fen), chess.Move.from_uci(label)
+        rows.append({
+            "fen": fen if index != 1 else fen.replace(" 0 1", " 1 1"), "source": "test", "best_move": label,
+            "best_action": move_to_action(move), "moves": [label], "win_probs": [0.9], "value": 0.9, "legal_moves": None,
+            "legal_win_probs": None, "nodes": 50,
+        })  # fmt: skip
+        assert board.gives_check(move) == (label != "g1f1")
+    shard = write_shard(rows, tmp_path / "labelled.parquet")
+    checking = StartPositions.from_source(str(shard), best_move_check=True)
+    quiet = StartPositions.from_source(str(shard), best_move_check=False)
+    assert [b.fen() for b in checking.boards] == [rows[0]["fen"], rows[2]["fen"]]
+    assert [b.fen() for b in quiet.boards] == [rows[1]["fen"]]
+    mixture = StartPositionMixture.from_config([PositionSource(str(shard), name="checks", best_move_check=True)])
+    assert len(mixture) == 2
+    with pytest.raises(ValueError, match="labelled dataset"):
+        StartPositions.from_source("random:5", best_move_check=True)

@@ -21,6 +21,10 @@ from chessgrpo.board.sources import random_playout_positions, read_fen_file
 from chessgrpo.board.validation import parse_board
 
 
+LABEL_FILTERS = "win_prob_range, min_best_margin and best_move_check"
+"""The start-position filters that read a dataset's labels."""
+
+
 class StartPositions:
     """A fixed set of non-terminal start positions and a seeded, per-step draw from it."""
 
@@ -44,6 +48,7 @@ class StartPositions:
         win_prob_range: tuple[float, float] | None = None,
         skip_mover: str | None = None,
         min_best_margin: float | None = None,
+        best_move_check: bool | None = None,
     ) -> StartPositions:
         """Load start positions.
 
@@ -55,15 +60,17 @@ class StartPositions:
         `win_prob_range` (datasets only) keeps positions whose labelled best move's win probability
         lies inside [low, high]; `min_best_margin` (datasets only) keeps positions whose labelled
         best move's win probability exceeds the second best's by at least this much ("only moves":
-        tactics, where one move is right and the others lose). `skip_mover` (.pgn only) drops the positions where the side to
+        tactics, where one move is right and the others lose); `best_move_check` (datasets only) keeps
+        positions whose labelled best move gives check (True) or does not (False). `skip_mover` (.pgn only) drops the positions where the side to
         move is the player of that name in the game's White/Black headers, e.g. ``random`` to
         keep only the policy's own moves from `chessgrpo eval games` PGN.
         """
         if skip_mover is not None and Path(source).suffix.lower() != ".pgn":
             raise ValueError(f"start positions {source!r}: skip_mover needs a .pgn source")
+        labelled_only = win_prob_range is not None or min_best_margin is not None or best_move_check is not None
         if source.startswith("random:"):
-            if win_prob_range is not None or min_best_margin is not None:
-                raise ValueError(f"start positions {source!r}: win_prob_range and min_best_margin need a labelled dataset (directory or .parquet)")
+            if labelled_only:
+                raise ValueError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
             count = source.split(":", 1)[1]
             if not count.isdigit() or int(count) < 1:
                 raise ValueError(f"start positions {source!r}: expected random:N with N >= 1")
@@ -74,12 +81,14 @@ class StartPositions:
         suffix = path.suffix.lower()
         if path.is_dir() or suffix == ".parquet":
             boards = _dataset_positions(
-                path, source, split=split if path.is_dir() else None, win_prob_range=win_prob_range, min_best_margin=min_best_margin
-            )
+                path, source, split=split if path.is_dir() else None, win_prob_range=win_prob_range, min_best_margin=min_best_margin,
+                best_move_check=best_move_check,
+            )  # fmt: skip
             if not boards:
-                raise ValueError(f"start positions {source!r}: no position passes win_prob_range {win_prob_range} and min_best_margin {min_best_margin}")
-        elif win_prob_range is not None or min_best_margin is not None:
-            raise ValueError(f"start positions {source!r}: win_prob_range and min_best_margin need a labelled dataset (directory or .parquet)")
+                raise ValueError(f"start positions {source!r}: no position passes win_prob_range {win_prob_range}, min_best_margin "
+                                 f"{min_best_margin} and best_move_check {best_move_check}")  # fmt: skip
+        elif labelled_only:
+            raise ValueError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
         elif suffix in (".epd", ".fen", ".txt"):
             boards = list(read_fen_file(path))
         elif suffix == ".pgn":
@@ -105,21 +114,26 @@ class StartPositions:
 
 
 def _dataset_positions(
-    path: Path, source: str, *, split: str | None, win_prob_range: tuple[float, float] | None, min_best_margin: float | None = None
+    path: Path, source: str, *, split: str | None, win_prob_range: tuple[float, float] | None, min_best_margin: float | None = None,
+    best_move_check: bool | None = None,
 ) -> list[chess.Board]:
     from chessgrpo.data.schema import read_positions  # lazy: pyarrow only for datasets
 
-    table = read_positions(path, split=split, columns=["fen", "win_probs"])
+    table = read_positions(path, split=split, columns=["fen", "win_probs", "best_move"])
     boards = []
-    for row, (fen, win_probs) in enumerate(zip(table.column("fen").to_pylist(), table.column("win_probs").to_pylist())):
+    rows = zip(table.column("fen").to_pylist(), table.column("win_probs").to_pylist(), table.column("best_move").to_pylist())
+    for row, (fen, win_probs, best_move) in enumerate(rows):
         if win_prob_range is not None and win_probs and not win_prob_range[0] <= win_probs[0] <= win_prob_range[1]:
             continue
         if min_best_margin is not None and not (len(win_probs or []) >= 2 and win_probs[0] - win_probs[1] >= min_best_margin):
             continue  # one labelled move (or none) says nothing about the margin
         try:
-            boards.append(parse_board(fen))
+            board = parse_board(fen)
         except ValueError as error:
             raise ValueError(f"start positions {source!r} row {row}: {error}") from None
+        if best_move_check is not None and not (best_move and board.gives_check(chess.Move.from_uci(best_move)) == best_move_check):
+            continue
+        boards.append(board)
     return boards
 
 
@@ -167,6 +181,9 @@ class PositionSource:
     best's by at least this (e.g. 0.2: "only moves", tactics); needs multipv >= 2 labels."""
     skip_mover: str | None = None
     """.pgn only: drop positions where this player (a White/Black header value, e.g. random) is to move."""
+    best_move_check: bool | None = None
+    """Datasets only: keep positions whose labelled best move gives check (true) or does not (false)
+    (e.g. where checking is right, beside positions that teach GRPO most checks are not)."""
     max_defender_pieces: int | None = None
     """Keep only positions where the side not to move has at most this many pieces, king included
     (e.g. 2: a lone king or king and one piece: the conversion phase, where stalemates happen)."""
@@ -224,6 +241,7 @@ class StartPositionMixture:
                 loaded = StartPositions.from_source(
                     item.positions, split=item.split, max_positions=item.max_positions, seed=seed,
                     win_prob_range=item.win_prob_range, skip_mover=item.skip_mover, min_best_margin=item.min_best_margin,
+                    best_move_check=item.best_move_check,
                 )  # fmt: skip
             if item.max_defender_pieces is not None:
                 kept = [b for b in loaded.boards if chess.popcount(b.occupied_co[not b.turn]) <= item.max_defender_pieces]
