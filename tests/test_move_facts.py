@@ -95,3 +95,71 @@ def test_move_fact_policy_round_trips_and_old_configs_load(tmp_path):
     config = (tmp_path / "plain" / "model_config.json").read_text().replace(',\n  "move_facts": false', "")
     (tmp_path / "plain" / "model_config.json").write_text(config)
     assert load_policy(tmp_path / "plain").move_facts is None  # a checkpoint from before move facts
+
+
+# --- the en-prise fact (bit 5): a one-exchange static estimate, for policies built with en_prise ---
+
+
+def _en_prise(fen: str) -> set[str]:
+    from chessgrpo.board.move_facts import en_prise_actions
+
+    return {_uci(action) for action in en_prise_actions(chess.Board(fen))}
+
+
+def test_en_prise_by_hand():
+    # Rxd5 takes a pawn that a pawn guards: the rook (5) is lost for a pawn (1).
+    assert "d1d5" in _en_prise("6k1/8/4p3/3p4/8/8/8/3R2K1 w - - 0 1")
+    assert "d1d4" not in _en_prise("6k1/8/4p3/3p4/8/8/8/3R2K1 w - - 0 1")  # nothing attacks d4
+    # Nxd5 takes a knight where a pawn guards and a pawn defends: a trade (loses 3 - 1 = 2 < 3 won).
+    assert "f4d5" not in _en_prise("6k1/8/4p3/3n4/2P2N2/8/8/6K1 w - - 0 1")
+    # Rg7+ next to the king: undefended, the king takes it; defended by the bishop, the king cannot.
+    assert "g2g7" in _en_prise("6k1/8/8/8/8/8/6R1/6K1 w - - 0 1")
+    assert "g2g7" not in _en_prise("6k1/8/8/8/8/8/1B4R1/6K1 w - - 0 1")
+    # En passant wins the pawn that is not on the destination square: pawn for pawn, not en prise
+    # (counting the empty d6 as nothing captured would call it en prise).
+    assert "e5d6" not in _en_prise("4k3/1n6/8/3pP3/8/8/8/4K3 w - d6 0 2")
+    # Black to move; a queen stepping next to a defended pawn's attack; kings never count as en prise.
+    moves = _en_prise("4k3/8/8/8/8/2P5/8/3QK3 b - - 0 1")
+    assert moves == set()  # Black has only king moves
+    assert "d8d4" in _en_prise("3qk3/8/8/8/8/2P5/8/4K3 b - - 0 1")  # c3 pawn takes the queen on d4
+
+
+def test_en_prise_bit_only_when_asked_and_merged_with_rule_facts():
+    from chessgrpo.board.move_facts import EN_PRISE
+
+    fen = "6k1/8/8/8/8/8/6R1/6K1 w - - 0 1"  # Rg7+ is check and en prise
+    plain = dict(move_facts(chess.Board(fen)))
+    assert all(bits < EN_PRISE for bits in plain.values())
+    with_prise = dict(move_facts(chess.Board(fen), en_prise=True))
+    g7 = move_to_action(chess.Move.from_uci("g2g7"))
+    assert plain[g7] == CHECK and with_prise[g7] == CHECK | EN_PRISE
+    array = move_fact_array([chess.Board(fen)], en_prise=True)
+    assert array[0, g7] == CHECK | EN_PRISE
+    sparse = SparseMoveFacts.of([chess.Board(fen)], en_prise=True)
+    assert np.array_equal(sparse.dense(np.array([0])), array.astype(np.int64))
+
+
+def test_en_prise_policy_reads_the_sixth_fact_and_round_trips(tmp_path):
+    from chessgrpo.board.move_facts import EN_PRISE
+
+    with pytest.raises(ValueError, match="needs move_facts"):
+        PolicyConfig(en_prise=True)
+    torch.manual_seed(0)
+    rules_only = ActionPolicy(PolicyConfig(move_facts=True))
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig(move_facts=True, en_prise=True))
+    assert model.move_facts.weights.out_features == 6 and rules_only.move_facts.weights.out_features == 5
+    board = chess.Board("6k1/8/8/8/8/8/6R1/6K1 w - - 0 1")
+    tokens, legal = model.inputs([board])
+    g7 = move_to_action(chess.Move.from_uci("g2g7"))
+    assert tokens[0, SEQUENCE_LENGTH + g7] == CHECK | EN_PRISE
+    with torch.no_grad():
+        assert torch.equal(model(tokens), rules_only(tokens))  # zero-initialised: same policy at the start
+        model.move_facts.weights.bias[5] = -2.0  # the en-prise weight moves only en-prise moves
+        rules_only.move_facts.weights.bias.fill_(0.0)
+        delta = model(tokens) - rules_only(tokens)
+    en_prise = tokens[0, SEQUENCE_LENGTH:] & EN_PRISE > 0
+    assert torch.allclose(delta[0, en_prise], torch.tensor(-2.0)) and torch.all(delta[0, ~en_prise] == 0)
+    save_policy(model, tmp_path / "prise")
+    loaded = load_policy(tmp_path / "prise")
+    assert loaded.config.en_prise and torch.equal(loaded.move_facts.weights.bias, model.move_facts.weights.bias)

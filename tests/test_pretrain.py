@@ -377,3 +377,29 @@ def test_search_labels_train_a_policy_expert_iteration(dataset, tmp_path):
     assert again.returncode != 0 and "already has shards" in again.stderr  # nothing overwritten
     result, _ = _train(_config(out, tmp_path, name="expert", steps=4, eval_every=4, init_checkpoint=str(tmp_path / "start")))
     assert result.finished and "eval/value_mae" in result.eval_metrics
+
+
+def test_en_prise_fact_loads_with_the_data_and_trains(dataset, tmp_path):
+    """model.en_prise: the split carries bit 5 exactly where `en_prise_actions` says, a policy
+    without it never sees the bit, and pretraining saves a policy that reads it."""
+    import chess
+
+    from chessgrpo.board.move_facts import EN_PRISE, en_prise_actions
+    from chessgrpo.data.schema import read_positions
+
+    with_bit = load_split(dataset, "train", move_facts=True, en_prise=True)
+    rules_only = load_split(dataset, "train", move_facts=True)
+    assert not (rules_only.facts.bits & EN_PRISE).any()
+    fens = read_positions(dataset, "train", ("fen",)).column("fen").to_pylist()
+    marked = 0
+    for row, fen in enumerate(fens):
+        start, stop = with_bit.facts.offsets[row], with_bit.facts.offsets[row + 1]
+        found = {int(a) for a, b in zip(with_bit.facts.actions[start:stop], with_bit.facts.bits[start:stop]) if b & EN_PRISE}
+        assert found == set(en_prise_actions(chess.Board(fen))), fen
+        marked += len(found)
+    assert marked > 64  # random playouts hang pieces all the time
+    result, _ = _train(_config(dataset, tmp_path, steps=10, eval_every=10, checkpoint_every=10, model=ModelConfig(move_facts=True, en_prise=True)))
+    assert result.finished
+    policy = load_policy(tmp_path / "run")
+    assert policy.config.en_prise and policy.move_facts.weights.out_features == 6
+    assert policy.move_facts.weights.weight.abs().sum() > 0  # the facts' weights trained

@@ -10,6 +10,8 @@ learned, position-dependent weights decide what each fact is worth (a stalemate 
 winning side and good for the losing one).
 
 Bits of an action's fact byte (0 for an illegal move and for a legal move with none of them):
+`MOVE_FACTS` (the rules), and for a policy that asks for it, `EN_PRISE` (bit 5): a static estimate,
+not a rule, of whether the moved piece can be taken at a loss (`en_prise_actions`).
 """
 
 from __future__ import annotations
@@ -30,16 +32,82 @@ CHECK, CHECKMATE, STALEMATE, INSUFFICIENT_MATERIAL, FIFTY_MOVES = (1 << i for i 
 # board.fast_moves cannot import these (this module imports it): its copies must stay the same bits.
 assert FACT_BITS == (CHECK, CHECKMATE, STALEMATE, INSUFFICIENT_MATERIAL, FIFTY_MOVES), "fast_moves' fact bits differ"
 
+EN_PRISE = 1 << len(MOVE_FACTS)
+"""Bit 5: after the move, the opponent can take the moved piece and come out ahead in one exchange
+(`en_prise_actions`). Only for policies built with ``en_prise`` (`models.policy.PolicyConfig`)."""
+MOVE_FACTS_WITH_EN_PRISE = (*MOVE_FACTS, "en_prise")
 
-def move_facts(board: chess.Board, fen: str | None = None) -> list[tuple[int, int]]:
+PIECE_VALUES = (0, 1, 3, 3, 5, 9, 0)
+"""Material by `chess.PieceType` (index 0: no piece): pawn 1, knight and bishop 3, rook 5, queen 9.
+The king is 0 as a moved piece (it never moves into attack) and is never the cheapest capturer of a
+defended square (it cannot capture there)."""
+
+
+def move_facts(board: chess.Board, fen: str | None = None, *, en_prise: bool = False) -> list[tuple[int, int]]:
     """(action, fact byte) for each legal move of `board` with at least one fact set, sorted by action.
 
     Computed by the fast backend (`board.fast_moves`, ~0.09 ms for a middlegame position) when it
     is installed, else by `move_facts_reference`; the two agree move for move (tests/test_fast_moves.py).
-    `fen`: the board's FEN, when the caller has it.
+    `fen`: the board's FEN, when the caller has it. `en_prise`: also set `EN_PRISE` (~0.1 ms more).
     """
     facts = move_facts_fast(board, fen) if available(board) else None
-    return sorted(move_facts_reference(board) if facts is None else facts)
+    facts = move_facts_reference(board) if facts is None else facts
+    if en_prise:
+        merged = dict(facts)
+        for action in en_prise_actions(board):
+            merged[action] = merged.get(action, 0) | EN_PRISE
+        facts = list(merged.items())
+    return sorted(facts)
+
+
+def en_prise_actions(board: chess.Board) -> list[int]:
+    """Actions of the legal moves after which the opponent can take the moved piece and gain material.
+
+    A one-exchange static estimate (the first capture and, when the square is defended, the
+    recapture; no pins, x-rays or longer sequences): a move is en prise when the opponent attacks
+    its destination and what the mover loses there, the moved piece's value if the square is
+    undefended, else that value minus the cheapest attacker's, exceeds what the move captured
+    (`PIECE_VALUES`). Rxd5 where a pawn guards d5 and the rook took a pawn is en prise; Nxd5 that
+    took a knight on a square a pawn guards and a piece defends is a trade, not en prise.
+
+    Why it is a move fact: the pretrained quickstart policy played such a move with 23% of its moves
+    on held-out engine-game positions where the engine's best move was one in 4.6%, and those moves
+    carried more than half of its expected score lost (mean 0.22 against 0.06 for its other moves;
+    docs/benchmarks.md, "En prise"): a 2-layer network does not count attackers in one pass.
+    """
+    us, them = board.turn, not board.turn
+    occupied = board.occupied
+    mine, theirs = board.occupied_co[us], board.occupied_co[them]
+    out: list[int] = []
+    for move in board.generate_legal_moves():
+        piece = board.piece_type_at(move.from_square)
+        if piece == chess.KING or piece is None:
+            continue
+        to_bb = chess.BB_SQUARES[move.to_square]
+        after = (occupied & ~chess.BB_SQUARES[move.from_square]) | to_bb
+        their_after = theirs & ~to_bb
+        captured = PIECE_VALUES[board.piece_type_at(move.to_square) or 0]
+        if board.is_en_passant(move):
+            taken = chess.BB_SQUARES[move.to_square + (-8 if us == chess.WHITE else 8)]
+            after &= ~taken
+            their_after &= ~taken
+            captured = PIECE_VALUES[chess.PAWN]
+        attackers = board.attackers_mask(them, move.to_square, after) & their_after
+        if not attackers:
+            continue
+        moved = PIECE_VALUES[move.promotion or piece]
+        defenders = board.attackers_mask(us, move.to_square, after) & mine & ~chess.BB_SQUARES[move.from_square]
+        if defenders:
+            cheapest = min(
+                PIECE_VALUES[kind] if (kind := board.piece_type_at(square)) != chess.KING else 100
+                for square in chess.scan_forward(attackers)
+            )
+            loss = max(0, moved - cheapest)
+        else:
+            loss = moved
+        if loss > captured:
+            out.append(move_to_action(move))
+    return out
 
 
 def move_facts_reference(board: chess.Board) -> list[tuple[int, int]]:
@@ -71,18 +139,24 @@ def move_facts_reference(board: chess.Board) -> list[tuple[int, int]]:
 
 
 def move_fact_array(
-    boards: Sequence[chess.Board], facts: Sequence[list[tuple[int, int]]] | None = None, fens: Sequence[str] | None = None
+    boards: Sequence[chess.Board],
+    facts: Sequence[list[tuple[int, int]]] | None = None,
+    fens: Sequence[str] | None = None,
+    *,
+    en_prise: bool = False,
 ) -> np.ndarray:
     """uint8 [B, 1968]: the fact byte of every action of every board (0 where nothing holds).
 
     `facts`: each board's `move_facts`, when the caller has them already (search computes them
-    once per leaf for its mate-in-one test and the network's input); `fens`: the boards' FENs, likewise.
+    once per leaf for its mate-in-one test and the network's input; computed with the same
+    `en_prise`); `fens`: the boards' FENs, likewise. `en_prise`: also set `EN_PRISE`.
     """
     if facts is not None and len(facts) != len(boards):
         raise ValueError(f"{len(facts)} fact lists for {len(boards)} boards")
     out = np.zeros((len(boards), NUM_ACTIONS), dtype=np.uint8)
     for row, board in enumerate(boards):
-        for action, bits in move_facts(board, None if fens is None else fens[row]) if facts is None else facts[row]:
+        known = facts[row] if facts is not None else move_facts(board, None if fens is None else fens[row], en_prise=en_prise)
+        for action, bits in known:
             out[row, action] = bits
     return out
 

@@ -178,17 +178,18 @@ class PretrainKind(Kind):
             raise ConfigError(f"config key reference_device: kind {self.name} has no reference model (set it to null)")
         started = time.perf_counter()
         start = load_policy(config.init_checkpoint, device=context.device) if config.init_checkpoint else None
-        facts = (start.config if start is not None else config.model).move_facts  # then load them with the positions
+        shape = start.config if start is not None else config.model
+        facts, en_prise = shape.move_facts, shape.en_prise  # then load them with the positions
         human = config.human_moves
         try:
-            self.train_data = load_split(config.data, "train", move_facts=facts, human=human)
+            self.train_data = load_split(config.data, "train", move_facts=facts, human=human, en_prise=en_prise)
         except NoRowsLeft as error:
             raise ValueError(f"objective human: {error}") from None
         self.test_data: PositionTensors | None = None
         self.no_test_reason = "the dataset has no test split"
         if has_split(config.data, "test"):
             try:
-                self.test_data = load_split(config.data, "test", move_facts=facts, human=human)
+                self.test_data = load_split(config.data, "test", move_facts=facts, human=human, en_prise=en_prise)
             except NoRowsLeft as error:
                 self.no_test_reason = "the test split has no row to imitate"
                 logger.warning("objective human: %s; held-out evaluation is skipped", error)
