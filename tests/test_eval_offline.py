@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from chessgrpo.board import ACTIONS
+
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
 from chessgrpo.eval import (
@@ -84,6 +86,12 @@ def test_best_move_has_zero_esl_and_a_blunder_more_than_the_threshold(pool, fen,
     assert all(r.chosen_check == board.gives_check(chess.Move.from_uci(r.chosen)) for r in records.values())
     assert sum(r.chosen_check for r in records.values()) == sum(board.gives_check(m) for m in board.legal_moves)
     assert {r.best_check for r in records.values()} == {board.gives_check(position.best_move)}
+    # En-prise flags: the same estimate the policy's move fact reads, per chosen move and for the label.
+    from chessgrpo.board.move_facts import en_prise_actions
+
+    en_prise = {ACTIONS[a] for a in en_prise_actions(board)}
+    assert {r.chosen for r in records.values() if r.chosen_en_prise} == en_prise
+    assert {r.best_en_prise for r in records.values()} == {best in en_prise}
 
 
 def test_esl_is_never_negative_and_the_label_is_near_the_top(pool):

@@ -43,6 +43,8 @@ EXTRA_METRICS: dict[str, dict[str, tuple[str, bool | None, tuple[str, Any] | Non
     "offline": {
         "played_check_rate": ("chosen_check", None, None),
         "label_check_rate": ("best_check", None, None),
+        "played_en_prise_rate": ("chosen_en_prise", None, None),
+        "label_en_prise_rate": ("best_en_prise", None, None),
     },
     "puzzles": {
         "check_first_accuracy": ("first_move_correct", True, ("solution_check", True)),

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import chess
 import numpy as np
 
+from chessgrpo.board import move_to_action
+from chessgrpo.board.move_facts import en_prise_actions
 from chessgrpo.eval.players import Player
 from chessgrpo.eval.positions import LabelledPosition
 from chessgrpo.eval.stats import Interval, bootstrap_interval
@@ -63,6 +65,11 @@ class MoveRecord:
     """The chosen move gives check (a policy that checks far more often than its labels wastes moves)."""
     best_check: bool = False
     """The label's move gives check."""
+    chosen_en_prise: bool = False
+    """The chosen move leaves the moved piece en prise (`board.move_facts.en_prise_actions`): the
+    tiny policy's commonest blunder before the en-prise fact."""
+    best_en_prise: bool = False
+    """The label's move leaves the moved piece en prise (a sacrifice, or the estimate's miss)."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -127,6 +134,7 @@ def score_moves(
     records = []
     for position, move, v_best, v_chosen in zip(positions, chosen, best_values, chosen_values):
         esl = max(v_best, v_chosen) - v_chosen
+        en_prise = set(en_prise_actions(position.board))
         records.append(
             MoveRecord(
                 fen=position.fen,
@@ -139,6 +147,8 @@ def score_moves(
                 blunder=esl > BLUNDER_THRESHOLD,
                 chosen_check=position.board.gives_check(move),
                 best_check=position.board.gives_check(position.best_move),
+                chosen_en_prise=move_to_action(move) in en_prise,
+                best_en_prise=move_to_action(position.best_move) in en_prise,
             )
         )
     return records
