@@ -184,7 +184,7 @@ def test_shipped_sweep_config_resolves_against_grpo_tiny():
     sweep = load_sweep(path, ["run.out_dir=/tmp/elsewhere", "sweep.budget.trials=2"])
     assert sweep.kind == "move_group" and sweep.study_name == "sweep_tiny" and sweep.config.budget.trials == 2
     assert sweep.study_dir == Path("/tmp/elsewhere/sweep_tiny") and sweep.storage == "sqlite:////tmp/elsewhere/sweep_tiny/study.db"
-    assert sweep.default_params == {"lr": 3e-4, "grpo.kl_coef": 0.05, "task.temperature": 1.0, "task.group_size": 8}
+    assert sweep.default_params == {"lr": 3e-4, "grpo.kl_coef": 0.02, "task.temperature": 1.0, "task.group_size": 8}
     assert sweep.base_config.init_checkpoint == "runs/quickstart/pretrain" and sweep.base_config.eval.max_positions == 300
     for line in path.read_text().splitlines():  # every key is commented, like the other shipped configs
         if line.strip() and not line.lstrip().startswith("#") and not line.rstrip().endswith(":"):
