@@ -506,3 +506,42 @@ def test_a_puzzle_loss_from_fewer_checks_is_explained(tmp_path):
                                           for r in records(step)])  # fmt: skip
     findings = diagnose(load_run(run_dir))
     assert "learning.heldout_worse" in _ids(findings) and "learning.puzzles_fewer_checks" not in _ids(findings)
+
+
+def _games_against(directory: Path, anchor: str, wins: int, draws: int, losses: int, elo: tuple[float, float, float]) -> None:
+    """eval/games_vs_start.json as `eval games --anchors START` writes it (the fields diagnose reads)."""
+    games = wins + draws + losses
+    row = {"anchor": anchor, "settings": f"policy {anchor}/checkpoints/step_001000", "wins": wins, "draws": draws,
+           "losses": losses, "score": {"value": (wins + draws / 2) / games, "n": games},
+           "elo_difference": {"value": elo[0], "low": elo[1], "high": elo[2], "n": games}}  # fmt: skip
+    (directory / "eval").mkdir(exist_ok=True)
+    (directory / "eval" / "games_vs_start.json").write_text(json.dumps({"anchors": [row], "checkpoint": str(directory)}))
+
+
+def test_games_against_the_start_are_read_and_soften_a_missing_heldout_gain(tmp_path):
+    """A run whose held-out metrics did not move but which beats its start in games (make run's GRPO):
+    diagnose reports the games and the no-gain finding is information, not a warning. Losing to the
+    start is a warning; games against another anchor are not read as games against the start."""
+    start = tmp_path / "start"
+    start.mkdir()
+    config = MoveGroupTrainConfig(run=RunConfig(name="g", out_dir=str(tmp_path)), init_checkpoint=str(start))
+    flat = [_eval_row(0, 0.10, 0.20), _eval_row(120, 0.10, 0.20)]
+    run_dir = _write_run(tmp_path / "g", _synthetic_rows() + flat, config)
+    assert _by_id(diagnose(load_run(run_dir)), "learning.no_heldout_gain").severity == "warning"
+    assert "learning.games_against_start" not in _ids(diagnose(load_run(run_dir)))
+
+    _games_against(run_dir, str(start), 474, 158, 368, (37.0, 15.3, 58.6))
+    findings = diagnose(load_run(run_dir))
+    games = _by_id(findings, "learning.games_against_start")
+    assert games.severity == "info" and "beats its start" in games.message and "+37 [+15, +59]" in games.message
+    assert games.evidence["games"] == 1000 and games.evidence["wins"] == 474
+    no_gain = _by_id(findings, "learning.no_heldout_gain")
+    assert no_gain.severity == "info" and "learning.games_against_start" in no_gain.message
+
+    _games_against(run_dir, str(start), 300, 158, 542, (-85.0, -108.0, -62.0))
+    findings = diagnose(load_run(run_dir))
+    assert _by_id(findings, "learning.games_against_start").severity == "warning"
+    assert _by_id(findings, "learning.no_heldout_gain").severity == "warning"
+
+    _games_against(run_dir, str(tmp_path / "someone_else"), 474, 158, 368, (37.0, 15.3, 58.6))
+    assert "learning.games_against_start" not in _ids(diagnose(load_run(run_dir)))

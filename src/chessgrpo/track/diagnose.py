@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from chessgrpo.eval.stats import paired_bootstrap_difference
-from chessgrpo.track.run_data import HELDOUT_METRICS, EvalPoint, RunData, load_run
+from chessgrpo.track.run_data import HELDOUT_METRICS, AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run
 
 SEVERITIES = ("critical", "warning", "info")
 _ORDER = {severity: rank for rank, severity in enumerate(SEVERITIES)}
@@ -567,18 +567,22 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
             ))  # fmt: skip
         if checks:
             findings.append(checks)
+        games = games_against_start(run)
         if not any(c.improved for c in finals):
             if span < t.min_trend_steps:
                 short["held_out"] = evidence
             else:
+                stronger = games is not None and games[1].elo is not None and (games[1].elo.low or 0) > 0
                 findings.append(Finding(
-                    "learning.no_heldout_gain", "warning",
+                    "learning.no_heldout_gain", "info" if stronger else "warning",
                     f"no held-out metric improved significantly from step {finals[0].step_a} to {finals[0].step_b} "
-                    f"({_pct(t.confidence)} intervals of the differences: " + "; ".join(c.describe() for c in finals) + ")",
+                    f"({_pct(t.confidence)} intervals of the differences: " + "; ".join(c.describe() for c in finals) + ")"
+                    + ("; in games it beats its start (learning.games_against_start)" if stronger else ""),
                     evidence,
                     "Train longer or with a stronger signal before reading the curve; compare the two checkpoints with "
                     "`chessgrpo eval compare` on more positions (eval.max_positions) to resolve smaller differences.",
                 ))  # fmt: skip
+    findings.extend(_games_against_start_finding(run))
     if short:
         findings.append(Finding(
             "learning.too_short", "info",
@@ -591,6 +595,47 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
             f"Run at least {t.min_trend_steps} steps (and evaluate at least twice) before judging whether it learns.",
         ))  # fmt: skip
     return findings
+
+
+def games_against_start(run: RunData) -> tuple[GamesEvaluation, AnchorResult] | None:
+    """The newest `eval games` result in the run directory whose anchor is the run's starting policy
+    (`init_checkpoint`), with that anchor's row; None when there is none (e.g. `make run`'s
+    eval/games_vs_pretrain.json is one). Matched by the anchor's path or by the checkpoint it loaded."""
+    start = run.setting("init_checkpoint")
+    if not start:
+        return None
+    start_path = Path(str(start)).resolve()
+    for evaluation in reversed(run.games):
+        for anchor in evaluation.anchors:
+            if Path(anchor.anchor).resolve() == start_path or str(start_path) + "/" in anchor.settings:
+                return evaluation, anchor
+    return None
+
+
+def _games_against_start_finding(run: RunData) -> list[Finding]:
+    """Games are where a policy's change shows: info when it beats its start, a warning when it loses to it."""
+    found = games_against_start(run)
+    if found is None or found[1].elo is None or found[1].elo.value is None:
+        return []
+    evaluation, anchor = found
+    elo, games = anchor.elo, anchor.wins + anchor.draws + anchor.losses
+    evidence = {
+        "file": str(evaluation.path), "anchor": anchor.anchor, "games": games, "wins": anchor.wins, "draws": anchor.draws,
+        "losses": anchor.losses, "elo": elo.value, "elo_interval": [elo.low, elo.high], "pentanomial": list(anchor.pentanomial),
+    }  # fmt: skip
+    described = f"{elo.text()} Elo over {games} games against {anchor.anchor} ({evaluation.path.name})"
+    if elo.low is not None and elo.low > 0:
+        return [Finding("learning.games_against_start", "info", f"the policy beats its start in games: {described}", evidence,
+                        "Nothing to fix: games show what single-move held-out metrics may not.")]
+    if elo.high is not None and elo.high < 0:
+        return [Finding(
+            "learning.games_against_start", "warning", f"the policy loses to its start in games: {described}", evidence,
+            "It plays worse than before training: keep the starting checkpoint, and look at the findings above.",
+        )]  # fmt: skip
+    return [Finding(
+        "learning.games_against_start", "info", f"no significant difference in games against its start: {described}", evidence,
+        "More games narrow the interval (eval games --games N, or --sprt for a sequential test).",
+    )]  # fmt: skip
 
 
 def _puzzle_loss_from_fewer_checks(run: RunData, t: Thresholds) -> Finding | None:
