@@ -551,6 +551,7 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
                 ))  # fmt: skip
     changes = _heldout_changes(run, t)
     finals = [c[-1] for c in changes.values() if c]
+    games = games_against_start(run)
     if finals:
         span = finals[0].step_b - finals[0].step_a
         evidence = {"changes": [c.to_json() for c in finals], "confidence": t.confidence}
@@ -567,7 +568,6 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
             ))  # fmt: skip
         if checks:
             findings.append(checks)
-        games = games_against_start(run)
         if not any(c.improved for c in finals):
             if span < t.min_trend_steps:
                 short["held_out"] = evidence
@@ -582,7 +582,7 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
                     "Train longer or with a stronger signal before reading the curve; compare the two checkpoints with "
                     "`chessgrpo eval compare` on more positions (eval.max_positions) to resolve smaller differences.",
                 ))  # fmt: skip
-    findings.extend(_games_against_start_finding(run))
+    findings.extend(_games_against_start_finding(games))
     if short:
         findings.append(Finding(
             "learning.too_short", "info",
@@ -612,9 +612,9 @@ def games_against_start(run: RunData) -> tuple[GamesEvaluation, AnchorResult] | 
     return None
 
 
-def _games_against_start_finding(run: RunData) -> list[Finding]:
-    """Games are where a policy's change shows: info when it beats its start, a warning when it loses to it."""
-    found = games_against_start(run)
+def _games_against_start_finding(found: tuple[GamesEvaluation, AnchorResult] | None) -> list[Finding]:
+    """Games are where a policy's change shows (`games_against_start`'s result): info when it beats its
+    start, a warning when it loses to it, nothing without such games."""
     if found is None or found[1].elo is None or found[1].elo.value is None:
         return []
     evaluation, anchor = found
