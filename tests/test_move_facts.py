@@ -130,12 +130,12 @@ def test_en_prise_bit_only_when_asked_and_merged_with_rule_facts():
     fen = "6k1/8/8/8/8/8/6R1/6K1 w - - 0 1"  # Rg7+ is check and en prise
     plain = dict(move_facts(chess.Board(fen)))
     assert all(bits < EN_PRISE for bits in plain.values())
-    with_prise = dict(move_facts(chess.Board(fen), en_prise=True))
+    with_prise = dict(move_facts(chess.Board(fen), extra=("en_prise",)))
     g7 = move_to_action(chess.Move.from_uci("g2g7"))
     assert plain[g7] == CHECK and with_prise[g7] == CHECK | EN_PRISE
-    array = move_fact_array([chess.Board(fen)], en_prise=True)
+    array = move_fact_array([chess.Board(fen)], extra=("en_prise",))
     assert array[0, g7] == CHECK | EN_PRISE
-    sparse = SparseMoveFacts.of([chess.Board(fen)], en_prise=True)
+    sparse = SparseMoveFacts.of([chess.Board(fen)], ("en_prise",))
     assert np.array_equal(sparse.dense(np.array([0])), array.astype(np.int64))
 
 
@@ -163,3 +163,92 @@ def test_en_prise_policy_reads_the_sixth_fact_and_round_trips(tmp_path):
     save_policy(model, tmp_path / "prise")
     loaded = load_policy(tmp_path / "prise")
     assert loaded.config.en_prise and torch.equal(loaded.move_facts.weights.bias, model.move_facts.weights.bias)
+
+
+# --- the mate-in-two fact (bit 6): checks that force mate in two, exact ---
+
+
+def _mates_in_two(fen: str) -> set[str]:
+    from chessgrpo.board.move_facts import mate_in_two_actions
+
+    board = chess.Board(fen)
+    before = board.fen()
+    found = {_uci(action) for action in mate_in_two_actions(board)}
+    assert board.fen() == before  # the board is left as it was
+    return found
+
+
+def test_mate_in_two_by_hand():
+    # The king steps off the a1-h8 diagonal with a discovered check: Kg6+ Kg8 Qa8#, Kf7+ Kh7 Qh1#.
+    # Other king steps (Ke5+, Kg5+...) check too, but Kh7 or Kg8 escapes a mate in one after some of them.
+    assert _mates_in_two("7k/8/5K2/8/8/8/8/Q7 w - - 0 1") == {"f6g6", "f6f7"}
+    # Every check mates at once (back rank): a mate in one is the rule fact, not a mate in two.
+    assert _mates_in_two("6k1/5ppp/8/8/8/8/5PPP/RR4K1 w - - 0 1") == set()
+
+
+def test_mate_in_two_agrees_with_stockfish():
+    """Every check of a set of won endgames: flagged exactly when Stockfish, on the position after the
+    check, sees the side to move mated in one move (its every reply allows a mate)."""
+    import random
+
+    import chess.engine
+
+    from chessgrpo.board.move_facts import mate_in_two_actions
+    from chessgrpo.engine.locate import find_stockfish
+
+    rng = random.Random(7)
+    boards = []
+    while len(boards) < 30:
+        board = chess.Board(None)
+        squares = rng.sample(chess.SQUARES, 4)
+        board.set_piece_at(squares[0], chess.Piece(chess.KING, chess.WHITE))
+        board.set_piece_at(squares[1], chess.Piece(chess.KING, chess.BLACK))
+        board.set_piece_at(squares[2], chess.Piece(rng.choice([chess.QUEEN, chess.ROOK]), chess.WHITE))
+        board.set_piece_at(squares[3], chess.Piece(rng.choice([chess.ROOK, chess.BISHOP]), chess.WHITE))
+        board.turn = chess.WHITE
+        if board.is_valid() and not board.is_game_over() and any(board.gives_check(m) for m in board.legal_moves):
+            boards.append(board)
+    flagged_total = 0
+    with chess.engine.SimpleEngine.popen_uci(str(find_stockfish())) as engine:
+        for board in boards:
+            flagged = set(mate_in_two_actions(board))
+            flagged_total += len(flagged)
+            for move in [m for m in board.legal_moves if board.gives_check(m)]:
+                board.push(move)
+                if board.is_game_over():
+                    engine_says = False  # mate or stalemate in one: not a mate in two
+                else:
+                    score = engine.analyse(board, chess.engine.Limit(depth=6))["score"].relative
+                    engine_says = score.mate() == -1
+                board.pop()
+                assert (move_to_action(move) in flagged) == engine_says, (board.fen(), move.uci())
+    assert flagged_total > 0  # the sample has mates in two to find
+
+
+def test_mate_in_two_bit_and_policy_with_both_extra_facts(tmp_path):
+    from chessgrpo.board.move_facts import EN_PRISE, MATE_IN_TWO
+
+    fen = "7k/8/5K2/8/8/8/8/Q7 w - - 0 1"
+    g6 = move_to_action(chess.Move.from_uci("f6g6"))
+    assert dict(move_facts(chess.Board(fen), extra=("mate_in_two",)))[g6] == CHECK | MATE_IN_TWO
+    assert dict(move_facts(chess.Board(fen)))[g6] == CHECK
+    with pytest.raises(ValueError, match="unknown extra move facts"):
+        move_facts(chess.Board(fen), extra=("mate_in_three",))
+    with pytest.raises(ValueError, match="needs move_facts"):
+        PolicyConfig(mate_in_two=True)
+    # Mate in two without en prise: the head reads bits 0-4 and 6 (bit 5 stays unread).
+    model = ActionPolicy(PolicyConfig(move_facts=True, mate_in_two=True))
+    assert model.config.fact_names[-1] == "mate_in_two" and model.move_facts.weights.out_features == 6
+    tokens, _ = model.inputs([chess.Board(fen)])
+    assert tokens[0, SEQUENCE_LENGTH + g6] == CHECK | MATE_IN_TWO
+    with torch.no_grad():
+        model.move_facts.weights.bias[5] = 3.0
+        spoofed = tokens.clone()
+        spoofed[0, SEQUENCE_LENGTH + g6] = CHECK | EN_PRISE  # an en-prise bit this policy does not read
+        delta = model(tokens) - model(spoofed)
+    assert torch.isclose(delta[0, g6], torch.tensor(3.0)) and torch.count_nonzero(delta) == 1
+    both = ActionPolicy(PolicyConfig(move_facts=True, en_prise=True, mate_in_two=True))
+    assert both.config.fact_names[-2:] == ("en_prise", "mate_in_two") and both.move_facts.weights.out_features == 7
+    save_policy(both, tmp_path / "both")
+    loaded = load_policy(tmp_path / "both")
+    assert loaded.config.extra_facts == ("en_prise", "mate_in_two")

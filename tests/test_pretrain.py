@@ -387,7 +387,7 @@ def test_en_prise_fact_loads_with_the_data_and_trains(dataset, tmp_path):
     from chessgrpo.board.move_facts import EN_PRISE, en_prise_actions
     from chessgrpo.data.schema import read_positions
 
-    with_bit = load_split(dataset, "train", move_facts=True, en_prise=True)
+    with_bit = load_split(dataset, "train", move_facts=True, extra_facts=("en_prise",))
     rules_only = load_split(dataset, "train", move_facts=True)
     assert not (rules_only.facts.bits & EN_PRISE).any()
     fens = read_positions(dataset, "train", ("fen",)).column("fen").to_pylist()

@@ -416,7 +416,7 @@ def run_value(args: argparse.Namespace) -> int:
     model = load_policy(args.checkpoint)
     if model.value_head is None:
         raise ValueError(f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)")
-    test = load_split(args.data, "test", move_facts=model.config.move_facts, en_prise=model.config.en_prise)
+    test = load_split(args.data, "test", move_facts=model.config.move_facts, extra_facts=model.config.extra_facts)
     batch = test.batch(torch.arange(len(test)))
     train_values = read_positions(args.data, "train", ["value"]).column("value").to_numpy(zero_copy_only=False)
     baseline = float(np.mean(train_values))

@@ -39,7 +39,7 @@ from torch import nn
 
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
 from chessgrpo.board.encoding import VOCABULARY
-from chessgrpo.board.move_facts import MOVE_FACTS, MOVE_FACTS_WITH_EN_PRISE, move_fact_array
+from chessgrpo.board.move_facts import MOVE_FACTS, fact_bit_positions, move_fact_array
 from chessgrpo.errors import one_line
 from chessgrpo.files import write_bytes_atomic, write_text_atomic
 
@@ -74,6 +74,9 @@ class PolicyConfig:
     en_prise: bool = False
     """With `move_facts`: one more fact, `board.move_facts.EN_PRISE` (the moved piece can be taken at
     a loss, a one-exchange static estimate). False in every policy saved before it existed."""
+    mate_in_two: bool = False
+    """With `move_facts`: one more fact, `board.move_facts.MATE_IN_TWO` (the move is a check that forces
+    mate in two; exact). False in every policy saved before it existed."""
     value_head: bool = False
     """Also predict the side to move's expected score in [0, 1] (`ValueHead`, on the shared trunk):
     what search (`chessgrpo.search`) evaluates its leaves with."""
@@ -96,15 +99,21 @@ class PolicyConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.head not in HEADS:
             raise ValueError(f"unknown policy head {self.head!r}; choose one of {list(HEADS)}")
-        if self.en_prise and not self.move_facts:
-            raise ValueError("en_prise is a move fact: it needs move_facts: true")
+        for name in ("en_prise", "mate_in_two"):
+            if getattr(self, name) and not self.move_facts:
+                raise ValueError(f"{name} is a move fact: it needs move_facts: true")
+
+    @property
+    def extra_facts(self) -> tuple[str, ...]:
+        """The optional move facts (`board.move_facts.EXTRA_FACTS`) this policy reads."""
+        return tuple(name for name in ("en_prise", "mate_in_two") if getattr(self, name))
 
     @property
     def fact_names(self) -> tuple[str, ...]:
         """The move facts this policy reads, in bit order (none without `move_facts`)."""
         if not self.move_facts:
             return ()
-        return MOVE_FACTS_WITH_EN_PRISE if self.en_prise else MOVE_FACTS
+        return (*MOVE_FACTS, *self.extra_facts)
 
 
 HEADS = ("square_pair", "pooled")
@@ -197,10 +206,10 @@ class MoveFactsHead(nn.Module):
     the head leaves a policy's distribution unchanged until training moves it.
     """
 
-    def __init__(self, d_model: int, facts: int = len(MOVE_FACTS)):
+    def __init__(self, d_model: int, facts: Sequence[str] = MOVE_FACTS):
         super().__init__()
-        self.weights = nn.Linear(d_model, facts)  # bits 0..facts-1 of the fact byte; higher bits are ignored
-        self.register_buffer("shifts", torch.arange(facts), persistent=False)
+        self.weights = nn.Linear(d_model, len(facts))  # one weight per named fact; other bits are ignored
+        self.register_buffer("shifts", torch.tensor(fact_bit_positions(facts)), persistent=False)
 
     def reset(self) -> None:
         nn.init.zeros_(self.weights.weight)
@@ -256,7 +265,7 @@ class ActionPolicy(nn.Module):
         for block in self.blocks:
             nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
         # Last and zero-initialised (no random draws): the same seed gives the same policy with or without it.
-        self.move_facts = MoveFactsHead(d, len(self.config.fact_names)) if self.config.move_facts else None
+        self.move_facts = MoveFactsHead(d, self.config.fact_names) if self.config.move_facts else None
         if self.move_facts is not None:
             self.move_facts.reset()
         # After every policy parameter, so adding a value head leaves the seeded policy unchanged.
@@ -326,7 +335,7 @@ class ActionPolicy(nn.Module):
         """
         tokens = torch.from_numpy(encode_fens(boards if fens is None else fens).astype(np.int64))
         if self.config.move_facts:
-            facts_array = move_fact_array(boards, facts, fens, en_prise=self.config.en_prise)
+            facts_array = move_fact_array(boards, facts, fens, extra=self.config.extra_facts)
             tokens = torch.cat([tokens, torch.from_numpy(facts_array.astype(np.int64))], dim=1)
         if legal_actions is None:
             masks = torch.from_numpy(legal_masks(boards))
@@ -400,6 +409,9 @@ class ModelConfig:
     en_prise: bool = False
     """With `move_facts`: also whether each move puts the moved piece en prise (a static one-exchange
     estimate; `board.move_facts.en_prise_actions`): the quickstart policy's commonest blunder."""
+    mate_in_two: bool = False
+    """With `move_facts`: also whether each move is a check that forces mate in two (exact;
+    `board.move_facts.mate_in_two_actions`): most mates in two are beyond a small network."""
     value_head: bool = False
     """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
@@ -412,11 +424,16 @@ class ModelConfig:
 
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts, "en_prise": self.en_prise, "value_head": self.value_head})
+        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts, "en_prise": self.en_prise, "mate_in_two": self.mate_in_two, "value_head": self.value_head})
+
+    @property
+    def extra_facts(self) -> tuple[str, ...]:
+        """The optional move facts the policy reads (`PolicyConfig.extra_facts`)."""
+        return self.policy_config().extra_facts
 
     def describe(self) -> str:
         """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
-        extras = (["move facts"] if self.move_facts else []) + (["en prise"] if self.en_prise else []) + (["value head"] if self.value_head else [])
+        extras = (["move facts"] if self.move_facts else []) + (["en prise"] if self.en_prise else []) + (["mate in two"] if self.mate_in_two else []) + (["value head"] if self.value_head else [])
         return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *extras])
 
 

@@ -146,7 +146,7 @@ class NetworkEvaluator:
                 value = rule_value(board, legal)
                 if value is None and with_facts:
                     fen = board.fen()  # ~0.1 ms: computed once for the facts and the network's input
-                    facts = move_facts(board, fen, en_prise=self.policy.config.en_prise)
+                    facts = move_facts(board, fen, extra=self.policy.config.extra_facts)
                 if value is None:
                     value = self._value_beyond_rules(board, legal, facts)
             else:

@@ -233,7 +233,7 @@ class MoveGroupKind(PolicyGRPOKind):
             from chessgrpo.train.dataset import load_split
 
             if path not in loaded:
-                loaded[path] = load_split(path, "train", move_facts=self.model.config.move_facts, en_prise=self.model.config.en_prise)
+                loaded[path] = load_split(path, "train", move_facts=self.model.config.move_facts, extra_facts=self.model.config.extra_facts)
             logger.info("%s: %d labelled positions from %s", what, len(loaded[path]), path)
             return loaded[path]
 

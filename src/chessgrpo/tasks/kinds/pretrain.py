@@ -179,17 +179,17 @@ class PretrainKind(Kind):
         started = time.perf_counter()
         start = load_policy(config.init_checkpoint, device=context.device) if config.init_checkpoint else None
         shape = start.config if start is not None else config.model
-        facts, en_prise = shape.move_facts, shape.en_prise  # then load them with the positions
+        facts, extra = shape.move_facts, shape.extra_facts  # then load them with the positions
         human = config.human_moves
         try:
-            self.train_data = load_split(config.data, "train", move_facts=facts, human=human, en_prise=en_prise)
+            self.train_data = load_split(config.data, "train", move_facts=facts, human=human, extra_facts=extra)
         except NoRowsLeft as error:
             raise ValueError(f"objective human: {error}") from None
         self.test_data: PositionTensors | None = None
         self.no_test_reason = "the dataset has no test split"
         if has_split(config.data, "test"):
             try:
-                self.test_data = load_split(config.data, "test", move_facts=facts, human=human, en_prise=en_prise)
+                self.test_data = load_split(config.data, "test", move_facts=facts, human=human, extra_facts=extra)
             except NoRowsLeft as error:
                 self.no_test_reason = "the test split has no row to imitate"
                 logger.warning("objective human: %s; held-out evaluation is skipped", error)
