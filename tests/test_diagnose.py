@@ -519,15 +519,20 @@ def _games_against(directory: Path, anchor: str, wins: int, draws: int, losses: 
 
 
 def test_games_against_the_start_are_read_and_soften_a_missing_heldout_gain(tmp_path):
-    """A run whose held-out metrics did not move but which beats its start in games (make run's GRPO):
-    diagnose reports the games and the no-gain finding is information, not a warning. Losing to the
+    """A run whose held-out metrics and reward did not move but which beats its start in games (make
+    run's GRPO): diagnose reports the games, and the no-gain and flat-objective findings are information. Losing to the
     start is a warning; games against another anchor are not read as games against the start."""
     start = tmp_path / "start"
     start.mkdir()
     config = MoveGroupTrainConfig(run=RunConfig(name="g", out_dir=str(tmp_path)), init_checkpoint=str(start))
     flat = [_eval_row(0, 0.10, 0.20), _eval_row(120, 0.10, 0.20)]
-    run_dir = _write_run(tmp_path / "g", _synthetic_rows() + flat, config)
+    rows = _synthetic_rows()
+    rng = np.random.default_rng(1)
+    for row in rows:  # a flat reward of fresh positions, as in make run's GRPO
+        row["reward/mean"] = 0.3 + 0.02 * rng.standard_normal()
+    run_dir = _write_run(tmp_path / "g", rows + flat, config)
     assert _by_id(diagnose(load_run(run_dir)), "learning.no_heldout_gain").severity == "warning"
+    assert _by_id(diagnose(load_run(run_dir)), "learning.no_objective_trend").severity == "warning"
     assert "learning.games_against_start" not in _ids(diagnose(load_run(run_dir)))
 
     _games_against(run_dir, str(start), 474, 158, 368, (37.0, 15.3, 58.6))
@@ -537,11 +542,14 @@ def test_games_against_the_start_are_read_and_soften_a_missing_heldout_gain(tmp_
     assert games.evidence["games"] == 1000 and games.evidence["wins"] == 474
     no_gain = _by_id(findings, "learning.no_heldout_gain")
     assert no_gain.severity == "info" and "learning.games_against_start" in no_gain.message
+    flat_reward = _by_id(findings, "learning.no_objective_trend")
+    assert flat_reward.severity == "info" and "learning.games_against_start" in flat_reward.message
 
     _games_against(run_dir, str(start), 300, 158, 542, (-85.0, -108.0, -62.0))
     findings = diagnose(load_run(run_dir))
     assert _by_id(findings, "learning.games_against_start").severity == "warning"
     assert _by_id(findings, "learning.no_heldout_gain").severity == "warning"
+    assert _by_id(findings, "learning.no_objective_trend").severity == "warning"
 
     _games_against(run_dir, str(tmp_path / "someone_else"), 474, 158, 368, (37.0, 15.3, 58.6))
     assert "learning.games_against_start" not in _ids(diagnose(load_run(run_dir)))

@@ -514,6 +514,10 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
     """No trend in the training objective or the held-out metrics over a run long enough to show one."""
     findings: list[Finding] = []
     short: dict[str, Any] = {}
+    games = games_against_start(run)
+    # Games are the verdict that matters: a policy that beats its start has learned, whatever a flat
+    # reward of fresh positions or an unresolved held-out difference says (those become information).
+    stronger = games is not None and games[1].elo is not None and (games[1].elo.low or 0) > 0
     objective = _objective(run)
     if objective is not None:
         key, higher = objective
@@ -541,9 +545,9 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
                 ))  # fmt: skip
             elif gain_low <= 0:
                 findings.append(Finding(
-                    "learning.no_objective_trend", "warning",
+                    "learning.no_objective_trend", "info" if stronger else "warning",
                     f"no learning in the training objective: {described}; the {_pct(t.confidence)} interval of the linear "
-                    f"trend includes 0",
+                    f"trend includes 0" + ("; in games it beats its start (learning.games_against_start)" if stronger else ""),
                     evidence,
                     "Check the signal (rollout/frac_reward_zero_std), the loss budget and the first-minibatch ratio; then raise "
                     "lr or num_iterations, or the group size. The reward of fresh positions varies from batch to batch: a real "
@@ -551,7 +555,6 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
                 ))  # fmt: skip
     changes = _heldout_changes(run, t)
     finals = [c[-1] for c in changes.values() if c]
-    games = games_against_start(run)
     if finals:
         span = finals[0].step_b - finals[0].step_a
         evidence = {"changes": [c.to_json() for c in finals], "confidence": t.confidence}
@@ -572,7 +575,6 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
             if span < t.min_trend_steps:
                 short["held_out"] = evidence
             else:
-                stronger = games is not None and games[1].elo is not None and (games[1].elo.low or 0) > 0
                 findings.append(Finding(
                     "learning.no_heldout_gain", "info" if stronger else "warning",
                     f"no held-out metric improved significantly from step {finals[0].step_a} to {finals[0].step_b} "
