@@ -39,7 +39,7 @@ from torch import nn
 
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
 from chessgrpo.board.encoding import VOCABULARY
-from chessgrpo.board.move_facts import MOVE_FACTS, fact_bit_positions, move_fact_array
+from chessgrpo.board.move_facts import EXTRA_FACTS, MOVE_FACTS, fact_bit_positions, move_fact_array
 from chessgrpo.errors import one_line
 from chessgrpo.files import write_bytes_atomic, write_text_atomic
 
@@ -99,14 +99,14 @@ class PolicyConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.head not in HEADS:
             raise ValueError(f"unknown policy head {self.head!r}; choose one of {list(HEADS)}")
-        for name in ("en_prise", "mate_in_two"):
-            if getattr(self, name) and not self.move_facts:
+        for name in self.extra_facts:
+            if not self.move_facts:
                 raise ValueError(f"{name} is a move fact: it needs move_facts: true")
 
     @property
     def extra_facts(self) -> tuple[str, ...]:
         """The optional move facts (`board.move_facts.EXTRA_FACTS`) this policy reads."""
-        return tuple(name for name in ("en_prise", "mate_in_two") if getattr(self, name))
+        return tuple(name for name in EXTRA_FACTS if getattr(self, name))  # each optional fact is a bool field
 
     @property
     def fact_names(self) -> tuple[str, ...]:
