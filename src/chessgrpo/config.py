@@ -336,12 +336,42 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: typ
                 value = text.split("=", 1)[1].strip()
             node[part] = value
             return
+        if field_type is Any:  # free-form (e.g. a mixture task's config): checked where it is parsed
+            child = node.setdefault(part, {})
+            for key in parts[depth + 1 : -1]:
+                if not isinstance(child, dict):
+                    break
+                child = child.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {'.'.join(parts[:-1])} is not a mapping")
+            child[parts[-1]] = value
+            return
+        item_type = _named_list_item(field_type)
+        if item_type is not None and depth + 1 < len(parts) - 1:
+            # A list of named items (a mixture's tasks): the next part names the item, e.g. tasks.games.weight=0.5.
+            items = node.get(part) or []
+            chosen = [item for item in items if isinstance(item, dict) and item.get("name") == parts[depth + 1]]
+            if not chosen:
+                names = [item.get("name") for item in items if isinstance(item, dict)]
+                raise ConfigError(f"override {text!r}: no item named {parts[depth + 1]!r} in {'.'.join(parts[: depth + 1])} (names: {names})")
+            _apply_override(chosen[0], parts[depth + 2 :], value, item_type, text)
+            return
         if not dataclasses.is_dataclass(field_type):
             raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} has no sub-keys")
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} is not a mapping")
         node, current_cls = child, field_type
+
+
+def _named_list_item(tp: Any) -> Any:
+    """The item dataclass of a ``list[X]`` field whose items have a ``name`` (else None)."""
+    if get_origin(tp) is not list:
+        return None
+    (item,) = get_args(tp) or (None,)
+    if dataclasses.is_dataclass(item) and "name" in {f.name for f in dataclasses.fields(item)}:
+        return item
+    return None
 
 
 def _accepts_str(tp: Any) -> bool:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +25,8 @@ import torch
 from chessgrpo.train.distributed import Parallel, derived_seed, group_generators
 
 if TYPE_CHECKING:
+    from chessgrpo.rl import RolloutBatch
+    from chessgrpo.rl.learner import Forward
     from chessgrpo.train.loop import Learner
 
 
@@ -159,6 +162,33 @@ class Kind:
             self.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class StepGroups:
+    """One task's groups in one step: how many there are over all ranks, and which of them this rank plays."""
+
+    count: int
+    """The task's groups this step, over every rank (what its start positions are drawn for)."""
+    mine: Sequence[int]
+    """Indices into 0..count-1 of the groups this rank plays."""
+    seeds: Sequence[int]
+    """For each of `mine`, the global group index that seeds its sampling generator."""
+
+
+@dataclasses.dataclass
+class TaskRollout:
+    """A GRPO task's sampled and rewarded groups, ready for the learner (`GRPOKind.learn`)."""
+
+    batch: RolloutBatch
+    forward: Forward
+    """Recomputes the batch's log-probs (`rl.optimize`'s forward)."""
+    metrics: dict[str, float]
+    """The task's own metrics of the rollout (entropy, rewards, its phase timings)."""
+    samples: int
+    """Trained samples (own plies) over every rank: what perf/samples_per_s counts."""
+    rollout_s: float
+    """Seconds of sampling and rewarding."""
+
+
 class GRPOKind(Kind):
     """A GRPO kind: a KL controller (part of its resumable state) and the step's seeded randomness.
 
@@ -185,6 +215,27 @@ class GRPOKind(Kind):
     def shard_groups(self, count: int, what: str) -> range:
         """This rank's groups (global indices) of the step's `count` groups; `what` names the config key."""
         return self.context.parallel.shard(count, what)
+
+    def step_groups(self, count: int, step: int) -> StepGroups:
+        """This rank's share of a step's `count` groups (a kind run on its own: contiguous shares)."""
+        mine = self.shard_groups(count, self.group_count_key)
+        return StepGroups(count, mine, mine)
+
+    def learn(self, step: int, learner: Learner, rollout: TaskRollout) -> dict[str, float]:
+        """`rl.optimize` on the rollout (one `learner.update` per minibatch); the step's metrics."""
+        from chessgrpo.rl import optimize
+
+        tick = time.perf_counter()
+        metrics = optimize(
+            rollout.batch, rollout.forward, None, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
+            update=learner.update, parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
+            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
+        )  # fmt: skip
+        learn_s = time.perf_counter() - tick
+        metrics.update(rollout.metrics)
+        step_s = rollout.rollout_s + learn_s
+        metrics.update({"perf/learn_s": learn_s, "perf/step_s": step_s, "perf/samples_per_s": rollout.samples / max(step_s, 1e-9)})
+        return metrics
 
     def group_generators(self, step: int, groups: range) -> list[torch.Generator]:
         """One sampling generator per group in `groups` (global indices), on the run's device."""

@@ -15,6 +15,7 @@ KINDS: dict[str, str] = {
     "move_group": "chessgrpo.tasks.kinds.move_group:MoveGroupKind",
     "trajectory": "chessgrpo.tasks.kinds.trajectory:TrajectoryKind",
     "rookworld": "chessgrpo.tasks.kinds.rookworld:RookWorldKind",
+    "mixture": "chessgrpo.tasks.kinds.mixture:MixtureKind",
 }
 """Config `kind` -> "module:class" of its plug-in."""
 

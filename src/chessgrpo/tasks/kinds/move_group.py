@@ -34,13 +34,13 @@ from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy, value_head_parameters
-from chessgrpo.rl import GRPOConfig, optimize
+from chessgrpo.rl import GRPOConfig
 from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
 from chessgrpo.tasks.move_group import MoveGroupConfig, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.distributed import derived_seed
-from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
+from chessgrpo.train.distributed import derived_seed, group_generators
+from chessgrpo.train.kind import GRPOKind, RunContext, StepGroups, TaskRollout, interval_text, postfix
 
 logger = logging.getLogger(__name__)
 
@@ -160,16 +160,54 @@ class MoveGroupTrainConfig(TrainConfig):
         return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
 
 
+@dataclasses.dataclass
+class SharedParts:
+    """What the tasks of a task mixture (`kind: mixture`) share instead of building their own."""
+
+    model: ActionPolicy
+    """The trainable policy (every task samples from it and trains it)."""
+    reference: ActionPolicy
+    """The frozen reference (the KL anchor, and the ``reference`` opponent of trajectories)."""
+    pool: Any
+    """The Stockfish pool (`engine.EnginePool`), owned and closed by the mixture; None when no task needs one."""
+
+
 class PolicyGRPOKind(GRPOKind):
     """GRPO of an `ActionPolicy` (move_group, trajectory): the frozen reference, its trainable copy,
-    checkpoints, head and frozen parameters, and the held-out offline evaluation of `chessgrpo eval offline`."""
+    checkpoints, head and frozen parameters, and the held-out offline evaluation of `chessgrpo eval offline`.
+
+    Built with `shared` (a task of `kind: mixture`), it uses the mixture's policy, reference and engine
+    pool instead of its own."""
 
     reference: ActionPolicy
     _offline_positions: list | None = None
 
+    def __init__(self, config: Any, context: RunContext, shared: SharedParts | None = None):
+        super().__init__(config, context)
+        self.shared = shared
+
+    def make_pool(self, engine_config: EngineConfig) -> Any:
+        """The mixture's pool when shared, else a new `EnginePool` (which `close` stops)."""
+        from chessgrpo.engine import EnginePool
+
+        if self.shared is not None:
+            if self.shared.pool is None:
+                raise ValueError("a task of this mixture needs Stockfish, but the mixture started no engine pool")
+            return self.shared.pool
+        return EnginePool.from_config(engine_config)
+
+    def close_pool(self, pool: Any) -> None:
+        """Stop `pool` unless the mixture owns it."""
+        if pool is not None and self.shared is None:
+            pool.close()
+
     def build_policy(self, init_checkpoint: str | None, model_config: ModelConfig, grpo_config: GRPOConfig) -> None:
         """The reference (the starting checkpoint, or a fresh `model_config`), frozen; `model`, a trainable copy."""
         device = self.context.device
+        if self.shared is not None:
+            self.model, self.reference = self.shared.model, self.shared.reference
+            self.init_grpo_state(grpo_config)
+            return
         if init_checkpoint:
             self.reference = load_policy(init_checkpoint, device=device)
         else:
@@ -219,10 +257,8 @@ class MoveGroupKind(PolicyGRPOKind):
     name = "move_group"
     config_class = MoveGroupTrainConfig
 
-    def __init__(self, config: MoveGroupTrainConfig, context: RunContext):
-        from chessgrpo.engine import EnginePool
-
-        super().__init__(config, context)
+    def __init__(self, config: MoveGroupTrainConfig, context: RunContext, shared: SharedParts | None = None):
+        super().__init__(config, context, shared)
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
         if config.value_loss_weight > 0 and self.model.value_head is None:
             raise ConfigError(f"config key value_loss_weight is {config.value_loss_weight}, but the policy has no value head (model.value_head)")
@@ -252,7 +288,7 @@ class MoveGroupKind(PolicyGRPOKind):
                 win_prob_range=config.start_win_prob_range,
             )  # fmt: skip
         logger.info("%d start positions from %s", len(self.start_positions), self.start_positions.source)
-        self.pool = EnginePool.from_config(config.engine)
+        self.pool = self.make_pool(config.engine)
         # Exact rewards at few pieces for the shaped reward (tasks/rewards.py).
         self.tablebase = None
         if config.task.reward == "shaped" and config.engine.syzygy_path:
@@ -277,84 +313,77 @@ class MoveGroupKind(PolicyGRPOKind):
         return StartPositions(boards, item.positions)
 
     def close(self) -> None:
-        self.pool.close()
+        self.close_pool(self.pool)
         if self.tablebase is not None:
             self.tablebase.close()
 
     # -- the step -----------------------------------------------------------------------------------
 
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        rollout = self.rollout(step, self.step_groups(self.config.task.positions_per_step, step))
+        return self.learn(step, learner, rollout)
+
+    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
+        """Sample and reward step `step`'s one-move groups `groups`; the learner's batch and forward."""
         config, task, bf16 = self.config, self.config.task, self.context.bf16
         stats_before = dataclasses.replace(self.pool.stats)
 
         tick = time.perf_counter()
-        # The step's B positions are a function of (seed, step); this rank plays its share of them.
-        mine = self.shard_groups(task.positions_per_step, "task.positions_per_step")
-        boards = self.start_positions.draw(task.positions_per_step, seed=config.run.seed, step=step)[mine.start : mine.stop]
+        # The step's positions are a function of (seed, step); this rank plays its share of them.
+        drawn = self.start_positions.draw(groups.count, seed=config.run.seed, step=step)
+        boards = [drawn[i] for i in groups.mine]
         # The reference forward always runs (one forward of B positions): KL is logged even at kl_coef = 0.
-        groups = sample_groups(
-            self.model, boards, task.group_size, temperature=task.temperature, generator=self.group_generators(step, mine),
-            reference=self.reference, bf16=bf16,
+        groups_ = sample_groups(
+            self.model, boards, task.group_size, temperature=task.temperature,
+            generator=group_generators(self.context.seed, step, groups.seeds, self.context.device), reference=self.reference, bf16=bf16,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
         scored = score_groups(
-            self.pool, groups, nodes=task.reward_nodes, best_move_values=task.best_move_values, tablebase=self.tablebase
+            self.pool, groups_, nodes=task.reward_nodes, best_move_values=task.best_move_values, tablebase=self.tablebase
         )
         rewards = scored.rewards(task.reward)
         reward_s = time.perf_counter() - tick
 
-        tick = time.perf_counter()
-        batch = to_rollout_batch(groups, rewards.to(self.context.device))
+        batch = to_rollout_batch(groups_, rewards.to(self.context.device))
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(
-            self.learner_model, groups, temperature=learn_temperature, bf16=bf16,
+            self.learner_model, groups_, temperature=learn_temperature, bf16=bf16,
             value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
             value_batches=self._value_batches(step) if self.value_data is not None else None,
             bc_batches=self._bc_batches(step) if self.bc_data is not None else None, bc_loss_weight=config.bc_loss_weight,
         )  # fmt: skip
-        metrics = optimize(
-            batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
-            parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
-            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
-        )  # fmt: skip
-        learn_s = time.perf_counter() - tick
 
         stats = self.pool.stats
         lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)
-        samples = task.positions_per_step * task.group_size  # every rank's: the ranks step together
-        unique_moves = torch.tensor([len(set(row)) for row in groups.actions.tolist()], dtype=torch.float32)
-        metrics.update(
-            {
-                "entropy/mean": float(groups.entropy.mean()),
-                "entropy/ln_legal": float(groups.ln_legal.mean()),
-                "reward/win_prob": float(scored.values.mean()),
-                "reward/shaped": float(scored.shaped.mean()),
-                "rollout/unique_moves": float(unique_moves.mean()),
-                "rollout/positions": float(task.positions_per_step),
-                "perf/sample_s": sample_s,
-                "perf/reward_s": reward_s,
-                "perf/learn_s": learn_s,
-                "perf/step_s": sample_s + reward_s + learn_s,
-                "perf/samples_per_s": samples / max(sample_s + reward_s + learn_s, 1e-9),
-                "perf/engine_evals_per_s": scored.evaluations / max(reward_s, 1e-9),
-                "perf/engine_searches": float(stats.searches - stats_before.searches),
-                "perf/cache_hit_rate": (stats.cache_hits - stats_before.cache_hits) / lookups if lookups else 0.0,
-                "perf/engine_retries": float(stats.retries),
-                "perf/engine_failures": float(stats.failures),
-            }
-        )
+        unique_moves = torch.tensor([len(set(row)) for row in groups_.actions.tolist()], dtype=torch.float32)
+        metrics = {
+            "entropy/mean": float(groups_.entropy.mean()),
+            "entropy/ln_legal": float(groups_.ln_legal.mean()),
+            "reward/win_prob": float(scored.values.mean()),
+            "reward/shaped": float(scored.shaped.mean()),
+            "rollout/unique_moves": float(unique_moves.mean()),
+            "rollout/positions": float(groups.count),
+            "perf/sample_s": sample_s,
+            "perf/reward_s": reward_s,
+            "perf/engine_evals_per_s": scored.evaluations / max(reward_s, 1e-9),
+            "perf/engine_searches": float(stats.searches - stats_before.searches),
+            "perf/cache_hit_rate": (stats.cache_hits - stats_before.cache_hits) / lookups if lookups else 0.0,
+            "perf/engine_retries": float(stats.retries),
+            "perf/engine_failures": float(stats.failures),
+        }
         if isinstance(self.start_positions, StartPositionMixture):
             for label, fraction in self.start_positions.source_fractions().items():
                 metrics[f"rollout/source/{label}"] = fraction
-        if groups.exact_kl is not None:
-            metrics["kl/exact"] = float(groups.exact_kl.mean())
+        if groups_.exact_kl is not None:
+            metrics["kl/exact"] = float(groups_.exact_kl.mean())
         if scored.best_values is not None:
             metrics["reward/regret"] = float(scored.regret.mean())
             metrics["reward/esl"] = float(-scored.regret.mean())
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
-        return metrics
+        # every rank's samples: the ranks step together
+        return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s)
 
     def _labelled_draws(self, data: Any, size: int, step: int, stream: int):
         """A function drawing `size` positions of `data` per call, from a generator seeded by (seed, step, stream)."""

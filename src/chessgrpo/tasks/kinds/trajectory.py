@@ -43,7 +43,7 @@ from chessgrpo.board.endgames import COLOURS
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
-from chessgrpo.rl import GRPOConfig, optimize
+from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
 from chessgrpo.board.start_positions import StartPositions
 from chessgrpo.tasks.trajectory import (
@@ -61,8 +61,9 @@ from chessgrpo.tasks.trajectory import (
     to_rollout_batch,
 )
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.kind import RunContext, interval_text, postfix
-from chessgrpo.tasks.kinds.move_group import PolicyGRPOKind
+from chessgrpo.train.distributed import group_generators
+from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, interval_text, postfix
+from chessgrpo.tasks.kinds.move_group import PolicyGRPOKind, SharedParts
 
 logger = logging.getLogger(__name__)
 
@@ -178,8 +179,8 @@ class TrajectoryKind(PolicyGRPOKind):
     name = "trajectory"
     config_class = TrajectoryTrainConfig
 
-    def __init__(self, config: TrajectoryTrainConfig, context: RunContext):
-        super().__init__(config, context)
+    def __init__(self, config: TrajectoryTrainConfig, context: RunContext, shared: SharedParts | None = None):
+        super().__init__(config, context, shared)
         # Nothing here draws from torch's global generator before the model is built (endgame and file
         # start positions use their own seeded generators), so building them after the loop's seeding
         # gives the same weights as the old trainer, which built them before.
@@ -203,9 +204,7 @@ class TrajectoryKind(PolicyGRPOKind):
             self.build_policy(config.init_checkpoint, config.model, config.grpo)
 
             if config.needs_pool:
-                from chessgrpo.engine import EnginePool
-
-                self.pool = EnginePool.from_config(config.engine)
+                self.pool = self.make_pool(config.engine)
             self.opponent: Opponent | None = self._make_opponent()
         except BaseException:
             self.close()
@@ -224,8 +223,7 @@ class TrajectoryKind(PolicyGRPOKind):
         return TablebaseOpponent(self.oracle)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
+        self.close_pool(self.pool)
         if self.oracle is not None:
             self.oracle.close()
 
@@ -243,26 +241,33 @@ class TrajectoryKind(PolicyGRPOKind):
             return None
         return int(start + step * self.config.curriculum_dtz_per_step)
 
-    def draw_starts(self, step: int, groups: range | None = None) -> list:
-        """The start positions of step `step` (0-based), a function of (seed, step); `groups` selects this rank's share."""
-        count, seed = self.config.task.positions_per_step, self.config.run.seed
+    def draw_starts(self, step: int, groups: range | None = None, count: int | None = None) -> list:
+        """The start positions of step `step` (0-based), a function of (seed, step); `groups` selects this rank's share.
+
+        `count`: how many to draw (default task.positions_per_step; a task mixture gives its share)."""
+        count = self.config.task.positions_per_step if count is None else count
+        seed = self.config.run.seed
         if self.endgame is not None:
             starts = self.endgame.draw(count, seed=seed, step=step, max_plies=self.curriculum_max_plies(step))
         else:
             assert self.start_positions is not None
             starts = self.start_positions.draw(count, seed=seed, step=step)
-        return starts if groups is None else starts[groups.start : groups.stop]
+        return starts if groups is None else [starts[i] for i in groups]
 
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         """Sample trajectories, reward every own ply, learn (one `learner.update` per minibatch)."""
+        rollout = self.rollout(step, self.step_groups(self.config.task.positions_per_step, step))
+        return self.learn(step, learner, rollout)
+
+    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
+        """Play and reward step `step`'s trajectory groups `groups`; the learner's batch and forward."""
         config, task, bf16 = self.config, self.config.task, self.context.bf16
         probes_before = self.oracle.probes if self.oracle is not None else 0
         searches_before = self.pool.stats.searches if self.pool is not None else 0
 
         tick = time.perf_counter()
-        mine = self.shard_groups(task.positions_per_step, "task.positions_per_step")
-        starts = self.draw_starts(step, mine)
-        generators = self.group_generators(step, mine)
+        starts = self.draw_starts(step, groups.mine, count=groups.count)
+        generators = group_generators(self.context.seed, step, groups.seeds, self.context.device)
         if isinstance(self.opponent, PolicyOpponent):  # the reference opponent samples from the same group streams
             self.opponent.generator = generators
         # task.overlap_rewards: the pool values each position as the rollout reaches it (same searches, same rewards).
@@ -284,43 +289,30 @@ class TrajectoryKind(PolicyGRPOKind):
             step_rewards, evaluations = engine_step_rewards(trajectories, self.pool, nodes=task.reward_nodes, prefetched=prefetch)
         reward_s = time.perf_counter() - tick
 
-        tick = time.perf_counter()
         batch = to_rollout_batch(
             trajectories, step_rewards, task.supervision, estimator=config.grpo.advantage_estimator,
             epsilon=config.grpo.advantage_epsilon, parallel=self.context.parallel,
         )  # fmt: skip
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16)
-        metrics = optimize(
-            batch, forward, None, config.grpo, self.kl_controller, generator=None, bf16=bf16, update=learner.update,
-            parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
-            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
-        )  # fmt: skip
-        learn_s = time.perf_counter() - tick
 
         mask = trajectories.mask
         # The step's rows and plies over every rank (the ranks step together).
         rows, plies = self.context.parallel.sum([trajectories.num_rows, int(mask.sum())])
-        step_s = sample_s + reward_s + learn_s
-        metrics.update(
-            {
-                "entropy/mean": float(trajectories.entropy[mask].mean()),
-                "entropy/ln_legal": float(trajectories.ln_legal[mask].mean()),
-                "rollout/positions": float(task.positions_per_step),
-                "rollout/curriculum_max_dtz": float(self.curriculum_max_plies(step) or 0),
-                "rollout/rows": float(rows),
-                "rollout/plies": float(plies),
-                "rollout/unique_positions": float(trajectories.tokens.shape[0]),
-                "reward/step_mean": float(step_rewards[mask].mean()),
-                "perf/sample_s": sample_s,
-                "perf/policy_s": trajectories.timings.get("policy_s", 0.0),
-                "perf/opponent_s": trajectories.timings.get("opponent_s", 0.0),
-                "perf/reward_s": reward_s,
-                "perf/learn_s": learn_s,
-                "perf/step_s": step_s,
-                "perf/samples_per_s": plies / max(step_s, 1e-9),
-            }
-        )
+        metrics = {
+            "entropy/mean": float(trajectories.entropy[mask].mean()),
+            "entropy/ln_legal": float(trajectories.ln_legal[mask].mean()),
+            "rollout/positions": float(groups.count),
+            "rollout/curriculum_max_dtz": float(self.curriculum_max_plies(step) or 0),
+            "rollout/rows": float(rows),
+            "rollout/plies": float(plies),
+            "rollout/unique_positions": float(trajectories.tokens.shape[0]),
+            "reward/step_mean": float(step_rewards[mask].mean()),
+            "perf/sample_s": sample_s,
+            "perf/policy_s": trajectories.timings.get("policy_s", 0.0),
+            "perf/opponent_s": trajectories.timings.get("opponent_s", 0.0),
+            "perf/reward_s": reward_s,
+        }
         metrics.update(
             outcome_metrics(
                 trajectories, step_rewards, task.reward, shaping=task.shaping, tablebase_opponent=task.opponent == "tablebase",
@@ -336,7 +328,7 @@ class TrajectoryKind(PolicyGRPOKind):
             metrics["perf/engine_evals_per_s"] = evaluations / max(reward_s, 1e-9)
             metrics["perf/engine_retries"] = float(self.pool.stats.retries)
             metrics["perf/engine_failures"] = float(self.pool.stats.failures)
-        return metrics
+        return TaskRollout(batch, forward, metrics, samples=int(plies), rollout_s=sample_s + reward_s)
 
     # -- evaluation ---------------------------------------------------------------------------------
 

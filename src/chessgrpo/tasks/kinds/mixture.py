@@ -1,0 +1,284 @@
+"""`kind: mixture`: one action policy trained by GRPO on several tasks at once.
+
+Each step has `groups_per_step` groups. Every group draws its task from the weights (a seeded draw
+per step, `draw_task_groups`), so one-move groups with shaped engine rewards, trajectory groups
+rewarded by the game's outcome and endgame groups against the tablebase can all land in the same
+step and the same optimizer updates. The step:
+
+1. **draw**: the task of each of the step's groups, a function of (seed, step);
+2. **roll out**: each task samples and rewards its groups with its own code (`MoveGroupKind.rollout`,
+   `TrajectoryKind.rollout`), from the shared policy, and fills its groups' advantages with the
+   mixture's `grpo` estimator: a group is only ever compared with groups of its own task;
+3. **learn**: the tasks' rows are joined (`rl.combine.concat_rollouts`, shorter rows padded and
+   masked) and `rl.optimize` runs once over them: the same minibatches, clipping, KL and updates
+   as any GRPO kind (token_mean counts a trajectory's plies as samples beside one-move samples).
+
+A task's config holds only its own keys (`task`, start positions, rewards, evaluation); the loop's
+knobs, `init_checkpoint`, `model`, `grpo` and `engine` are the mixture's, shared by every task, and
+setting them in a task is an error. Tasks share one policy, one frozen reference and one engine pool.
+
+A group's task and its sampling generator depend on (seed, step, group index) only, so a mixture
+with one task reproduces that task's own run exactly, and a data-parallel run plays the same groups
+as one process (each rank plays the groups of its contiguous share, whatever their tasks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig, from_dict, to_dict
+from chessgrpo.models.policy import ModelConfig, frozen_parameters, value_head_parameters
+from chessgrpo.rl import GRPOConfig, compute_advantages
+from chessgrpo.rl.combine import concat_forwards, concat_rollouts
+from chessgrpo.tasks.kinds.move_group import MoveGroupKind, PolicyGRPOKind, SharedParts
+from chessgrpo.tasks.kinds.trajectory import TrajectoryKind
+from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.distributed import Parallel, derived_seed
+from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, interval_text, postfix
+
+logger = logging.getLogger(__name__)
+
+TASK_KINDS: dict[str, type[PolicyGRPOKind]] = {"move_group": MoveGroupKind, "trajectory": TrajectoryKind}
+"""The kinds a mixture's task can be."""
+
+
+@dataclasses.dataclass
+class MixtureTask:
+    """One task of a mixture (an item of `tasks:`)."""
+
+    name: str = ""
+    """A short label: metrics of this task are logged as ``<group>/<name>/<metric>`` (e.g. reward/conversion/mean)."""
+    weight: float = 1.0
+    """Relative share of each step's groups drawn for this task (normalised over the tasks)."""
+    kind: str = "move_group"
+    """move_group | trajectory."""
+    config: Any = None
+    """The task's own keys of that kind's config (task, positions or position_mixture, rewards, eval, ...)."""
+
+
+@dataclasses.dataclass
+class MixtureTrainConfig(TrainConfig):
+    """`chessgrpo train` with ``kind: mixture``: GRPO on a weighted mixture of move-group and trajectory tasks."""
+
+    kind: str = "mixture"
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="mixture"))
+    init_checkpoint: str | None = "runs/pretrain_tiny"
+    """Starting policy of every task (checkpoint or run directory), also the frozen reference; null = `model` from scratch."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy's shape when init_checkpoint is null."""
+    groups_per_step: int = 32
+    """Groups per step over all tasks; each draws its task from the weights."""
+    tasks: list[MixtureTask] = dataclasses.field(default_factory=list)
+    """The tasks (name, weight, kind, config)."""
+    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
+    """The learner's hyperparameters, for every task (advantages are computed per task, within its groups)."""
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    """The Stockfish pool every task shares (rewards, opponents, evaluation)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "mixture":
+            raise ConfigError(f"config key kind must be mixture for this config, got {self.kind!r}")
+        if self.groups_per_step < 1:
+            raise ConfigError(f"config key groups_per_step must be >= 1, got {self.groups_per_step}")
+        if not self.tasks:
+            return  # the defaults alone (the base a config file is read onto); `task_configs` refuses to run without tasks
+        names = [task.name for task in self.tasks]
+        for index, task in enumerate(self.tasks):
+            if not task.name or not task.name.replace("_", "").isalnum():
+                raise ConfigError(f"config key tasks[{index}].name must be a non-empty word (letters, digits, _), got {task.name!r}")
+            if task.kind not in TASK_KINDS:
+                raise ConfigError(f"config key tasks[{index}].kind must be one of {sorted(TASK_KINDS)}, got {task.kind!r}")
+            if not (math.isfinite(task.weight) and task.weight >= 0):
+                raise ConfigError(f"config key tasks[{index}].weight must be a finite number >= 0, got {task.weight}")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"config key tasks: task names must differ, got {names}")
+        if sum(task.weight for task in self.tasks) <= 0:
+            raise ConfigError("config key tasks: the weights sum to 0; give at least one task a positive weight")
+        if self.grpo.advantage_estimator == "batch_std":
+            raise ConfigError("config key grpo.advantage_estimator: batch_std mixes every row of a step; a mixture centres each task on its own (grpo, dr_grpo or rloo)")
+        configs = self.task_configs()
+        evaluating = [task.name for task, config in zip(self.tasks, configs) if _offline_source(config)]
+        if len(evaluating) > 1:
+            raise ConfigError(f"config key tasks: tasks {evaluating} both evaluate held-out positions (the same files and metrics); keep eval positions in one task")
+
+    def shared_keys(self) -> list[str]:
+        """The keys every task takes from the mixture (loop knobs, init_checkpoint, model, grpo, engine)."""
+        return [f.name for f in dataclasses.fields(TrainConfig) if f.name != "kind"] + ["init_checkpoint", "model", "grpo", "engine"]
+
+    def task_configs(self) -> list[Any]:
+        """Each task's full config: its own keys, and the shared ones from the mixture (ConfigError on a clash)."""
+        if not self.tasks:
+            raise ConfigError("config key tasks is empty: a mixture needs at least one task")
+        shared = self.shared_keys()
+        plain = to_dict(self)
+        configs = []
+        for index, task in enumerate(self.tasks):
+            prefix = f"tasks[{index}].config"
+            own = task.config if task.config is not None else {}
+            if not isinstance(own, dict):
+                raise ConfigError(f"config key {prefix}: expected a mapping of the {task.kind} keys, got {type(own).__name__}")
+            clash = sorted(set(own) & set(shared) | ({"kind"} & set(own)))
+            if clash:
+                raise ConfigError(f"config key {prefix}.{clash[0]}: set it on the mixture, not in a task (every task shares it)")
+            if "positions_per_step" in (own.get("task") or {}):
+                raise ConfigError(f"config key {prefix}.task.positions_per_step: a mixture's groups per task come from groups_per_step and the weights")
+            config_class = TASK_KINDS[task.kind].config_class
+            configs.append(from_dict(config_class, {**{key: plain[key] for key in shared}, **own, "kind": task.kind}, prefix=prefix))
+        return configs
+
+    def default_best_metric(self) -> tuple[str, str] | None:
+        for config in self.task_configs():
+            metric = config.default_best_metric()
+            if metric is not None:
+                return metric
+        return None
+
+
+def _offline_source(config: Any) -> str | None:
+    """The held-out positions a task's config evaluates on (move_group: eval.positions; trajectory: eval.offline_positions)."""
+    return getattr(config.eval, "positions", None) if config.kind == "move_group" else config.eval.offline_positions
+
+
+def draw_task_groups(weights: Sequence[float], groups: int, seed: int, step: int) -> torch.Tensor:
+    """The task index of each of step `step`'s `groups` groups: independent draws from the normalised
+    `weights`, a function of (seed, step) only."""
+    generator = torch.Generator().manual_seed(derived_seed(seed, step, 0x7A5C))
+    probabilities = torch.tensor([float(w) for w in weights], dtype=torch.float64)
+    return torch.multinomial(probabilities / probabilities.sum(), groups, replacement=True, generator=generator)
+
+
+def task_step_groups(tasks_of_groups: torch.Tensor, task: int, mine: range) -> StepGroups:
+    """Task `task`'s groups of a step: their count, which of them fall in this rank's share `mine` of the
+    step's groups, and the global group index that seeds each one's generator."""
+    indices = (tasks_of_groups == task).nonzero().flatten().tolist()
+    local = [i for i, group in enumerate(indices) if group in mine]
+    return StepGroups(len(indices), local, [indices[i] for i in local])
+
+
+class MixtureKind(PolicyGRPOKind):
+    """GRPO of one action policy on a weighted mixture of tasks (module docstring)."""
+
+    name = "mixture"
+    config_class = MixtureTrainConfig
+    group_count_key = "groups_per_step"
+
+    def __init__(self, config: MixtureTrainConfig, context: RunContext):
+        super().__init__(config, context)
+        self.build_policy(config.init_checkpoint, config.model, config.grpo)
+        configs = config.task_configs()
+        self.pool = None
+        if any(task.kind == "move_group" or task_config.needs_pool for task, task_config in zip(config.tasks, configs)):
+            from chessgrpo.engine import EnginePool
+
+            self.pool = EnginePool.from_config(config.engine)
+        # The tasks roll out on this rank's groups only; the collectives (the learner's, the metrics')
+        # are the mixture's, so a task never waits for a rank that has none of its groups this step.
+        local = dataclasses.replace(context, parallel=Parallel())
+        shared = SharedParts(model=self.model, reference=self.reference, pool=self.pool)
+        self.tasks: list[PolicyGRPOKind] = []
+        try:
+            for task, task_config in zip(config.tasks, configs):
+                if context.world_size > 1 and getattr(task_config.task, "supervision", None) == "critic":
+                    raise ConfigError(f"config key tasks ({task.name}): critic supervision scales by the whole step's rewards; run it on its own in a data-parallel run")
+                self.tasks.append(TASK_KINDS[task.kind](task_config, local, shared))
+        except BaseException:
+            self.close()
+            raise
+        self.weights = [task.weight for task in config.tasks]
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        # The value head trains when any task trains it (move_group's value_loss_weight).
+        trains_value = any(getattr(task.config, "value_loss_weight", 0.0) > 0 for task in self.tasks)
+        return frozen_parameters(self.model, freeze_layers) + ([] if trains_value else value_head_parameters(self.model))
+
+    def close(self) -> None:
+        for task in getattr(self, "tasks", []):
+            task.close()
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
+
+    # -- the step -----------------------------------------------------------------------------------
+
+    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+        config = self.config
+        tasks_of_groups = draw_task_groups(self.weights, config.groups_per_step, config.run.seed, step)
+        mine = self.shard_groups(config.groups_per_step, self.group_count_key)
+        parts: list[TaskRollout] = []
+        names: list[str] = []
+        for index, (item, task) in enumerate(zip(config.tasks, self.tasks)):
+            groups = task_step_groups(tasks_of_groups, index, mine)
+            if not groups.mine:
+                continue
+            task.learner_model = self.learner_model  # the DDP wrapper in a data-parallel run
+            rollout = task.rollout(step, groups)
+            rollout.batch.advantages = compute_advantages(rollout.batch, config.grpo)
+            parts.append(rollout)
+            names.append(item.name)
+        batch = concat_rollouts([part.batch for part in parts])
+        forward = concat_forwards([part.batch for part in parts], [part.forward for part in parts])
+        (samples,) = self.context.parallel.sum([int(batch.mask.sum())])
+        joined = TaskRollout(batch, forward, self._task_metrics(names, parts, tasks_of_groups), samples=int(samples),
+                             rollout_s=sum(part.rollout_s for part in parts))  # fmt: skip
+        return self.learn(step, learner, joined)
+
+    def _task_metrics(self, names: list[str], parts: list[TaskRollout], tasks_of_groups: torch.Tensor) -> dict[str, float]:
+        """Every task's metrics as ``<group>/<task>/<metric>``; entropy, KL and phase times over all its rows."""
+        metrics: dict[str, float] = {}
+        for index, item in enumerate(self.config.tasks):
+            metrics[f"rollout/task/{item.name}"] = float((tasks_of_groups == index).float().mean())
+        weights = [float(part.batch.mask.sum()) for part in parts]
+        for name, part in zip(names, parts):
+            for key, value in part.metrics.items():
+                group, _, rest = key.partition("/")
+                metrics[f"{group}/{name}/{rest}"] = value
+        for key in ("entropy/mean", "entropy/ln_legal", "kl/exact"):
+            pairs = [(part.metrics[key], w) for part, w in zip(parts, weights) if key in part.metrics]
+            if pairs:
+                metrics[key] = sum(v * w for v, w in pairs) / max(sum(w for _, w in pairs), 1e-9)
+        for key in ("perf/sample_s", "perf/reward_s", "perf/engine_searches"):
+            metrics[key] = sum(part.metrics.get(key, 0.0) for part in parts)
+        return metrics
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    @property
+    def evaluates(self) -> bool:
+        return any(task.evaluates for task in self.tasks)
+
+    def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
+        """Every task's held-out evaluation of the shared policy (at most one evaluates held-out positions)."""
+        metrics: dict[str, float] = {}
+        for task in self.tasks:
+            if task.evaluates:
+                metrics.update(task.evaluate(step, out_dir))
+        return metrics
+
+    # -- presentation -------------------------------------------------------------------------------
+
+    def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
+        return postfix(row, (("reward/mean", "reward", ".3f"), ("perf/samples_per_s", "sps", ".0f"),
+                             ("eval/esl", "heldout_esl", ".3f"), ("eval/mate_rate", "heldout_mate", ".3f")))  # fmt: skip
+
+    def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
+        parts = []
+        if "eval/esl" in row:
+            parts.append(f"ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}")
+        if "eval/puzzle_first_move_accuracy" in row:
+            parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
+        if "eval/mate_rate" in row:
+            parts.append(f"held-out mate rate {interval_text(row, 'eval/mate_rate')}")
+        return f"step {step}: " + ", ".join(parts) if parts else None
+
+    def summary(self) -> list[str]:
+        lines: list[str] = []
+        for task in self.tasks:
+            lines += [line for line in task.summary() if line not in lines]
+        return lines
