@@ -120,6 +120,32 @@ def test_trajectory_on_two_processes_is_the_one_process_experiment(tmp_path):
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="rollout/plies")
 
 
+def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path):
+    # A rank may hold no group of a task in a step (each group draws its task): it must neither wait nor diverge.
+    config = {
+        "kind": "mixture", "init_checkpoint": None, "model": {"size": "tiny"}, "groups_per_step": 4,
+        "tasks": [
+            {"name": "one_move", "kind": "move_group", "weight": 0.5,
+             "config": {"positions": "random:64", "task": {"group_size": 4, "reward_nodes": 30, "best_move_values": False},
+                        "eval": {"positions": None, "puzzles": None}}},
+            {"name": "kqk", "kind": "trajectory", "weight": 0.5,
+             "config": {"positions": "endgame:KQvK", "task": {"group_size": 4, "horizon": 3, "opponent": "tablebase"},
+                        "eval": {"positions": 16, "baselines": False}}},
+        ],
+        "grpo": {"minibatch_size": 8}, "engine": {"processes": 1, "cache": False, "syzygy_path": str(SYZYGY_DIR)},
+        "steps": 3, "lr": 3e-3, "warmup_steps": 0, "eval_every": 0, "eval_at_start": False, "threads": 1,
+        "checkpoint_every": 1, "keep_checkpoints": 10,
+    }  # fmt: skip
+    path = tmp_path / "mixture.yaml"
+    path.write_text(json.dumps(config))
+    args = ["train", "--config", str(path), f"run.out_dir={tmp_path}"]
+    run_single(*args, "run.name=one")
+    run_torchrun(*args, "run.name=two")
+    assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="rollout/task/kqk")
+    rows = _rows(tmp_path / "two")
+    assert {r["rollout/task/kqk"] for r in rows} != {0.0} and {r["rollout/task/kqk"] for r in rows} != {1.0}
+
+
 @pytest.fixture(scope="module")
 def labelled(tmp_path_factory) -> Path:
     """A small engine-labelled dataset (chessgrpo data generate, real Stockfish)."""

@@ -186,7 +186,10 @@ class Parallel:
             return model
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
-        return _Replicated(model, device_ids=device_ids)
+        # No buffer broadcast: the models' buffers are constant tables (never trained or updated), and a
+        # broadcast is a collective inside forward, so ranks that call forward a different number of times
+        # per update (a task mixture's parts, the auxiliary losses' extra forwards) would wait on each other.
+        return _Replicated(model, device_ids=device_ids, broadcast_buffers=False)
 
     def close(self, together: bool = False) -> None:
         """Leave the process group this object joined; `together` (a clean finish, every rank

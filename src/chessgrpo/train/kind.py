@@ -187,6 +187,9 @@ class TaskRollout:
     """Trained samples (own plies) over every rank: what perf/samples_per_s counts."""
     rollout_s: float
     """Seconds of sampling and rewarding."""
+    row_groups: torch.Tensor | None = None
+    """[N] long: each row's group as an index into the `StepGroups.mine` it was played for (a task mixture
+    orders its joined rows by group, so that the rows of N processes are in the one-process order)."""
 
 
 class GRPOKind(Kind):

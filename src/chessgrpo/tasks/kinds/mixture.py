@@ -213,6 +213,7 @@ class MixtureKind(PolicyGRPOKind):
         mine = self.shard_groups(config.groups_per_step, self.group_count_key)
         parts: list[TaskRollout] = []
         names: list[str] = []
+        row_seeds: list[Sequence[int]] = []
         for index, (item, task) in enumerate(zip(config.tasks, self.tasks)):
             groups = task_step_groups(tasks_of_groups, index, mine)
             if not groups.mine:
@@ -220,9 +221,17 @@ class MixtureKind(PolicyGRPOKind):
             task.learner_model = self.learner_model  # the DDP wrapper in a data-parallel run
             rollout = task.rollout(step, groups)
             rollout.batch.advantages = compute_advantages(rollout.batch, config.grpo)
+            if rollout.row_groups is None:
+                raise RuntimeError(f"task {item.name}: its rollout does not say which group each row belongs to (row_groups)")
             parts.append(rollout)
             names.append(item.name)
+            row_seeds.append(groups.seeds)
         batch = concat_rollouts([part.batch for part in parts])
+        # Rows in the order of their groups' global indices: N processes' rows, rank after rank, are then the
+        # one-process rows in the same order, so the seeded minibatches hold the same rows whatever the world size.
+        group_of_row = torch.cat([torch.as_tensor(list(seeds), dtype=torch.long)[part.row_groups.cpu()]
+                                  for seeds, part in zip(row_seeds, parts)])  # fmt: skip
+        batch = batch.select(torch.sort(group_of_row, stable=True).indices)
         forward = concat_forwards([part.batch for part in parts], [part.forward for part in parts])
         (samples,) = self.context.parallel.sum([int(batch.mask.sum())])
         joined = TaskRollout(batch, forward, self._task_metrics(names, parts, tasks_of_groups), samples=int(samples),

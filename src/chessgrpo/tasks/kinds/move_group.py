@@ -383,7 +383,8 @@ class MoveGroupKind(PolicyGRPOKind):
             metrics["reward/esl"] = float(-scored.regret.mean())
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
         # every rank's samples: the ranks step together
-        return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s)
+        return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s,
+                           row_groups=batch.inputs["position"])
 
     def _labelled_draws(self, data: Any, size: int, step: int, stream: int):
         """A function drawing `size` positions of `data` per call, from a generator seeded by (seed, step, stream)."""

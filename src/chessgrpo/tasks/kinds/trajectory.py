@@ -328,7 +328,8 @@ class TrajectoryKind(PolicyGRPOKind):
             metrics["perf/engine_evals_per_s"] = evaluations / max(reward_s, 1e-9)
             metrics["perf/engine_retries"] = float(self.pool.stats.retries)
             metrics["perf/engine_failures"] = float(self.pool.stats.failures)
-        return TaskRollout(batch, forward, metrics, samples=int(plies), rollout_s=sample_s + reward_s)
+        return TaskRollout(batch, forward, metrics, samples=int(plies), rollout_s=sample_s + reward_s,
+                           row_groups=trajectories.row_start)
 
     # -- evaluation ---------------------------------------------------------------------------------
 
