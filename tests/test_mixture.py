@@ -248,3 +248,17 @@ def test_train_command_rejects_a_shared_key_in_a_task(tmp_path):
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "tasks[1].config.steps: set it on the mixture" in result.stderr
     assert result.stderr.count("\n") <= 2  # one clear line, no traceback
+
+
+def test_resume_continues_bitwise_identically(tmp_path):
+    from safetensors.torch import load_file
+
+    tasks = [ONE_MOVE, ENDGAME]
+    with Trainer(_mixture(tmp_path, "straight", tasks, steps=3)) as trainer:
+        assert trainer.train().finished
+    with Trainer(_mixture(tmp_path, "resumed", tasks, steps=3, stop_at=1)) as trainer:
+        assert not trainer.train().finished and trainer.step == 1
+    with Trainer(_mixture(tmp_path, "resumed", tasks, steps=3), resume=True) as trainer:
+        assert trainer.step == 1 and trainer.train().finished
+    straight, resumed = (load_file(str(tmp_path / name / "checkpoints" / "latest" / "model.safetensors")) for name in ("straight", "resumed"))
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)

@@ -73,7 +73,7 @@ class TrainConfig:
     """Knobs shared by every kind of run; a kind's config subclasses this and adds its own."""
 
     kind: str = ""
-    """Which kind of run this is: pretrain, sft, move_group, trajectory or rookworld."""
+    """Which kind of run this is: pretrain, sft, move_group, trajectory, mixture or rookworld."""
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
     steps: int = resumable(100)
     """Optimizer steps of the run (the cosine ends here). A resume may extend it (the schedule then moves)."""
