@@ -37,11 +37,11 @@ from chessgrpo.config import ConfigError, EngineConfig, RunConfig, from_dict, to
 from chessgrpo.models.policy import ModelConfig, frozen_parameters, value_head_parameters
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
-from chessgrpo.tasks.kinds.move_group import MoveGroupKind, PolicyGRPOKind, SharedParts
+from chessgrpo.tasks.kinds.move_group import MoveGroupKind, PolicyGRPOKind, SharedParts, policy_eval_line
 from chessgrpo.tasks.kinds.trajectory import TrajectoryKind
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import Parallel, derived_seed
-from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, interval_text, postfix
+from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, postfix
 
 logger = logging.getLogger(__name__)
 
@@ -277,14 +277,7 @@ class MixtureKind(PolicyGRPOKind):
                              ("eval/esl", "heldout_esl", ".3f"), ("eval/mate_rate", "heldout_mate", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
-        parts = []
-        if "eval/esl" in row:
-            parts.append(f"ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}")
-        if "eval/puzzle_first_move_accuracy" in row:
-            parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
-        if "eval/mate_rate" in row:
-            parts.append(f"held-out mate rate {interval_text(row, 'eval/mate_rate')}")
-        return f"step {step}: " + ", ".join(parts) if parts else None
+        return policy_eval_line(step, row)
 
     def summary(self) -> list[str]:
         lines: list[str] = []

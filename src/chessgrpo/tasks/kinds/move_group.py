@@ -448,12 +448,7 @@ class MoveGroupKind(PolicyGRPOKind):
                              ("perf/samples_per_s", "sps", ".0f"), ("eval/esl", "heldout_esl", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
-        parts = []
-        if "eval/esl" in row:
-            parts.append(f"ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}")
-        if "eval/puzzle_first_move_accuracy" in row:
-            parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
-        return f"step {step}: " + " ".join(parts) if parts else None
+        return policy_eval_line(step, row)
 
     def summary(self) -> list[str]:
         out = self.context.run_dir / "eval"
@@ -461,6 +456,18 @@ class MoveGroupKind(PolicyGRPOKind):
         if len(files) >= 2:
             return [f"paired before/after: chessgrpo eval compare {files[0]} {files[-1]}"]
         return []
+
+
+def policy_eval_line(step: int, row: dict[str, Any]) -> str | None:
+    """The evaluation line of an action policy's GRPO run: held-out ESL and top-1, puzzles, endgame mate rate."""
+    parts = []
+    if "eval/esl" in row:
+        parts.append(f"ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}")
+    if "eval/puzzle_first_move_accuracy" in row:
+        parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
+    if "eval/mate_rate" in row:
+        parts.append(f"held-out mate rate {interval_text(row, 'eval/mate_rate')}")
+    return f"step {step}: " + ", ".join(parts) if parts else None
 
 
 def interval_metrics(result: Any, names: tuple[str, ...], prefix: str = "eval/") -> dict[str, float]:

@@ -62,8 +62,8 @@ from chessgrpo.tasks.trajectory import (
 )
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators
-from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, interval_text, postfix
-from chessgrpo.tasks.kinds.move_group import PolicyGRPOKind, SharedParts
+from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, postfix
+from chessgrpo.tasks.kinds.move_group import PolicyGRPOKind, SharedParts, policy_eval_line
 
 logger = logging.getLogger(__name__)
 
@@ -364,11 +364,7 @@ class TrajectoryKind(PolicyGRPOKind):
                              ("eval/mate_rate", "heldout_mate", ".3f"), ("eval/esl", "heldout_esl", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
-        if "eval/mate_rate" in row:
-            return f"step {step}: held-out mate rate {interval_text(row, 'eval/mate_rate')}"
-        if "eval/esl" in row:
-            return f"step {step}: ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}"
-        return None
+        return policy_eval_line(step, row)
 
     def summary(self) -> list[str]:
         out = self.context.run_dir / "eval"
