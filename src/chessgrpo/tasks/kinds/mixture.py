@@ -18,7 +18,7 @@ knobs, `init_checkpoint`, `model`, `grpo` and `engine` are the mixture's, shared
 setting them in a task is an error. Tasks share one policy, one frozen reference and one engine pool.
 
 A group's task and its sampling generator depend on (seed, step, group index) only, so a mixture
-with one task reproduces that task's own run exactly, and a data-parallel run plays the same groups
+with one task plays that task's own run (the same groups and rewards), and a data-parallel run plays the same groups
 as one process (each rank plays the groups of its contiguous share, whatever their tasks).
 """
 
