@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, from_dict, to_dict
-from chessgrpo.models.policy import ModelConfig, frozen_parameters, value_head_parameters
+from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
 from chessgrpo.tasks.kinds.move_group import MoveGroupKind, PolicyGRPOKind, SharedParts, policy_eval_line
@@ -194,10 +194,10 @@ class MixtureKind(PolicyGRPOKind):
             raise
         self.weights = [task.weight for task in config.tasks]
 
-    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        # The value head trains when any task trains it (move_group's value_loss_weight).
-        trains_value = any(getattr(task.config, "value_loss_weight", 0.0) > 0 for task in self.tasks)
-        return frozen_parameters(self.model, freeze_layers) + ([] if trains_value else value_head_parameters(self.model))
+    @property
+    def trains_value_head(self) -> bool:
+        """The value head trains when any task trains it."""
+        return any(task.trains_value_head for task in self.tasks)
 
     def close(self) -> None:
         for task in getattr(self, "tasks", []):

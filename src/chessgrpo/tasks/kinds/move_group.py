@@ -222,10 +222,14 @@ class PolicyGRPOKind(GRPOKind):
     def head_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.model.head.parameters())
 
+    @property
+    def trains_value_head(self) -> bool:
+        """Whether a value loss trains the value head (move_group's value_loss_weight > 0)."""
+        return getattr(self.config, "value_loss_weight", 0.0) > 0
+
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
         # Without a value loss the value head is kept as pretraining left it (the shared trunk still moves).
-        trains_value = getattr(self.config, "value_loss_weight", 0.0) > 0
-        return frozen_parameters(self.model, freeze_layers) + ([] if trains_value else value_head_parameters(self.model))
+        return frozen_parameters(self.model, freeze_layers) + ([] if self.trains_value_head else value_head_parameters(self.model))
 
     def save_model(self, directory: Path) -> None:
         save_policy(self.model, directory)
