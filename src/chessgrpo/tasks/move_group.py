@@ -287,7 +287,7 @@ def make_forward(
     be in eval mode (no dropout); gradients flow. With `value_targets` ([B] expected scores of the
     positions for their side to move) and `value_loss_weight` > 0 the same trunk pass also gives the
     value head's logits, and the minibatch's aux loss is the weight times the value head's
-    cross-entropy to those targets (the pretraining value loss), once per distinct position.
+    cross-entropy to those targets (the pretraining value loss), averaged over the minibatch's rows.
     `value_batches` (optional, with a weight > 0): each call returns (inputs, targets) of labelled
     positions from a dataset, whose value cross-entropy is added too, so the head also stays fitted
     to the positions of the data (a forward of those positions per minibatch).
@@ -312,7 +312,11 @@ def make_forward(
         if with_value:
             assert value_targets is not None
             target = value_targets.to(value_logits.device)[positions].float()
-            aux = value_loss_weight * F.binary_cross_entropy_with_logits(value_logits.float(), target)
+            # A mean over the minibatch's rows (each row's position), not its distinct positions: data-parallel
+            # ranks weight their part of the minibatch by its share of the rows, so only a per-row mean adds up
+            # to the one-process loss.
+            per_position = F.binary_cross_entropy_with_logits(value_logits.float(), target, reduction="none")
+            aux = value_loss_weight * per_position[inverse.to(per_position.device)].mean()
             if value_batches is not None:
                 tokens, labelled = value_batches()
                 with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
