@@ -109,6 +109,15 @@ def move_group_args(out: Path, name: str, *extra: str) -> list[str]:
 # -- every kind: 2 processes == 1 process -----------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory) -> Path:
+    """A small engine-labelled dataset (chessgrpo data generate, real Stockfish)."""
+    out = tmp_path_factory.mktemp("dp_data") / "data"
+    run_single("data", "generate", "--config", "configs/data_tiny.yaml", f"out={out}", "positions=160", "nodes=50",
+               "engine.processes=1", "test_fraction=0.2", "shard_size=100")  # fmt: skip
+    return out
+
+
 def test_move_group_on_two_processes_is_the_one_process_experiment(tmp_path):
     run_single(*move_group_args(tmp_path, "one"))
     done = run_torchrun(*move_group_args(tmp_path, "two"))
@@ -130,14 +139,17 @@ def test_trajectory_on_two_processes_is_the_one_process_experiment(tmp_path):
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="rollout/plies")
 
 
-def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path):
-    # A rank may hold no group of a task in a step (each group draws its task): it must neither wait nor diverge.
+def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path, labelled):
+    # A rank may hold no group of a task in a step (each group draws its task): it must neither wait nor diverge,
+    # and the one-move task's value loss (on its rows) and bc anchor (on labelled positions, every minibatch)
+    # must count as in one process. Before: DDP stopped ("parameters that were not used in producing loss").
     config = {
-        "kind": "mixture", "init_checkpoint": None, "model": {"size": "tiny"}, "groups_per_step": 4,
+        "kind": "mixture", "init_checkpoint": None, "model": {"size": "tiny", "value_head": True}, "groups_per_step": 4,
         "tasks": [
             {"name": "one_move", "kind": "move_group", "weight": 0.5,
-             "config": {"positions": "random:64", "task": {"group_size": 4, "reward_nodes": 30, "best_move_values": False},
-                        "eval": {"positions": None, "puzzles": None}}},
+             "config": {"positions": "random:64", "task": {"group_size": 4, "reward_nodes": 30, "best_move_values": True},
+                        "value_loss_weight": 0.5, "value_positions": None, "bc_loss_weight": 0.5, "bc_positions": str(labelled),
+                        "bc_batch_size": 8, "eval": {"positions": None, "puzzles": None}}},
             {"name": "kqk", "kind": "trajectory", "weight": 0.5,
              "config": {"positions": "endgame:KQvK", "task": {"group_size": 4, "horizon": 3, "opponent": "tablebase"},
                         "eval": {"positions": 16, "baselines": False}}},
@@ -154,15 +166,6 @@ def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path):
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="rollout/task/kqk")
     rows = _rows(tmp_path / "two")
     assert {r["rollout/task/kqk"] for r in rows} != {0.0} and {r["rollout/task/kqk"] for r in rows} != {1.0}
-
-
-@pytest.fixture(scope="module")
-def labelled(tmp_path_factory) -> Path:
-    """A small engine-labelled dataset (chessgrpo data generate, real Stockfish)."""
-    out = tmp_path_factory.mktemp("dp_data") / "data"
-    run_single("data", "generate", "--config", "configs/data_tiny.yaml", f"out={out}", "positions=160", "nodes=50",
-               "engine.processes=1", "test_fraction=0.2", "shard_size=100")  # fmt: skip
-    return out
 
 
 def test_pretrain_on_two_processes_is_the_one_process_experiment(tmp_path, labelled):

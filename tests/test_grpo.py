@@ -240,14 +240,14 @@ def test_value_loss_trains_the_value_head_toward_the_engine_values(tmp_path):
     batch = to_rollout_batch(groups, torch.zeros(3, 4))
     forward = make_forward(model, groups, temperature=1.0, value_targets=targets, value_loss_weight=1.0)
     optimizer = torch.optim.Adam(model.value_head.parameters(), lr=1e-2)
-    first = float(forward(batch).aux_loss.detach())
+    first = float(forward(batch).aux_row_loss.detach().mean())
     for _ in range(60):
         optimizer.zero_grad()
-        forward(batch).aux_loss.backward()
+        forward(batch).aux_row_loss.mean().backward()
         optimizer.step()
     with torch.no_grad():
         _, value_logits = model(groups.tokens, with_value=True)
-    assert float(forward(batch).aux_loss.detach()) < 0.5 * first
+    assert float(forward(batch).aux_row_loss.detach().mean()) < 0.5 * first
     assert torch.allclose(torch.sigmoid(value_logits), targets, atol=0.1)
     with pytest.raises(ConfigError, match="value head"):
         Trainer(_config(tmp_path, "headless", value_loss_weight=1.0, model=ModelConfig(value_head=False)))

@@ -12,7 +12,8 @@ Each part's advantages must be filled before joining: groups are centred within 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -79,8 +80,10 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
     """The forward of `concat_rollouts(parts)`: each part's forward on its rows of a minibatch.
 
     Outputs come back in the minibatch's row order, padded to its length with zeros (the loss
-    ignores masked steps). Entropy is returned when every part's forward returns it; the auxiliary
-    losses of the parts (e.g. a value head's) are added.
+    ignores masked steps). Entropy is returned when every part's forward returns it; the parts'
+    minibatch-wide auxiliary losses are added and their per-row ones put at their rows. (Terms that a
+    task adds to every minibatch whatever its rows, such as labelled-position losses, are not a part's:
+    `with_minibatch_terms`.)
     """
     if len(parts) != len(forwards):
         raise ValueError(f"{len(parts)} rollouts but {len(forwards)} forwards")
@@ -93,6 +96,7 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
         ref_logp: Tensor | None = None
         has_entropy = has_reference = True
         aux: Tensor | None = None
+        aux_rows: Tensor | None = None
         for index in torch.unique(part_of).tolist():
             where = (part_of == index).nonzero().flatten()
             out = forwards[index](parts[index].select(row_of[where]))
@@ -114,9 +118,28 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
                 )
             if out.aux_loss is not None:
                 aux = out.aux_loss if aux is None else aux + out.aux_loss
+            if out.aux_row_loss is not None:
+                rows_aux = out.aux_row_loss.float()
+                aux_rows = (aux_rows if aux_rows is not None else rows_aux.new_zeros(minibatch.num_rows)).index_put(
+                    (where.to(rows_aux.device),), rows_aux
+                )
         assert logp is not None  # a minibatch has at least one row
         return PolicyOutputs(
-            logp=logp, entropy=entropy if has_entropy else None, ref_logp=ref_logp if has_reference else None, aux_loss=aux
-        )
+            logp=logp, entropy=entropy if has_entropy else None, ref_logp=ref_logp if has_reference else None, aux_loss=aux,
+            aux_row_loss=aux_rows,
+        )  # fmt: skip
 
     return forward
+
+
+def with_minibatch_terms(forward: Forward, terms: Callable[[], Tensor]) -> Forward:
+    """`forward` with `terms()` added to every call's `aux_loss`: losses of the whole minibatch rather than
+    of its rows (e.g. on labelled positions drawn per call). Data-parallel ranks call it once per
+    minibatch each, so with the same draws their shares add up to it once (`rl.learner.optimize`)."""
+
+    def forward_with_terms(minibatch: RolloutBatch) -> PolicyOutputs:
+        out = forward(minibatch)
+        extra = terms()
+        return dataclasses.replace(out, aux_loss=extra if out.aux_loss is None else out.aux_loss + extra)
+
+    return forward_with_terms

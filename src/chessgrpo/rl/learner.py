@@ -53,9 +53,15 @@ class PolicyOutputs:
     ref_logp: Tensor | None = None
     """[n, L] log-probs under the frozen reference (computed under no_grad), or None to use batch.ref_logp."""
     aux_loss: Tensor | None = None
-    """A scalar added to the minibatch's policy loss (with grad), e.g. a value head's regression on the
-    rollout's engine values; logged as ``loss/aux``. None = nothing added. With micro-batches (or
-    data-parallel ranks) it is weighted like the policy loss of the rows it came with."""
+    """A scalar term of the whole minibatch (with grad), e.g. a value loss on labelled positions drawn
+    for it; logged in ``loss/aux``. None = nothing added. With micro-batches or data-parallel ranks it
+    is weighted like the policy loss of the rows it came with, so ranks that draw the same positions
+    add up to it once."""
+    aux_row_loss: Tensor | None = None
+    """[n] a per-row auxiliary loss (with grad; 0 for rows without one), e.g. a value head's regression on
+    the engine value of each row's position. The minibatch's term is its mean over the minibatch's rows
+    (all ranks and micro-batches together: each adds its rows' sum over the minibatch's row count), so
+    the result does not depend on how the rows are split. None = nothing added."""
 
 
 Forward = Callable[[RolloutBatch], PolicyOutputs]
@@ -209,20 +215,27 @@ def optimize(
                 last = index == len(parts) - 1
                 if local.numel() == 0:  # this rank holds none of these rows: join DDP's reduction with 0
                     outputs = forward(layout.placeholder(learn_batch, batch))
-                    grad_norm = _update(update, outputs.logp.sum() * 0.0, last)
+                    # Every output in the graph (x 0), so every parameter the other ranks use gets a gradient here too.
+                    grad_norm = _update(update, _all_outputs(outputs) * 0.0, last)
                     continue
                 minibatch = learn_batch.select(local.to(learn_batch.actions.device))
+                outputs = forward(minibatch)
                 loss, step_metrics, terms = _micro_batch_loss(
-                    minibatch, forward(minibatch), config, kl_controller, kl_coef,
+                    minibatch, outputs, config, kl_controller, kl_coef,
                     check=first and config.check_invariants, check_clipping=check_clipping, tolerance=tolerance,
                     context=f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}",
                 )  # fmt: skip
+                weighted = loss if weight == 1.0 else loss * weight
+                if outputs.aux_row_loss is not None:
+                    # The rows' sum over the whole minibatch's row count (x world size: DDP averages over ranks).
+                    weighted = weighted + outputs.aux_row_loss.sum() * (world_size / rows.numel())
+                    step_metrics["loss/aux"] = step_metrics.get("loss/aux", 0.0) + float(outputs.aux_row_loss.detach().mean())
                 if first:  # the largest deviation over the first minibatch's micro-batches
                     dev = step_metrics["ratio/max_abs_dev"]
                     first_dev = dev if math.isnan(first_dev) else max(first_dev, dev)
                 if first and index == 0 and measure_terms:
                     metrics.update(term_gradient_norms(terms, params))
-                grad_norm = _update(update, loss if weight == 1.0 else loss * weight, last)
+                grad_norm = _update(update, weighted, last)
                 micro_rows.append(step_metrics)
                 micro_weights.append(weight)
             if micro_rows:
@@ -321,6 +334,15 @@ class _RowLayout:
 # ------------------------------------------------------------------------------------------------
 
 
+def _all_outputs(outputs: PolicyOutputs) -> Tensor:
+    """The sum of every tensor output of a forward (to put all of them in a zero-weighted graph)."""
+    total = outputs.logp.sum()
+    for extra in (outputs.aux_loss, outputs.aux_row_loss):
+        if extra is not None:
+            total = total + extra.sum()
+    return total
+
+
 def _check_outputs(outputs: PolicyOutputs, minibatch: RolloutBatch) -> None:
     if not isinstance(outputs, PolicyOutputs):
         raise TypeError(f"forward must return PolicyOutputs, got {type(outputs).__name__}")
@@ -329,6 +351,8 @@ def _check_outputs(outputs: PolicyOutputs, minibatch: RolloutBatch) -> None:
         raise ValueError(f"forward returned logp of shape {list(outputs.logp.shape)} for actions {list(shape)}")
     if not outputs.logp.requires_grad:
         raise ValueError("forward returned logp without grad (was it run under torch.no_grad?)")
+    if outputs.aux_row_loss is not None and tuple(outputs.aux_row_loss.shape) != shape[:1]:
+        raise ValueError(f"forward returned aux_row_loss of shape {list(outputs.aux_row_loss.shape)} for {shape[0]} rows")
 
 
 def _micro_batch_loss(

@@ -286,8 +286,9 @@ def make_forward(
     The model runs once per distinct position in the minibatch (G rows share a position). It must
     be in eval mode (no dropout); gradients flow. With `value_targets` ([B] expected scores of the
     positions for their side to move) and `value_loss_weight` > 0 the same trunk pass also gives the
-    value head's logits, and the minibatch's aux loss is the weight times the value head's
-    cross-entropy to those targets (the pretraining value loss), averaged over the minibatch's rows.
+    value head's logits, and each row's aux loss (`PolicyOutputs.aux_row_loss`, which the learner averages
+    over the minibatch's rows) is the weight times the value head's cross-entropy to its position's target
+    (the pretraining value loss).
     `value_batches` (optional, with a weight > 0): each call returns (inputs, targets) of labelled
     positions from a dataset, whose value cross-entropy is added too, so the head also stays fitted
     to the positions of the data (a forward of those positions per minibatch).
@@ -297,13 +298,16 @@ def make_forward(
     2022, InstructGPT), which keeps the policy on the engine's moves where the rewards do not reach.
     """
     with_value = value_targets is not None and value_loss_weight > 0
-    with_bc = bc_batches is not None and bc_loss_weight > 0
+    labelled = labelled_loss(
+        model, value_batches=value_batches if with_value else None, value_loss_weight=value_loss_weight, bc_batches=bc_batches,
+        bc_loss_weight=bc_loss_weight, bf16=bf16,
+    )  # fmt: skip
 
     def forward(minibatch: RolloutBatch) -> PolicyOutputs:
         if model.training:
             raise RuntimeError("the GRPO forward needs the model in eval mode (no dropout in RL forwards)")
         positions, inverse = torch.unique(minibatch.inputs["position"], return_inverse=True)
-        aux = None
+        aux_rows = None
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
             if with_value:
                 logits, value_logits = model(groups.tokens[positions], with_value=True)
@@ -312,27 +316,55 @@ def make_forward(
         if with_value:
             assert value_targets is not None
             target = value_targets.to(value_logits.device)[positions].float()
-            # A mean over the minibatch's rows (each row's position), not its distinct positions: data-parallel
-            # ranks weight their part of the minibatch by its share of the rows, so only a per-row mean adds up
-            # to the one-process loss.
+            # Per row (each row's position), not per distinct position: the learner averages it over the
+            # minibatch's rows, which data-parallel ranks and micro-batches split exactly.
             per_position = F.binary_cross_entropy_with_logits(value_logits.float(), target, reduction="none")
-            aux = value_loss_weight * per_position[inverse.to(per_position.device)].mean()
-            if value_batches is not None:
-                tokens, labelled = value_batches()
-                with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-                    _, data_logits = model(tokens.to(model.device), with_value=True)
-                aux = aux + value_loss_weight * F.binary_cross_entropy_with_logits(data_logits.float(), labelled.to(data_logits.device).float())
+            aux_rows = value_loss_weight * per_position[inverse.to(per_position.device)]
+        aux = labelled() if labelled is not None else None
+        logp_full = log_probs(logits, groups.legal[positions], temperature)
+        logp = logp_full[inverse].gather(1, minibatch.actions)
+        entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)
+        return PolicyOutputs(logp=logp, entropy=entropy, aux_loss=aux, aux_row_loss=aux_rows)
+
+    return forward
+
+
+def labelled_loss(
+    model: ActionPolicy,
+    *,
+    value_batches: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    value_loss_weight: float = 0.0,
+    bc_batches: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,
+    bc_loss_weight: float = 0.0,
+    bf16: bool = False,
+) -> Callable[[], torch.Tensor] | None:
+    """The losses on labelled positions that anchor a GRPO update (None when there are none): each call
+    draws the next `value_batches` / `bc_batches` and returns value_loss_weight x the value head's
+    cross-entropy to their labelled values plus bc_loss_weight x the behaviour-cloning cross-entropy to
+    their labelled best moves. A term of the whole minibatch, not of its rows (`PolicyOutputs.aux_loss`).
+    """
+    with_value = value_batches is not None and value_loss_weight > 0
+    with_bc = bc_batches is not None and bc_loss_weight > 0
+    if not (with_value or with_bc):
+        return None
+
+    def loss() -> torch.Tensor:
+        total = None
+        if with_value:
+            assert value_batches is not None
+            tokens, labelled = value_batches()
+            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+                _, data_logits = model(tokens.to(model.device), with_value=True)
+            total = value_loss_weight * F.binary_cross_entropy_with_logits(data_logits.float(), labelled.to(data_logits.device).float())
         if with_bc:
             assert bc_batches is not None
             tokens, legal, best = bc_batches()
             with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
                 bc_logits = model(tokens.to(model.device))
             bc_logp = log_probs(bc_logits, legal.to(bc_logits.device))
-            bc = -bc_logp.gather(1, best.to(bc_logits.device).unsqueeze(1)).mean()
-            aux = bc_loss_weight * bc if aux is None else aux + bc_loss_weight * bc
-        logp_full = log_probs(logits, groups.legal[positions], temperature)
-        logp = logp_full[inverse].gather(1, minibatch.actions)
-        entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)
-        return PolicyOutputs(logp=logp, entropy=entropy, aux_loss=aux)
+            bc = bc_loss_weight * -bc_logp.gather(1, best.to(bc_logits.device).unsqueeze(1)).mean()
+            total = bc if total is None else total + bc
+        assert total is not None
+        return total
 
-    return forward
+    return loss

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -190,6 +190,10 @@ class TaskRollout:
     row_groups: torch.Tensor | None = None
     """[N] long: each row's group as an index into the `StepGroups.mine` it was played for (a task mixture
     orders its joined rows by group, so that the rows of N processes are in the one-process order)."""
+    minibatch_terms: Callable[[], torch.Tensor] | None = None
+    """A loss added once to every minibatch's forward (`PolicyOutputs.aux_loss`), whatever its rows: e.g.
+    the value and bc losses on labelled positions drawn per call (`tasks.move_group.labelled_loss`). Every
+    rank calls it once per forward, so ranks draw the same positions."""
 
 
 class GRPOKind(Kind):
@@ -227,10 +231,12 @@ class GRPOKind(Kind):
     def learn(self, step: int, learner: Learner, rollout: TaskRollout) -> dict[str, float]:
         """`rl.optimize` on the rollout (one `learner.update` per minibatch); the step's metrics."""
         from chessgrpo.rl import optimize
+        from chessgrpo.rl.combine import with_minibatch_terms
 
         tick = time.perf_counter()
+        forward = rollout.forward if rollout.minibatch_terms is None else with_minibatch_terms(rollout.forward, rollout.minibatch_terms)
         metrics = optimize(
-            rollout.batch, rollout.forward, None, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
+            rollout.batch, forward, None, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
             update=learner.update, parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
             step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
         )  # fmt: skip

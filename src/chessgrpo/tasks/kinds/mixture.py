@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +215,10 @@ class MixtureKind(PolicyGRPOKind):
         names: list[str] = []
         row_seeds: list[Sequence[int]] = []
         for index, (item, task) in enumerate(zip(config.tasks, self.tasks)):
+            task.learner_model = self.learner_model  # the DDP wrapper in a data-parallel run
             groups = task_step_groups(tasks_of_groups, index, mine)
             if not groups.mine:
                 continue
-            task.learner_model = self.learner_model  # the DDP wrapper in a data-parallel run
             rollout = task.rollout(step, groups)
             rollout.batch.advantages = compute_advantages(rollout.batch, config.grpo)
             if rollout.row_groups is None:
@@ -235,8 +235,16 @@ class MixtureKind(PolicyGRPOKind):
         forward = concat_forwards([part.batch for part in parts], [part.forward for part in parts])
         (samples,) = self.context.parallel.sum([int(batch.mask.sum())])
         joined = TaskRollout(batch, forward, self._task_metrics(names, parts, tasks_of_groups), samples=int(samples),
-                             rollout_s=sum(part.rollout_s for part in parts))  # fmt: skip
+                             rollout_s=sum(part.rollout_s for part in parts), minibatch_terms=self._minibatch_terms(step))  # fmt: skip
         return self.learn(step, learner, joined)
+
+    def _minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
+        """Every task's minibatch-wide losses (e.g. value and bc on labelled positions), whether or not this rank
+        plays any of its groups this step: the ranks then draw the same positions and use the same parameters."""
+        terms = [term for term in (task.minibatch_terms(step) for task in self.tasks) if term is not None]
+        if not terms:
+            return None
+        return lambda: sum((term() for term in terms[1:]), terms[0]())
 
     def _task_metrics(self, names: list[str], parts: list[TaskRollout], tasks_of_groups: torch.Tensor) -> dict[str, float]:
         """Every task's metrics as ``<group>/<task>/<metric>``; entropy, KL and phase times over all its rows."""

@@ -25,9 +25,11 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import chess
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
@@ -37,7 +39,7 @@ from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
-from chessgrpo.tasks.move_group import MoveGroupConfig, make_forward, sample_groups, score_groups, to_rollout_batch
+from chessgrpo.tasks.move_group import MoveGroupConfig, labelled_loss, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
 from chessgrpo.train.kind import GRPOKind, RunContext, StepGroups, TaskRollout, interval_text, postfix
@@ -222,6 +224,12 @@ class PolicyGRPOKind(GRPOKind):
     def head_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.model.head.parameters())
 
+    def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
+        """Step `step`'s losses added once to every minibatch whatever its rows (`TaskRollout.minibatch_terms`),
+        or None. A function of (seed, step) alone, so a task mixture adds a task's terms on every rank,
+        including ranks that play none of its groups this step."""
+        return None
+
     @property
     def trains_value_head(self) -> bool:
         """Whether a value loss trains the value head (move_group's value_loss_weight > 0)."""
@@ -355,8 +363,6 @@ class MoveGroupKind(PolicyGRPOKind):
         forward = make_forward(
             self.learner_model, groups_, temperature=learn_temperature, bf16=bf16,
             value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
-            value_batches=self._value_batches(step) if self.value_data is not None else None,
-            bc_batches=self._bc_batches(step) if self.bc_data is not None else None, bc_loss_weight=config.bc_loss_weight,
         )  # fmt: skip
 
         stats = self.pool.stats
@@ -388,7 +394,30 @@ class MoveGroupKind(PolicyGRPOKind):
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
         # every rank's samples: the ranks step together
         return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s,
-                           row_groups=batch.inputs["position"])
+                           row_groups=batch.inputs["position"], minibatch_terms=self.minibatch_terms(step))  # fmt: skip
+
+    def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
+        """The value and bc losses on labelled positions (`value_positions`, `bc_positions`), drawn per call from
+        generators seeded by (seed, step). With a value loss but no labelled value positions, the value head
+        still runs (x 0) on one position, so that every data-parallel rank uses it in every update (DDP needs
+        a gradient for every trained parameter on every rank, and a rank of a task mixture may hold no
+        one-move row to train it on)."""
+        config = self.config
+        labelled = labelled_loss(
+            self.learner_model, value_batches=self._value_batches(step) if self.value_data is not None else None,
+            value_loss_weight=config.value_loss_weight, bc_batches=self._bc_batches(step) if self.bc_data is not None else None,
+            bc_loss_weight=config.bc_loss_weight, bf16=self.context.bf16,
+        )  # fmt: skip
+        if not (self.trains_value_head and self.value_data is None):
+            return labelled
+        touch = self.model.inputs([chess.Board()])[0]
+
+        def with_value_head() -> torch.Tensor:
+            _, value_logits = self.learner_model(touch.to(self.context.device), with_value=True)
+            zero = value_logits.sum() * 0.0
+            return zero if labelled is None else labelled() + zero
+
+        return with_value_head
 
     def _labelled_draws(self, data: Any, size: int, step: int, stream: int):
         """A function drawing `size` positions of `data` per call, from a generator seeded by (seed, step, stream)."""
