@@ -12,6 +12,10 @@ step and the same optimizer updates. The step:
 3. **learn**: the tasks' rows are joined (`rl.combine.concat_rollouts`, shorter rows padded and
    masked) and `rl.optimize` runs once over them: the same minibatches, clipping, KL and updates
    as any GRPO kind (token_mean counts a trajectory's plies as samples beside one-move samples).
+   Auxiliary losses: a one-move task's value loss on its rollout's positions is a per-row term that the
+   learner averages over all the minibatch's rows (other tasks' rows count 0, so its weight is in effect
+   value_loss_weight x the one-move share of the rows); its losses on labelled positions (value, bc) are
+   added to every minibatch, on every rank, whether or not the rank plays one of its groups this step.
 
 A task's config holds only its own keys (`task`, start positions, rewards, evaluation); the loop's
 knobs, `init_checkpoint`, `model`, `grpo` and `engine` are the mixture's, shared by every task, and
