@@ -19,10 +19,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from chessgrpo.board import NUM_ACTIONS, decode_tokens, move_to_action
+from chessgrpo.board import ACTIONS, NUM_ACTIONS, decode_tokens, move_to_action
 from chessgrpo.board.endgames import endgame_positions
 from chessgrpo.config import EngineConfig, RunConfig
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs
 from chessgrpo.rl import GRPOConfig, InvariantViolation, compute_advantages
 from chessgrpo.tasks.endgame import TablebaseOracle
 from chessgrpo.tasks.trajectory import (
@@ -332,3 +332,27 @@ def test_rewards_valued_during_the_rollout_equal_rewards_valued_after_it():
     (plain, searched), (overlapped, searched_overlapped) = results
     assert torch.equal(plain, overlapped) and searched == searched_overlapped > 9
     assert plain[trajectories.mask].abs().sum() > 0  # real rewards, not zeros
+
+
+def test_reference_opponent_plays_at_its_own_temperature():
+    """`opponent_temperature`: a near-zero one plays the start policy's argmax move in every game of a group
+    (as in `eval games`), where the rollout temperature varies it; the learner's plies keep their temperature."""
+    from chessgrpo.tasks.trajectory import PolicyOpponent
+
+    torch.manual_seed(0)
+    reference = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    with torch.no_grad():  # a fresh policy is near-uniform: spread its logits so that temperatures differ
+        for parameter in reference.head.parameters():
+            parameter.mul_(4.0)
+    boards = [chess.Board() for _ in range(16)]
+    with torch.no_grad():
+        tokens, legal = reference.inputs([chess.Board()])
+        argmax = ACTIONS[int(log_probs(reference(tokens), legal, 1.0).argmax())]
+    cold = PolicyOpponent(reference, 0.01, torch.Generator().manual_seed(0)).moves(boards)
+    warm = PolicyOpponent(reference, 1.0, torch.Generator().manual_seed(0)).moves(boards)
+    assert {m.uci() for m in cold} == {argmax} and len({m.uci() for m in warm}) > 1
+    assert TrajectoryConfig(opponent="reference", opponent_temperature=0.25).opponent_temperature == 0.25
+    with pytest.raises(ValueError, match="opponent_temperature"):
+        TrajectoryConfig(opponent="reference", opponent_temperature=0.0)
+    with pytest.raises(ValueError, match="reference opponent"):
+        TrajectoryConfig(opponent="tablebase", opponent_temperature=0.5)

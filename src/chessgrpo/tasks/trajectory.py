@@ -17,7 +17,7 @@ A step of the trajectory task:
      colour's rows, whose rewards are the negation of theirs). A self-play game runs 2T + 1
      half-moves, so the second mover's T-th ply also gets an answer; that last move is sampled
      but not trained on (it is outside the start mover's T plies).
-   - ``reference``: the frozen start policy, sampled at the rollout temperature.
+   - ``reference``: the frozen start policy, sampled at the rollout temperature (or `opponent_temperature`).
    - ``stockfish``: the engine pool's best move at `opponent_nodes` nodes (deterministic).
    - ``tablebase``: the perfect player (`tasks.endgame.TablebaseOracle.tablebase_move`); as the
      weak side it is the perfect defender (the loss that takes longest, or a draw if any).
@@ -100,6 +100,9 @@ class TrajectoryConfig:
     """Rollout temperature of the learner's plies. The learner uses the same one (ARCHITECTURE invariant 1)."""
     opponent: str = "tablebase"
     """self | reference | stockfish | tablebase (module docstring)."""
+    opponent_temperature: float | None = None
+    """The ``reference`` opponent's sampling temperature; null = `temperature`. Lower plays closer to the
+    start policy's argmax moves, the way it plays in evaluation games (`eval games` is argmax)."""
     opponent_nodes: int = 100
     """Stockfish node limit of the ``stockfish`` opponent's best move (a weak setting at ~100)."""
     reward: str = "tablebase"
@@ -141,6 +144,10 @@ class TrajectoryConfig:
             raise ValueError(f"shaping must be a finite number >= 0 (0 = mate/lost-win only), got {self.shaping}")
         if self.opponent_nodes < 1 or self.reward_nodes < 1:
             raise ValueError(f"opponent_nodes and reward_nodes must be >= 1, got {self.opponent_nodes}, {self.reward_nodes}")
+        if self.opponent_temperature is not None and not (self.opponent_temperature > 0 and math.isfinite(self.opponent_temperature)):
+            raise ValueError(f"opponent_temperature must be > 0 (or null: the rollout temperature), got {self.opponent_temperature}")
+        if self.opponent_temperature is not None and self.opponent != "reference":
+            raise ValueError(f"opponent_temperature is the reference opponent's; opponent is {self.opponent!r}")
         if not (self.shaping >= 0 and math.isfinite(self.shaping)):
             raise ValueError(f"shaping must be a finite number >= 0, got {self.shaping}")
 

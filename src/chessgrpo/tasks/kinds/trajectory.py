@@ -215,7 +215,9 @@ class TrajectoryKind(PolicyGRPOKind):
         if kind == "self":
             return None
         if kind == "reference":
-            return PolicyOpponent(self.reference, self.config.task.temperature)  # per-step generators: train_step
+            task = self.config.task
+            temperature = task.opponent_temperature if task.opponent_temperature is not None else task.temperature
+            return PolicyOpponent(self.reference, temperature)  # per-step generators: train_step
         if kind == "stockfish":
             assert self.pool is not None
             return StockfishOpponent(self.pool, self.config.task.opponent_nodes)
