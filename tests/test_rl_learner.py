@@ -322,52 +322,46 @@ def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
     assert not any(key.startswith("grad_norm/") for key in step(4, stale))
 
 
+def _first_update_gradient(model: nn.Module, batch: RolloutBatch, forward: Callable, config: GRPOConfig) -> torch.Tensor:
+    """The gradient `optimize` hands to its first optimizer step (micro-batches accumulated), flattened."""
+    model.zero_grad()
+    steps: list[torch.Tensor] = []
+
+    def update(loss: torch.Tensor, step: bool = True) -> float:
+        loss.backward()
+        if step:
+            steps.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
+            model.zero_grad()
+        return 0.0
+
+    optimize(batch, forward, None, config, KLController.from_config(config), update=update, parameters=[], generator=torch.Generator().manual_seed(0))
+    return steps[0]
+
+
 def test_a_per_row_aux_loss_is_the_minibatch_mean_however_the_rows_are_split() -> None:
     # aux_row_loss (e.g. a value loss per row's position) must add up to its mean over the minibatch's rows,
     # with or without micro-batches (and, the same arithmetic, over data-parallel ranks).
     model = random_model(2, scale=0.3)
     batch = rollout(model, make_positions(4, 1, seed=8), 4, temperature=1.0, generator=torch.Generator().manual_seed(9))
+    batch.extras["row"] = torch.arange(batch.num_rows)
     base = make_forward(model, 1.0)
     target = torch.linspace(-1.0, 1.0, batch.num_rows)
 
-    def forward(minibatch: RolloutBatch) -> PolicyOutputs:
-        out = base(minibatch)
-        rows = minibatch.extras["row"]
+    def per_row(inputs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         # A loss of the model's output per row, different for every row (so the weighting matters).
-        per_row = (model(minibatch.inputs[:, 0]).sum(dim=1) - target[rows]) ** 2
-        return dataclasses.replace(out, aux_row_loss=per_row)
+        return (model(inputs[:, 0]).sum(dim=1) - target[rows]) ** 2
 
-    batch.extras["row"] = torch.arange(batch.num_rows)
-    gradients = []
-    for micro in (0, 3):
-        model.zero_grad()
-        grads: list[torch.Tensor] = []
+    def forward(minibatch: RolloutBatch) -> PolicyOutputs:
+        return dataclasses.replace(base(minibatch), aux_row_loss=per_row(minibatch.inputs, minibatch.extras["row"]))
 
-        def update(loss: torch.Tensor, step: bool = True) -> float:
-            loss.backward()
-            if step:
-                grads.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
-                model.zero_grad()
-            return 0.0
+    def config(micro: int) -> GRPOConfig:
+        return GRPOConfig(num_iterations=1, minibatch_size=batch.num_rows, micro_batch_size=micro, check_invariants=False)
 
-        config = GRPOConfig(num_iterations=1, minibatch_size=batch.num_rows, micro_batch_size=micro, check_invariants=False)
-        optimize(batch, forward, None, config, KLController.from_config(config), update=update, parameters=[], generator=torch.Generator().manual_seed(0))
-        gradients.append(grads[0])
-    assert torch.allclose(gradients[0], gradients[1], atol=1e-6)
-    # ... and the term in it is the rows' mean: its gradient alone equals the mean's.
+    whole = _first_update_gradient(model, batch, forward, config(0))
+    assert torch.allclose(whole, _first_update_gradient(model, batch, forward, config(3)), atol=1e-6)
+    # ... and the term in it is the rows' mean: with it minus without it is the mean's own gradient.
+    without = _first_update_gradient(model, batch, base, config(0))
     model.zero_grad()
-    ((model(batch.inputs[:, 0]).sum(dim=1) - target) ** 2).mean().backward()
-    aux_only = torch.cat([p.grad.flatten().clone() for p in model.parameters()])
-    model.zero_grad()
-    base_update: list[torch.Tensor] = []
-
-    def policy_only(loss: torch.Tensor, step: bool = True) -> float:
-        loss.backward()
-        if step:
-            base_update.append(torch.cat([p.grad.flatten().clone() for p in model.parameters()]))
-            model.zero_grad()
-        return 0.0
-
-    config = GRPOConfig(num_iterations=1, minibatch_size=batch.num_rows, check_invariants=False)
-    optimize(batch, base, None, config, KLController.from_config(config), update=policy_only, parameters=[], generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(gradients[0] - base_update[0], aux_only, atol=1e-6)
+    per_row(batch.inputs, batch.extras["row"]).mean().backward()
+    mean_gradient = torch.cat([p.grad.flatten().clone() for p in model.parameters()])
+    assert torch.allclose(whole - without, mean_gradient, atol=1e-6)
