@@ -297,7 +297,7 @@ def test_value_positions_add_labelled_positions_to_the_value_loss(tmp_path):
 def test_bc_term_anchors_the_policy_to_the_labelled_moves(tmp_path):
     """PPO-ptx: the bc term is the pretraining cross-entropy on labelled positions, added to the GRPO loss."""
     from chessgrpo.config import ConfigError
-    from chessgrpo.tasks.move_group import make_forward
+    from chessgrpo.tasks.move_group import labelled_loss
 
     labelled = _labelled_dataset(tmp_path / "labelled", 24)
     start = tmp_path / "start"
@@ -317,18 +317,15 @@ def test_bc_term_anchors_the_policy_to_the_labelled_moves(tmp_path):
 
     # Minimising the term alone puts the policy's argmax on the labelled best moves.
     model = load_policy(start).eval()
-    boards = [chess.Board()]
-    groups = sample_groups(model, boards, 2, temperature=1.0, generator=torch.Generator().manual_seed(0))
-    batch = to_rollout_batch(groups, torch.zeros(1, 2))
     fixed = (tokens, legal, best)
-    forward = make_forward(model, groups, temperature=1.0, bc_batches=lambda: fixed, bc_loss_weight=1.0)
+    bc_term = labelled_loss(model, bc_batches=lambda: fixed, bc_loss_weight=1.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    first = float(forward(batch).aux_loss.detach())
+    first = float(bc_term().detach())
     for _ in range(80):
         optimizer.zero_grad()
-        forward(batch).aux_loss.backward()
+        bc_term().backward()
         optimizer.step()
-    assert float(forward(batch).aux_loss.detach()) < 0.3 * first
+    assert float(bc_term().detach()) < 0.3 * first
     with torch.no_grad():
         chosen = log_probs(model(tokens), legal).argmax(dim=1)
     assert torch.equal(chosen, best)

@@ -277,9 +277,6 @@ def make_forward(
     bf16: bool = False,
     value_targets: torch.Tensor | None = None,
     value_loss_weight: float = 0.0,
-    value_batches: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
-    bc_batches: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,
-    bc_loss_weight: float = 0.0,
 ):
     """The learner's forward for these groups: log-probs and exact entropy of any subset of rows.
 
@@ -288,20 +285,9 @@ def make_forward(
     positions for their side to move) and `value_loss_weight` > 0 the same trunk pass also gives the
     value head's logits, and each row's aux loss (`PolicyOutputs.aux_row_loss`, which the learner averages
     over the minibatch's rows) is the weight times the value head's cross-entropy to its position's target
-    (the pretraining value loss).
-    `value_batches` (optional, with a weight > 0): each call returns (inputs, targets) of labelled
-    positions from a dataset, whose value cross-entropy is added too, so the head also stays fitted
-    to the positions of the data (a forward of those positions per minibatch).
-    `bc_batches` (optional, with `bc_loss_weight` > 0): each call returns (inputs, legal mask, best
-    action) of labelled positions, whose behaviour-cloning cross-entropy (the pretraining objective,
-    at temperature 1) is added with that weight: the pretraining-mix anchor of PPO-ptx (Ouyang et al.
-    2022, InstructGPT), which keeps the policy on the engine's moves where the rewards do not reach.
+    (the pretraining value loss). Losses on labelled positions are not the rows': `labelled_loss`.
     """
     with_value = value_targets is not None and value_loss_weight > 0
-    labelled = labelled_loss(
-        model, value_batches=value_batches if with_value else None, value_loss_weight=value_loss_weight, bc_batches=bc_batches,
-        bc_loss_weight=bc_loss_weight, bf16=bf16,
-    )  # fmt: skip
 
     def forward(minibatch: RolloutBatch) -> PolicyOutputs:
         if model.training:
@@ -320,11 +306,10 @@ def make_forward(
             # minibatch's rows, which data-parallel ranks and micro-batches split exactly.
             per_position = F.binary_cross_entropy_with_logits(value_logits.float(), target, reduction="none")
             aux_rows = value_loss_weight * per_position[inverse.to(per_position.device)]
-        aux = labelled() if labelled is not None else None
         logp_full = log_probs(logits, groups.legal[positions], temperature)
         logp = logp_full[inverse].gather(1, minibatch.actions)
         entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)
-        return PolicyOutputs(logp=logp, entropy=entropy, aux_loss=aux, aux_row_loss=aux_rows)
+        return PolicyOutputs(logp=logp, entropy=entropy, aux_row_loss=aux_rows)
 
     return forward
 
@@ -340,8 +325,11 @@ def labelled_loss(
 ) -> Callable[[], torch.Tensor] | None:
     """The losses on labelled positions that anchor a GRPO update (None when there are none): each call
     draws the next `value_batches` / `bc_batches` and returns value_loss_weight x the value head's
-    cross-entropy to their labelled values plus bc_loss_weight x the behaviour-cloning cross-entropy to
-    their labelled best moves. A term of the whole minibatch, not of its rows (`PolicyOutputs.aux_loss`).
+    cross-entropy to their labelled values (so the head stays fitted to the data's positions) plus
+    bc_loss_weight x the behaviour-cloning cross-entropy to their labelled best moves (the pretraining
+    objective at temperature 1: the pretraining-mix anchor of PPO-ptx, Ouyang et al. 2022, which keeps the
+    policy on the engine's moves where the rewards do not reach). A term of the whole minibatch, not of its
+    rows (`TaskRollout.minibatch_terms`).
     """
     with_value = value_batches is not None and value_loss_weight > 0
     with_bc = bc_batches is not None and bc_loss_weight > 0
