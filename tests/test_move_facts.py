@@ -252,3 +252,117 @@ def test_mate_in_two_bit_and_policy_with_both_extra_facts(tmp_path):
     save_policy(both, tmp_path / "both")
     loaded = load_policy(tmp_path / "both")
     assert loaded.config.extra_facts == ("en_prise", "mate_in_two")
+
+
+# --- the leaves-hanging fact (bit 7): any of the mover's pieces can be won by one capture ---
+
+
+def _hanging(fen: str) -> set[str]:
+    from chessgrpo.board.move_facts import leaves_hanging_actions
+
+    board = chess.Board(fen)
+    before = board.fen()
+    flagged = {_uci(action) for action in leaves_hanging_actions(board)}
+    assert board.fen() == before  # the board is left as it was
+    return flagged
+
+
+def test_leaves_hanging_by_hand():
+    # The white knight on d4 is attacked by the e5 pawn: every move that does not save it leaves it
+    # hanging, defending it with a pawn does not help (knight 3 for pawn 1), retreats to safe squares do.
+    flagged = _hanging("rnbqkbnr/pppp1ppp/8/4p3/3N4/8/PPPPPPPP/RNBQKB1R w KQkq - 0 2")
+    assert {"a2a3", "e2e3", "c2c3", "d4c6", "d4e6"} <= flagged
+    assert not {"d4b3", "d4f3", "d4f5", "d4b5"} & flagged
+    # Rook d1 attacked by the rook on d4 and undefended: king moves leave it, stepping along the first
+    # rank saves it, taking the attacker is not flagged (nothing of White's is attacked after it).
+    flagged = _hanging("6k1/8/8/8/3r4/8/8/3R2K1 w - - 0 1")
+    assert {"g1f1", "g1h2", "d1d2"} <= flagged and not {"d1a1", "d1e1", "d1d4"} & flagged
+    # A defender walks away. The knight on f3 is attacked by the queen on h5 and defended by the bishop on e2 (queen 9 > knight 3,
+    # so the queen will not take a defended knight); moving the bishop off e2's diagonal leaves it hanging.
+    flagged = _hanging("4k3/8/8/7q/8/5N2/4B3/4K3 w - - 0 1")
+    assert "e2a6" in flagged and "e2d1" not in flagged  # d1 still guards f3
+    # Checks are never flagged (the opponent must answer them), even when they leave a piece hanging.
+    assert "e2b5" not in _hanging("4k3/8/8/7q/8/5N2/4B3/4K3 w - - 0 1")
+    # A move that takes more than it leaves: Bxh5 (wins the queen) is not flagged.
+    assert "e2h5" not in flagged
+
+
+def test_leaves_hanging_agrees_with_playing_the_captures_out():
+    """Against a slow reference that pushes every capture the opponent then has and looks for a legal
+    recapture, on positions from random games. They differ only where pins make a capture or recapture
+    illegal (the static estimate ignores pins), which is rare."""
+    import random
+
+    from chessgrpo.board.move_facts import HANGING_MIN_GAIN, PIECE_VALUES, en_prise_actions, leaves_hanging_actions
+
+    def by_pushes(board: chess.Board) -> set[int]:
+        out = set()
+        for move in list(board.legal_moves):
+            if board.gives_check(move) or board.is_castling(move):
+                continue
+            captured = PIECE_VALUES[chess.PAWN] if board.is_en_passant(move) else PIECE_VALUES[board.piece_type_at(move.to_square) or 0]
+            board.push(move)
+            worst = 0
+            for reply in list(board.legal_moves):
+                if board.is_capture(reply) and not board.is_en_passant(reply):
+                    victim = PIECE_VALUES[board.piece_type_at(reply.to_square)]
+                    attacker = PIECE_VALUES[board.piece_type_at(reply.from_square)]
+                    board.push(reply)
+                    recapture = any(True for _ in board.generate_legal_captures(to_mask=chess.BB_SQUARES[reply.to_square]))
+                    board.pop()
+                    worst = max(worst, victim - attacker if recapture else victim)
+            board.pop()
+            if worst - captured >= HANGING_MIN_GAIN:
+                out.add(move_to_action(move))
+        return out
+
+    rng = random.Random(0)
+    agree = total = flagged = 0
+    for _ in range(40):
+        board = chess.Board()
+        for _ in range(rng.randrange(6, 90)):
+            if board.is_game_over():
+                break
+            board.push(rng.choice(list(board.legal_moves)))
+        if board.is_game_over():
+            continue
+        fast, slow = set(leaves_hanging_actions(board)), by_pushes(board)
+        for move in board.legal_moves:
+            action = move_to_action(move)
+            total += 1
+            agree += (action in fast) == (action in slow)
+            flagged += action in fast
+        # The moved piece is one of the mover's pieces: an en-prise move that loses 2 or more beyond
+        # its capture leaves something hanging (checks and castling aside).
+        for action in en_prise_actions(board):
+            move = next(m for m in board.legal_moves if move_to_action(m) == action)
+            if not board.gives_check(move) and action not in fast:
+                taken = PIECE_VALUES[board.piece_type_at(move.to_square) or 0]
+                assert PIECE_VALUES[move.promotion or board.piece_type_at(move.from_square)] - taken < HANGING_MIN_GAIN + 1, (board.fen(), move.uci())
+    assert total > 1000 and 0.1 < flagged / total < 0.9
+    assert agree / total >= 0.98, agree / total
+
+
+def test_leaves_hanging_bit_and_policy_reading_eight_facts(tmp_path):
+    from chessgrpo.board.move_facts import LEAVES_HANGING
+
+    fen = "rnbqkbnr/pppp1ppp/8/4p3/3N4/8/PPPPPPPP/RNBQKB1R w KQkq - 0 2"
+    a3 = move_to_action(chess.Move.from_uci("a2a3"))
+    assert dict(move_facts(chess.Board(fen), extra=("leaves_hanging",)))[a3] == LEAVES_HANGING == 128
+    assert a3 not in dict(move_facts(chess.Board(fen)))
+    with pytest.raises(ValueError, match="needs move_facts"):
+        PolicyConfig(leaves_hanging=True)
+    model = ActionPolicy(PolicyConfig(move_facts=True, en_prise=True, mate_in_two=True, leaves_hanging=True))
+    assert model.config.fact_names[-1] == "leaves_hanging" and model.move_facts.weights.out_features == 8
+    tokens, _ = model.inputs([chess.Board(fen)])
+    assert tokens[0, SEQUENCE_LENGTH + a3] == LEAVES_HANGING
+    sparse = SparseMoveFacts.of([chess.Board(fen)], model.config.extra_facts)  # uint8 storage keeps bit 7
+    assert sparse.dense(np.array([0]))[0, a3] == LEAVES_HANGING
+    with torch.no_grad():
+        before = model(tokens)
+        model.move_facts.weights.bias[7] = -2.0  # the new weight moves only the flagged moves
+        delta = model(tokens) - before
+    hanging = tokens[0, SEQUENCE_LENGTH:] & LEAVES_HANGING > 0
+    assert torch.allclose(delta[0, hanging], torch.tensor(-2.0)) and torch.all(delta[0, ~hanging] == 0)
+    save_policy(model, tmp_path / "hanging")
+    assert load_policy(tmp_path / "hanging").config.extra_facts == ("en_prise", "mate_in_two", "leaves_hanging")

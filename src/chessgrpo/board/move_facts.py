@@ -13,7 +13,8 @@ Bits of an action's fact byte (0 for an illegal move and for a legal move with n
 `MOVE_FACTS` (the rules), and for a policy that asks for them (`EXTRA_FACTS`): `EN_PRISE` (bit 5), a
 static estimate, not a rule, of whether the moved piece can be taken at a loss (`en_prise_actions`), and
 `MATE_IN_TWO` (bit 6), exact: the move is a check after which every reply allows a mate in one
-(`mate_in_two_actions`).
+(`mate_in_two_actions`), and `LEAVES_HANGING` (bit 7), a static estimate like en prise but over every
+piece of the mover: the opponent can then win material with one capture (`leaves_hanging_actions`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ MATE_IN_TWO = 1 << (len(MOVE_FACTS) + 1)
 forced mate in two that starts with a check (`mate_in_two_actions`). Only for policies built with
 ``mate_in_two`` (`models.policy.PolicyConfig`)."""
 
-EXTRA_FACTS = {"en_prise": EN_PRISE, "mate_in_two": MATE_IN_TWO}
+LEAVES_HANGING = 1 << (len(MOVE_FACTS) + 2)
+"""Bit 7: a move that does not give check, after which the opponent can capture one of the mover's pieces
+(any of them, not only the moved one) and gain at least `HANGING_MIN_GAIN` points more than the move
+captured, in one exchange (`leaves_hanging_actions`). Only for policies built with ``leaves_hanging``."""
+
+HANGING_MIN_GAIN = 2
+"""Material (pawns) a `LEAVES_HANGING` move loses beyond what it took: a minor piece, the exchange or
+more. Pawn-sized losses are left out: in engine games they are as often gambits and trades as blunders."""
+
+EXTRA_FACTS = {"en_prise": EN_PRISE, "mate_in_two": MATE_IN_TWO, "leaves_hanging": LEAVES_HANGING}
 """The optional facts by name, with their bits: a policy reads the rule facts (`MOVE_FACTS`) and those
 of these it was built with (`models.policy.PolicyConfig.extra_facts`)."""
 
@@ -67,7 +77,8 @@ def move_facts(board: chess.Board, fen: str | None = None, *, extra: Collection[
     Computed by the fast backend (`board.fast_moves`, ~0.09 ms for a middlegame position) when it
     is installed, else by `move_facts_reference`; the two agree move for move (tests/test_fast_moves.py).
     `fen`: the board's FEN, when the caller has it. `extra`: names of `EXTRA_FACTS` to set as well
-    (en_prise ~0.1 ms more; mate_in_two ~0.1-1 ms more, growing with the number of checks).
+    (en_prise ~0.1 ms more; mate_in_two ~0.1-1 ms more, growing with the number of checks;
+    leaves_hanging ~0.4 ms more).
     """
     unknown = set(extra) - EXTRA_FACTS.keys()
     if unknown:
@@ -83,6 +94,10 @@ def move_facts(board: chess.Board, fen: str | None = None, *, extra: Collection[
             checks = {action for action, bits in facts if bits & CHECK and not bits & CHECKMATE}
             for action in mate_in_two_actions(board, checks):
                 merged[action] = merged.get(action, 0) | MATE_IN_TWO
+        if "leaves_hanging" in extra:
+            checks = {action for action, bits in facts if bits & CHECK}
+            for action in leaves_hanging_actions(board, checks):
+                merged[action] = merged.get(action, 0) | LEAVES_HANGING
         facts = list(merged.items())
     return sorted(facts)
 
@@ -134,6 +149,94 @@ def en_prise_actions(board: chess.Board) -> list[int]:
             loss = moved
         if loss > captured:
             out.append(move_to_action(move))
+    return out
+
+
+def _attacks_from(piece_type: chess.PieceType, color: chess.Color, square: chess.Square, occupied: int) -> int:
+    """Squares a piece of `piece_type` on `square` attacks with `occupied` as the blockers."""
+    if piece_type == chess.PAWN:
+        return chess.BB_PAWN_ATTACKS[color][square]
+    if piece_type == chess.KNIGHT:
+        return chess.BB_KNIGHT_ATTACKS[square]
+    if piece_type == chess.KING:
+        return chess.BB_KING_ATTACKS[square]
+    attacks = 0
+    if piece_type in (chess.BISHOP, chess.QUEEN):
+        attacks |= chess.BB_DIAG_ATTACKS[square][chess.BB_DIAG_MASKS[square] & occupied]
+    if piece_type in (chess.ROOK, chess.QUEEN):
+        attacks |= chess.BB_RANK_ATTACKS[square][chess.BB_RANK_MASKS[square] & occupied]
+        attacks |= chess.BB_FILE_ATTACKS[square][chess.BB_FILE_MASKS[square] & occupied]
+    return attacks
+
+
+def leaves_hanging_actions(board: chess.Board, checks: Collection[int] | None = None) -> list[int]:
+    """Actions of the legal moves after which the opponent can win material with one capture.
+
+    The same one-exchange static estimate as `en_prise_actions` (the capture and, when the square is
+    defended, the recapture: the mover loses the piece's value, or that value minus the cheapest
+    attacker's; no pins, x-rays or longer sequences), but over every piece of the mover after the move,
+    not only the moved one: a defender that walks away, a line it opens, a threat it ignores. A move is
+    flagged when the largest such loss exceeds what the move captured by `HANGING_MIN_GAIN` or more.
+    Checks are never flagged (the opponent must answer the check first), nor is castling.
+    `checks`: the actions of the board's checking moves when the caller knows them (from its
+    `move_facts`); otherwise each move is tested.
+
+    Why it is a move fact: in the recipe's pretrained 3 x 96 policy's games against Stockfish at Skill
+    Level 0, 300 of its 576 moves that lost more than 0.2 of expected score left a piece hanging this
+    way, against 9 that put the moved piece en prise (docs/benchmarks.md, "Leaves hanging").
+    """
+    us, them = board.turn, not board.turn
+    occupied, kings = board.occupied, board.kings
+    mine, theirs = board.occupied_co[us], board.occupied_co[them]
+    attacked_before = 0  # the mover's pieces the opponent attacks now: every move must keep them in mind
+    for square in chess.scan_forward(mine & ~kings):
+        if board.attackers_mask(them, square, occupied):
+            attacked_before |= chess.BB_SQUARES[square]
+    out: list[int] = []
+    for move in board.generate_legal_moves():
+        action = move_to_action(move)
+        if (action in checks) if checks is not None else board.gives_check(move):
+            continue
+        if board.is_castling(move):
+            continue
+        from_square, to_square = move.from_square, move.to_square
+        piece = board.piece_type_at(from_square)
+        moved = move.promotion or piece
+        from_bb, to_bb = chess.BB_SQUARES[from_square], chess.BB_SQUARES[to_square]
+        after = (occupied & ~from_bb) | to_bb
+        their_after = theirs & ~to_bb
+        captured = PIECE_VALUES[board.piece_type_at(to_square) or 0]
+        if board.is_en_passant(move):
+            taken = chess.BB_SQUARES[to_square + (-8 if us == chess.WHITE else 8)]
+            after &= ~taken
+            their_after &= ~taken
+            captured = PIECE_VALUES[chess.PAWN]
+        mine_after = (mine & ~from_bb) | to_bb
+        kings_after = (kings & mine & ~from_bb) | (to_bb if piece == chess.KING else 0)
+        # A piece can only come under attack if it was attacked, sits on a line the move opens, or moved.
+        lines = chess.BB_RANK_MASKS[from_square] | chess.BB_FILE_MASKS[from_square] | chess.BB_DIAG_MASKS[from_square]
+        candidates = (attacked_before | lines | to_bb) & mine_after & ~kings_after
+        moved_attacks = _attacks_from(moved, us, to_square, after)  # the moved piece defends from its new square
+        worst = 0
+        for square in chess.scan_forward(candidates):
+            value = PIECE_VALUES[moved] if square == to_square else PIECE_VALUES[board.piece_type_at(square) or 0]
+            if value <= worst:
+                continue
+            attackers = board.attackers_mask(them, square, after) & their_after
+            if not attackers:
+                continue
+            defended = bool(board.attackers_mask(us, square, after) & mine_after & ~from_bb)
+            defended = defended or (square != to_square and bool(moved_attacks & chess.BB_SQUARES[square]))
+            if defended:
+                cheapest = min(
+                    PIECE_VALUES[kind] if (kind := board.piece_type_at(attacker)) != chess.KING else 100
+                    for attacker in chess.scan_forward(attackers)
+                )
+                worst = max(worst, value - cheapest)
+            else:
+                worst = value
+        if worst - captured >= HANGING_MIN_GAIN:
+            out.append(action)
     return out
 
 

@@ -77,6 +77,10 @@ class PolicyConfig:
     mate_in_two: bool = False
     """With `move_facts`: one more fact, `board.move_facts.MATE_IN_TWO` (the move is a check that forces
     mate in two; exact). False in every policy saved before it existed."""
+    leaves_hanging: bool = False
+    """With `move_facts`: one more fact, `board.move_facts.LEAVES_HANGING` (after the move the opponent can
+    win a piece's worth with one capture, a one-exchange static estimate over all the mover's pieces).
+    False in every policy saved before it existed."""
     value_head: bool = False
     """Also predict the side to move's expected score in [0, 1] (`ValueHead`, on the shared trunk):
     what search (`chessgrpo.search`) evaluates its leaves with."""
@@ -412,6 +416,10 @@ class ModelConfig:
     mate_in_two: bool = False
     """With `move_facts`: also whether each move is a check that forces mate in two (exact;
     `board.move_facts.mate_in_two_actions`): most mates in two are beyond a small network."""
+    leaves_hanging: bool = False
+    """With `move_facts`: also whether each move leaves one of the mover's pieces to be won by one capture
+    (a static one-exchange estimate over every piece; `board.move_facts.leaves_hanging_actions`): the recipe
+    policy's commonest blunder against Stockfish at Skill Level 0."""
     value_head: bool = False
     """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
@@ -424,7 +432,7 @@ class ModelConfig:
 
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts, "en_prise": self.en_prise, "mate_in_two": self.mate_in_two, "value_head": self.value_head})
+        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts, "en_prise": self.en_prise, "mate_in_two": self.mate_in_two, "leaves_hanging": self.leaves_hanging, "value_head": self.value_head})
 
     @property
     def extra_facts(self) -> tuple[str, ...]:
@@ -433,7 +441,7 @@ class ModelConfig:
 
     def describe(self) -> str:
         """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
-        extras = (["move facts"] if self.move_facts else []) + (["en prise"] if self.en_prise else []) + (["mate in two"] if self.mate_in_two else []) + (["value head"] if self.value_head else [])
+        extras = (["move facts"] if self.move_facts else []) + (["en prise"] if self.en_prise else []) + (["mate in two"] if self.mate_in_two else []) + (["leaves hanging"] if self.leaves_hanging else []) + (["value head"] if self.value_head else [])
         return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *extras])
 
 
