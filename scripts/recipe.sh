@@ -4,8 +4,8 @@
 # runs/NAME/ (pretrain/, grpo/, eval/, stages.tsv: the wall-clock of every stage):
 #   training (the recipe's budget)    1. data generate  2. pretrain  3. GRPO
 #   evaluation (not in the budget)    4. puzzles with the policy alone and with SEARCH_NODES of PUCT
-#                                     5. games: pretrained and GRPO policies against the random mover
-#                                        and sf-skill:0 (GAMES each), paired comparison
+#                                     5. games: pretrained and GRPO policies against the ladder (the random
+#                                        mover, sf-skill:0, sf-nodes:10, sf-elo:1350; GAMES each), paired
 #                                     6. both against sf-skill:0 with SEARCH_NODES of PUCT per move, paired
 #                                     7. SPRT of the GRPO policy against its pretrained start (games)
 # Every stage resumes or skips finished work: running the command again continues where it stopped.
@@ -79,7 +79,7 @@ fi
 # compared pair by pair.
 for STAGE in pretrain grpo; do
   [ -f $EVAL/${STAGE}_games.json ] || stage "games $STAGE" \
-    $CLI eval games --config configs/games.yaml --checkpoint "$OUT/$STAGE" --anchors random,sf-skill:0 --games "$GAMES" \
+    $CLI eval games --config configs/games.yaml --checkpoint "$OUT/$STAGE" --anchors random,sf-skill:0,sf-nodes:10,sf-elo:1350 --games "$GAMES" \
     output=$EVAL/${STAGE}_games.json pgn=$EVAL/${STAGE}_games.pgn
 done
 $CLI eval compare $EVAL/pretrain_games.json $EVAL/grpo_games.json
