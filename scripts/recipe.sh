@@ -9,8 +9,8 @@
 #                                     6. both against sf-skill:0 with SEARCH_NODES of PUCT per move, paired
 #                                     7. SPRT of the GRPO policy against its pretrained start (games)
 # Every stage resumes or skips finished work: running the command again continues where it stopped.
-# Time on 2 idle cores (measured 2026-11-26/27): training ~47 min (data 5.5, pretraining 20, GRPO ~21 with a cold engine
-# cache); evaluation without search ~5-15 min (the SPRT plays until it decides), and stage 6 ~1.5 h per network on 2 cores (about 4 min each on a
+# Time on 2 idle cores (measured 2026-11-27): training ~44 min (data 5.5, pretraining 16, GRPO ~22 with the engine
+# cache of earlier runs); evaluation without search ~5-15 min (the SPRT plays until it decides), and stage 6 ~1.5 h per network on 2 cores (about 4 min each on a
 # 16-core machine with a GPU: GAME_DEVICE=cuda). SEARCH_NODES=0 skips 4's searched half and 6.
 # Environment: SEARCH_NODES (default 256; 0 skips the search stages), GAMES (default 200), GAME_DEVICE (default cpu:
 # the torch device of the searching games), SPRT (default "0,10": H0 Elo 0, H1 Elo 10), SPRT_GAMES (default 4000).
