@@ -46,7 +46,9 @@ forced mate in two that starts with a check (`mate_in_two_actions`). Only for po
 LEAVES_HANGING = 1 << (len(MOVE_FACTS) + 2)
 """Bit 7: a move that does not give check, after which the opponent can capture one of the mover's pieces
 (any of them, not only the moved one) and gain at least `HANGING_MIN_GAIN` points more than the move
-captured, in one exchange (`leaves_hanging_actions`). Only for policies built with ``leaves_hanging``."""
+captured, in one exchange (`leaves_hanging_actions`). Only for policies built with ``leaves_hanging``.
+It is the last bit of the uint8 fact byte (`move_fact_array`, `train.dataset.SparseMoveFacts`): a ninth
+fact needs a wider dtype there."""
 
 HANGING_MIN_GAIN = 2
 """Material (pawns) a `LEAVES_HANGING` move loses beyond what it took: a minor piece, the exchange or
