@@ -168,14 +168,20 @@ def test_en_prise_policy_reads_the_sixth_fact_and_round_trips(tmp_path):
 # --- the mate-in-two fact (bit 6): checks that force mate in two, exact ---
 
 
+def _flagged(actions_of, fen: str) -> set[str]:
+    """The UCI moves a fact function (`mate_in_two_actions`, `leaves_hanging_actions`) flags on `fen`,
+    checking that it leaves the board as it was."""
+    board = chess.Board(fen)
+    before = board.fen()
+    found = {_uci(action) for action in actions_of(board)}
+    assert board.fen() == before
+    return found
+
+
 def _mates_in_two(fen: str) -> set[str]:
     from chessgrpo.board.move_facts import mate_in_two_actions
 
-    board = chess.Board(fen)
-    before = board.fen()
-    found = {_uci(action) for action in mate_in_two_actions(board)}
-    assert board.fen() == before  # the board is left as it was
-    return found
+    return _flagged(mate_in_two_actions, fen)
 
 
 def test_mate_in_two_by_hand():
@@ -260,11 +266,7 @@ def test_mate_in_two_bit_and_policy_with_both_extra_facts(tmp_path):
 def _hanging(fen: str) -> set[str]:
     from chessgrpo.board.move_facts import leaves_hanging_actions
 
-    board = chess.Board(fen)
-    before = board.fen()
-    flagged = {_uci(action) for action in leaves_hanging_actions(board)}
-    assert board.fen() == before  # the board is left as it was
-    return flagged
+    return _flagged(leaves_hanging_actions, fen)
 
 
 def test_leaves_hanging_by_hand():
