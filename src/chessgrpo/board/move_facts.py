@@ -184,8 +184,9 @@ def leaves_hanging_actions(board: chess.Board, checks: Collection[int] | None = 
     `move_facts`); otherwise each move is tested.
 
     Why it is a move fact: in the recipe's pretrained 3 x 96 policy's games against Stockfish at Skill
-    Level 0, 300 of its 576 moves that lost more than 0.2 of expected score left a piece hanging this
-    way, against 9 that put the moved piece en prise (docs/benchmarks.md, "Leaves hanging").
+    Level 0, 107 of its 576 moves that lost more than 0.2 of expected score left a piece hanging this
+    way, against 9 that put the moved piece en prise; with the fact, 9 (docs/benchmarks.md, "A move fact
+    for pieces left hanging"; `scripts/blunder_causes.py`).
     """
     us, them = board.turn, not board.turn
     occupied, kings = board.occupied, board.kings

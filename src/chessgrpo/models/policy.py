@@ -419,7 +419,7 @@ class ModelConfig:
     leaves_hanging: bool = False
     """With `move_facts`: also whether each move leaves one of the mover's pieces to be won by one capture
     (a static one-exchange estimate over every piece; `board.move_facts.leaves_hanging_actions`): the recipe
-    policy's commonest blunder against Stockfish at Skill Level 0."""
+    policy's commonest one-capture blunder against Stockfish at Skill Level 0."""
     value_head: bool = False
     """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
