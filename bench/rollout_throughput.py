@@ -11,9 +11,14 @@ Settings (each a real `chessgrpo train` step loop, built in a fresh process, eng
   (whose start-up games cost ~20 s and nothing per step);
 - ``trajectory``: configs/trajectory_stockfish_tiny.yaml (B=8 x G=8 games, T=4 own plies against Stockfish at
   100 nodes, engine rewards at 2000 nodes, process supervision, 2 epochs of 2 minibatches);
+- ``trajectory_overlap``: ``trajectory`` with ``task.overlap_rewards: true`` (rewards searched while the rollout plays);
 - ``matched``: the predecessor's setting (issue 25): B=8, G=8, T=8, the tiny 2 x 64 policy, temperature 1, one
   full-batch update per step, no reference forward (kl_coef 0), opponent and rewards at 200 nodes (Stockfish
   15.1's median node count at depth 4 on data/tiny positions: the predecessor searched to depth 4).
+- ``matched_protocol``: ``matched`` with the predecessor's engine protocol too: no ``ucinewgame`` before each
+  search (``engine.clear_hash: false``). python-chess's ``analyse``/``play`` with ``game=None``, as the
+  predecessor calls them, send ``ucinewgame`` only before an engine's first search, so its searches keep
+  their hash and history tables. Searches then depend on what the process searched before: not reproducible.
 
 Each setting runs `--warmup` steps, then `--steps` timed steps; settings alternate within each of `--repeats`
 rounds (so a slow spell of the machine hits all of them), and the table gives medians over all timed steps
@@ -40,12 +45,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "one_move": ("configs/grpo_tiny.yaml", ["position_mixture=[]", "eval.positions=null", "eval.puzzles=null"]),
     "trajectory": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null"]),
+    "trajectory_overlap": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null", "task.overlap_rewards=true"]),
     "matched": (
         "configs/trajectory_stockfish_tiny.yaml",
         [
             "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
             "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
             "grpo.num_iterations=1", "grpo.minibatch_size=64",
+        ],
+    ),
+    "matched_protocol": (
+        "configs/trajectory_stockfish_tiny.yaml",
+        [
+            "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
+            "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
+            "grpo.num_iterations=1", "grpo.minibatch_size=64", "engine.clear_hash=false",
         ],
     ),  # fmt: skip
 }
