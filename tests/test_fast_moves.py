@@ -75,3 +75,34 @@ def test_a_position_the_backend_rejects_falls_back_to_the_reference():
 def test_chess960_boards_stay_on_python_chess():
     board = chess.Board.from_chess960_pos(518)
     assert not fast_moves.available(board)
+
+
+def won_endgames(count: int, seed: int) -> list[chess.Board]:
+    """Random king + two pieces against a bare king, the side with the pieces to move and able to
+    check: positions where checks that force mate in two are common."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        board = chess.Board(None)
+        squares = rng.sample(chess.SQUARES, 4)
+        board.set_piece_at(squares[0], chess.Piece(chess.KING, chess.WHITE))
+        board.set_piece_at(squares[1], chess.Piece(chess.KING, chess.BLACK))
+        for square in squares[2:]:
+            board.set_piece_at(square, chess.Piece(rng.choice([chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT]), chess.WHITE))
+        if board.is_valid() and not board.is_game_over() and any(board.gives_check(m) for m in board.legal_moves):
+            out.append(board)
+    return out
+
+
+def test_fast_mate_in_two_matches_the_reference(monkeypatch):
+    from chessgrpo.board.move_facts import mate_in_two_actions, mate_in_two_reference
+
+    boards = playout_positions(40, seed=1) + won_endgames(400, seed=2)
+    assert len(boards) > 2000
+    fast = [sorted(fast_moves.mate_in_two_fast(board) or []) for board in boards]
+    public = [sorted(mate_in_two_actions(board)) for board in boards]
+    monkeypatch.setenv(fast_moves.BACKEND_ENV, "python")  # the reference all the way down (its inner move facts too)
+    for board, fast_actions, public_actions in zip(boards, fast, public):
+        expected = sorted(mate_in_two_reference(board))
+        assert fast_actions == expected == public_actions, board.fen()
+    assert sum(map(len, fast)) > 100  # the sample holds mates in two to find

@@ -75,6 +75,49 @@ def _insufficient_material(board: object) -> bool:
     return True
 
 
+def _rust_board(board: chess.Board, fen: str | None) -> object | None:
+    """`board` as a rust_chess board without its clocks (module docstring); None if the backend refuses it."""
+    placement, turn, castling, ep = (board.fen() if fen is None else fen).split(" ", 4)[:4]
+    try:
+        return _rc.Board.from_fen(f"{placement} {turn} {castling} {ep} 0 1")  # type: ignore[union-attr]
+    except ValueError:
+        return None
+
+
+def _has_mate_in_one(board: object) -> bool:
+    """Whether the side to move on a rust_chess board has a move that mates."""
+    for move in board.generate_legal_moves():  # type: ignore[attr-defined]
+        if board.make_move_new(move, False).is_checkmate():  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def mate_in_two_fast(board: chess.Board, fen: str | None = None, checks: set[int] | None = None) -> list[int] | None:
+    """`board.move_facts.mate_in_two_reference` computed by rust_chess: the actions of the checks after
+    which the opponent has a reply and every reply allows a mate in one.
+
+    The caller checks `available(board)` first. `checks`: the actions of the board's non-mating checks
+    when the caller knows them (only those are searched); None for a position the backend refuses.
+    Checkmate does not depend on the clocks, so dropping them changes nothing here.
+    """
+    assert _rc is not None
+    fast = _rust_board(board, fen)
+    if fast is None:
+        return None
+    out: list[int] = []
+    for move in fast.generate_legal_moves():  # type: ignore[attr-defined]
+        action = ACTION_INDEX[move.get_uci()]
+        if checks is not None and action not in checks:
+            continue
+        after = fast.make_move_new(move, False)  # type: ignore[attr-defined]
+        if checks is None and not after.is_check():
+            continue
+        replies = list(after.generate_legal_moves())
+        if replies and all(_has_mate_in_one(after.make_move_new(reply, False)) for reply in replies):
+            out.append(action)
+    return out
+
+
 def move_facts_fast(board: chess.Board, fen: str | None = None) -> list[tuple[int, int]] | None:
     """`board.move_facts.move_facts` computed by rust_chess: (action, fact byte) per legal move with a fact.
 
@@ -83,11 +126,8 @@ def move_facts_fast(board: chess.Board, fen: str | None = None) -> list[tuple[in
     `fen`: the board's FEN, when the caller has it.
     """
     assert _rc is not None
-    # No clocks (module docstring): the position, castling and en passant fields only.
-    placement, turn, castling, ep = (board.fen() if fen is None else fen).split(" ", 4)[:4]
-    try:
-        fast = _rc.Board.from_fen(f"{placement} {turn} {castling} {ep} 0 1")
-    except ValueError:
+    fast = _rust_board(board, fen)
+    if fast is None:
         return None
     fifty_possible = board.halfmove_clock >= 99  # one more non-zeroing ply reaches 100
     out: list[tuple[int, int]] = []
