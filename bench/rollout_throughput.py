@@ -42,26 +42,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+MATCHED = [
+    "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
+    "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
+    "grpo.num_iterations=1", "grpo.minibatch_size=64",
+]  # fmt: skip
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "one_move": ("configs/grpo_tiny.yaml", ["position_mixture=[]", "eval.positions=null", "eval.puzzles=null"]),
     "trajectory": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null"]),
     "trajectory_overlap": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null", "task.overlap_rewards=true"]),
-    "matched": (
-        "configs/trajectory_stockfish_tiny.yaml",
-        [
-            "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
-            "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
-            "grpo.num_iterations=1", "grpo.minibatch_size=64",
-        ],
-    ),
-    "matched_protocol": (
-        "configs/trajectory_stockfish_tiny.yaml",
-        [
-            "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
-            "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
-            "grpo.num_iterations=1", "grpo.minibatch_size=64", "engine.clear_hash=false",
-        ],
-    ),  # fmt: skip
+    "matched": ("configs/trajectory_stockfish_tiny.yaml", MATCHED),
+    "matched_protocol": ("configs/trajectory_stockfish_tiny.yaml", [*MATCHED, "engine.clear_hash=false"]),
 }
 COMMON = ["engine.cache=false", "eval_at_start=false", "eval_every=0", "checkpoint_every=100000", "log_every=1"]
 
