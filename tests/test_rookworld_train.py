@@ -61,6 +61,8 @@ def test_sft_trains_on_completions_checkpoints_and_loads_for_rl(lab):
     root, result = lab
     rows = read_metrics(root / "runs" / "sft" / "metrics.jsonl")
     assert rows[-1]["step"] == 6 and "eval/loss" in rows[-1] and "eval/policy_format_rate" in rows[-1]
+    # Board reading: legal B: moves and how many distinct ones (a board-blind model writes a few everywhere).
+    assert 0.0 <= rows[-1]["eval/policy_best_legal_rate"] <= 1.0 and rows[-1]["eval/policy_distinct_best_moves"] >= 0
     assert rows[0]["loss/train"] > rows[-1]["loss/train"]  # six steps at lr 1e-2 already lower the loss
     lm = load_lm(root / "runs" / "sft")
     assert isinstance(lm.tokenizer, ChessTokenizer) and result.checkpoint.name == "step_000006" and result.finished
@@ -327,3 +329,11 @@ def test_paired_comparison_of_the_chess_uses_prompts_well_formed_in_both():
     well_formed = diffs["p_best_accuracy_well_formed"]
     assert well_formed.n == 2 and well_formed.value == pytest.approx(0.5)  # p0 and p1 only
     assert diffs["p_reward_well_formed"].value == pytest.approx(0.5)  # (1.2 - 0.2 + 0) / 2
+
+
+def test_sft_board_reading_check_knows_legal_from_illegal():
+    from chessgrpo.tasks.kinds.sft import _is_legal_in
+
+    start = "P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    assert _is_legal_in(start, "e2e4") and _is_legal_in("<|endoftext|>" + start, "g1f3")
+    assert not _is_legal_in(start, "e2e5") and not _is_legal_in(start, "e7e5") and not _is_legal_in("P: not a fen", "e2e4")

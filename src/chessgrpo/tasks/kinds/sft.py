@@ -388,6 +388,11 @@ class SFTKind(Kind):
             if task == "policy":
                 best = [not isinstance(p, Malformed) and bool(e.moves) and p.best == e.moves[0] for p, e in zip(parsed, examples)]
                 metrics["eval/policy_best_label_accuracy"] = sum(best) / len(best)
+                # Does the model read the board? A board-blind model writes the same few moves everywhere.
+                legal = [not isinstance(p, Malformed) and _is_legal_in(e.prompt, p.best) for p, e in zip(parsed, examples)]
+                metrics["eval/policy_best_legal_rate"] = sum(legal) / len(legal)
+                distinct = {p.best for p in parsed if not isinstance(p, Malformed)}
+                metrics["eval/policy_distinct_best_moves"] = float(len(distinct))
             else:
                 exact = [t.strip() == e.completion.strip() for t, e in zip(texts, examples)]
                 metrics["eval/environment_exact_rate"] = sum(exact) / len(exact)
@@ -434,6 +439,8 @@ class SFTKind(Kind):
                 parts.append(f"{task} well-formed {interval_text(row, key)}")
         if "eval/policy_best_label_accuracy" in row:
             parts.append(f"best-move = label {row['eval/policy_best_label_accuracy']:.3f}")
+        if "eval/policy_best_legal_rate" in row:
+            parts.append(f"B: legal {row['eval/policy_best_legal_rate']:.3f} ({row['eval/policy_distinct_best_moves']:.0f} distinct)")
         if "eval/environment_exact_rate" in row:
             parts.append(f"A: exact {row['eval/environment_exact_rate']:.3f}")
         return ", ".join(parts)
@@ -453,3 +460,14 @@ def set_dropout_modules(model: torch.nn.Module, p: float) -> None:
             module.p = p
         if isinstance(getattr(module, "attention_dropout", None), float):
             module.attention_dropout = p
+
+
+def _is_legal_in(prompt: str, move: str) -> bool:
+    """True when UCI `move` is legal in the position of a P: `prompt` (``"P: " + FEN``, maybe after a BOS)."""
+    import chess
+
+    try:
+        board = chess.Board(prompt[prompt.index("P: ") + 3 :].strip())
+        return chess.Move.from_uci(move) in board.legal_moves
+    except ValueError:
+        return False
