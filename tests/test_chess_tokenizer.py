@@ -226,3 +226,10 @@ def test_squares_layout_saves_loads_with_transformers_and_builds_a_model(squares
     assert load_lm(tmp_path / "model").tokenizer.kind == "chess-squares"
     with pytest.raises(ValueError, match="board must be one of runs, squares"):
         ChessTokenizer(board="ranks")
+
+
+def test_squares_layout_decodes_runs_beside_out_of_range_ids(squares):
+    text = "P: 4P3/8/8/8/8/8/8/K6k w - - 0 1"
+    ids = squares.encode(text)
+    assert len(ids) == 1 + 71 + 5  # expanded: the runs must be decoded together to give the digits back
+    assert squares.decode(ids + [squares.vocab_size + 5] + ids) == text + "\ufffd" + text

@@ -202,8 +202,19 @@ class ChessTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]
         if any(not 0 <= i < self.vocab_size for i in ids):
-            # Out-of-range ids (a model with a padded vocabulary) decode to U+FFFD like CharTokenizer's.
-            return "".join(self.tokenizer.decode([i]) if 0 <= i < self.vocab_size else "\ufffd" for i in ids)
+            # Out-of-range ids (a model with a padded vocabulary) decode to U+FFFD like CharTokenizer's; the
+            # runs between them decode whole (the squares layout turns a run of empty squares into one digit).
+            runs = [list(group) for valid, group in itertools.groupby(ids, key=lambda i: 0 <= i < self.vocab_size) if valid]
+            pieces = iter(self.decode(run) for run in runs)
+            out, previous_valid = [], False
+            for i in ids:
+                valid = 0 <= i < self.vocab_size
+                if not valid:
+                    out.append("\ufffd")
+                elif not previous_valid:
+                    out.append(next(pieces))
+                previous_valid = valid
+            return "".join(out)
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def tokens(self, text: str) -> list[str]:
