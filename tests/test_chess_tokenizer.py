@@ -6,19 +6,11 @@ import random
 import statistics
 from pathlib import Path
 
-import chess
 import pytest
 import torch
 
 from chessgrpo.board import ACTIONS
-from chessgrpo.models.chess_tokenizer import (
-    ALPHABET,
-    EMPTY_SQUARE,
-    EOS_TOKEN,
-    TOKENIZER_FILE,
-    ChessTokenizer,
-    chess_vocabulary,
-)
+from chessgrpo.models.chess_tokenizer import ALPHABET, EOS_TOKEN, TOKENIZER_FILE, ChessTokenizer, chess_vocabulary
 from chessgrpo.models.lm import CHAR_TOKENIZER_FILE, CharTokenizer, LMModelConfig, build_lm, load_lm, save_lm
 from chessgrpo.tasks.rookworld import parse_environment_prompt, policy_prompt
 
@@ -157,79 +149,5 @@ def test_char_tokenizer_is_still_selectable_and_bad_names_are_rejected(tmp_path)
     assert isinstance(lm.tokenizer, CharTokenizer)
     save_lm(lm, tmp_path / "char")
     assert isinstance(load_lm(tmp_path / "char").tokenizer, CharTokenizer)
-    with pytest.raises(ValueError, match="tokenizer must be one of chess, chess_squares, char"):
+    with pytest.raises(ValueError, match="tokenizer must be one of chess, char"):
         LMModelConfig(tokenizer="bpe")
-
-
-# ------------------------------------------------------------------------------------------------
-# The squares layout: the FEN board as 64 square tokens
-
-
-@pytest.fixture(scope="module")
-def squares() -> ChessTokenizer:
-    return ChessTokenizer(board="squares")
-
-
-def _fens(count: int, seed: int) -> list[str]:
-    """FENs of random playouts (varied run lengths, castling, en passant, clocks)."""
-    from chessgrpo.board import random_playout_positions
-
-    return [board.fen() for board in random_playout_positions(count, seed=seed, max_plies=120)]
-
-
-def test_squares_layout_writes_every_board_as_64_squares_at_fixed_offsets(squares, tokenizer):
-    assert squares.kind == "chess-squares" and squares.vocab_size == tokenizer.vocab_size + 1
-    # The runs layout's ids are unchanged: the marker is the last id.
-    assert chess_vocabulary("squares")[:-1] == chess_vocabulary() and chess_vocabulary("squares")[-1] == EMPTY_SQUARE
-    for fen in _fens(300, seed=3):
-        tokens = squares.tokens(policy_prompt(fen))
-        board = tokens[1:72]
-        assert tokens[0] == "P: " and board[8::9] == ["/"] * 7 and tokens[72] in (" w", " b")
-        squares_in_order = [t for t in board if t != "/"]
-        expected = chess.Board(fen)
-        for index, token in enumerate(squares_in_order):  # a8 b8 ... h8, a7 ... h1
-            piece = expected.piece_at(chess.square(index % 8, 7 - index // 8))
-            assert token == (piece.symbol() if piece else EMPTY_SQUARE), (fen, index)
-        assert squares.decode(squares.encode(policy_prompt(fen))) == policy_prompt(fen)
-
-
-def test_squares_layout_round_trips_every_sample_line_and_any_text(squares):
-    for line in _sample_lines():
-        ids = squares.encode(line)
-        assert squares.decode(ids) == line
-        prompt, completion = _split_policy(line) if line.startswith("P: ") else _split_environment(line)
-        assert squares.encode(prompt) + squares.encode(completion) == ids
-    rng = random.Random(21)
-    # Digits beside board characters and side-to-move fields, the cases the normalizer must leave exact.
-    pieces = [*ALPHABET, "P: ", " w ", " b ", "8/", "/3", "12 w ", "4P3", "1b1b2 ", " e7e8q", "+", "0.5"]
-    for _ in range(500):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
-        assert squares.decode(squares.encode(text)) == text, text
-    with pytest.raises(ValueError, match="not in the chess vocabulary"):
-        squares.encode("P: " + EMPTY_SQUARE * 8 + "/8/8/8/8/8/8/8 w - - 0 1")
-
-
-def test_squares_layout_saves_loads_with_transformers_and_builds_a_model(squares, tmp_path):
-    from transformers import AutoTokenizer
-
-    squares.save(tmp_path / "tok")
-    auto = AutoTokenizer.from_pretrained(str(tmp_path / "tok"), local_files_only=True)
-    loaded = ChessTokenizer.load(tmp_path / "tok")
-    assert loaded.kind == "chess-squares"
-    for line in _sample_lines():
-        assert auto(line, add_special_tokens=False)["input_ids"] == squares.encode(line) == loaded.encode(line)
-        assert auto.decode(squares.encode(line)) == line
-    lm = build_lm(LMModelConfig(n_layer=1, n_embd=32, n_head=2, n_positions=256, tokenizer="chess_squares"), seed=0)
-    assert isinstance(lm.tokenizer, ChessTokenizer) and lm.tokenizer.kind == "chess-squares"
-    assert lm.model.config.vocab_size == squares.vocab_size
-    save_lm(lm, tmp_path / "model")
-    assert load_lm(tmp_path / "model").tokenizer.kind == "chess-squares"
-    with pytest.raises(ValueError, match="board must be one of runs, squares"):
-        ChessTokenizer(board="ranks")
-
-
-def test_squares_layout_decodes_runs_beside_out_of_range_ids(squares):
-    text = "P: 4P3/8/8/8/8/8/8/K6k w - - 0 1"
-    ids = squares.encode(text)
-    assert len(ids) == 1 + 71 + 5  # expanded: the runs must be decoded together to give the digits back
-    assert squares.decode(ids + [squares.vocab_size + 5] + ids) == text + "\ufffd" + text

@@ -32,16 +32,6 @@ in effect) and its only merges (square = file + rank, then space + square) split
 non-ACTIONS moves; a `Fuse` decoder concatenates tokens back.
 Characters outside the alphabet raise `ValueError` naming the text (`ChessTokenizer.encode`
 checks first; they never become an "unknown" id).
-
-**The board as 64 squares** (``board="squares"``, `LMModelConfig.tokenizer: chess_squares`): a
-normalizer writes every FEN rank digit as that many empty-square markers (``EMPTY_SQUARE``, one
-token each; ``4P3`` becomes ``····P···``), so a board is always 64 square tokens and 7 ``/`` in
-the same order, and a square's token sits at a fixed offset from the start of its FEN. A model
-then reads "what is on e2" at one position instead of summing the run lengths before it. A
-decoder maps each run of markers back to its digit, so ``decode(encode(text)) == text`` still holds
-for any text over `ALPHABET`: only a digit 1-8 with no digit beside it, followed by FEN board
-characters up to `` w `` or `` b `` (the side-to-move field), is expanded, and such runs are never
-adjacent. The marker is outside `ALPHABET`, so user text cannot contain it.
 """
 
 from __future__ import annotations
@@ -57,12 +47,6 @@ EOS_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
 CHESS_TOKENIZER_NAME = "chessgrpo-chess-wordlevel-v1"
 """Recorded in ``tokenizer_config.json`` (``chess_tokenizer``) so `load_lm` can tell it apart."""
-CHESS_SQUARES_TOKENIZER_NAME = "chessgrpo-chess-squares-v1"
-"""The same, for the variant that writes the board as 64 squares (``board="squares"``)."""
-BOARD_LAYOUTS = ("runs", "squares")
-"""How the FEN board is tokenized: "runs" (a rank digit is one token) or "squares" (one token per square)."""
-EMPTY_SQUARE = "\u00b7"
-"""The empty-square marker of the squares layout (``·``; never in user text: it is outside `ALPHABET`)."""
 
 ALPHABET = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
 """Every character the tokenizer accepts (the same alphabet as `models.lm.CHAR_VOCAB`)."""
@@ -92,15 +76,8 @@ SQUARES = tuple(f + r for r in "12345678" for f in "abcdefgh")
 _ALLOWED = re.compile("[" + re.escape(ALPHABET) + "]*")
 
 
-def _board_digit_pattern(digit: int) -> str:
-    """Regex of a FEN board's rank digit `digit`: alone (no digit beside it) and followed by board
-    characters (or markers already written) up to the side-to-move field."""
-    return r"(?<![0-9])%d(?![0-9])(?=[pnbrqkPNBRQK1-8/%s]* [wb] )" % (digit, EMPTY_SQUARE)
-
-
-def chess_vocabulary(board: str = "runs") -> list[str]:
-    """The ordered vocabulary (id = index): every piece the split pattern can produce over `ALPHABET`
-    (and, for the squares layout, the empty-square marker last, so the other ids are unchanged)."""
+def chess_vocabulary() -> list[str]:
+    """The ordered vocabulary (id = index): every piece the split pattern can produce over `ALPHABET`."""
     from chessgrpo.board import ACTIONS
 
     vocab: list[str] = [EOS_TOKEN]
@@ -124,33 +101,20 @@ def chess_vocabulary(board: str = "runs") -> list[str]:
         if token not in seen:
             seen.add(token)
             unique.append(token)
-    if board == "squares":
-        unique.append(EMPTY_SQUARE)
     return unique
 
 
-def build_chess_tokenizer(board: str = "runs") -> Any:
-    """A `PreTrainedTokenizerFast` with the fixed chess vocabulary (offline, deterministic); `board`
-    is one of `BOARD_LAYOUTS`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+def build_chess_tokenizer() -> Any:
+    """A `PreTrainedTokenizerFast` with the fixed chess vocabulary (offline, deterministic)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    if board not in BOARD_LAYOUTS:
-        raise ValueError(f"board must be one of {', '.join(BOARD_LAYOUTS)}, got {board!r}")
-    vocab = chess_vocabulary(board)
+    vocab = chess_vocabulary()
     merges = [(square[0], square[1]) for square in SQUARES] + [(" ", square) for square in SQUARES]
     model = models.BPE({token: i for i, token in enumerate(vocab)}, merges, unk_token=None, ignore_merges=True)
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated")
-    if board == "squares":
-        tokenizer.normalizer = normalizers.Sequence(
-            [normalizers.Replace(Regex(_board_digit_pattern(d)), EMPTY_SQUARE * d) for d in range(1, 9)]
-        )
-        # Longest runs first: each run came from one digit (runs are never adjacent), so this is exact.
-        runs_back = [decoders.Replace(EMPTY_SQUARE * d, str(d)) for d in range(8, 0, -1)]
-        tokenizer.decoder = decoders.Sequence([decoders.Fuse(), *runs_back])
-    else:
-        tokenizer.decoder = decoders.Fuse()
+    tokenizer.decoder = decoders.Fuse()
     tokenizer.add_special_tokens([EOS_TOKEN])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -160,7 +124,7 @@ def build_chess_tokenizer(board: str = "runs") -> Any:
         clean_up_tokenization_spaces=False,
         model_max_length=4096,
     )
-    fast.init_kwargs["chess_tokenizer"] = CHESS_SQUARES_TOKENIZER_NAME if board == "squares" else CHESS_TOKENIZER_NAME
+    fast.init_kwargs["chess_tokenizer"] = CHESS_TOKENIZER_NAME
     return fast
 
 
@@ -170,7 +134,7 @@ def is_chess_tokenizer_directory(directory: str | os.PathLike) -> bool:
 
     path = Path(directory) / "tokenizer_config.json"
     try:
-        return json.loads(path.read_text()).get("chess_tokenizer") in (CHESS_TOKENIZER_NAME, CHESS_SQUARES_TOKENIZER_NAME)
+        return json.loads(path.read_text()).get("chess_tokenizer") == CHESS_TOKENIZER_NAME
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -183,13 +147,10 @@ class ChessTokenizer:
     text. `save` writes a standard ``tokenizer.json`` + ``tokenizer_config.json`` directory.
     """
 
-    def __init__(self, tokenizer: Any | None = None, *, board: str = "runs"):
-        """A fresh tokenizer with the `board` layout, or a loaded `PreTrainedTokenizerFast` (its saved
-        ``chess_tokenizer`` name says its layout)."""
-        self.tokenizer = build_chess_tokenizer(board) if tokenizer is None else tokenizer
-        name = self.tokenizer.init_kwargs.get("chess_tokenizer", CHESS_TOKENIZER_NAME)
-        self.board = "squares" if name == CHESS_SQUARES_TOKENIZER_NAME else "runs"
-        self.kind = "chess-squares" if self.board == "squares" else "chess-wordlevel"
+    kind = "chess-wordlevel"
+
+    def __init__(self, tokenizer: Any | None = None):
+        self.tokenizer = build_chess_tokenizer() if tokenizer is None else tokenizer
         self.eos_token_id = int(self.tokenizer.eos_token_id)
         self.vocab_size = len(self.tokenizer)
 
@@ -202,19 +163,8 @@ class ChessTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]
         if any(not 0 <= i < self.vocab_size for i in ids):
-            # Out-of-range ids (a model with a padded vocabulary) decode to U+FFFD like CharTokenizer's; the
-            # runs between them decode whole (the squares layout turns a run of empty squares into one digit).
-            runs = [list(group) for valid, group in itertools.groupby(ids, key=lambda i: 0 <= i < self.vocab_size) if valid]
-            pieces = iter(self.decode(run) for run in runs)
-            out, previous_valid = [], False
-            for i in ids:
-                valid = 0 <= i < self.vocab_size
-                if not valid:
-                    out.append("\ufffd")
-                elif not previous_valid:
-                    out.append(next(pieces))
-                previous_valid = valid
-            return "".join(out)
+            # Out-of-range ids (a model with a padded vocabulary) decode to U+FFFD like CharTokenizer's.
+            return "".join(self.tokenizer.decode([i]) if 0 <= i < self.vocab_size else "\ufffd" for i in ids)
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def tokens(self, text: str) -> list[str]:

@@ -59,7 +59,7 @@ LM_WEIGHTS_FILE = "model.safetensors"
 # ('P', 'A', 'M', 'E', 'B', ':'), the A: separators ('+') and newline, which ends a sequence.
 CHAR_VOCAB = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
 
-LM_TOKENIZERS = ("chess", "chess_squares", "char")
+LM_TOKENIZERS = ("chess", "char")
 """The tokenizers of a fresh model (`LMModelConfig.tokenizer`)."""
 LM_ARCHITECTURES = ("gpt2", "llama")
 """The architectures of a fresh model (`LMModelConfig.architecture`)."""
@@ -181,9 +181,7 @@ class LMModelConfig:
     `transformers` class, so the saved directory loads with `AutoModelForCausalLM` as well)."""
     tokenizer: str = "chess"
     """Tokenizer of a fresh model: "chess" (word-level, `models.chess_tokenizer`: ~22 tokens per P:
-    answer, saved as a standard tokenizer.json), "chess_squares" (the same with the FEN board written
-    as 64 square tokens, so each square sits at a fixed offset: `models.chess_tokenizer`) or "char"
-    (one token per character, `CharTokenizer`).
+    answer, saved as a standard tokenizer.json) or "char" (one token per character, `CharTokenizer`).
     A model loaded from `path` always keeps its own tokenizer."""
 
     def __post_init__(self) -> None:
@@ -229,11 +227,7 @@ def build_lm(config: LMModelConfig, *, seed: int | None = None) -> ChessLM:
 
     from chessgrpo.models.chess_tokenizer import ChessTokenizer
 
-    tokenizer: LMTokenizer
-    if config.tokenizer == "char":
-        tokenizer = CharTokenizer()
-    else:
-        tokenizer = ChessTokenizer(board="squares" if config.tokenizer == "chess_squares" else "runs")
+    tokenizer: LMTokenizer = ChessTokenizer() if config.tokenizer == "chess" else CharTokenizer()
     if seed is not None:
         torch.manual_seed(seed)
     if config.architecture == "llama":
