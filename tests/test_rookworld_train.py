@@ -332,8 +332,8 @@ def test_paired_comparison_of_the_chess_uses_prompts_well_formed_in_both():
 
 
 def test_sft_board_reading_check_knows_legal_from_illegal():
-    from chessgrpo.tasks.kinds.sft import _is_legal_in
+    from chessgrpo.tasks.kinds.sft import _is_legal
 
-    start = "P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-    assert _is_legal_in(start, "e2e4") and _is_legal_in("<|endoftext|>" + start, "g1f3")
-    assert not _is_legal_in(start, "e2e5") and not _is_legal_in(start, "e7e5") and not _is_legal_in("P: not a fen", "e2e4")
+    start = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    assert _is_legal(start, "e2e4") and _is_legal(start, "g1f3")
+    assert not _is_legal(start, "e2e5") and not _is_legal(start, "e7e5") and not _is_legal("not a fen", "e2e4")

@@ -389,7 +389,7 @@ class SFTKind(Kind):
                 best = [not isinstance(p, Malformed) and bool(e.moves) and p.best == e.moves[0] for p, e in zip(parsed, examples)]
                 metrics["eval/policy_best_label_accuracy"] = sum(best) / len(best)
                 # Does the model read the board? A board-blind model writes the same few moves everywhere.
-                legal = [not isinstance(p, Malformed) and _is_legal_in(e.prompt, p.best) for p, e in zip(parsed, examples)]
+                legal = [not isinstance(p, Malformed) and _is_legal(e.fen, p.best) for p, e in zip(parsed, examples)]
                 metrics["eval/policy_best_legal_rate"] = sum(legal) / len(legal)
                 distinct = {p.best for p in parsed if not isinstance(p, Malformed)}
                 metrics["eval/policy_distinct_best_moves"] = float(len(distinct))
@@ -462,12 +462,11 @@ def set_dropout_modules(model: torch.nn.Module, p: float) -> None:
             module.attention_dropout = p
 
 
-def _is_legal_in(prompt: str, move: str) -> bool:
-    """True when UCI `move` is legal in the position of a P: `prompt` (``"P: " + FEN``, maybe after a BOS)."""
+def _is_legal(fen: str, move: str) -> bool:
+    """True when UCI `move` is legal in `fen` (False for a malformed FEN or move)."""
     import chess
 
     try:
-        board = chess.Board(prompt[prompt.index("P: ") + 3 :].strip())
-        return chess.Move.from_uci(move) in board.legal_moves
+        return chess.Move.from_uci(move) in chess.Board(fen).legal_moves
     except ValueError:
         return False
