@@ -368,3 +368,55 @@ def test_leaves_hanging_bit_and_policy_reading_eight_facts(tmp_path):
     assert torch.allclose(delta[0, hanging], torch.tensor(-2.0)) and torch.all(delta[0, ~hanging] == 0)
     save_policy(model, tmp_path / "hanging")
     assert load_policy(tmp_path / "hanging").config.extra_facts == ("en_prise", "mate_in_two", "leaves_hanging")
+
+
+def test_exchange_facts_equal_their_references_move_for_move():
+    """The fast en-prise and leaves-hanging paths (one pass, inlined attack tables, only the pieces a move
+    can uncover) flag exactly the moves of the plain python-chess references, on 1,500 positions of
+    random games (every kind of move: captures, en passant, castling, promotions, checks, pins) and on
+    positions where an edge piece is uncovered (the reference's line masks leave the edges out)."""
+    import random
+
+    from chessgrpo.board.move_facts import (
+        CHECK,
+        EN_PRISE,
+        LEAVES_HANGING,
+        en_prise_actions,
+        en_prise_reference,
+        leaves_hanging_actions,
+        leaves_hanging_reference,
+        move_facts,
+        move_facts_reference,
+    )
+
+    rng = random.Random(7)
+    boards = [
+        chess.Board("2r2rk1/p2bppb1/q1n3pn/1pBpP2p/P4P2/2PP1N1P/1PQNB1P1/R3K2R b - - 2 17"),  # e7e6 uncovers f8 (an edge)
+        chess.Board("2b1k3/1p1p2p1/2n5/p1pBP3/2P1Q1nq/2N1P3/PP6/RNB2K1q w - - 0 22"),  # the king uncovers c1 to a queen on h1
+        chess.Board("rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3"),  # en passant
+        chess.Board("4k3/8/8/1n1pP3/8/8/8/1B2K2Q w - d6 0 1"),  # en passant opens the b1-h7 diagonal
+        chess.Board("4k3/8/2n5/r2pP2K/8/8/8/8 w - d6 0 1"),  # en passant that would expose the king: illegal
+    ]
+    while len(boards) < 1500:
+        board = chess.Board()
+        for _ in range(rng.randrange(4, 120)):
+            if board.is_game_over():
+                break
+            moves = list(board.legal_moves)
+            sharp = [m for m in moves if board.is_capture(m) or m.promotion]
+            board.push(rng.choice(sharp) if sharp and rng.random() < 0.2 else rng.choice(moves))
+        if not board.is_game_over():
+            boards.append(board.copy(stack=False))
+    flagged = en_passant = 0
+    for board in boards:
+        assert sorted(en_prise_actions(board)) == sorted(en_prise_reference(board)), board.fen()
+        expected = sorted(leaves_hanging_reference(board))
+        assert sorted(leaves_hanging_actions(board)) == expected, board.fen()
+        facts = move_facts(board, extra=("en_prise", "leaves_hanging"))
+        checks = {action for action, bits in move_facts_reference(board) if bits & CHECK}
+        assert sorted(leaves_hanging_actions(board, checks)) == expected, board.fen()
+        assert sorted(a for a, bits in facts if bits & LEAVES_HANGING) == expected, board.fen()
+        assert sorted(a for a, bits in facts if bits & EN_PRISE) == sorted(en_prise_reference(board)), board.fen()
+        flagged += len(expected)
+        en_passant += any(board.is_en_passant(m) for m in board.legal_moves)
+    assert flagged > 5000 and en_passant >= 4, (flagged, en_passant)  # legal en passant: 2 above, the rest random
