@@ -50,8 +50,6 @@ MATCHED = [
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "one_move": ("configs/grpo_tiny.yaml", ["position_mixture=[]", "eval.positions=null", "eval.puzzles=null"]),
     "trajectory": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null"]),
-    "trajectory_lockstep": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null", "task.rollout_waves=1"]),
-    "trajectory_waves4": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null", "task.rollout_waves=4"]),
     "trajectory_overlap": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null", "task.overlap_rewards=true"]),
     "matched": ("configs/trajectory_stockfish_tiny.yaml", MATCHED),
     "matched_protocol": ("configs/trajectory_stockfish_tiny.yaml", [*MATCHED, "engine.clear_hash=false"]),
