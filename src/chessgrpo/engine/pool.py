@@ -488,7 +488,15 @@ class EnginePool:
             progress(sum(len(requests[key][1]) for key in out))
         fresh: dict[str, dict] = {}
         error: BaseException | None = None
-        for future in concurrent.futures.as_completed(dispatch.futures):
+        if progress is None:
+            # One wake-up when all are done: as_completed wakes this thread at every search, which on a
+            # machine whose cores run the engines takes CPU from them (a rollout waits on hundreds of
+            # small searches per step).
+            concurrent.futures.wait(dispatch.futures)
+            finished: Any = dispatch.futures
+        else:
+            finished = concurrent.futures.as_completed(dispatch.futures)
+        for future in finished:
             key = dispatch.futures[future]
             try:
                 fresh[key] = _result_to_json(future.result())
