@@ -529,11 +529,28 @@ def multinomial_by_group(
     group_of_row = torch.as_tensor(groups, dtype=torch.long).cpu()
     if group_of_row.shape != probs.shape[:1]:
         raise ValueError(f"groups has {group_of_row.numel()} entries for {probs.shape[0]} rows")
+    runs = _contiguous_runs(group_of_row.tolist())
+    if runs is not None:  # each group's rows side by side (rollouts list games group by group): slices, no gathers
+        return torch.cat([
+            torch.multinomial(probs[start:end], num_samples, replacement=replacement, generator=generator[group])
+            for group, start, end in runs
+        ])  # fmt: skip
     out = torch.empty(probs.shape[0], num_samples, dtype=torch.long, device=probs.device)
     for group in torch.unique(group_of_row).tolist():
         rows = (group_of_row == group).nonzero().flatten().to(probs.device)
         out[rows] = torch.multinomial(probs[rows], num_samples, replacement=replacement, generator=generator[group])
     return out
+
+
+def _contiguous_runs(groups: list[int]) -> list[tuple[int, int, int]] | None:
+    """(group, start, end) of each run of equal groups, if every group forms one run; else None."""
+    runs: list[tuple[int, int, int]] = []
+    for index, group in enumerate(groups):
+        if runs and runs[-1][0] == group:
+            runs[-1] = (group, runs[-1][1], index + 1)
+        else:
+            runs.append((group, index, index + 1))
+    return runs if len({group for group, _, _ in runs}) == len(runs) else None
 
 
 # ------------------------------------------------------------------------------------------------
