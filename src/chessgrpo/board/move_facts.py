@@ -32,7 +32,7 @@ from collections.abc import Collection, Sequence
 import chess
 import numpy as np
 
-from chessgrpo.board.actions import NUM_ACTIONS, move_to_action
+from chessgrpo.board.actions import ACTIONS, NUM_ACTIONS, move_to_action
 from chessgrpo.board.fast_moves import FACT_BITS, available, mate_in_two_fast, move_facts_fast
 
 MOVE_FACTS = ("check", "checkmate", "stalemate", "insufficient_material", "fifty_moves")
@@ -276,6 +276,18 @@ _KING_ATTACKS, _KNIGHT_ATTACKS, _PAWN_ATTACKS = chess.BB_KING_ATTACKS, chess.BB_
 _RANK_ATTACKS, _FILE_ATTACKS, _DIAG_ATTACKS = chess.BB_RANK_ATTACKS, chess.BB_FILE_ATTACKS, chess.BB_DIAG_ATTACKS
 _RANK_MASKS, _FILE_MASKS, _DIAG_MASKS = chess.BB_RANK_MASKS, chess.BB_FILE_MASKS, chess.BB_DIAG_MASKS
 _SQUARES = chess.BB_SQUARES
+
+
+def _action_table() -> list[int]:
+    """Action index by (from * 64 + to) * 7 + promotion piece type (0: none), -1 where no action exists."""
+    table = [-1] * (64 * 64 * 7)
+    for action in range(NUM_ACTIONS):
+        move = chess.Move.from_uci(ACTIONS[action])
+        table[(move.from_square * 64 + move.to_square) * 7 + (move.promotion or 0)] = action
+    return table
+
+
+_ACTION_OF_MOVE = _action_table()
 # What a piece is worth as the cheapest capturer of a defended square: the king counts as 100 (it cannot recapture into a defence).
 _CAPTURER_VALUES = (0, 1, 3, 3, 5, 9, 100)
 
@@ -371,21 +383,17 @@ def _exchange_facts(
             their_after &= ~taken
             captured = 1
         moved = promotion or piece
-        action = -1
-        if en_prise and piece != chess.KING:
+        action = _ACTION_OF_MOVE[(from_square * 64 + to_square) * 7 + (promotion or 0)]
+        # What the opponent wins by taking the moved piece (both facts need it; a king is never taken).
+        moved_loss = 0
+        if piece != chess.KING:
             attacking = their_attackers(to_square, after) & their_after
             if attacking:
-                if our_attackers(to_square, after) & ~from_bb:
-                    loss = max(0, values[moved] - cheapest(attacking))
-                else:
-                    loss = values[moved]
-                if loss > captured:
-                    action = move_to_action(move)
+                moved_loss = values[moved] - cheapest(attacking) if our_attackers(to_square, after) & ~from_bb else values[moved]
+                if en_prise and max(0, moved_loss) > captured:
                     en_prise_out.append(action)
         if not hanging:
             continue
-        if action < 0:
-            action = move_to_action(move)
         if (action in checks) if checks is not None else board.gives_check(move):
             continue
         if piece == chess.KING and (abs((from_square & 7) - (to_square & 7)) > 1 or board.rooks & mine & to_bb):
@@ -395,21 +403,24 @@ def _exchange_facts(
         # A piece can only come under attack if it was attacked, is uncovered by the move, or moved. The
         # reference tests the pieces on a line through the from-square, within python-chess's slider masks,
         # which leave out the board's edge squares: so does this (the same actions; module docstring).
+        # The largest loss over the candidates does not depend on their order: the moved piece's first.
         lines = _RANK_MASKS[from_square] | _FILE_MASKS[from_square] | _DIAG_MASKS[from_square]
         opened = lines if captured_en_passant else uncovered.get(from_square, 0) & lines
-        candidates = (attacked_before | opened | to_bb) & mine_after & ~kings_after
-        moved_attacks = _attacks_from(moved, us, to_square, after)  # the moved piece defends from its new square
-        worst = 0
-        for square in _squares_of(candidates):
-            value = values[moved] if square == to_square else values[kind[square]]
-            if value <= worst:
-                continue
-            attacking = their_attackers(square, after) & their_after
-            if not attacking:
-                continue
-            defended = bool(our_attackers(square, after) & mine_after & ~from_bb)
-            defended = defended or (square != to_square and bool(moved_attacks & _SQUARES[square]))
-            worst = max(worst, value - cheapest(attacking)) if defended else value
+        others = (attacked_before | opened) & mine_after & ~kings_after & ~to_bb
+        worst = max(0, moved_loss)
+        if others:
+            moved_attacks = _attacks_from(moved, us, to_square, after)  # the moved piece defends from its new square
+            for square in _squares_of(others):
+                value = values[kind[square]]
+                if value <= worst:
+                    continue
+                attacking = their_attackers(square, after) & their_after
+                if not attacking:
+                    continue
+                if our_attackers(square, after) & mine_after & ~from_bb or moved_attacks & _SQUARES[square]:
+                    worst = max(worst, value - cheapest(attacking))
+                else:
+                    worst = value
         if worst - captured >= HANGING_MIN_GAIN:
             hanging_out.append(action)
     return en_prise_out, hanging_out
