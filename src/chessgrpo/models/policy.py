@@ -155,7 +155,7 @@ class Block(nn.Module):
             # Inference on the CPU (rollouts, games, search): at 77 tokens and head width 16 the explicit
             # product is ~2x faster than PyTorch's fused CPU kernel (docs/benchmarks.md, issue 25); the
             # same function, equal to ~1e-7.
-            attended = (q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5)).softmax(dim=-1) @ v
+            attended = ((q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)).softmax(dim=-1) @ v
         else:
             attended = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
         x = x + self.resid_dropout(self.proj(attended.transpose(1, 2).reshape(batch, length, width)))
