@@ -163,3 +163,41 @@ def test_masked_entropy_gradient_is_finite_with_masked_actions():
     mask = torch.tensor([[True, True, False, True, False], [True, False, False, False, False]])
     masked_entropy(logits, mask).sum().backward()
     assert torch.isfinite(logits.grad).all()
+
+
+def _facts_policy() -> tuple[ActionPolicy, torch.Tensor, torch.Tensor]:
+    """A seeded 2 x 64 policy reading every move fact, with non-zero fact weights, and inputs of real positions."""
+    torch.manual_seed(0)
+    model = ActionPolicy(PolicyConfig(n_layers=2, d_model=64, n_heads=4, move_facts=True, en_prise=True, mate_in_two=True, leaves_hanging=True))
+    assert model.move_facts is not None
+    torch.nn.init.normal_(model.move_facts.weights.weight, std=0.5)  # zero-initialised otherwise: the head would add nothing
+    model.eval()
+    boards = random_playout_positions(48, seed=3)
+    tokens, legal = model.inputs(boards)
+    assert int((tokens[:, 77:] > 0).sum()) > 100  # facts are set, so the head's lookup is exercised
+    return model, tokens, legal
+
+
+def test_cpu_inference_attention_computes_what_training_computes():
+    """No-grad forwards on the CPU use an explicit attention product (faster there), training the fused kernel:
+    the same logits to float rounding, and the same sampled moves."""
+    model, tokens, legal = _facts_policy()
+    with torch.no_grad():
+        inference = model(tokens)
+    training = model(tokens).detach()  # gradients on: the fused kernel
+    assert torch.allclose(inference, training, atol=1e-5, rtol=0)
+    draws = [torch.multinomial(log_probs(logits, legal).exp(), 1, generator=torch.Generator().manual_seed(1)) for logits in (inference, training)]
+    assert torch.equal(draws[0], draws[1])
+
+
+def test_move_facts_head_lookup_equals_summing_each_actions_fact_weights():
+    """The head looks each action's bias up by its fact byte; the definition is the sum of the weights of the
+    facts the byte sets (bits past the named facts ignored), which this computes action by action."""
+    model, tokens, _ = _facts_policy()
+    head = model.move_facts
+    assert head is not None
+    x = torch.randn(tokens.shape[0], 77, 64)
+    facts = tokens[:, 77:]
+    weights = head.weights(x.mean(dim=1))  # [B, F]
+    bits = ((facts.unsqueeze(-1) >> head.shifts) & 1).float()  # [B, 1968, F]
+    assert torch.allclose(head(x, facts), (bits * weights.unsqueeze(1)).sum(-1), atol=1e-6)
