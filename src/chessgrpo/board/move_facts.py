@@ -292,15 +292,6 @@ _ACTION_OF_MOVE = _action_table()
 _CAPTURER_VALUES = (0, 1, 3, 3, 5, 9, 100)
 
 
-def _squares_of(bb: int) -> list[int]:
-    out = []
-    while bb:
-        low = bb & -bb
-        out.append(low.bit_length() - 1)
-        bb ^= low
-    return out
-
-
 def _exchange_facts(
     board: chess.Board, moves: Sequence[chess.Move] | None, checks: Collection[int] | None, *, en_prise: bool, hanging: bool
 ) -> tuple[list[int], list[int]]:
@@ -318,7 +309,7 @@ def _exchange_facts(
     our_pawn_attacks, their_pawn_attacks = _PAWN_ATTACKS[us], _PAWN_ATTACKS[them]
     kind = [0] * 64
     for piece_type, bb in ((1, pawns), (2, knights), (3, board.bishops), (4, board.rooks), (5, board.queens), (6, kings)):
-        for square in _squares_of(bb):
+        for square in chess.scan_forward(bb):
             kind[square] = piece_type
     values = PIECE_VALUES
     ep_square = board.ep_square
@@ -340,7 +331,7 @@ def _exchange_facts(
         return (attackers(square, occ) | (their_pawn_attacks[square] & pawns)) & mine
 
     def cheapest(attacking: int) -> int:
-        return min(_CAPTURER_VALUES[kind[square]] for square in _squares_of(attacking))
+        return min(_CAPTURER_VALUES[kind[square]] for square in chess.scan_forward(attacking))
 
     attacked_before = 0
     # uncovered[b]: the mover's pieces that exactly one piece, on b, shields from one of the opponent's
@@ -350,7 +341,7 @@ def _exchange_facts(
     uncovered: dict[int, int] = {}
     if hanging:
         their_rooks, their_bishops = queens_rooks & theirs, queens_bishops & theirs
-        for square in _squares_of(mine & ~kings):
+        for square in chess.scan_forward(mine & ~kings):
             bb = _SQUARES[square]
             if their_attackers(square, occupied):
                 attacked_before |= bb
@@ -364,7 +355,7 @@ def _exchange_facts(
                     continue
                 seen = line_attacks[masks & occupied]
                 shields = seen & occupied
-                for slider in _squares_of(line_attacks[masks & occupied & ~shields] & ~seen & sliders):
+                for slider in chess.scan_forward(line_attacks[masks & occupied & ~shields] & ~seen & sliders):
                     shield = (chess.between(square, slider) & shields).bit_length() - 1
                     uncovered[shield] = uncovered.get(shield, 0) | bb
     en_prise_out: list[int] = []
@@ -410,7 +401,7 @@ def _exchange_facts(
         worst = max(0, moved_loss)
         if others:
             moved_attacks = _attacks_from(moved, us, to_square, after)  # the moved piece defends from its new square
-            for square in _squares_of(others):
+            for square in chess.scan_forward(others):
                 value = values[kind[square]]
                 if value <= worst:
                     continue
