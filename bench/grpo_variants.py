@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from chessgrpo.eval.compare import compare_files  # noqa: E402
-from chessgrpo.track.metrics import read_metrics  # noqa: E402
+from chessgrpo.train.metrics import read_metrics  # noqa: E402
 
 DEFAULT_VARIANTS = [
     "grpo",

@@ -73,7 +73,7 @@ def _engine_cpu_seconds(pids: list[int]) -> float:
 def worker(setting: str, init: str, positions: str, steps: int, warmup: int, extra: list[str]) -> list[dict]:
     """Run one setting in this process; one dict per timed step."""
     from chessgrpo.config import load_config
-    from chessgrpo.train.kinds import config_class
+    from chessgrpo.tasks.kinds import config_class
     from chessgrpo.train.loop import Trainer
 
     import chessgrpo

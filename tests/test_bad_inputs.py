@@ -37,7 +37,7 @@ from chessgrpo.eval.puzzles import read_puzzles
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
 from chessgrpo.train.checkpoint import TRAINER_STATE_FILE, load_trainer_state
 from chessgrpo.train.dataset import load_split
-from chessgrpo.train.kinds import config_class
+from chessgrpo.tasks.kinds import config_class
 
 NOT_UTF8 = b"\xff\xfe not text \x80\n"
 START = chess.STARTING_FEN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,20 @@ def test_scientific_notation_without_a_dot_is_a_number(tmp_path):
     assert load_config(PretrainTrainConfig, path).lr == pytest.approx(2e-3)
     with pytest.raises(ConfigError, match="lr"):
         load_config(PretrainTrainConfig, None, ["lr=fast"])
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "rules"),
+    [
+        ("configs/grpo_tiny.yaml", "engine.nodes=5000", "task.reward_nodes"),
+        ("configs/trajectory_stockfish_tiny.yaml", "engine.depth=3", "task.opponent_nodes"),
+        ("configs/rookworld_grpo_tiny.yaml", "engine.nodes=5000", "rewards.policy.nodes"),
+        ("configs/grpo_mixture_tiny.yaml", "engine.nodes=5000", "each task's own limit keys"),
+    ],
+)
+def test_an_engine_limit_that_a_grpo_kind_ignores_is_an_error_naming_the_key_that_rules(path, key, rules):
+    from chessgrpo.tasks.kinds import config_class
+
+    kind = yaml.safe_load(Path(path).read_text())["kind"]
+    with pytest.raises(ConfigError, match=rf"{key.split('=')[0]}: has no effect in this kind \(.*{re.escape(rules)}"):
+        load_config(config_class(kind), path, [key])

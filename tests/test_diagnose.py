@@ -42,7 +42,7 @@ from chessgrpo.models.policy import load_policy
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
-from chessgrpo.track.metrics import MetricsWriter, read_metrics
+from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from chessgrpo.track.run_data import load_run
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
@@ -79,7 +79,7 @@ def grpo_config(lab_root: Path, name: str, **overrides) -> MoveGroupTrainConfig:
         start_win_prob_range=(0.05, 0.95),
         task=MoveGroupConfig(group_size=8, positions_per_step=8, reward_nodes=50),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05),
-        engine=EngineConfig(processes=1, cache=False),
+        engine=EngineConfig(nodes=None, processes=1, cache=False),
         eval=MoveGroupEvalConfig(positions=None, puzzles=None),
         steps=8,
         lr=1e-4,

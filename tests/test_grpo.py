@@ -23,7 +23,7 @@ from chessgrpo.eval.puzzles import read_puzzles
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, log_probs, save_policy
 from chessgrpo.rl import GRPOConfig, InvariantViolation
 from chessgrpo.tasks.move_group import MoveGroupConfig, MoveGroups, StartPositions, sample_groups, score_groups, to_rollout_batch
-from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.metrics import read_metrics
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 
@@ -96,7 +96,7 @@ def _config(tmp_path: Path, name: str, **overrides) -> MoveGroupTrainConfig:
         positions="random:64",
         task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=8, kl_coef=0.05),
-        engine=EngineConfig(processes=1, cache=False),
+        engine=EngineConfig(nodes=None, processes=1, cache=False),
         eval=MoveGroupEvalConfig(positions=None, puzzles=None),
         steps=4,
         lr=1e-3,
@@ -334,3 +334,22 @@ def test_bc_term_anchors_the_policy_to_the_labelled_moves(tmp_path):
         _config(tmp_path, "nothing", bc_loss_weight=0.5)
     with pytest.raises(ConfigError, match="bc_loss_weight"):
         _config(tmp_path, "weightless", bc_positions=labelled)
+
+
+def test_a_reward_added_to_the_registry_trains(tmp_path, monkeypatch):
+    """docs/architecture.md's worked example: one function plus one registry line add a move-group reward."""
+    from chessgrpo.tasks import move_group
+
+    def keeps_balance_reward(scored: move_group.GroupRewards) -> torch.Tensor:
+        """1 for a move that keeps the game level (expected score within 0.1 of a draw), else 0."""
+        return ((scored.values - 0.5).abs() < 0.1).float()
+
+    monkeypatch.setitem(move_group.MOVE_GROUP_REWARDS, "keeps_balance", keeps_balance_reward)
+    task = MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50, reward="keeps_balance")
+    with Trainer(_config(tmp_path, "custom_reward", task=task, steps=1)) as trainer:
+        metrics = trainer.train_step()
+    # 16 rewards of 0 or 1: their mean is a multiple of 1/16 (an engine win probability's would not be).
+    assert 0.0 <= metrics["reward/mean"] <= 1.0 and (metrics["reward/mean"] * 16).is_integer()
+    monkeypatch.delitem(move_group.MOVE_GROUP_REWARDS, "keeps_balance")
+    with pytest.raises(ValueError, match="reward must be one of .*win_prob"):
+        MoveGroupConfig(reward="keeps_balance")

@@ -22,7 +22,7 @@ from chessgrpo.data import schema
 from chessgrpo.data.pgn_import import ImportPgnConfig, import_pgn, mainline_positions
 from chessgrpo.engine import EnginePool
 from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
-from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.dataset import HumanMoves, NoRowsLeft, load_split
 from chessgrpo.train.loop import Trainer
 

@@ -132,7 +132,7 @@ def test_micro_batched_learner_takes_the_same_step_as_one_batch(tiny_lm, aggrega
 
 def test_micro_batches_through_the_training_spines_learner(tiny_lm):
     """`train.loop.Learner.update(loss, step=False)` accumulates; the step equals the unsplit one."""
-    from chessgrpo.train.loop import Learner
+    from chessgrpo.train.learner import Learner
 
     batch = to_rollout_batch(_groups(tiny_lm), torch.arange(9, dtype=torch.float32) % 4)
     models = []

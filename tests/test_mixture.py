@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from chessgrpo.board.endgames import endgame_positions
-from chessgrpo.board.start_positions import StartPositions
+from chessgrpo.data.start_positions import StartPositions
 from chessgrpo.config import ConfigError, from_dict, load_config
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.rl import GRPOConfig, compute_advantages
@@ -22,7 +22,7 @@ from chessgrpo.rl.combine import concat_forwards, concat_rollouts
 from chessgrpo.tasks import move_group, trajectory
 from chessgrpo.tasks.endgame import TablebaseOracle
 from chessgrpo.tasks.kinds.mixture import MixtureTrainConfig, draw_task_groups, task_step_groups
-from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.loop import Trainer
 
 from helpers import SYZYGY_DIR

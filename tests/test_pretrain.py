@@ -23,10 +23,10 @@ from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
 from chessgrpo.models.policy import ModelConfig, load_policy, log_probs
 from chessgrpo.tasks.supervised import best_move_nll, distill_targets, soft_cross_entropy
-from chessgrpo.track.metrics import MetricsWriter, read_metrics
+from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from chessgrpo.train.checkpoint import best_checkpoint, latest_checkpoint, list_checkpoints
 from chessgrpo.train.dataset import EpochSampler, load_split
-from chessgrpo.train.kinds import config_class
+from chessgrpo.tasks.kinds import config_class
 from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.schedule import WarmupCosine

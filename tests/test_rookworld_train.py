@@ -16,7 +16,7 @@ from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
 from chessgrpo.models.chess_tokenizer import ChessTokenizer
 from chessgrpo.models.lm import load_lm
 from chessgrpo.tasks.rookworld import parse_policy_completion
-from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.kind import RunContext
 from chessgrpo.tasks.kinds.rookworld import PAIRED_FILE, RookWorldTrainConfig
 from chessgrpo.tasks.kinds.sft import SFTKind, SFTTrainConfig

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from chessgrpo.config import load_config
-from chessgrpo.train.kinds import config_class as kind_config_class
+from chessgrpo.tasks.kinds import config_class as kind_config_class
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -22,7 +22,7 @@ from chessgrpo.config import ConfigError, load_config
 from chessgrpo.errors import RunLocked, TrainingDiverged
 from chessgrpo.models.policy import load_policy
 from chessgrpo.track.diagnose import diagnose_run
-from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.lock import LOCK_FILE, RunLock

@@ -1,4 +1,4 @@
-"""Start-position sources and their weighted mixture (board/start_positions.py), policy-game positions."""
+"""Start-position sources and their weighted mixture (data/start_positions.py), policy-game positions."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import chess
 import numpy as np
 import pytest
 
-from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
+from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.config import ConfigError, from_dict
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig

@@ -17,9 +17,9 @@ from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.move_group import MoveGroupConfig
-from chessgrpo.track import backends
-from chessgrpo.track.backends import BackendUnavailable, TrackingConfig
-from chessgrpo.track.metrics import MetricsWriter, read_metrics
+from chessgrpo.train import backends
+from chessgrpo.train.backends import BackendUnavailable, TrackingConfig
+from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
@@ -33,7 +33,7 @@ def _grpo(tmp_path: Path, name: str, tracking: TrackingConfig, steps: int = 3) -
     return MoveGroupTrainConfig(
         run=RunConfig(name=name, out_dir=str(tmp_path), seed=0), init_checkpoint=None, positions="random:32",
         task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
-        grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05), engine=EngineConfig(processes=1, cache=False),
+        grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05), engine=EngineConfig(nodes=None, processes=1, cache=False),
         eval=MoveGroupEvalConfig(positions=None, puzzles=None), steps=steps, warmup_steps=0, checkpoint_every=0, threads=1,
         tracking=tracking,
     )  # fmt: skip

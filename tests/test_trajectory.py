@@ -37,7 +37,7 @@ from chessgrpo.tasks.trajectory import (
     tablebase_step_rewards,
     to_rollout_batch,
 )
-from chessgrpo.track.metrics import read_metrics
+from chessgrpo.train.metrics import read_metrics
 from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
 from chessgrpo.train.loop import Trainer
 
@@ -207,7 +207,7 @@ def _config(tmp_path: Path, name: str, **overrides) -> TrajectoryTrainConfig:
         positions="endgame:KQvK",
         task=TrajectoryConfig(group_size=4, positions_per_step=4, horizon=3, opponent="tablebase"),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=8),
-        engine=EngineConfig(syzygy_path=str(SYZYGY_DIR), cache=False),
+        engine=EngineConfig(nodes=None, syzygy_path=str(SYZYGY_DIR), cache=False),
         eval=TrajectoryEvalConfig(positions=20, baselines=False),
         eval_every=0,
         eval_at_start=False,
@@ -222,7 +222,7 @@ def _config(tmp_path: Path, name: str, **overrides) -> TrajectoryTrainConfig:
 
 def test_config_plugs_into_the_spine(tmp_path):
     from chessgrpo.config import ConfigError, load_config
-    from chessgrpo.train.kinds import config_class, kind_class
+    from chessgrpo.tasks.kinds import config_class, kind_class
 
     assert kind_class("trajectory") is TrajectoryKind and config_class("trajectory") is TrajectoryTrainConfig
     config = _config(tmp_path, "spine")

@@ -294,6 +294,19 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
     raise ConfigError(f"config key {key}: {quote(value)} is not a {_type_name(tp)}")
 
 
+def engine_limits_unused(engine: EngineConfig, rules: str) -> None:
+    """A `ConfigError` when `engine.nodes` or `engine.depth` is set in a config whose every search passes
+    its own limit (the GRPO kinds): such a key would have no effect. `rules` names the keys that do."""
+    for key in ("nodes", "depth"):
+        if getattr(engine, key) is not None:
+            raise ConfigError(f"config key engine.{key}: has no effect in this kind ({rules} set the search limits); leave it null")
+
+
+def grpo_engine_config() -> EngineConfig:
+    """The engine section of a GRPO kind: no engine-wide search limit (each search passes its own)."""
+    return EngineConfig(nodes=None)
+
+
 # --------------------------------------------------------------------------------------------
 # Files and overrides
 

@@ -3,7 +3,7 @@
     chessgrpo train --config configs/grpo_tiny.yaml [key=value ...]
     chessgrpo train --resume runs/grpo_tiny [steps=400 ...]
 
-The config's top-level `kind` picks the plug-in (`train.kinds.KINDS`): pretrain, sft, move_group,
+The config's top-level `kind` picks the plug-in (`tasks.kinds.KINDS`): pretrain, sft, move_group,
 trajectory or rookworld. `chessgrpo pretrain` and `chessgrpo sft` are the same command with the
 kind preset. A fresh run refuses a run directory that already has checkpoints; `--resume`
 continues from the newest intact checkpoint with RUN_DIR/config.yaml, changing only the keys marked
@@ -60,7 +60,7 @@ def run_kind(args: argparse.Namespace) -> str:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train with a progress bar on stderr; print the summary; 130/143 after SIGINT/SIGTERM."""
-    from chessgrpo.train.kinds import config_class
+    from chessgrpo.tasks.kinds import config_class
     from chessgrpo.train.loop import Trainer
 
     kind = run_kind(args)

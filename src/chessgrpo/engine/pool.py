@@ -252,7 +252,9 @@ class EnginePool:
         self.hash_mb = hash_mb
         self.timeout_s = timeout_s
         self.clear_hash = clear_hash
-        self.default_limit = SearchLimit(nodes=None if depth is not None else nodes, depth=depth)
+        # No default limit (nodes and depth both None): every search must pass its own, so a GRPO kind's
+        # searches cannot silently fall back to an engine-wide limit that no config key of theirs sets.
+        self.default_limit = SearchLimit(nodes=None if depth is not None else nodes, depth=depth) if (nodes, depth) != (None, None) else None
         self.stats = PoolStats()
         self._stats_lock = threading.Lock()
         # (priority, arrival, (task, future) or None to stop a worker): urgent searches (an opponent's
@@ -443,6 +445,9 @@ class EnginePool:
 
     def _limit(self, nodes: int | None, depth: int | None) -> SearchLimit:
         if nodes is None and depth is None:
+            if self.default_limit is None:
+                raise ValueError("a search without a limit, from a pool with no default limit (engine.nodes and engine.depth are "
+                                 "null): pass the limit of the config key that sets it")
             return self.default_limit
         return SearchLimit(nodes=nodes, depth=depth)
 

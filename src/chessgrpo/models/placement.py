@@ -1,4 +1,5 @@
-"""Running a frozen model on another device than the policy (`reference_device`).
+"""Device placement: which torch device a config names (`resolve_device`), and running a frozen
+model on another device than the policy (`reference_device`).
 
 `OnDevice` wraps a module that lives on one device and is called with tensors of another: its
 inputs move to the module's device and its outputs (a tensor, or an object with ``logits``, as a
@@ -14,6 +15,21 @@ from typing import Any
 import chess
 import torch
 from torch import nn
+
+from chessgrpo.config import ConfigError
+
+
+def resolve_device(name: str, key: str = "device") -> torch.device:
+    """The torch device for config key `key`, or a `ConfigError` saying why it cannot be used."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"config key {key}: {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config key {key}: {name!r} requested but CUDA is not available (use {key}=cpu)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"config key {key}: {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 def _to(value: Any, device: torch.device) -> Any:
@@ -89,8 +105,6 @@ def place_reference(reference: nn.Module, device: torch.device, reference_device
     """`reference` moved to `reference_device` and wrapped to be called from `device` (itself when they agree)."""
     if reference_device is None:
         return reference
-    from chessgrpo.train.loop import resolve_device
-
     target = resolve_device(reference_device, "reference_device")
     if target == device:
         return reference

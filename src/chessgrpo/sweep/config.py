@@ -401,7 +401,7 @@ def resolve_sweep(config: SweepConfig, sweep_path: str | Path | None = None, run
     `run_overrides` are ``key=value`` texts for the run config (the command line's), applied after
     the sweep's `overrides`. Raises `ConfigError` naming the first bad key.
     """
-    from chessgrpo.train.kinds import config_class as kind_config_class
+    from chessgrpo.tasks.kinds import config_class as kind_config_class
 
     if not config.objective.metric:
         raise ConfigError("sweep key objective.metric is required: a held-out metric such as eval/esl")

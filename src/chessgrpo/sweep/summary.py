@@ -279,7 +279,7 @@ def write_best_config(summary: StudySummary, out_dir: Path | None = None) -> Pat
 
     from chessgrpo.config import load_config
     from chessgrpo.files import write_text_atomic
-    from chessgrpo.train.kinds import config_class
+    from chessgrpo.tasks.kinds import config_class
 
     best = summary.best
     if best is None:

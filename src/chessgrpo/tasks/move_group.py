@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from chessgrpo.board import ACTIONS
-from chessgrpo.board.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
+from chessgrpo.data.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl
 from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
@@ -45,7 +45,6 @@ from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_eva
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool, Tablebase
 
-REWARDS = ("win_prob", "regret", "shaped")
 
 
 @dataclasses.dataclass
@@ -75,8 +74,8 @@ class MoveGroupConfig:
             raise ValueError(f"positions_per_step must be >= 1, got {self.positions_per_step}")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.reward not in REWARDS:
-            raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
+        if self.reward not in MOVE_GROUP_REWARDS:
+            raise ValueError(f"reward must be one of {list(MOVE_GROUP_REWARDS)}, got {self.reward!r}")
         if self.reward == "regret" and not self.best_move_values:
             raise ValueError("reward 'regret' needs best_move_values: true")
         if self.reward_nodes < 1:
@@ -180,15 +179,40 @@ class GroupRewards:
         best = torch.maximum(self.best_values.unsqueeze(1), self.values)
         return self.values - best
 
-    def rewards(self, kind: str) -> torch.Tensor:
-        """[B, G] the training reward: ``win_prob`` (values) or ``regret``."""
-        if kind == "win_prob":
-            return self.values
-        if kind == "regret":
-            return self.regret
-        if kind == "shaped":
-            return self.shaped
-        raise ValueError(f"unknown reward {kind!r}; choose one of {list(REWARDS)}")
+    def rewards(self, name: str) -> torch.Tensor:
+        """[B, G] the training reward registered as `name` in `MOVE_GROUP_REWARDS`."""
+        if name not in MOVE_GROUP_REWARDS:
+            raise ValueError(f"unknown reward {name!r}; choose one of {list(MOVE_GROUP_REWARDS)}")
+        return MOVE_GROUP_REWARDS[name](self)
+
+
+# The move-group rewards: named callables in one table (the `task.reward` config key picks one). Each
+# maps the scored groups to [B, G] rewards from the mover's point of view; the learner's group baseline
+# does the rest. Adding a reward is one function here and one line in the table (docs/architecture.md).
+MoveGroupReward = Callable[[GroupRewards], torch.Tensor]
+
+
+def win_prob_reward(scored: GroupRewards) -> torch.Tensor:
+    """The mover's expected score after the move (the engine's win probability; 1 = mate, 0.5 = draw)."""
+    return scored.values
+
+
+def regret_reward(scored: GroupRewards) -> torch.Tensor:
+    """The expected score minus the best move's (<= 0; needs best_move_values): the same advantages
+    as win_prob under a per-group baseline, on a scale comparable across positions."""
+    return scored.regret
+
+
+def shaped_reward(scored: GroupRewards) -> torch.Tensor:
+    """`tasks.rewards.shaped_value`: ordered among winning moves (mate distance, DTZ, material), every draw 0.5."""
+    return scored.shaped
+
+
+MOVE_GROUP_REWARDS: dict[str, MoveGroupReward] = {
+    "win_prob": win_prob_reward,
+    "regret": regret_reward,
+    "shaped": shaped_reward,
+}
 
 
 def move_value_positions(boards: Sequence[chess.Board], moves: Sequence[Sequence[chess.Move]]) -> tuple[list[chess.Board], list[list[int]]]:

@@ -900,10 +900,11 @@ class RookWorldTaskConfig:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
-    def split(self) -> tuple[int, int]:
-        """(P: prompts, A: prompts) per step."""
-        policy = round(self.prompts_per_step * self.policy_fraction)
-        return policy, self.prompts_per_step - policy
+    def split(self, count: int | None = None) -> tuple[int, int]:
+        """(P: prompts, A: prompts) of `count` prompts (default: prompts_per_step, a step's prompts)."""
+        count = self.prompts_per_step if count is None else count
+        policy = round(count * self.policy_fraction)
+        return policy, count - policy
 
 
 @dataclasses.dataclass

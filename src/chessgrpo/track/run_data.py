@@ -35,7 +35,7 @@ import numpy as np
 import yaml
 
 from chessgrpo.files import read_text
-from chessgrpo.track.metrics import METRICS_FILE, read_metrics
+from chessgrpo.train.metrics import METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 

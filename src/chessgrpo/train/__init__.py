@@ -1,4 +1,4 @@
-"""The training spine: one `Trainer` loop that every kind of run plugs into (`train.kinds`).
+"""The training spine: one `Trainer` loop that every kind of run plugs into (the kinds are plug-ins, registered in `tasks.kinds`).
 
 `Trainer(config).train()` runs a config of any kind (`kind: pretrain | sft | move_group |
 trajectory | rookworld`); `TrainConfig` holds the knobs they share; `Kind` is the plug-in base.

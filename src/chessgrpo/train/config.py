@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
-from chessgrpo.track.backends import TrackingConfig
+from chessgrpo.train.backends import TrackingConfig
 
 
 @dataclasses.dataclass
@@ -74,6 +74,8 @@ class TrainConfig:
 
     kind: str = ""
     """Which kind of run this is: pretrain, sft, move_group, trajectory, mixture or rookworld."""
+    kind_class: ClassVar[type | None] = None
+    """The `train.kind.Kind` plug-in that runs this config class (set when the kind is defined)."""
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
     steps: int = resumable(100)
     """Optimizer steps of the run (the cosine ends here). A resume may extend it (the schedule then moves)."""

@@ -27,7 +27,7 @@ from chessgrpo.train.distributed import Parallel, derived_seed, group_generators
 if TYPE_CHECKING:
     from chessgrpo.rl import RolloutBatch
     from chessgrpo.rl.learner import Forward
-    from chessgrpo.train.loop import Learner
+    from chessgrpo.train.learner import Learner
 
 
 @dataclasses.dataclass
@@ -68,6 +68,13 @@ class Kind:
     config_class: ClassVar[type] = object
     model: torch.nn.Module
     _learner_model: torch.nn.Module | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A kind that declares its own config class becomes that config's plug-in: the spine runs a
+        # config through `type(config).kind_class` and never imports the kinds' layer.
+        super().__init_subclass__(**kwargs)
+        if "config_class" in cls.__dict__:
+            cls.config_class.kind_class = cls
 
     def __init__(self, config: Any, context: RunContext) -> None:
         self.config = config
@@ -196,8 +203,25 @@ class TaskRollout:
     rank calls it once per forward, so ranks draw the same positions."""
 
 
+@dataclasses.dataclass
+class SharedParts:
+    """What the tasks of a task mixture (`kind: mixture`) share instead of building their own."""
+
+    model: Any
+    """The trainable policy every task samples from and trains (an `ActionPolicy`, or the chess LM's `ChessLM`)."""
+    reference: Any
+    """The frozen reference (the KL anchor, and the ``reference`` opponent of trajectories)."""
+    pool: Any
+    """The Stockfish pool (`engine.EnginePool`), owned and closed by the mixture; None when no task needs one."""
+
+
 class GRPOKind(Kind):
-    """A GRPO kind: a KL controller (part of its resumable state) and the step's seeded randomness.
+    """A GRPO kind: the task contract, a KL controller (part of its resumable state) and the step's seeded randomness.
+
+    The contract: a GRPO kind declares `rollout(step, groups) -> TaskRollout` (sample and reward the
+    groups this rank plays); its step is ``learn(rollout(step, step_groups(...)))``, written once here
+    for every GRPO kind. So any GRPO kind can also be one task of a ``kind: mixture``, which draws each
+    step's groups among its tasks, calls their `rollout` and learns once from the joined rows.
 
     Nothing random carries over between steps: the step's groups are drawn by (seed, step) and
     split over the ranks (`shard_groups`), each group samples from its own generator seeded by
@@ -209,15 +233,20 @@ class GRPOKind(Kind):
     kl_controller: Any
     group_count_key: ClassVar[str] = "task.positions_per_step"
     """The config key of the number of groups per step (what the ranks split)."""
+    family: ClassVar[str] = ""
+    """The policy family (tasks of one mixture share one policy, so they must be of one family)."""
+
+    @classmethod
+    def shared_parts(cls, configs: Sequence[Any], context: RunContext) -> SharedParts:
+        """The policy, reference and engine pool that a mixture of tasks of this family (`configs`, each
+        task's full config) shares; each task is then built as ``cls(config, context, shared)``."""
+        raise NotImplementedError(f"kind {cls.name!r} cannot be a task of a mixture")
 
     def init_grpo_state(self, grpo_config: Any) -> None:
         from chessgrpo.rl import KLController
 
         self.kl_controller = KLController.from_config(grpo_config)
-        count: Any = self.config
-        for part in self.group_count_key.split("."):
-            count = getattr(count, part)
-        self.shard_groups(int(count), self.group_count_key)  # an uneven split is an error before anything runs
+        self.shard_groups(self.group_count(), self.group_count_key)  # an uneven split is an error before anything runs
 
     def shard_groups(self, count: int, what: str) -> range:
         """This rank's groups (global indices) of the step's `count` groups; `what` names the config key."""
@@ -227,6 +256,28 @@ class GRPOKind(Kind):
         """This rank's share of a step's `count` groups (a kind run on its own: contiguous shares)."""
         mine = self.shard_groups(count, self.group_count_key)
         return StepGroups(count, mine, mine)
+
+    def group_count(self) -> int:
+        """The step's number of groups over every rank (the config value `group_count_key` names)."""
+        count: Any = self.config
+        for part in self.group_count_key.split("."):
+            count = getattr(count, part)
+        return int(count)
+
+    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
+        """Sample and reward the groups `groups.mine` of step `step` (each seeded by its `groups.seeds`
+        entry); the rows of group i come out together and `row_groups` says which group each row is."""
+        raise NotImplementedError
+
+    def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
+        """Step `step`'s losses added once to every minibatch whatever its rows (`TaskRollout.minibatch_terms`),
+        or None. A function of (seed, step) alone, so a task mixture adds a task's terms on every rank,
+        including ranks that play none of its groups this step."""
+        return None
+
+    def train_step(self, step: int, learner: Learner) -> dict[str, float]:
+        """One GRPO step: roll out this rank's share of the step's groups, then learn from them."""
+        return self.learn(step, learner, self.rollout(step, self.step_groups(self.group_count(), step)))
 
     def learn(self, step: int, learner: Learner, rollout: TaskRollout) -> dict[str, float]:
         """`rl.optimize` on the rollout (one `learner.update` per minibatch); the step's metrics."""

@@ -3,7 +3,7 @@
 Read top to bottom, a run is:
 
 1. **set-up** (`Trainer.__init__`): take the run directory's lock (`train.lock`); device, threads, seed; build
-   the kind (its models and data, `train.kinds`); AdamW over the trainable parameters (head and
+   the kind (its models and data; the config's `kind_class` plug-in, registered in `tasks.kinds`); AdamW over the trainable parameters (head and
    frozen parameters as the kind says, decay on matrices only) with a warmup + cosine schedule;
    on ``--resume`` restore the newest *intact* checkpoint (model, optimizer, RNG, the kind's
    state, the health state).
@@ -40,10 +40,10 @@ import torch
 from chessgrpo.config import ConfigError, save_config, to_dict
 from chessgrpo.errors import TrainingDiverged
 from chessgrpo.files import write_json_atomic
-from chessgrpo.rl.invariants import NonFiniteError, check_finite
-from chessgrpo.rl.learner import clip_grad_norm
+from chessgrpo.models.placement import resolve_device
+from chessgrpo.rl.invariants import NonFiniteError
 from chessgrpo.run_info import RUN_INFO_FILE, collect_run_info
-from chessgrpo.track.metrics import METRICS_FILE, MetricsWriter
+from chessgrpo.train.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
@@ -57,6 +57,7 @@ from chessgrpo.engine.pool import available_cores
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import Parallel
 from chessgrpo.train.kind import Kind, RunContext
+from chessgrpo.train.learner import Learner
 from chessgrpo.train.lock import RunLock
 from chessgrpo.train.schedule import WarmupCosine
 
@@ -88,68 +89,6 @@ class TrainResult:
     """The checkpoint `checkpoints/best` points to, when the run tracks a best metric."""
 
 
-class Learner:
-    """What a kind's step calls for every optimizer update: backward, clipping, the step.
-
-    `update` raises `NonFiniteError` (and takes no step) when the loss or gradient is not finite;
-    the debug hook turns the loss into NaN on the steps it names.
-    """
-
-    def __init__(
-        self, optimizer: torch.optim.Optimizer, parameters: list[torch.nn.Parameter], max_grad_norm: float,
-        parallel: Parallel | None = None,
-    ):  # fmt: skip
-        self.optimizer = optimizer
-        self.parameters = parameters
-        self.max_grad_norm = max_grad_norm
-        self.parallel = parallel or Parallel()
-        self.inject_nonfinite = False
-        self._pending_nonfinite = False
-        """A micro-batch loss of the minibatch being accumulated was not finite (checked at its step)."""
-        self._accumulating = False
-        """Gradients of earlier micro-batches of this step are in .grad (else .grad is stale: cleared first)."""
-
-    def update(self, loss: torch.Tensor, *, step: bool = True) -> float:
-        """backward(loss), clip, optimizer step; returns the gradient norm before clipping.
-
-        With ``step=False`` only backward(loss) into the accumulated gradients (a micro-batch of
-        gradient accumulation; returns nan); the next ``step=True`` call adds its loss, then clips
-        and steps once. A non-finite micro-batch loss is remembered and skips that whole step.
-
-        In a data-parallel run every rank calls this the same number of times per step; the ranks
-        agree on a non-finite loss before the stepping backward (all skip, or none), and DDP's
-        backward averages the gradients, so the clipped norm and the step are the same on every rank.
-        """
-        if self.inject_nonfinite:
-            loss = loss * float("nan")
-        if not step:  # accumulate; no collective here (ranks may agree only once per step)
-            if not self._accumulating:
-                self.optimizer.zero_grad(set_to_none=True)
-                self._accumulating = True
-            if math.isfinite(float(loss.detach())):
-                loss.backward()
-            else:
-                self._pending_nonfinite = True
-                if self.parallel.enabled:  # DDP reduces in every backward: keep the ranks in step
-                    (loss * 0.0).backward()
-            return math.nan
-        pending, self._pending_nonfinite = self._pending_nonfinite, False
-        if not self._accumulating:
-            self.optimizer.zero_grad(set_to_none=True)
-        self._accumulating = False
-        if self.parallel.any(pending or not math.isfinite(float(loss.detach()))):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(f"loss is not finite ({float(loss.detach())} on rank {self.parallel.rank}); update skipped")
-        loss.backward()  # onto the gradients accumulated since the last step (none without micro-batches)
-        grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
-        if not math.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            check_finite("grad_norm", grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return grad_norm
-
-
 def build_optimizer(kind: Kind, config: TrainConfig) -> tuple[torch.optim.AdamW, list[torch.nn.Parameter]]:
     """AdamW over the kind's trainable parameters: (body, head) x (decay on >= 2-D tensors, no decay).
 
@@ -172,19 +111,6 @@ def build_optimizer(kind: Kind, config: TrainConfig) -> tuple[torch.optim.AdamW,
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas)), trainable
 
 
-def resolve_device(name: str, key: str = "device") -> torch.device:
-    """The torch device for config key `key`, or a `ConfigError` saying why it cannot be used."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"config key {key}: {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"config key {key}: {name!r} requested but CUDA is not available (use {key}=cpu)")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ConfigError(f"config key {key}: {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
-
-
 class Trainer:
     """Set up a run of any kind (fresh or resumed), then `train`. See the module docstring.
 
@@ -193,11 +119,14 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, *, resume: bool = False):
-        from chessgrpo.train.kinds import kind_class
-
         self.config = config
         self.run_dir = config.run.directory
-        kind_cls = kind_class(config.kind)
+        kind_cls = type(config).kind_class
+        if kind_cls is None or kind_cls.name != config.kind:
+            raise ConfigError(
+                f"config key kind: {config.kind!r} is not what a {type(config).__name__} runs; build the config with "
+                "chessgrpo.tasks.kinds.config_class(kind)"
+            )
         device = resolve_device(config.device)
         # torchrun's process group (world size 1 without torchrun); rank 0 owns the run directory.
         self.parallel = Parallel.from_env(device)

@@ -1,4 +1,8 @@
-"""`kind: mixture`: one action policy trained by GRPO on several tasks at once.
+"""`kind: mixture`: one policy trained by GRPO on several tasks at once.
+
+The tasks are GRPO kinds of one policy family: the action policy's (move_group, trajectory) or the
+chess LM's (rookworld, e.g. a P:-only and an A:-only task with their own rewards). Any GRPO kind that
+follows the task contract (`train.kind.GRPOKind`: `rollout`, `shared_parts`) can be a task.
 
 Each step has `groups_per_step` groups. Every group draws its task from the weights (a seeded draw
 per step, `draw_task_groups`), so one-move groups with shaped engine rewards, trajectory groups
@@ -37,20 +41,19 @@ from typing import Any
 
 import torch
 
-from chessgrpo.config import ConfigError, EngineConfig, RunConfig, from_dict, to_dict
-from chessgrpo.models.policy import ModelConfig
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, from_dict, grpo_engine_config, to_dict
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
-from chessgrpo.tasks.kinds.move_group import MoveGroupKind, PolicyGRPOKind, SharedParts, policy_eval_line
-from chessgrpo.tasks.kinds.trajectory import TrajectoryKind
+from chessgrpo.tasks.kinds import kind_class
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import Parallel, derived_seed
-from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, postfix
+from chessgrpo.train.kind import GRPOKind, RunContext, StepGroups, TaskRollout, postfix
 
 logger = logging.getLogger(__name__)
 
-TASK_KINDS: dict[str, type[PolicyGRPOKind]] = {"move_group": MoveGroupKind, "trajectory": TrajectoryKind}
-"""The kinds a mixture's task can be."""
+TASK_KINDS = ("move_group", "trajectory", "rookworld")
+"""The kinds a mixture's task can be (the tasks of one mixture must share a policy family); their classes
+come from the registry (`tasks.kinds.kind_class`) when used, so an action-policy mixture never imports transformers."""
 
 
 @dataclasses.dataclass
@@ -62,34 +65,37 @@ class MixtureTask:
     weight: float = 1.0
     """Relative share of each step's groups drawn for this task (normalised over the tasks)."""
     kind: str = "move_group"
-    """move_group | trajectory."""
+    """move_group | trajectory (the action policy) | rookworld (the chess LM)."""
     config: Any = None
     """The task's own keys of that kind's config (task, positions or position_mixture, rewards, eval, ...)."""
 
 
 @dataclasses.dataclass
 class MixtureTrainConfig(TrainConfig):
-    """`chessgrpo train` with ``kind: mixture``: GRPO on a weighted mixture of move-group and trajectory tasks."""
+    """`chessgrpo train` with ``kind: mixture``: GRPO on a weighted mixture of tasks of one policy family."""
 
     kind: str = "mixture"
     run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="mixture"))
     init_checkpoint: str | None = "runs/pretrain_tiny"
     """Starting policy of every task (checkpoint or run directory), also the frozen reference; null = `model` from scratch."""
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    """The policy's shape when init_checkpoint is null."""
+    model: Any = None
+    """The policy's shape when init_checkpoint is null: the keys of the tasks' own `model` section
+    (`models.policy.ModelConfig` for move_group and trajectory, `models.lm.LMModelConfig` for rookworld,
+    checked there); null = that section's defaults."""
     groups_per_step: int = 32
     """Groups per step over all tasks; each draws its task from the weights."""
     tasks: list[MixtureTask] = dataclasses.field(default_factory=list)
     """The tasks (name, weight, kind, config)."""
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
     """The learner's hyperparameters, for every task (advantages are computed per task, within its groups)."""
-    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=grpo_engine_config)
     """The Stockfish pool every task shares (rewards, opponents, evaluation)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.kind != "mixture":
             raise ConfigError(f"config key kind must be mixture for this config, got {self.kind!r}")
+        engine_limits_unused(self.engine, "each task's own limit keys")
         if self.groups_per_step < 1:
             raise ConfigError(f"config key groups_per_step must be >= 1, got {self.groups_per_step}")
         if not self.tasks:
@@ -104,18 +110,24 @@ class MixtureTrainConfig(TrainConfig):
                 raise ConfigError(f"config key tasks[{index}].weight must be a finite number >= 0, got {task.weight}")
         if len(set(names)) != len(names):
             raise ConfigError(f"config key tasks: task names must differ, got {names}")
+        families = sorted({kind_class(task.kind).family for task in self.tasks})
+        if len(families) > 1:
+            raise ConfigError(f"config key tasks: the tasks share one policy, so they must be of one policy family; got {families} "
+                              f"({', '.join(f'{task.name}: {task.kind}' for task in self.tasks)})")
         if sum(task.weight for task in self.tasks) <= 0:
             raise ConfigError("config key tasks: the weights sum to 0; give at least one task a positive weight")
         if self.grpo.advantage_estimator == "batch_std":
             raise ConfigError("config key grpo.advantage_estimator: batch_std mixes every row of a step; a mixture centres each task on its own (grpo, dr_grpo or rloo)")
         configs = self.task_configs()
-        evaluating = [task.name for task, config in zip(self.tasks, configs) if _offline_source(config)]
-        if len(evaluating) > 1:
-            raise ConfigError(f"config key tasks: tasks {evaluating} both evaluate held-out positions (the same files and metrics); keep eval positions in one task")
+        for what, evaluates in (("held-out positions", _offline_source), ("the chess LM's held-out tasks", _lm_evaluation)):
+            evaluating = [task.name for task, config in zip(self.tasks, configs) if evaluates(config)]
+            if len(evaluating) > 1:
+                raise ConfigError(f"config key tasks: tasks {evaluating} both evaluate {what} (the same files and metrics); keep that evaluation in one task")
 
     def shared_keys(self) -> list[str]:
         """The keys every task takes from the mixture (loop knobs, init_checkpoint, model, grpo, engine)."""
-        return [f.name for f in dataclasses.fields(TrainConfig) if f.name != "kind"] + ["init_checkpoint", "model", "grpo", "engine"]
+        shared = [f.name for f in dataclasses.fields(TrainConfig) if f.name != "kind"] + ["init_checkpoint", "grpo", "engine"]
+        return shared + (["model"] if self.model is not None else [])
 
     def task_configs(self) -> list[Any]:
         """Each task's full config: its own keys, and the shared ones from the mixture (ConfigError on a clash)."""
@@ -132,9 +144,13 @@ class MixtureTrainConfig(TrainConfig):
             clash = sorted(set(own) & set(shared) | ({"kind"} & set(own)))
             if clash:
                 raise ConfigError(f"config key {prefix}.{clash[0]}: set it on the mixture, not in a task (every task shares it)")
-            if "positions_per_step" in (own.get("task") or {}):
-                raise ConfigError(f"config key {prefix}.task.positions_per_step: a mixture's groups per task come from groups_per_step and the weights")
-            config_class = TASK_KINDS[task.kind].config_class
+            if "model" in own:
+                raise ConfigError(f"config key {prefix}.model: set it on the mixture, not in a task (every task shares the policy)")
+            count_key = kind_class(task.kind).group_count_key
+            section, _, leaf = count_key.partition(".")
+            if leaf in (own.get(section) or {}):
+                raise ConfigError(f"config key {prefix}.{count_key}: a mixture's groups per task come from groups_per_step and the weights")
+            config_class = kind_class(task.kind).config_class
             configs.append(from_dict(config_class, {**{key: plain[key] for key in shared}, **own, "kind": task.kind}, prefix=prefix))
         return configs
 
@@ -148,7 +164,14 @@ class MixtureTrainConfig(TrainConfig):
 
 def _offline_source(config: Any) -> str | None:
     """The held-out positions a task's config evaluates on (move_group: eval.positions; trajectory: eval.offline_positions)."""
-    return getattr(config.eval, "positions", None) if config.kind == "move_group" else config.eval.offline_positions
+    if config.kind == "move_group":
+        return getattr(config.eval, "positions", None)
+    return getattr(config.eval, "offline_positions", None)
+
+
+def _lm_evaluation(config: Any) -> bool:
+    """Whether a rookworld task's config evaluates the LM's held-out P:/A: prompts or puzzles (RUN_DIR/eval/step_*_lm.json)."""
+    return config.kind == "rookworld" and bool(config.eval.policy_prompts or config.eval.environment_prompts or config.eval.puzzles)
 
 
 def draw_task_groups(weights: Sequence[float], groups: int, seed: int, step: int) -> torch.Tensor:
@@ -167,8 +190,8 @@ def task_step_groups(tasks_of_groups: torch.Tensor, task: int, mine: range) -> S
     return StepGroups(len(indices), local, [indices[i] for i in local])
 
 
-class MixtureKind(PolicyGRPOKind):
-    """GRPO of one action policy on a weighted mixture of tasks (module docstring)."""
+class MixtureKind(GRPOKind):
+    """GRPO of one policy on a weighted mixture of tasks (module docstring)."""
 
     name = "mixture"
     config_class = MixtureTrainConfig
@@ -176,32 +199,46 @@ class MixtureKind(PolicyGRPOKind):
 
     def __init__(self, config: MixtureTrainConfig, context: RunContext):
         super().__init__(config, context)
-        self.build_policy(config.init_checkpoint, config.model, config.grpo)
         configs = config.task_configs()
-        self.pool = None
-        if any(task.kind == "move_group" or task_config.needs_pool for task, task_config in zip(config.tasks, configs)):
-            from chessgrpo.engine import EnginePool
-
-            self.pool = EnginePool.from_config(config.engine)
+        # The policy, its frozen reference and the engine pool, built once by the tasks' family.
+        shared = kind_class(config.tasks[0].kind).shared_parts(configs, context)
+        self.pool = shared.pool
         # The tasks roll out on this rank's groups only; the collectives (the learner's, the metrics')
         # are the mixture's, so a task never waits for a rank that has none of its groups this step.
         local = dataclasses.replace(context, parallel=Parallel())
-        shared = SharedParts(model=self.model, reference=self.reference, pool=self.pool)
-        self.tasks: list[PolicyGRPOKind] = []
+        self.tasks: list[GRPOKind] = []
         try:
             for task, task_config in zip(config.tasks, configs):
                 if context.world_size > 1 and getattr(task_config.task, "supervision", None) == "critic":
                     raise ConfigError(f"config key tasks ({task.name}): critic supervision scales by the whole step's rewards; run it on its own in a data-parallel run")
-                self.tasks.append(TASK_KINDS[task.kind](task_config, local, shared))
+                self.tasks.append(kind_class(task.kind)(task_config, local, shared))
         except BaseException:
             self.close()
             raise
+        self.model = self.tasks[0].model  # every task trains the same module
+        self.init_grpo_state(config.grpo)
         self.weights = [task.weight for task in config.tasks]
+
+    # -- the shared policy: every task holds the same module, so the first one answers for it -------
 
     @property
     def trains_value_head(self) -> bool:
         """The value head trains when any task trains it."""
-        return any(task.trains_value_head for task in self.tasks)
+        return any(getattr(task, "trains_value_head", False) for task in self.tasks)
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        return self.tasks[0].head_parameters()
+
+    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
+        # Frozen when every task freezes it (e.g. the value head stays frozen unless some task trains it).
+        kept = [{id(p) for p in task.frozen_parameters(freeze_layers)} for task in self.tasks[1:]]
+        return [p for p in self.tasks[0].frozen_parameters(freeze_layers) if all(id(p) in ids for ids in kept)]
+
+    def save_model(self, directory: Path) -> None:
+        self.tasks[0].save_model(directory)
+
+    def load_model(self, checkpoint: Path) -> None:
+        self.tasks[0].load_model(checkpoint)
 
     def close(self) -> None:
         for task in getattr(self, "tasks", []):
@@ -289,7 +326,11 @@ class MixtureKind(PolicyGRPOKind):
                              ("eval/esl", "heldout_esl", ".3f"), ("eval/mate_rate", "heldout_mate", ".3f")))  # fmt: skip
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
-        return policy_eval_line(step, row)
+        return self.tasks[0].eval_line(step, row)  # the tasks of one family print the same line
+
+    def after_run(self, out_dir: Path) -> None:
+        for task in self.tasks:
+            task.after_run(out_dir)
 
     def summary(self) -> list[str]:
         lines: list[str] = []

@@ -20,7 +20,6 @@ to RUN_DIR/eval/step_NNNNNN_{offline,puzzles}.json, the format ``chessgrpo eval 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import math
@@ -32,17 +31,17 @@ from typing import Any
 import chess
 import torch
 
-from chessgrpo.config import ConfigError, EngineConfig, RunConfig
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config
 from chessgrpo.files import write_json_atomic
-from chessgrpo.models.placement import place_reference
-from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy, value_head_parameters
+from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.board.start_positions import PositionSource, StartPositionMixture, StartPositions
+from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
 from chessgrpo.tasks.move_group import MoveGroupConfig, labelled_loss, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
-from chessgrpo.train.kind import GRPOKind, RunContext, StepGroups, TaskRollout, interval_text, postfix
+from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
+from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, interval_metrics, policy_eval_line
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class MoveGroupTrainConfig(TrainConfig):
     name, split, max_positions, win_prob_range, skip_mover); replaces `positions` (set it to null)."""
     task: MoveGroupConfig = dataclasses.field(default_factory=MoveGroupConfig)
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
-    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=grpo_engine_config)
     """The Stockfish pool for rewards and evaluation (task.reward_nodes / eval.nodes set the limits)."""
     eval: MoveGroupEvalConfig = dataclasses.field(default_factory=MoveGroupEvalConfig)
     value_loss_weight: float = 0.0
@@ -123,6 +122,7 @@ class MoveGroupTrainConfig(TrainConfig):
         super().__post_init__()
         if self.kind != "move_group":
             raise ConfigError(f"config key kind must be move_group for this config, got {self.kind!r}")
+        engine_limits_unused(self.engine, "task.reward_nodes (rewards) and eval.nodes (evaluation)")
         if self.position_mixture and self.positions is not None:
             raise ConfigError("config keys positions and position_mixture are exclusive: set positions: null to use the mixture, or position_mixture: [] (override position_mixture=[]) for one source")
         if not self.position_mixture and self.positions is None:
@@ -160,107 +160,6 @@ class MoveGroupTrainConfig(TrainConfig):
         if self.eval.positions:
             return "eval/esl", "min"
         return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
-
-
-@dataclasses.dataclass
-class SharedParts:
-    """What the tasks of a task mixture (`kind: mixture`) share instead of building their own."""
-
-    model: ActionPolicy
-    """The trainable policy (every task samples from it and trains it)."""
-    reference: ActionPolicy
-    """The frozen reference (the KL anchor, and the ``reference`` opponent of trajectories)."""
-    pool: Any
-    """The Stockfish pool (`engine.EnginePool`), owned and closed by the mixture; None when no task needs one."""
-
-
-class PolicyGRPOKind(GRPOKind):
-    """GRPO of an `ActionPolicy` (move_group, trajectory): the frozen reference, its trainable copy,
-    checkpoints, head and frozen parameters, and the held-out offline evaluation of `chessgrpo eval offline`.
-
-    Built with `shared` (a task of `kind: mixture`), it uses the mixture's policy, reference and engine
-    pool instead of its own."""
-
-    reference: ActionPolicy
-    _offline_positions: list | None = None
-
-    def __init__(self, config: Any, context: RunContext, shared: SharedParts | None = None):
-        super().__init__(config, context)
-        self.shared = shared
-
-    def make_pool(self, engine_config: EngineConfig) -> Any:
-        """The mixture's pool when shared, else a new `EnginePool` (which `close` stops)."""
-        from chessgrpo.engine import EnginePool
-
-        if self.shared is not None:
-            if self.shared.pool is None:
-                raise ValueError("a task of this mixture needs Stockfish, but the mixture started no engine pool")
-            return self.shared.pool
-        return EnginePool.from_config(engine_config)
-
-    def close_pool(self, pool: Any) -> None:
-        """Stop `pool` unless the mixture owns it."""
-        if pool is not None and self.shared is None:
-            pool.close()
-
-    def build_policy(self, init_checkpoint: str | None, model_config: ModelConfig, grpo_config: GRPOConfig) -> None:
-        """The reference (the starting checkpoint, or a fresh `model_config`), frozen; `model`, a trainable copy."""
-        device = self.context.device
-        if self.shared is not None:
-            self.model, self.reference = self.shared.model, self.shared.reference
-            self.init_grpo_state(grpo_config)
-            return
-        if init_checkpoint:
-            self.reference = load_policy(init_checkpoint, device=device)
-        else:
-            self.reference = ActionPolicy(model_config.policy_config()).to(device)
-        self.reference.eval().requires_grad_(False)
-        self.model = copy.deepcopy(self.reference).requires_grad_(True)
-        self.model.eval()  # eval mode for every RL forward: dropout off (invariant 2)
-        # The frozen reference may sit on its own device (reference_device), called from the policy's.
-        self.reference = place_reference(self.reference, device, self.config.reference_device)
-        self.init_grpo_state(grpo_config)
-
-    def head_parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.model.head.parameters())
-
-    def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
-        """Step `step`'s losses added once to every minibatch whatever its rows (`TaskRollout.minibatch_terms`),
-        or None. A function of (seed, step) alone, so a task mixture adds a task's terms on every rank,
-        including ranks that play none of its groups this step."""
-        return None
-
-    @property
-    def trains_value_head(self) -> bool:
-        """Whether a value loss trains the value head (move_group's value_loss_weight > 0)."""
-        return getattr(self.config, "value_loss_weight", 0.0) > 0
-
-    def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
-        # Without a value loss the value head is kept as pretraining left it (the shared trunk still moves).
-        return frozen_parameters(self.model, freeze_layers) + ([] if self.trains_value_head else value_head_parameters(self.model))
-
-    def save_model(self, directory: Path) -> None:
-        save_policy(self.model, directory)
-
-    def load_model(self, checkpoint: Path) -> None:
-        self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
-
-    def offline_evaluation(self, step: int, out_dir: Path, pool: Any, source: str, max_positions: int, nodes: int,
-                           resamples: int) -> dict[str, float]:  # fmt: skip
-        """Held-out ESL, top-1 and blunder rate of the argmax policy (intervals) on the same seeded sample of
-        `source` every time; writes out_dir/step_NNNNNN_offline.json (what `chessgrpo eval compare` reads)."""
-        from chessgrpo.eval.offline import evaluate_offline
-        from chessgrpo.eval.players import PolicyPlayer
-        from chessgrpo.eval.positions import load_eval_positions
-
-        seed = self.context.seed
-        if self._offline_positions is None:
-            self._offline_positions = load_eval_positions(source, max_positions, seed, pool=pool, nodes=nodes)
-        player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
-        result = evaluate_offline(player, self._offline_positions, pool, nodes=nodes, resamples=resamples, seed=seed)
-        payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-        write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
-        return interval_metrics(result, ("top1", "esl", "blunder_rate"))
 
 
 class MoveGroupKind(PolicyGRPOKind):
@@ -330,10 +229,6 @@ class MoveGroupKind(PolicyGRPOKind):
             self.tablebase.close()
 
     # -- the step -----------------------------------------------------------------------------------
-
-    def train_step(self, step: int, learner: Any) -> dict[str, float]:
-        rollout = self.rollout(step, self.step_groups(self.config.task.positions_per_step, step))
-        return self.learn(step, learner, rollout)
 
     def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
         """Sample and reward step `step`'s one-move groups `groups`; the learner's batch and forward."""
@@ -489,25 +384,3 @@ class MoveGroupKind(PolicyGRPOKind):
         if len(files) >= 2:
             return [f"paired before/after: chessgrpo eval compare {files[0]} {files[-1]}"]
         return []
-
-
-def policy_eval_line(step: int, row: dict[str, Any]) -> str | None:
-    """The evaluation line of an action policy's GRPO run: held-out ESL and top-1, puzzles, endgame mate rate."""
-    parts = []
-    if "eval/esl" in row:
-        parts.append(f"ESL {interval_text(row, 'eval/esl')}, top-1 {interval_text(row, 'eval/top1')}")
-    if "eval/puzzle_first_move_accuracy" in row:
-        parts.append(f"puzzles {interval_text(row, 'eval/puzzle_first_move_accuracy')}")
-    if "eval/mate_rate" in row:
-        parts.append(f"held-out mate rate {interval_text(row, 'eval/mate_rate')}")
-    return f"step {step}: " + ", ".join(parts) if parts else None
-
-
-def interval_metrics(result: Any, names: tuple[str, ...], prefix: str = "eval/") -> dict[str, float]:
-    """``{prefix}{name}`` with ``_low``/``_high`` from the `Interval` attributes `names` of an evaluation result."""
-    metrics = {}
-    for name in names:
-        interval = getattr(result, name)
-        key = f"{prefix}{name}"
-        metrics.update({key: interval.value, f"{key}_low": interval.low, f"{key}_high": interval.high})
-    return metrics

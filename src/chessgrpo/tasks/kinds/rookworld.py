@@ -1,6 +1,6 @@
 """`kind: rookworld`: GRPO on text for the chess language model (the P: policy and A: environment tasks).
 
-One step (`RookWorldKind.train_step`):
+One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.kind.GRPOKind.learn`):
 
 1. **prompts**: B prompts from the dataset's train split, round(B * policy_fraction) P: prompts
    and the rest A: prompts, drawn without replacement as a function of (seed, step), so a
@@ -43,13 +43,14 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from chessgrpo.config import ConfigError, EngineConfig, RunConfig, resumable
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.lm import (
@@ -62,7 +63,7 @@ from chessgrpo.models.lm import (
     prepare_for_rl,
     save_lm,
 )
-from chessgrpo.rl import GRPOConfig, optimize
+from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.rookworld import (
     ENVIRONMENT_COMPONENTS,
     POLICY_COMPONENTS,
@@ -75,7 +76,7 @@ from chessgrpo.tasks.rookworld import (
     with_prompt_bos,
 )
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.kind import GRPOKind, RunContext, interval_text, postfix
+from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, StepGroups, TaskRollout, interval_text, postfix
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class RookWorldTrainConfig(TrainConfig):
     task: RookWorldTaskConfig = dataclasses.field(default_factory=RookWorldTaskConfig)
     rewards: RookWorldRewardConfig = dataclasses.field(default_factory=RookWorldRewardConfig)
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
-    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=grpo_engine_config)
     """Stockfish pool for P: rewards and evaluation (rewards.policy.nodes is the limit); keep the cache on."""
     eval: RookWorldEvalConfig = dataclasses.field(default_factory=RookWorldEvalConfig)
 
@@ -132,6 +133,7 @@ class RookWorldTrainConfig(TrainConfig):
         super().__post_init__()
         if self.kind != "rookworld":
             raise ConfigError(f"config key kind must be rookworld for this config, got {self.kind!r}")
+        engine_limits_unused(self.engine, "rewards.policy.nodes (P: rewards and evaluation)")
 
     def default_best_metric(self) -> tuple[str, str] | None:
         if self.eval.policy_prompts:
@@ -147,13 +149,23 @@ class RookWorldKind(GRPOKind):
     name = "rookworld"
     config_class = RookWorldTrainConfig
     group_count_key = "task.prompts_per_step"
+    family = "chess_lm"
 
-    def __init__(self, config: RookWorldTrainConfig, context: RunContext):
+    @classmethod
+    def shared_parts(cls, configs: Sequence[Any], context: RunContext) -> SharedParts:
+        """What a mixture of rookworld tasks shares: the LM and its frozen reference (built from the
+        mixture's init_checkpoint / model) and one engine pool (P: rewards and evaluation)."""
+        from chessgrpo.engine import EnginePool
+
+        lm, reference_model = _lm_pair(configs[0], context.device)
+        return SharedParts(model=lm, reference=reference_model, pool=EnginePool.from_config(configs[0].engine))
+
+    def __init__(self, config: RookWorldTrainConfig, context: RunContext, shared: SharedParts | None = None):
         from chessgrpo.data.rookworld import read_rookworld
         from chessgrpo.engine import EnginePool
 
         super().__init__(config, context)
-        device = context.device
+        self.shared = shared
         train = read_rookworld(config.data, "train")
         self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
         self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
@@ -167,20 +179,13 @@ class RookWorldKind(GRPOKind):
         self.eval_policy_fens = [e.fen for e in test if e.task == "policy"][: config.eval.policy_prompts]
         self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][: config.eval.environment_prompts]
 
-        start = config.init_checkpoint or config.model.path  # model.path: the same, for symmetry with kind: sft
-        if start:
-            self.reference = load_lm(start, device=device)
+        if shared is not None:
+            self.lm, self.reference_model = shared.model, shared.reference
         else:
-            self.reference = build_lm(config.model, seed=config.run.seed)
-            self.reference.model.to(device)
-        prepare_for_rl(self.reference.model).requires_grad_(False)
-        self.lm = ChessLM(copy.deepcopy(self.reference.model), self.reference.tokenizer, self.reference.source)
-        prepare_for_rl(self.lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
+            self.lm, self.reference_model = _lm_pair(config, context.device)
         self.model = self.lm.model
         # Sampling and evaluation encode prompts through this view (task.prompt_bos: BOS first).
         self.prompt_lm = with_prompt_bos(self.lm, config.task.prompt_bos)
-        # The frozen reference may sit on its own device (reference_device), called from the policy's.
-        self.reference_model = place_reference(self.reference.model, device, config.reference_device)
         limit = self.lm.max_positions
         longest = max(len(self.prompt_lm.tokenizer.encode(p)) for p in self.policy_prompts[:2000] + self.environment_prompts[:2000])
         if limit is not None and longest + config.task.max_new_tokens > limit:
@@ -190,14 +195,17 @@ class RookWorldKind(GRPOKind):
             )
 
         self.init_grpo_state(config.grpo)
-        self.pool = EnginePool.from_config(config.engine) if (n_policy or self.eval_policy_fens) else None
+        if shared is not None:
+            self.pool = shared.pool
+        else:
+            self.pool = EnginePool.from_config(config.engine) if (n_policy or self.eval_policy_fens) else None
         self._puzzles: list | None = None
         self.paired: dict[str, Any] | None = None
         """The paired last - first comparison once `after_run` made it (the content of PAIRED_FILE)."""
         self._paired_lines: list[str] = []
 
     def close(self) -> None:
-        if self.pool is not None:
+        if self.pool is not None and self.shared is None:  # a mixture closes the pool it shares
             self.pool.close()
 
     # -- optimisation ------------------------------------------------------------------------------
@@ -210,9 +218,10 @@ class RookWorldKind(GRPOKind):
 
     # -- the step -----------------------------------------------------------------------------------
 
-    def draw_prompts(self, step: int) -> list[str]:
-        """The prompts of `step` (P: first, then A:), a function of (seed, step) (every rank draws all of them)."""
-        n_policy, n_environment = self.config.task.split()
+    def draw_prompts(self, step: int, count: int | None = None) -> list[str]:
+        """The `count` prompts of `step` (default `task.prompts_per_step`; P: first, then A:, split by
+        `task.policy_fraction`), a function of (seed, step) (every rank draws all of them)."""
+        n_policy, n_environment = self.config.task.split(count)
         rng = np.random.default_rng([self.config.run.seed, step])
         prompts = []
         for pool, count in ((self.policy_prompts, n_policy), (self.environment_prompts, n_environment)):
@@ -236,58 +245,51 @@ class RookWorldKind(GRPOKind):
 
         return autocast_forward
 
-    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
+        """Sample G completions for each of this rank's prompts of the step and reward them (P: by the
+        engine, A: by python-chess); the learning is the GRPO step every kind shares (`GRPOKind.learn`)."""
         config, task, context = self.config, self.config.task, self.context
         stats_before = dataclasses.replace(self.pool.stats) if self.pool is not None else None
 
         tick = time.perf_counter()
-        prompts = self.draw_prompts(step)
-        mine = self.shard_groups(len(prompts), self.group_count_key)
-        prompts = prompts[mine.start : mine.stop]
+        drawn = self.draw_prompts(step, groups.count)
+        prompts = [drawn[i] for i in groups.mine]
         with context.autocast():
-            groups = sample_completion_groups(
+            completions = sample_completion_groups(
                 self.prompt_lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
-                generator=self.group_generators(step, mine), reference=self.reference_model,
+                generator=self.group_generators(step, groups.seeds), reference=self.reference_model,
                 chunk_rows=task.logprob_chunk_rows,
             )  # fmt: skip
         sample_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        row_prompts = groups.row_prompts()
-        scored = score_completions(self.pool, row_prompts, groups.texts, config.rewards)
+        row_prompts = completions.row_prompts()
+        scored = score_completions(self.pool, row_prompts, completions.texts, config.rewards)
         rewards = torch.tensor([r.total for r in scored], dtype=torch.float32)
         reward_s = time.perf_counter() - tick
 
-        tick = time.perf_counter()
-        batch = to_rollout_batch(groups, rewards.to(context.device))
-        metrics = optimize(
-            batch, self._learner_forward(task.temperature), None, config.grpo, self.kl_controller,
-            generator=None, bf16=context.bf16, update=learner.update, parallel=context.parallel,
-            shuffle_seed=self.shuffle_seed(step),
-            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
-        )  # fmt: skip
-        learn_s = time.perf_counter() - tick
+        batch = to_rollout_batch(completions, rewards.to(context.device))
+        metrics = self._rollout_metrics(completions, scored, row_prompts, groups.count, stats_before)
+        metrics.update({"perf/sample_s": sample_s, "perf/reward_s": reward_s})
+        row_groups = torch.arange(len(prompts)).repeat_interleave(task.group_size)  # rows are prompt-major
+        # every rank's completions: the ranks step together
+        return TaskRollout(batch, self._learner_forward(task.temperature), metrics, samples=groups.count * task.group_size,
+                           rollout_s=sample_s + reward_s, row_groups=row_groups)  # fmt: skip
 
+    def _rollout_metrics(self, groups: Any, scored: list, row_prompts: list[str], count: int, stats_before: Any) -> dict[str, float]:
+        """The rollout's metrics: completion lengths, malformed rate, each reward component per task, the engine's work."""
         mask = groups.generation.completion_mask
         lengths = groups.generation.lengths.float()
         rollout_entropy = float(groups.entropy[mask].mean())
-        metrics.update(
-            {
-                "entropy/rollout": rollout_entropy,
-                "entropy/mean": rollout_entropy,  # the sampling policy's, as every kind logs it (the entropy early stop)
-                "rollout/completion_tokens": float(lengths.mean()),
-                "rollout/completion_tokens_max": float(lengths.max()),
-                "rollout/truncated_frac": float((~groups.generation.finished).float().mean()),
-                "rollout/malformed_rate": sum(r.malformed is not None for r in scored) / len(scored),
-                "rollout/prompts": float(task.prompts_per_step),
-                "perf/sample_s": sample_s,
-                "perf/reward_s": reward_s,
-                "perf/learn_s": learn_s,
-                "perf/step_s": sample_s + reward_s + learn_s,
-                # the whole step's completions (every rank's) per second of this rank's step
-                "perf/samples_per_s": task.prompts_per_step * task.group_size / max(sample_s + reward_s + learn_s, 1e-9),
-            }
-        )
+        metrics: dict[str, float] = {
+            "entropy/rollout": rollout_entropy,
+            "entropy/mean": rollout_entropy,  # the sampling policy's, as every kind logs it (the entropy early stop)
+            "rollout/completion_tokens": float(lengths.mean()),
+            "rollout/completion_tokens_max": float(lengths.max()),
+            "rollout/truncated_frac": float((~groups.generation.finished).float().mean()),
+            "rollout/malformed_rate": sum(r.malformed is not None for r in scored) / len(scored),
+            "rollout/prompts": float(count),
+        }
         for name, components in (("policy", POLICY_COMPONENTS), ("environment", ENVIRONMENT_COMPONENTS)):
             rows = [r for r, p in zip(scored, row_prompts) if p.startswith("P:" if name == "policy" else "A:")]
             if not rows:
@@ -385,3 +387,20 @@ class RookWorldKind(GRPOKind):
             f"({len(self.policy_prompts)} P: / {len(self.environment_prompts)} A: train prompts)"
         ]
         return lines + self._paired_lines
+
+
+def _lm_pair(config: RookWorldTrainConfig, device: torch.device) -> tuple[ChessLM, torch.nn.Module]:
+    """(trainable LM, frozen reference model placed for calls from the policy's device): the reference is
+    the starting model (init_checkpoint, else model.path, else a fresh `model`); the LM is its copy. Both
+    run with every dropout off and in eval mode (invariant 2)."""
+    start = config.init_checkpoint or config.model.path  # model.path: the same, for symmetry with kind: sft
+    if start:
+        reference = load_lm(start, device=device)
+    else:
+        reference = build_lm(config.model, seed=config.run.seed)
+        reference.model.to(device)
+    prepare_for_rl(reference.model).requires_grad_(False)
+    lm = ChessLM(copy.deepcopy(reference.model), reference.tokenizer, reference.source)
+    prepare_for_rl(lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
+    # The frozen reference may sit on its own device (reference_device), called from the policy's.
+    return lm, place_reference(reference.model, device, config.reference_device)

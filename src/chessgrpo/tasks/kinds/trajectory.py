@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from chessgrpo.board.endgames import COLOURS
-from chessgrpo.config import ConfigError, EngineConfig, RunConfig
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
-from chessgrpo.board.start_positions import StartPositions
+from chessgrpo.data.start_positions import StartPositions
 from chessgrpo.tasks.trajectory import (
     EngineValues,
     Opponent,
@@ -62,8 +62,8 @@ from chessgrpo.tasks.trajectory import (
 )
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators
-from chessgrpo.train.kind import RunContext, StepGroups, TaskRollout, postfix
-from chessgrpo.tasks.kinds.move_group import PolicyGRPOKind, SharedParts, policy_eval_line
+from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
+from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class TrajectoryTrainConfig(TrainConfig):
     """The policy's shape when init_checkpoint is null."""
     positions: str = "endgame:KQvK"
     """Start positions: ``endgame:<material>`` (uniform won positions of e.g. KQvK, KRvK, KBBvK, KBNvK from the
-    Syzygy tables in engine.syzygy_path) or any `board.start_positions.StartPositions` source (dataset dir, .parquet,
+    Syzygy tables in engine.syzygy_path) or any `data.start_positions.StartPositions` source (dataset dir, .parquet,
     .epd/.fen/.txt, .pgn, random:N)."""
     positions_split: str = "train"
     """Split of a dataset directory to draw start positions from (not used by endgame positions)."""
@@ -125,7 +125,7 @@ class TrajectoryTrainConfig(TrainConfig):
     """Endgame positions: growth of the curriculum's DTZ limit in plies per step (KQvK's longest DTZ is 19 plies)."""
     task: TrajectoryConfig = dataclasses.field(default_factory=TrajectoryConfig)
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
-    engine: EngineConfig = dataclasses.field(default_factory=lambda: EngineConfig(cache=False))
+    engine: EngineConfig = dataclasses.field(default_factory=lambda: EngineConfig(nodes=None, cache=False))
     """Stockfish pool (started only for engine rewards, the stockfish opponent or offline evaluation) and
     engine.syzygy_path, the Syzygy tables (for tablebase rewards/opponent and endgame positions)."""
     eval: TrajectoryEvalConfig = dataclasses.field(default_factory=TrajectoryEvalConfig)
@@ -136,6 +136,7 @@ class TrajectoryTrainConfig(TrainConfig):
         super().__post_init__()
         if self.kind != "trajectory":
             raise ConfigError(f"config key kind must be trajectory for this config, got {self.kind!r}")
+        engine_limits_unused(self.engine, "task.reward_nodes, task.opponent_nodes and eval.nodes")
         if self.max_start_positions is not None and self.max_start_positions < 1:
             raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
@@ -255,11 +256,6 @@ class TrajectoryKind(PolicyGRPOKind):
             assert self.start_positions is not None
             starts = self.start_positions.draw(count, seed=seed, step=step)
         return starts if groups is None else [starts[i] for i in groups]
-
-    def train_step(self, step: int, learner: Any) -> dict[str, float]:
-        """Sample trajectories, reward every own ply, learn (one `learner.update` per minibatch)."""
-        rollout = self.rollout(step, self.step_groups(self.config.task.positions_per_step, step))
-        return self.learn(step, learner, rollout)
 
     def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
         """Play and reward step `step`'s trajectory groups `groups`; the learner's batch and forward."""

@@ -15,7 +15,7 @@ there, so a resumed run never has duplicate or orphaned steps.
 
 Other backends: ``MetricsWriter(path, tracking=TrackingConfig(backends=[...]), run_config=...)``
 also sends every row, under the same names and steps, to TensorBoard and/or W&B, and logs the
-resolved config to each (see `chessgrpo.track.backends`). The JSONL file is written either way.
+resolved config to each (see `chessgrpo.train.backends`). The JSONL file is written either way.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from chessgrpo.files import read_text
 
 if TYPE_CHECKING:
-    from chessgrpo.track.backends import Sink, TrackingConfig
+    from chessgrpo.train.backends import Sink, TrackingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class MetricsWriter:
         self._last_step = resume_step if resume_step is not None else -1
         self._sinks: list[Sink] = []
         if tracking is not None:
-            from chessgrpo.track.backends import open_sinks
+            from chessgrpo.train.backends import open_sinks
 
             try:
                 self._sinks = open_sinks(tracking, self.path.parent, resume_step=resume_step, run_config=run_config)
