@@ -81,15 +81,6 @@ def test_saved_config_loads_back_identically(tmp_path):
     assert load_config(EngineEvalConfig, path) == config
 
 
-def test_every_shipped_config_file_loads():
-    files = sorted((REPO / "configs").glob("*.yaml"))
-    assert files, "no configs shipped"
-    known = {"engine_eval.yaml": EngineEvalConfig}
-    for path in files:
-        if path.name in known:
-            load_config(known[path.name], path)
-
-
 def test_every_engine_key_is_documented_in_the_shipped_file():
     text = (REPO / "configs" / "engine_eval.yaml").read_text()
     for field in dataclasses.fields(EngineConfig):

@@ -9,24 +9,13 @@ from __future__ import annotations
 import pytest
 
 from chessgrpo.config import ConfigError, from_dict, load_config
-from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
 from chessgrpo.tasks.kinds.mixture import MixtureTrainConfig
 from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
 
-NODES = 300
+from conftest import ROOKWORLD_NODES as NODES
 MODEL = {"n_layer": 1, "n_embd": 32, "n_head": 2}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rookworld_mixture")
-    config = RookWorldDataConfig(out=str(root / "data"), positions=40, nodes=NODES, seed=3, test_fraction=0.2)
-    config.engine.processes = 1
-    config.engine.cache_path = str(root / "cache.sqlite")
-    run_rookworld_data(config)
-    return root
 
 
 def _task(root, **task) -> dict:
@@ -48,7 +37,8 @@ def _mixture(root, name: str, tasks: list[dict]) -> MixtureTrainConfig:
     })  # fmt: skip
 
 
-def test_a_mixture_of_one_rookworld_task_is_that_task(data):
+def test_a_mixture_of_one_rookworld_task_is_that_task(rookworld_data):
+    data = rookworld_data
     """Weight 1 on one LM task: the same prompts, completions, rewards and updates as `kind: rookworld` alone."""
     mixture = _mixture(data, "mixture", [{"name": "text", "kind": "rookworld", "weight": 1.0, "config": _task(data)}])
     alone = from_dict(RookWorldTrainConfig, {
@@ -70,7 +60,8 @@ def test_a_mixture_of_one_rookworld_task_is_that_task(data):
         assert row["grad_norm"] == pytest.approx(row_alone["grad_norm"], rel=1e-5)
 
 
-def test_a_policy_task_and_an_environment_task_train_one_lm_together(data):
+def test_a_policy_task_and_an_environment_task_train_one_lm_together(rookworld_data):
+    data = rookworld_data
     mixture = _mixture(data, "two_tasks", [
         {"name": "moves", "kind": "rookworld", "weight": 0.5, "config": _task(data, policy_fraction=1.0)},
         {"name": "rules", "kind": "rookworld", "weight": 0.5, "config": _task(data, policy_fraction=0.0)},
@@ -84,7 +75,8 @@ def test_a_policy_task_and_an_environment_task_train_one_lm_together(data):
     assert (data / "runs" / "two_tasks" / "checkpoints" / "latest").exists()
 
 
-def test_tasks_of_two_policy_families_are_refused(data, tmp_path):
+def test_tasks_of_two_policy_families_are_refused(rookworld_data, tmp_path):
+    data = rookworld_data
     with pytest.raises(ConfigError, match="one policy family"):
         _mixture(data, "mixed", [
             {"name": "text", "kind": "rookworld", "config": _task(data)},

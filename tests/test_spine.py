@@ -122,11 +122,32 @@ def test_kl_stop_fires_on_a_drifting_run_and_never_at_step_0(tmp_path):
     assert "health.early_stop" in {f.id for f in diagnose_run(config.run.directory)}
 
 
-def test_a_signed_kl_estimator_cannot_feed_the_stop_rule(tmp_path):
-    # kl/value of k1 can be negative: the rule reads kl/exact (logged by the action-policy kinds) or k2/k3 only.
-    config = tiny_config(tmp_path, "grpo.kl_estimator=k1")
+@pytest.mark.parametrize(("estimator", "stops"), [("k1", False), ("k3", True)])
+def test_a_signed_kl_estimator_cannot_feed_the_stop_rule(rookworld_data, estimator, stops):
+    """The chess LM logs no exact KL, only the learner's estimate: a k1 estimate (which can go negative)
+    must never trip `early_stop.kl_max`, while the non-negative k3 estimate of the same run does."""
+    from chessgrpo.config import from_dict
+    from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
+
+    from conftest import ROOKWORLD_NODES
+
+    config = from_dict(RookWorldTrainConfig, {
+        "run": {"name": f"kl_{estimator}", "out_dir": str(rookworld_data / "runs"), "seed": 0}, "init_checkpoint": None,
+        "model": {"n_layer": 1, "n_embd": 32, "n_head": 2}, "data": str(rookworld_data / "data"),
+        "task": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "temperature": 1.0},
+        "rewards": {"policy": {"nodes": ROOKWORLD_NODES}}, "eval": {"policy_prompts": 0, "environment_prompts": 0},
+        "engine": {"processes": 1, "cache_path": str(rookworld_data / "cache.sqlite")},
+        "grpo": {"kl_estimator": estimator, "kl_coef": 0.1, "kl_schedule": "fixed", "minibatch_size": 4,
+                 "entropy_coef": 0.01},  # an untrained LM scores every answer alike: the entropy term moves it
+        "steps": 4, "lr": 0.05, "warmup_steps": 0, "eval_every": 0, "eval_at_start": False, "checkpoint_every": 0,
+        "early_stop": {"kl_max": 1e-12, "kl_patience": 1},
+    })  # fmt: skip
     with Trainer(config) as trainer:
-        assert not trainer._kl_estimate_is_nonnegative()
+        result = trainer.train()
+    rows = read_metrics(config.run.directory / "metrics.jsonl")
+    assert all("kl/exact" not in row and "kl/value" in row for row in rows)
+    assert result.finished is not stops
+    assert (result.stop_reason or "").startswith("early stop: KL to the reference") is stops
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
