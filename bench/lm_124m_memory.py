@@ -26,7 +26,8 @@ def rss_gb() -> float:
 def main() -> None:
     from chessgrpo.models.lm import completion_log_probs, load_lm, prepare_for_rl
     from chessgrpo.rl import GRPOConfig, KLController, RolloutBatch, optimize
-    from chessgrpo.tasks.rookworld import make_forward
+    from chessgrpo.tasks.lm_rollout import make_forward
+    from chessgrpo.train.learner import Learner
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="runs/gpt2_124m")
@@ -62,7 +63,8 @@ def main() -> None:
     config = GRPOConfig(micro_batch_size=args.micro_batch_size, kl_coef=0.02)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-6)
     tick = time.perf_counter()
-    metrics = optimize(batch, make_forward(model, temperature=0.5, chunk_rows=args.chunk_rows, entropy_grad=False), optimizer,
+    update = Learner(optimizer, list(model.parameters()), max_grad_norm=1.0).update
+    metrics = optimize(batch, make_forward(model, temperature=0.5, chunk_rows=args.chunk_rows, entropy_grad=False), update,
                        config, KLController.from_config(config), parameters=list(model.parameters()), generator=None)  # fmt: skip
     print(f"learner minibatch ({args.rows} rows, micro-batches of {args.micro_batch_size}, AdamW step): "
           f"{time.perf_counter() - tick:.1f} s, peak RSS {rss_gb():.2f} GB, first ratio dev {metrics['ratio/first_max_abs_dev']:.2e}",

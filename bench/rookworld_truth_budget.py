@@ -33,16 +33,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import chess  # noqa: E402
 
+from chessgrpo.data.rookworld_format import PolicyAnswer, parse_environment_line, parse_policy_line  # noqa: E402
+from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values  # noqa: E402
 from chessgrpo.engine import EnginePool  # noqa: E402
-from chessgrpo.tasks.rookworld import (  # noqa: E402
-    PolicyAnswer,
-    PolicyTruth,
-    parse_environment_line,
-    parse_policy_line,
-    policy_truths,
-    regret_credit,
-    unlisted_move_values,
-)
+from chessgrpo.eval.rookworld_grading import regret_credit  # noqa: E402
 
 SAMPLES = ROOT.parent / "shared" / "data" / "rookworld_samples.txt"
 

@@ -14,7 +14,7 @@ position after it:
 
     .venv/bin/python scripts/blunder_causes.py runs/cpu_hour/eval/pretrain_games.pgn --anchor sf-skill:0
 
-The table is what docs/benchmarks.md ("A move fact for pieces left hanging") quotes.
+The table is what docs/lab/recipe.md ("A move fact for pieces left hanging") quotes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import torch
 from chessgrpo.board import ACTIONS
 from chessgrpo.models.chess_tokenizer import ALPHABET, EOS_TOKEN, TOKENIZER_FILE, ChessTokenizer, chess_vocabulary
 from chessgrpo.models.lm import CHAR_TOKENIZER_FILE, CharTokenizer, LMModelConfig, build_lm, load_lm, save_lm
-from chessgrpo.tasks.rookworld import parse_environment_prompt, policy_prompt
+from chessgrpo.data.rookworld_format import parse_environment_prompt, policy_prompt
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "rookworld_samples.txt"
 

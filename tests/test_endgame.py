@@ -1,4 +1,4 @@
-"""Endgame curriculum: start positions, the tablebase oracle, the perfect defender, rewards, evaluation.
+"""Endgame curriculum: start positions, the tablebase tablebase, the perfect defender, rewards, evaluation.
 
 Real Syzygy tables from ../shared/data/syzygy (KQvK, KRvK: a few hundred probes per test).
 """
@@ -9,28 +9,25 @@ import chess
 import chess.syzygy
 import pytest
 
-from chessgrpo.board.endgames import Material, endgame_positions
-from chessgrpo.tasks.endgame import (
-    EndgameStarts,
-    TablebaseOracle,
-    TablebaseState,
-    best_step_reward,
-    evaluate_endgame,
-    game_over,
-    random_picker,
-    step_reward,
-    tablebase_picker,
-)
+from chessgrpo.board.endgames import EndgameStarts, Material, endgame_positions
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.engine.tablebase_values import TablebaseState, game_over
+from chessgrpo.eval.endgame import evaluate_endgame, random_picker, tablebase_picker
+from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
 
 from helpers import SYZYGY_DIR
 
 
 @pytest.fixture(scope="module")
-def oracle():
+def tablebase():
     if not SYZYGY_DIR.is_dir():
         pytest.fail(f"Syzygy tables missing at {SYZYGY_DIR}: check out ../shared beside the repo")
-    with TablebaseOracle(str(SYZYGY_DIR)) as oracle:
-        yield oracle
+    with Tablebase(str(SYZYGY_DIR)) as tablebase:
+        yield tablebase
+
+
+def _starts(material: str, tablebase: Tablebase, *, colours: str = "white") -> EndgameStarts:
+    return EndgameStarts(material, tablebase.is_won, tables=tablebase.names, plies=tablebase.probe_dtz, colours=colours)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +46,8 @@ def test_material_signatures_parse_and_reject_nonsense():
 
 
 @pytest.mark.parametrize("material", ["KQvK", "KRvK", "KBBvK", "KBNvK"])
-def test_start_positions_are_legal_won_non_terminal_and_reproducible(oracle, raw_tables, material):
-    boards = endgame_positions(material, 40, seed=3, colours="both", accept=oracle.is_won, distinct=True)
+def test_start_positions_are_legal_won_non_terminal_and_reproducible(tablebase, raw_tables, material):
+    boards = endgame_positions(material, 40, seed=3, colours="both", accept=tablebase.is_won, distinct=True)
     expected = Material.parse(material)
     colours = set()
     for board in boards:
@@ -63,7 +60,7 @@ def test_start_positions_are_legal_won_non_terminal_and_reproducible(oracle, raw
         colours.add(board.turn)
     assert colours == {chess.WHITE, chess.BLACK}
     assert len({b.epd() for b in boards}) == 40
-    again = endgame_positions(material, 40, seed=3, colours="both", accept=oracle.is_won, distinct=True)
+    again = endgame_positions(material, 40, seed=3, colours="both", accept=tablebase.is_won, distinct=True)
     assert [b.fen() for b in again] == [b.fen() for b in boards]
     if material == "KBBvK":  # same-coloured bishops are drawn: the predicate must have rejected them
         for board in boards:
@@ -71,8 +68,8 @@ def test_start_positions_are_legal_won_non_terminal_and_reproducible(oracle, raw
             assert len({(chess.square_file(s) + chess.square_rank(s)) % 2 for s in bishops}) == 2
 
 
-def test_training_draws_never_contain_held_out_positions(oracle):
-    starts = EndgameStarts("KQvK", oracle, colours="white")
+def test_training_draws_never_contain_held_out_positions(tablebase):
+    starts = _starts("KQvK", tablebase, colours="white")
     held = {b.epd() for b in starts.hold_out(50, seed=0)}
     for step in range(5):
         drawn = starts.draw(64, seed=0, step=step)
@@ -82,12 +79,12 @@ def test_training_draws_never_contain_held_out_positions(oracle):
     assert [b.fen() for b in starts.draw(8, seed=0, step=1)] != [b.fen() for b in starts.draw(8, seed=0, step=2)]
 
 
-def test_perfect_defender_picks_the_longest_loss(oracle, raw_tables):
+def test_perfect_defender_picks_the_longest_loss(tablebase, raw_tables):
     # Black's king has several moves; every one loses, at different distances. Compare with a
     # brute-force probe of each reply (python-chess directly).
     checked = 0
-    for board in endgame_positions("KRvK", 30, seed=11, accept=oracle.is_won):
-        board.push(oracle.tablebase_move(board))  # the strong side plays well; now Black defends
+    for board in endgame_positions("KRvK", 30, seed=11, accept=tablebase.is_won):
+        board.push(tablebase.tablebase_move(board))  # the strong side plays well; now Black defends
         if game_over(board):
             continue
         lengths = {}
@@ -101,32 +98,32 @@ def test_perfect_defender_picks_the_longest_loss(oracle, raw_tables):
             board.pop()
         if len(set(lengths.values())) < 2:
             continue
-        chosen = oracle.tablebase_move(board)
+        chosen = tablebase.tablebase_move(board)
         assert lengths[chosen] == max(lengths.values()), (board.fen(), chosen, lengths)
         checked += 1
     assert checked >= 5
 
 
-def test_perfect_defender_takes_a_hanging_queen(oracle):
+def test_perfect_defender_takes_a_hanging_queen(tablebase):
     board = chess.Board("8/8/8/8/8/2k5/2Q5/6K1 b - - 0 1")  # Qc2 is next to Black's king and unprotected
-    assert oracle.tablebase_move(board) == chess.Move.from_uci("c3c2")
-    assert oracle.best_moves(board) == [chess.Move.from_uci("c3c2")]
+    assert tablebase.tablebase_move(board) == chess.Move.from_uci("c3c2")
+    assert tablebase.best_moves(board) == [chess.Move.from_uci("c3c2")]
 
 
-def test_states_and_step_rewards_follow_the_documented_formula(oracle):
+def test_states_and_step_rewards_follow_the_documented_formula(tablebase):
     mate_in_one = chess.Board("7k/8/6K1/8/8/8/8/5Q2 w - - 0 1")
-    white, black = oracle.state(mate_in_one, chess.WHITE), oracle.state(mate_in_one, chess.BLACK)
+    white, black = tablebase.state(mate_in_one, chess.WHITE), tablebase.state(mate_in_one, chess.BLACK)
     assert (white.score, white.plies, white.progress) == (1.0, 1, -0.5)
     assert (black.score, black.plies, black.progress) == (0.0, 1, 0.5)
     mated = mate_in_one.copy()
     mated.push_uci("f1f8")
-    after = oracle.state(mated, chess.WHITE)
+    after = tablebase.state(mated, chess.WHITE)
     assert after.delivered_mate and after.score == 1.0 and after.plies == 0
     assert step_reward(white, after, shaping=0.1) == pytest.approx(1.0 + 0.1 * 0.5)  # mate = 1, plus the last half move of progress
-    assert oracle.state(mated, chess.BLACK).mated
+    assert tablebase.state(mated, chess.BLACK).mated
     stalemate = mate_in_one.copy()
     stalemate.push_uci("f1f7")  # Qf7?? stalemate
-    drawn = oracle.state(stalemate, chess.WHITE)
+    drawn = tablebase.state(stalemate, chess.WHITE)
     assert drawn.terminal == "stalemate" and step_reward(white, drawn, shaping=0.1) == pytest.approx(-1.0)
     # Progress: 9 -> 7 plies is one own move of progress; 9 -> 11 is a regression of one.
     win9, win7, win11 = (TablebaseState(score=1.0, plies=p) for p in (9, 7, 11))
@@ -143,38 +140,38 @@ def test_states_and_step_rewards_follow_the_documented_formula(oracle):
     assert best_step_reward(draw, shaping=0.2) == 0.0
 
 
-def test_reverse_curriculum_draws_only_near_mate_positions(oracle):
-    starts = EndgameStarts("KQvK", oracle)
+def test_reverse_curriculum_draws_only_near_mate_positions(tablebase):
+    starts = _starts("KQvK", tablebase)
     near = starts.draw(32, seed=0, step=0, max_plies=3)
-    assert all(oracle.is_won(b) and oracle.probe_dtz(b) <= 3 for b in near)
-    assert max(oracle.probe_dtz(b) for b in starts.draw(32, seed=0, step=0)) > 3
+    assert all(tablebase.is_won(b) and tablebase.probe_dtz(b) <= 3 for b in near)
+    assert max(tablebase.probe_dtz(b) for b in starts.draw(32, seed=0, step=0)) > 3
 
 
-def test_evaluation_baselines_tablebase_mates_optimally_and_random_does_not(oracle):
-    starts = EndgameStarts("KQvK", oracle).hold_out(30, seed=5)
-    perfect = evaluate_endgame(tablebase_picker(oracle), starts, oracle, max_moves=50)
+def test_evaluation_baselines_tablebase_mates_optimally_and_random_does_not(tablebase):
+    starts = _starts("KQvK", tablebase).hold_out(30, seed=5)
+    perfect = evaluate_endgame(tablebase_picker(tablebase), starts, tablebase, max_moves=50)
     assert perfect.mate_rate.value == 1.0 and perfect.dtz_optimal_rate.value == 1.0
     assert perfect.moves_to_mate == pytest.approx(perfect.optimal_moves_to_mate)
     assert perfect.optimal_moves_all == pytest.approx(perfect.optimal_moves_to_mate)
-    random = evaluate_endgame(random_picker(0), starts, oracle, max_moves=50)
+    random = evaluate_endgame(random_picker(0), starts, tablebase, max_moves=50)
     assert random.mate_rate.value < 0.3 and random.win_lost_rate.value > 0.5
     assert 0.0 < random.dtz_optimal_rate.value < 0.5
     assert perfect.mate_rate.low > random.mate_rate.high  # Wilson intervals separate
 
 
-def test_cheap_dtz_optimality_agrees_with_the_exact_check(oracle):
+def test_cheap_dtz_optimality_agrees_with_the_exact_check(tablebase):
     """The criterion used in evaluation (mate, or DTZ 2 plies shorter after the perfect reply) = best_moves."""
     for material in ("KQvK", "KRvK"):
-        for board in endgame_positions(material, 6, seed=21, accept=oracle.is_won):
-            best = set(oracle.best_moves(board))
-            before = oracle.probe_dtz(board)
+        for board in endgame_positions(material, 6, seed=21, accept=tablebase.is_won):
+            best = set(tablebase.best_moves(board))
+            before = tablebase.probe_dtz(board)
             for move in board.legal_moves:
                 after = board.copy()
                 after.push(move)
                 reason = game_over(after)
                 if reason is None:
-                    after.push(oracle.tablebase_move(after))
-                    cheap = game_over(after) is None and oracle.probe_wdl(after) == 2 and before - oracle.probe_dtz(after) >= 2
+                    after.push(tablebase.tablebase_move(after))
+                    cheap = game_over(after) is None and tablebase.probe_wdl(after) == 2 and before - tablebase.probe_dtz(after) >= 2
                 else:
                     cheap = reason == "checkmate"
                 assert cheap == (move in best), (material, board.fen(), move.uci())

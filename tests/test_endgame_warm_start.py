@@ -13,11 +13,11 @@ import chess
 import pytest
 
 from chessgrpo.config import ConfigError
-from chessgrpo.board.endgames import symmetric_epds
+from chessgrpo.board.endgames import EndgameStarts, symmetric_epds
 from chessgrpo.data import schema
 from chessgrpo.data.endgame import PLY_STEP, EndgameDataConfig, generate_endgame_dataset, move_values
 from chessgrpo.eval.compare import compare_files
-from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle
+from chessgrpo.engine.tablebase import Tablebase
 
 from helpers import SYZYGY_DIR
 
@@ -27,19 +27,19 @@ def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def oracle():
-    with TablebaseOracle(str(SYZYGY_DIR)) as oracle:
-        yield oracle
+def tablebase():
+    with Tablebase(str(SYZYGY_DIR)) as tablebase:
+        yield tablebase
 
 
-def test_move_values_rank_mate_first_and_score_stalemating_moves_as_draws(oracle):
+def test_move_values_rank_mate_first_and_score_stalemating_moves_as_draws(tablebase):
     # White: Kb6, Qc1; Black: Ka8. Qc8# mates; Qc7 stalemates (a7, b8 covered, no check); Qh1 keeps the win.
     board = chess.Board("k7/8/1K6/8/8/8/8/2Q5 w - - 0 1")
-    values = dict(move_values(oracle, board))
-    ranked = [uci for uci, _ in move_values(oracle, board)]
+    values = dict(move_values(tablebase, board))
+    ranked = [uci for uci, _ in move_values(tablebase, board)]
     assert ranked[0] == "c1c8" and values["c1c8"] == 1.0  # mate: 0 plies left
     assert values["c1c7"] == 0.5  # stalemate gives the win away
-    assert 0.5 < values["c1h1"] < 1.0 and values["c1h1"] == pytest.approx(1.0 - PLY_STEP * oracle.state(_after(board, "c1h1"), chess.WHITE).plies)
+    assert 0.5 < values["c1h1"] < 1.0 and values["c1h1"] == pytest.approx(1.0 - PLY_STEP * tablebase.state(_after(board, "c1h1"), chess.WHITE).plies)
     assert len(values) == board.legal_moves.count()
 
 
@@ -49,26 +49,26 @@ def _after(board: chess.Board, uci: str) -> chess.Board:
     return after
 
 
-def test_dataset_excludes_the_held_out_set_and_labels_dtz_optimal_moves_best(tmp_path, oracle):
+def test_dataset_excludes_the_held_out_set_and_labels_dtz_optimal_moves_best(tmp_path, tablebase):
     config = EndgameDataConfig(out=str(tmp_path / "kqk"), material="KQvK", positions=120, processes=1, held_out=200, held_out_seed=0,
                                syzygy_path=str(SYZYGY_DIR))  # fmt: skip
     summary = generate_endgame_dataset(config)
     assert summary.positions == 120 and sum(summary.splits.values()) == 120
     rows = schema.read_positions(tmp_path / "kqk").to_pylist()
-    held_out = {b.epd() for b in EndgameStarts("KQvK", oracle).hold_out(200, seed=0)}
+    held_out = {b.epd() for b in EndgameStarts("KQvK", tablebase.is_won, tables=tablebase.names).hold_out(200, seed=0)}
     assert not held_out & {chess.Board(row["fen"]).epd() for row in rows}
     for row in rows[:30]:
         board = chess.Board(row["fen"])
-        assert oracle.is_won(board) and row["best_move"] == row["moves"][0]
+        assert tablebase.is_won(board) and row["best_move"] == row["moves"][0]
         assert row["win_probs"] == sorted(row["win_probs"], reverse=True)
-        best = {move.uci() for move in oracle.best_moves(board)}
+        best = {move.uci() for move in tablebase.best_moves(board)}
         top = {uci for uci, value in zip(row["moves"], row["win_probs"]) if value == row["win_probs"][0]}
         assert top == best  # the top-valued moves are exactly the tablebase's DTZ-optimal moves
     with pytest.raises(FileExistsError, match="already holds a dataset"):
         generate_endgame_dataset(config)  # never overwrites
 
 
-def test_symmetric_images_carry_exact_labels_and_never_touch_the_held_out_set(tmp_path, oracle):
+def test_symmetric_images_carry_exact_labels_and_never_touch_the_held_out_set(tmp_path, tablebase):
     config = EndgameDataConfig(out=str(tmp_path / "krk"), material="KRvK", positions=40, processes=1, held_out=200, held_out_seed=0,
                                syzygy_path=str(SYZYGY_DIR), symmetries=True, test_fraction=0.3)  # fmt: skip
     summary = generate_endgame_dataset(config)
@@ -78,14 +78,14 @@ def test_symmetric_images_carry_exact_labels_and_never_touch_the_held_out_set(tm
     epds = [chess.Board(row["fen"]).epd() for row in rows]
     assert len(set(epds)) == len(epds) == summary.positions
     held_out = set()
-    for board in EndgameStarts("KRvK", oracle).hold_out(200, seed=0):
+    for board in EndgameStarts("KRvK", tablebase.is_won, tables=tablebase.names).hold_out(200, seed=0):
         held_out |= symmetric_epds(board)
     assert not held_out & set(epds)  # no image of an evaluation position either
     split_of = {epd: split for split, split_rows in by_split.items() for epd in (chess.Board(r["fen"]).epd() for r in split_rows)}
     for row in rows[:: max(1, len(rows) // 12)]:
         board = chess.Board(row["fen"])
         assert {split_of[epd] for epd in symmetric_epds(board)} == {split_of[board.epd()]}  # a class stays in one split
-        probed = move_values(oracle, board)  # the mapped labels are what the tables say about the image
+        probed = move_values(tablebase, board)  # the mapped labels are what the tables say about the image
         assert row["legal_moves"] == [uci for uci, _ in probed]
         assert row["legal_win_probs"] == pytest.approx([value for _, value in probed], abs=1e-6)
 

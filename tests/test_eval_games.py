@@ -484,7 +484,7 @@ def test_checkpoint_names_come_from_the_run_not_the_path(tmp_path, checkpoint):
 def test_configs_games_yaml_matches_the_defaults():
     from pathlib import Path
 
-    from chessgrpo.commands.games import GamesConfig
+    from chessgrpo.eval.match import GamesConfig
     from chessgrpo.config import load_config, to_dict
 
     path = Path(__file__).resolve().parents[1] / "configs" / "games.yaml"

@@ -25,11 +25,8 @@ from chessgrpo.models.lm import (
     tempered_log_probs,
 )
 from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, optimize
-from chessgrpo.tasks.rookworld import (
-    make_forward,
-    sample_completion_groups,
-    to_rollout_batch,
-)
+from chessgrpo.tasks.lm_rollout import make_forward, sample_completion_groups, to_rollout_batch
+from chessgrpo.train.learner import Learner
 
 P_PROMPTS = [
     "P: 8/8/8/8/8/8/8/K6k w - - 0 1",
@@ -191,7 +188,8 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, arc
     def fresh_batch():
         return to_rollout_batch(groups, rewards)
 
-    metrics = optimize(fresh_batch(), make_forward(loaded.model, temperature=1.0), optimizer, config, KLController.from_config(config),
+    update = Learner(optimizer, list(loaded.model.parameters()), max_grad_norm=1.0).update
+    metrics = optimize(fresh_batch(), make_forward(loaded.model, temperature=1.0), update, config, KLController.from_config(config),
                        parameters=list(loaded.model.parameters()), generator=torch.Generator().manual_seed(0))  # fmt: skip
     assert metrics["ratio/first_max_abs_dev"] < 1e-4
     assert metrics["kl/min"] >= 0.0
@@ -216,7 +214,7 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, arc
         finally:
             noisy.model.eval()
 
-    optimizer = torch.optim.AdamW(noisy.model.parameters(), lr=1e-3)
+    update = Learner(torch.optim.AdamW(noisy.model.parameters(), lr=1e-3), list(noisy.model.parameters()), max_grad_norm=1.0).update
     with pytest.raises(InvariantViolation, match="ratio"):
-        optimize(to_rollout_batch(groups, rewards), with_dropout, optimizer, GRPOConfig(), KLController(),
+        optimize(to_rollout_batch(groups, rewards), with_dropout, update, GRPOConfig(), KLController(),
                  parameters=list(noisy.model.parameters()), generator=None)  # fmt: skip

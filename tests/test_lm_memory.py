@@ -16,11 +16,13 @@ import torch
 import torch.nn.functional as F
 
 from chessgrpo.models.lm import ChessLM, HFTokenizer, completion_log_probs, load_lm, prepare_for_rl
+from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.rl import GRPOConfig, KLController, categorical_entropy, optimize
 from chessgrpo.rl.invariants import InvariantViolation
-from chessgrpo.tasks.rookworld import make_forward, sample_completion_groups, to_rollout_batch, with_prompt_bos
+from chessgrpo.tasks.lm_rollout import make_forward, sample_completion_groups, to_rollout_batch
 from chessgrpo.tasks.sft import tokenize_examples
 from chessgrpo.train.checkpoint import load_trainer_state, optimizer_state, restore_optimizer, save_checkpoint
+from chessgrpo.train.learner import Learner
 
 P_PROMPT = "P: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1 "
 P_ANSWER = "M: e7e5 d7d5 g8f6 c7c5 e7e6 E: 0.3 0.25 0.2 0.1 0.0 B: e7e5"
@@ -98,10 +100,10 @@ def test_chunked_log_probs_and_entropy_equal_the_unchunked_formula(tiny_lm, temp
 def _learn(lm: ChessLM, batch, config: GRPOConfig, lr: float = 0.5) -> tuple[torch.nn.Module, dict[str, float]]:
     """A copy of lm.model after one `optimize` call with plain SGD (the update is lr x the gradient)."""
     model = copy.deepcopy(lm.model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    update = Learner(torch.optim.SGD(model.parameters(), lr=lr), list(model.parameters()), max_grad_norm=0.0).update
     metrics = optimize(
-        copy.deepcopy(batch), make_forward(model, temperature=0.8, chunk_rows=2), optimizer, config, KLController.from_config(config),
-        parameters=list(model.parameters()), generator=None, max_grad_norm=0.0, shuffle_seed=0,
+        copy.deepcopy(batch), make_forward(model, temperature=0.8, chunk_rows=2), update, config, KLController.from_config(config),
+        parameters=list(model.parameters()), generator=None, shuffle_seed=0,
     )  # fmt: skip
     return model, metrics
 
@@ -131,9 +133,7 @@ def test_micro_batched_learner_takes_the_same_step_as_one_batch(tiny_lm, aggrega
 
 
 def test_micro_batches_through_the_training_spines_learner(tiny_lm):
-    """`train.loop.Learner.update(loss, step=False)` accumulates; the step equals the unsplit one."""
-    from chessgrpo.train.learner import Learner
-
+    """`train.learner.Learner.update(loss, step=False)` accumulates; the step equals the unsplit one."""
     batch = to_rollout_batch(_groups(tiny_lm), torch.arange(9, dtype=torch.float32) % 4)
     models = []
     for micro in (0, 2):
@@ -141,8 +141,8 @@ def test_micro_batches_through_the_training_spines_learner(tiny_lm):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         learner = Learner(optimizer, list(model.parameters()), max_grad_norm=0.0)
         config = GRPOConfig(micro_batch_size=micro)
-        optimize(copy.deepcopy(batch), make_forward(model, temperature=0.8), None, config, KLController.from_config(config),
-                 generator=None, update=learner.update, shuffle_seed=0)  # fmt: skip
+        optimize(copy.deepcopy(batch), make_forward(model, temperature=0.8), learner.update, config, KLController.from_config(config),
+                 generator=None, shuffle_seed=0)  # fmt: skip
         models.append(model)
         assert all(p.grad is None for p in model.parameters())
     for a, b in zip(models[0].parameters(), models[1].parameters()):

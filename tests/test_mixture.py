@@ -19,8 +19,8 @@ from chessgrpo.config import ConfigError, from_dict, load_config
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
-from chessgrpo.tasks import move_group, trajectory
-from chessgrpo.tasks.endgame import TablebaseOracle
+from chessgrpo.tasks import move_group, trajectory, trajectory_rewards
+from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.tasks.kinds.mixture import MixtureTrainConfig, draw_task_groups, task_step_groups
 from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.loop import Trainer
@@ -64,12 +64,12 @@ def two_rollouts():
     one_move = move_group.to_rollout_batch(groups, torch.arange(12, dtype=torch.float32).reshape(3, 4) / 12)
     grpo = GRPOConfig()
     one_move.advantages = compute_advantages(one_move, grpo)
-    with TablebaseOracle(str(SYZYGY_DIR)) as oracle:
+    with Tablebase(str(SYZYGY_DIR)) as oracle:
         starts = endgame_positions("KRvK", 2, seed=2, accept=oracle.is_won)
         config = trajectory.TrajectoryConfig(group_size=3, positions_per_step=2, horizon=3)
         games = trajectory.play_trajectories(model, starts, config, opponent=trajectory.TablebaseOpponent(oracle),
                                              generator=torch.Generator().manual_seed(1))  # fmt: skip
-        rewards = trajectory.tablebase_step_rewards(games, oracle, shaping=0.1)
+        rewards = trajectory_rewards.tablebase_step_rewards(games, oracle, shaping=0.1)
     trajectories = trajectory.to_rollout_batch(games, rewards, "process")
     trajectories.advantages = compute_advantages(trajectories, grpo)
     forwards = [move_group.make_forward(model, groups, temperature=1.0), trajectory.make_forward(model, games, temperature=1.0)]

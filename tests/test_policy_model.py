@@ -15,11 +15,11 @@ from chessgrpo.models import (
     PolicyConfig,
     load_policy,
     log_probs,
-    masked_entropy,
     resolve_checkpoint,
     sample_actions,
     save_policy,
 )
+from chessgrpo.rl import categorical_entropy
 
 
 def _mask(rows: list[list[int]], width: int = 6) -> torch.Tensor:
@@ -48,15 +48,20 @@ def test_log_probs_rejects_bad_inputs():
         log_probs(torch.zeros(1, 3), torch.ones(1, 4, dtype=torch.bool))
 
 
-def test_masked_entropy_is_exact():
+def test_entropy_of_the_masked_policy_is_exact():
+    # The one entropy function (rl.categorical_entropy) of the one log-prob function's output.
     mask = _mask([[0, 1, 2], [4]])
     logits = torch.zeros(2, 6)
     logits[:, 5] = 50.0  # a huge illegal logit must not leak into the entropy
-    entropy = masked_entropy(logits, mask)
+    entropy = categorical_entropy(log_probs(logits, mask))
     assert torch.allclose(entropy, torch.tensor([math.log(3), 0.0]))
     skewed = torch.tensor([[math.log(1.0), math.log(3.0), 0, 0, 0, 0]])
     p = torch.tensor([0.25, 0.75])
-    assert torch.allclose(masked_entropy(skewed, _mask([[0, 1]])), -(p * p.log()).sum().unsqueeze(0))
+    assert torch.allclose(categorical_entropy(log_probs(skewed, _mask([[0, 1]]))), -(p * p.log()).sum().unsqueeze(0))
+    # With a temperature: the entropy of the tempered distribution (logits / 2 -> probabilities 1/(1+sqrt3), sqrt3/(1+sqrt3)).
+    q = torch.tensor([1.0, math.sqrt(3.0)]) / (1.0 + math.sqrt(3.0))
+    tempered = categorical_entropy(log_probs(skewed, _mask([[0, 1]]), temperature=2.0))
+    assert torch.allclose(tempered, -(q * q.log()).sum().unsqueeze(0))
 
 
 def test_sampling_only_returns_legal_actions_at_the_right_rate():
@@ -158,10 +163,10 @@ def test_pooled_head_still_available():
         PolicyConfig(head="mlp")
 
 
-def test_masked_entropy_gradient_is_finite_with_masked_actions():
+def test_entropy_gradient_is_finite_with_masked_actions():
     logits = torch.randn(2, 5, requires_grad=True)
     mask = torch.tensor([[True, True, False, True, False], [True, False, False, False, False]])
-    masked_entropy(logits, mask).sum().backward()
+    categorical_entropy(log_probs(logits, mask)).sum().backward()
     assert torch.isfinite(logits.grad).all()
 
 

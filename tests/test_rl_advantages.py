@@ -7,7 +7,16 @@ import math
 import pytest
 import torch
 
-from chessgrpo.rl import group_advantages, process_advantages, zero_std_groups
+from chessgrpo.rl import (
+    GRPOConfig,
+    RolloutBatch,
+    compute_advantages,
+    critic_advantages,
+    group_advantages,
+    process_advantages,
+    stepwise_advantages,
+    zero_std_groups,
+)
 
 # Two groups of different sizes, interleaved, with non-contiguous ids:
 #   group 7  = rows 0, 1, 2, 5 with rewards 1, 0, 0, 3   (n = 4)
@@ -123,3 +132,64 @@ def test_process_advantages_dr_grpo_skips_the_std() -> None:
     assert got.tolist() == [[0.0, -1.0]]
     with pytest.raises(ValueError, match="process supervision"):
         process_advantages(rewards, mask, torch.tensor([4]), estimator="rloo")
+
+
+def test_stepwise_advantages_by_hand() -> None:
+    # The rewards of test_process_advantages_by_hand: each valid step gets its own normalised reward.
+    rewards = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 100.0], [3.0, 1.0, 9.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False], [True, True, False]])
+    groups = torch.tensor([0, 0, 11])
+    # group 0: (r - 0.8) / sqrt(0.7) -> .23905 -.95618 1.43427 | -.95618 .23905; group 11: (r - 2) / sqrt(2)
+    got = stepwise_advantages(rewards, mask, groups, epsilon=0.0)
+    expected = torch.tensor([[0.23905, -0.95618, 1.43427], [-0.95618, 0.23905, 0.0], [0.70711, -0.70711, 0.0]])
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+    # dr_grpo: centred only -> .2 -.8 1.2 | -.8 .2 | 1 -1
+    got = stepwise_advantages(rewards, mask, groups, estimator="dr_grpo")
+    torch.testing.assert_close(got, torch.tensor([[0.2, -0.8, 1.2], [-0.8, 0.2, 0.0], [1.0, -1.0, 0.0]]), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="prefix"):
+        stepwise_advantages(rewards, torch.tensor([[True, False, True]] * 3), groups)
+
+
+def test_critic_advantages_by_hand() -> None:
+    # Valid steps 0.5, -1, 0, 2: mean 0.375, deviations .125 -1.375 -.375 1.625, squares sum 4.6875,
+    # unbiased var 4.6875 / 3 = 1.5625, std 1.25; + epsilon 0.25 -> every valid reward / 1.5, not centred.
+    rewards = torch.tensor([[0.5, -1.0, 0.0], [2.0, 9.0, 9.0]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    got = critic_advantages(rewards, mask, epsilon=0.25)
+    torch.testing.assert_close(got, torch.tensor([[1 / 3, -2 / 3, 0.0], [4 / 3, 0.0, 0.0]]), atol=1e-6, rtol=0)
+    # A data-parallel learner's std over every rank replaces the local one.
+    got = critic_advantages(rewards, mask, epsilon=0.25, batch_std=torch.tensor(0.75, dtype=torch.float64))
+    assert got.tolist() == [[0.5, -1.0, 0.0], [2.0, 0.0, 0.0]]
+    # A single valid step: std 0, so A = r / epsilon.
+    assert critic_advantages(torch.tensor([[2.0, 5.0]]), torch.tensor([[True, False]]), epsilon=0.5).tolist() == [[4.0, 0.0]]
+
+
+class _TwoRanks:
+    """A data-parallel stand-in whose std over 'all ranks' is a fixed number."""
+
+    world_size, rank = 2, 0
+
+    def std(self, values: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(0.75, dtype=torch.float64)
+
+
+def test_compute_advantages_runs_the_batchs_supervision() -> None:
+    rewards = torch.tensor([[0.5, -1.0, 0.0], [2.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    groups = torch.tensor([3, 3])
+    config = GRPOConfig(advantage_epsilon=0.25)
+
+    def batch(supervision: str | None, batch_rewards: torch.Tensor = rewards) -> RolloutBatch:
+        return RolloutBatch(inputs=None, actions=torch.zeros(2, 3, dtype=torch.long), behaviour_logp=torch.zeros(2, 3),
+                            mask=mask, rewards=batch_rewards, group_ids=groups, supervision=supervision)  # fmt: skip
+
+    process = process_advantages(rewards, mask, groups, 0.25)
+    assert torch.equal(compute_advantages(batch(None), config), process)
+    assert torch.equal(compute_advantages(batch("process"), config), process)
+    assert torch.equal(compute_advantages(batch("step"), config), stepwise_advantages(rewards, mask, groups, 0.25))
+    assert torch.equal(compute_advantages(batch("critic"), config), critic_advantages(rewards, mask, 0.25))
+    assert compute_advantages(batch("critic"), config, _TwoRanks()).tolist() == [[0.5, -1.0, 0.0], [2.0, 0.0, 0.0]]
+    outcome = torch.tensor([1.0, 0.0])
+    expected = group_advantages(outcome, groups, "grpo", 0.25)
+    assert torch.equal(compute_advantages(batch("outcome", outcome), config), expected)
+    assert torch.equal(compute_advantages(batch(None, outcome), config), expected)

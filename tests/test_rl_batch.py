@@ -46,6 +46,9 @@ def test_valid_batch_passes() -> None:
         (dict(extras={"legal": torch.ones(2, 5)}), "extras"),
         (dict(inputs=torch.zeros(4, 2)), "inputs"),
         (dict(inputs=["a"]), "inputs"),
+        (dict(supervision="reward_to_go"), "supervision"),
+        (dict(supervision="step"), "supervision"),  # step rewards are [N, L]
+        (dict(rewards=torch.zeros(3, 2), supervision="outcome"), "supervision"),  # outcome rewards are [N]
     ],
 )
 def test_invalid_batches_name_the_field(overrides: dict, field: str) -> None:
@@ -74,3 +77,13 @@ def test_select_indexes_every_per_row_field() -> None:
     assert by_mask.mask.tolist() == [[True, False], [True, True]]
     # The original is untouched.
     assert batch.num_rows == 3 and batch.actions[0].tolist() == [1, 2]
+    # The supervision names the batch, so its rows keep it.
+    assert make_batch(rewards=torch.zeros(3, 2), supervision="critic").select(torch.tensor([1])).supervision == "critic"
+
+
+def test_supervision_defaults_by_the_rewards_shape() -> None:
+    assert make_batch().reward_supervision == "outcome"
+    assert make_batch(rewards=torch.zeros(3, 2)).reward_supervision == "process"
+    step = make_batch(rewards=torch.zeros(3, 2), supervision="step")
+    step.validate()
+    assert step.reward_supervision == "step"

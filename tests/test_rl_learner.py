@@ -21,6 +21,7 @@ from chessgrpo.rl import (
 )
 from chessgrpo.rl.learner import compute_advantages
 from chessgrpo.rl.loss import policy_loss
+from chessgrpo.train.learner import Learner
 
 NUM_ACTIONS = 5
 FEATURES = 4
@@ -96,6 +97,11 @@ def make_forward(
     return forward
 
 
+def spine_update(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float = 1.0):
+    """The one optimizer update (the training spine's `Learner.update`) over all of `model`'s parameters."""
+    return Learner(optimizer, list(model.parameters()), max_grad_norm).update
+
+
 def random_model(seed: int, scale: float = 1.0) -> nn.Module:
     torch.manual_seed(seed)
     model = nn.Linear(FEATURES, NUM_ACTIONS)
@@ -119,7 +125,7 @@ def run_optimize(
     return optimize(
         batch,
         make_forward(model, temperature, reference),
-        optimizer,
+        spine_update(model, optimizer),
         config,
         controller or KLController.from_config(config),
         parameters=model.parameters(),
@@ -180,7 +186,7 @@ def test_grpo_learns_to_pick_the_rewarded_action() -> None:
     for _ in range(300):
         batch = rollout(model, positions, 8, temperature=1.0, generator=sampler)
         optimize(
-            batch, make_forward(model, 1.0), optimizer, config, controller,
+            batch, make_forward(model, 1.0), spine_update(model, optimizer), config, controller,
             parameters=model.parameters(), generator=shuffler,
         )  # fmt: skip
     assert target_probability() > 0.9
@@ -272,7 +278,7 @@ def test_bf16_flag_selects_the_looser_tolerance() -> None:
         run_optimize(model, shifted_batch(), GRPOConfig())
     batch = shifted_batch()
     metrics = optimize(
-        batch, make_forward(model, 1.0), torch.optim.SGD(model.parameters(), lr=0.1), GRPOConfig(),
+        batch, make_forward(model, 1.0), spine_update(model, torch.optim.SGD(model.parameters(), lr=0.1)), GRPOConfig(),
         KLController(), parameters=model.parameters(), generator=None, bf16=True,
     )  # fmt: skip
     assert metrics["ratio/first_max_abs_dev"] == pytest.approx(1e-3, rel=1e-2)
@@ -311,8 +317,8 @@ def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
 
     def step(number: int, settings: GRPOConfig = config) -> dict[str, float]:
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        return optimize(batch, forward, optimizer, settings, KLController.from_config(settings), parameters=model.parameters(),
-                        generator=torch.Generator().manual_seed(0), step=number)  # fmt: skip
+        return optimize(batch, forward, spine_update(model, optimizer), settings, KLController.from_config(settings),
+                        parameters=model.parameters(), generator=torch.Generator().manual_seed(0), step=number)  # fmt: skip
 
     metrics = step(3)
     for name in ("policy", "kl", "entropy"):
@@ -334,7 +340,7 @@ def _first_update_gradient(model: nn.Module, batch: RolloutBatch, forward: Calla
             model.zero_grad()
         return 0.0
 
-    optimize(batch, forward, None, config, KLController.from_config(config), update=update, parameters=[], generator=torch.Generator().manual_seed(0))
+    optimize(batch, forward, update, config, KLController.from_config(config), parameters=[], generator=torch.Generator().manual_seed(0))
     return steps[0]
 
 

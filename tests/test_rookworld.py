@@ -24,16 +24,13 @@ from chessgrpo.data.rookworld import (
     read_rookworld_text,
     run_rookworld_data,
 )
-from chessgrpo.engine import EnginePool
-from chessgrpo.tasks.rookworld import (
+from chessgrpo.config import EngineConfig
+from chessgrpo.data.rookworld_format import (
     REWARD_ILLEGAL,
     REWARD_MATE,
     EnvironmentAnswer,
     Malformed,
     PolicyAnswer,
-    PolicyRewardConfig,
-    RookWorldRewardConfig,
-    environment_reward,
     environment_step,
     format_environment_completion,
     format_environment_line,
@@ -44,14 +41,14 @@ from chessgrpo.tasks.rookworld import (
     parse_policy_completion,
     parse_policy_line,
     policy_prompt,
-    policy_reward,
-    policy_truths,
-    rookworld_reward,
-    score_completions,
     split_environment_line,
     split_policy_line,
     upstream_best_defect,
 )
+from chessgrpo.data.rookworld_truths import policy_truths
+from chessgrpo.engine import EngineError, EnginePool
+from chessgrpo.eval.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
+from chessgrpo.tasks.rookworld_trl import RookWorldTRLRewards
 
 NODES = 500
 BACK_RANK = "r5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 0 1"  # Black to move mates with Ra1#
@@ -199,8 +196,10 @@ def test_black_to_move_labels_are_the_best_move_for_black(pool):
     assert not upstream_best_defect(answer)
 
 
-def test_environment_reward_truth_partial_credit_and_penalty():
+def test_environment_reward_truth_partial_credit_and_penalty(tmp_path):
     config = RookWorldRewardConfig()
+    # A: rewards are python-chess's: an engine that cannot start is never started.
+    environment_reward = RookWorldTRLRewards(config, engine=EngineConfig(path=str(tmp_path / "no-engine"))).environment_reward
     board = chess.Board(BACK_RANK)
     mate = environment_example(board, "a8a1")
     assert mate.completion.endswith("+1.0+1+0")
@@ -210,7 +209,7 @@ def test_environment_reward_truth_partial_credit_and_penalty():
     assert illegal.completion == f"{BACK_RANK}+-1.0+0+1"
     wrong_clock = mate.completion.replace(" 1 2+", " 0 2+")
     texts = [mate.completion, wrong_clock, mate.completion.replace("+1.0+1+0", "+0.001+0+0"), "nonsense"]
-    rewards = environment_reward([mate.prompt] * 4, texts, config=config)
+    rewards = environment_reward([mate.prompt] * 4, texts)
     assert rewards[0] == pytest.approx(config.environment.maximum)
     # Partial credit: the exact FEN with wrong flags beats a FEN with one wrong field, and both beat garbage.
     assert rewards[3] < rewards[1] < rewards[2] < rewards[0]
@@ -222,19 +221,37 @@ def test_trl_reward_functions_take_prompts_and_completions(pool):
     prompt = policy_prompt(QUEEN_TRAP)
     completion = format_policy_completion(QUEEN_TRAP, truth.answer())
     config = _config()
-    assert policy_reward([prompt, prompt], [completion, "x"], pool=pool, config=config, completion_ids=[[1], [2]]) == [
-        pytest.approx(config.policy.maximum), config.policy.malformed_penalty
-    ]
-    conversational = policy_reward([[{"role": "user", "content": prompt}]], [[{"role": "assistant", "content": completion}]],
-                                   pool=pool, config=config)  # fmt: skip
-    assert conversational == [pytest.approx(config.policy.maximum)]
     env = environment_example(chess.Board(), "e2e4")
-    mixed = rookworld_reward([prompt, env.prompt], [completion, env.completion], pool=pool, config=config)
-    assert mixed == [pytest.approx(config.policy.maximum), pytest.approx(config.environment.maximum)]
-    with pytest.raises(ValueError, match="other task"):
-        policy_reward([env.prompt], [env.completion], pool=pool)
-    with pytest.raises(ValueError, match="neither"):
-        rookworld_reward(["Q: what"], ["x"], pool=pool)
+    with RookWorldTRLRewards(config, pool=pool) as rewards:
+        policy_reward, rookworld_reward = rewards.policy_reward, rewards.rookworld_reward
+        assert policy_reward([prompt, prompt], [completion, "x"], completion_ids=[[1], [2]]) == [
+            pytest.approx(config.policy.maximum), config.policy.malformed_penalty
+        ]
+        conversational = policy_reward([[{"role": "user", "content": prompt}]], [[{"role": "assistant", "content": completion}]])
+        assert conversational == [pytest.approx(config.policy.maximum)]
+        mixed = rookworld_reward([prompt, env.prompt], [completion, env.completion])
+        assert mixed == [pytest.approx(config.policy.maximum), pytest.approx(config.environment.maximum)]
+        with pytest.raises(ValueError, match="other task"):
+            policy_reward([env.prompt], [env.completion])
+        with pytest.raises(ValueError, match="neither"):
+            rookworld_reward(["Q: what"], ["x"])
+    # A given pool stays the caller's: still open after the block.
+    assert score_completions(pool, [prompt], [completion], config)[0].total == pytest.approx(config.policy.maximum)
+
+
+def test_trl_rewards_start_their_own_pool_on_a_policy_prompt_and_close_it(tmp_path):
+    config = _config()
+    engine = EngineConfig(processes=1, cache_path=str(tmp_path / "cache.sqlite"))
+    prompt = policy_prompt(QUEEN_TRAP)
+    with RookWorldTRLRewards(config, engine=engine) as rewards:
+        [truth] = policy_truths(rewards.pool, [QUEEN_TRAP], nodes=NODES)
+        started = rewards.pool
+        assert rewards.policy_reward([prompt], [format_policy_completion(QUEEN_TRAP, truth.answer())]) == [
+            pytest.approx(config.policy.maximum)
+        ]
+        assert rewards.pool is started  # one pool for every call
+    with pytest.raises(EngineError, match="closed"):
+        started.evaluate([chess.Board()], nodes=NODES)
 
 
 # ------------------------------------------------------------------------------------------------

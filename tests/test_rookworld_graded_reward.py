@@ -10,21 +10,16 @@ import chess
 import pytest
 from helpers import shared_file
 
+from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_policy_line, policy_prompt
+from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values
 from chessgrpo.engine import EnginePool
-from chessgrpo.tasks.rookworld import (
+from chessgrpo.eval.rookworld_grading import (
     POLICY_COMPONENTS,
-    PolicyAnswer,
     PolicyRewardConfig,
-    PolicyTruth,
     RookWorldRewardConfig,
-    format_policy_completion,
-    parse_policy_line,
-    policy_prompt,
-    policy_truths,
     regret_credit,
     score_completions,
     score_policy,
-    unlisted_move_values,
 )
 
 NODES = 2000

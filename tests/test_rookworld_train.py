@@ -15,7 +15,7 @@ from chessgrpo.config import ConfigError, load_config
 from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
 from chessgrpo.models.chess_tokenizer import ChessTokenizer
 from chessgrpo.models.lm import load_lm
-from chessgrpo.tasks.rookworld import parse_policy_completion
+from chessgrpo.data.rookworld_format import parse_policy_completion
 from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.kind import RunContext
 from chessgrpo.tasks.kinds.rookworld import PAIRED_FILE, RookWorldTrainConfig
@@ -279,7 +279,7 @@ def test_eval_lm_prompt_bos_decodes_from_bos_prefixed_prompts(lab, tmp_path):
     and a bad value is a config error."""
     from chessgrpo.data.rookworld import read_rookworld
     from chessgrpo.eval.lm import generate_texts
-    from chessgrpo.tasks.rookworld import with_prompt_bos
+    from chessgrpo.models.prompt_bos import with_prompt_bos
 
     root, _ = lab
     prompts = [e.prompt for e in read_rookworld(root / "data", "test") if e.task == "environment"][:3]

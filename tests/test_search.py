@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from chessgrpo.board import move_to_action
+from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
 from chessgrpo.search import (
     AlphaBetaConfig,
@@ -26,7 +27,6 @@ from chessgrpo.search import (
     rule_value,
     value_to_centipawns,
 )
-from chessgrpo.tasks.endgame import TablebaseOracle
 from helpers import shared_file
 
 BACK_RANK_MATE = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8# (a1a8)
@@ -72,7 +72,7 @@ def test_rule_values_from_the_side_to_move():
 
 
 def test_tablebase_values_for_either_side():
-    evaluator = NetworkEvaluator(_policy(), tablebase=TablebaseOracle(str(shared_file("syzygy"))))
+    evaluator = NetworkEvaluator(_policy(), tablebase=Tablebase(str(shared_file("syzygy"))))
     white_wins = chess.Board("8/8/8/4k3/8/8/8/4KQ2 w - - 0 1")
     black_to_move_loses = chess.Board("8/8/8/4k3/8/8/8/4KQ2 b - - 0 1")
     black_wins = chess.Board("4kq2/8/8/8/4K3/8/8/8 b - - 0 1")

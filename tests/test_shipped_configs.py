@@ -18,8 +18,8 @@ COMMAND_CLASSES: dict[str, tuple[str, str]] = {
     "data_tiny.yaml": ("chessgrpo.data.generate", "GenerateConfig"),
     "data.yaml": ("chessgrpo.data.generate", "GenerateConfig"),  # a recipe's data stage (configs/recipes/*/)
     "engine_eval.yaml": ("chessgrpo.config", "EngineEvalConfig"),
-    "eval.yaml": ("chessgrpo.commands.evaluate", "EvalConfig"),
-    "games.yaml": ("chessgrpo.commands.games", "GamesConfig"),
+    "eval.yaml": ("chessgrpo.eval.standalone", "EvalConfig"),
+    "games.yaml": ("chessgrpo.eval.match", "GamesConfig"),
     "sweep_tiny.yaml": ("chessgrpo.sweep.config", "SweepConfig"),
 }
 

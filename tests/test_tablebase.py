@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chess
 import pytest
 from helpers import SYZYGY_DIR, shared_file
 
@@ -50,3 +51,16 @@ def test_missing_directory(tmp_path):
         Tablebase(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="no Syzygy tables"):
         Tablebase(tmp_path)
+
+
+def test_cached_probes_agree_with_probe_and_count_only_table_reads():
+    board = chess.Board("8/8/8/4k3/8/8/8/3QK3 b - - 0 1")
+    with Tablebase(SYZYGY_DIR) as tablebase:
+        fresh = tablebase.probe(board)
+        assert (tablebase.probes, tablebase.lookups) == (0, 0)  # `probe` reads the tables afresh, uncounted
+        assert (tablebase.probe_wdl(board), tablebase.probe_dtz(board)) == (fresh.wdl, fresh.dtz)
+        assert (tablebase.probe_wdl(board), tablebase.probe_dtz(board)) == (fresh.wdl, fresh.dtz)
+        assert (tablebase.probes, tablebase.lookups) == (2, 4)
+        assert not tablebase.is_won(board) and tablebase.state(board, chess.WHITE).score == 1.0
+        with pytest.raises(KeyError):
+            tablebase.probe_wdl(chess.Board())

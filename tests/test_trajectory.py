@@ -23,20 +23,19 @@ from chessgrpo.board import ACTIONS, NUM_ACTIONS, decode_tokens, move_to_action
 from chessgrpo.board.endgames import endgame_positions
 from chessgrpo.config import EngineConfig, RunConfig
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs
-from chessgrpo.rl import GRPOConfig, InvariantViolation, compute_advantages
-from chessgrpo.tasks.endgame import TablebaseOracle
+from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, PolicyOutputs, compute_advantages, optimize
+from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.tasks.trajectory import (
     EngineValues,
     StockfishOpponent,
     TablebaseOpponent,
     TrajectoryConfig,
     Trajectories,
-    engine_step_rewards,
     make_forward,
     play_trajectories,
-    tablebase_step_rewards,
     to_rollout_batch,
 )
+from chessgrpo.tasks.trajectory_rewards import engine_step_rewards, tablebase_step_rewards
 from chessgrpo.train.metrics import read_metrics
 from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
 from chessgrpo.train.loop import Trainer
@@ -48,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def oracle():
-    with TablebaseOracle(str(SYZYGY_DIR)) as oracle:
+    with Tablebase(str(SYZYGY_DIR)) as oracle:
         yield oracle
 
 
@@ -104,13 +103,20 @@ def test_advantages_of_both_supervisions_by_hand():
 
     # Per-step advantages: the same normalised rewards, each alone (no sum over later plies).
     step = to_rollout_batch(trajectories, steps, "step")
-    assert step.advantages is not None and step.rewards.shape == (2, 3)
-    assert step.advantages.flatten().tolist() == pytest.approx([0.0375 / s, 0.0375 / s, 0.9875 / s, -1.0625 / s, 0, 0], rel=1e-5)
+    assert step.advantages is None and step.supervision == "step" and step.rewards.shape == (2, 3)  # the learner's job
+    expected_step = [0.0375 / s, 0.0375 / s, 0.9875 / s, -1.0625 / s, 0, 0]
+    assert compute_advantages(step, config).flatten().tolist() == pytest.approx(expected_step, rel=1e-5)
 
     # Critic: not centred, only scaled by the batch std of the valid step rewards (the same s - 1e-4 here).
     critic = to_rollout_batch(trajectories, steps, "critic")
-    assert critic.advantages is not None
-    assert critic.advantages.flatten().tolist() == pytest.approx([0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0], rel=1e-5)
+    assert critic.advantages is None and critic.supervision == "critic"
+    assert compute_advantages(critic, config).flatten().tolist() == pytest.approx([0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0], rel=1e-5)
+
+    # The learner fills them: `optimize` runs the batch's own estimator.
+    for batch, expected in ((step, expected_step), (critic, [0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0])):
+        optimize(batch, lambda rows: PolicyOutputs(logp=rows.behaviour_logp.clone().requires_grad_()), lambda loss, step=True: 0.0,
+                 config, KLController.from_config(config), generator=None)  # fmt: skip
+        assert batch.advantages is not None and batch.advantages.flatten().tolist() == pytest.approx(expected, rel=1e-5)
 
 
 def test_mate_at_own_ply_3_of_8_is_masked_and_rewarded_exactly(oracle):

@@ -8,8 +8,12 @@ accepted by the caller's predicate. Rejection sampling from a uniform proposal i
 the accepted set, so with the predicate "the tablebase says the side to move wins" the draw is
 uniform over the legal, non-terminal, won positions of the signature.
 
-This module knows no engine and no tablebase: the predicate (`accept`) comes from the caller
-(`chessgrpo.tasks.endgame` passes a WDL probe). Draws are seeded and reproducible.
+`EndgameStarts` is the stream of start positions of one endgame run: a held-out evaluation set
+and fresh per-step training draws that never contain a held-out position.
+
+This module knows no engine and no tablebase: the predicate (`accept`, `EndgameStarts`'s
+`is_won` and `plies`) comes from the caller (`engine.tablebase.Tablebase.is_won`, a cached WDL
+probe). Draws are seeded and reproducible.
 """
 
 from __future__ import annotations
@@ -133,6 +137,69 @@ def endgame_positions(
         seen.add(key)
         boards.append(board)
     return boards
+
+
+class EndgameStarts:
+    """Won start positions of one material signature: a held-out set and fresh per-step draws.
+
+    `is_won` says the side to move wins (e.g. `Tablebase.is_won`); `plies` gives a won position's
+    distance to the end in plies (e.g. `Tablebase.probe_dtz`), needed only for `draw(max_plies=...)`;
+    `tables` names the tables the caller has (e.g. `Tablebase.names`): the material must be one.
+    Training draws never contain a held-out position: "fresh held-out" is exact, not probable.
+    """
+
+    def __init__(
+        self,
+        material: str,
+        is_won: Callable[[chess.Board], bool],
+        *,
+        tables: Collection[str],
+        plies: Callable[[chess.Board], int] | None = None,
+        colours: str = "white",
+    ):
+        self.material = Material.parse(material)
+        if colours not in COLOURS:
+            raise ValueError(f"endgame colours must be one of {list(COLOURS)}, got {colours!r}")
+        name = self.material.name
+        if name not in tables:
+            raise ValueError(f"no Syzygy table {name} among {', '.join(tables)}")
+        self.is_won = is_won
+        self.plies = plies
+        self.colours = colours
+        self.held_out: set[str] = set()
+
+    @property
+    def source(self) -> str:
+        return f"endgame:{self.material.name}"
+
+    def hold_out(self, count: int, *, seed: int) -> list[chess.Board]:
+        """`count` distinct won positions, excluded from every later `draw`."""
+        boards = endgame_positions(
+            self.material, count, seed=[seed, 1_000_000_007 % (1 << 30)], colours=self.colours,
+            accept=self.is_won, distinct=True,
+        )  # fmt: skip
+        self.held_out.update(board.epd() for board in boards)
+        return boards
+
+    def draw(self, count: int, *, seed: int, step: int, rank: int = 0, max_plies: int | None = None) -> list[chess.Board]:
+        """`count` won positions for (seed, step, rank): reproducible, uniform, never held out.
+
+        `max_plies` keeps only positions whose distance (`plies`) is at most that many plies (a
+        reverse curriculum: near-mate positions first); uniform among those.
+        """
+        if max_plies is None:
+            accept = self.is_won
+        else:
+            plies = self.plies
+            if plies is None:
+                raise ValueError("EndgameStarts.draw(max_plies=...) needs the plies callable")
+
+            def accept(board: chess.Board) -> bool:
+                return self.is_won(board) and plies(board) <= max_plies
+
+        return endgame_positions(
+            self.material, count, seed=[seed, step, rank], colours=self.colours, accept=accept, exclude=self.held_out,
+        )  # fmt: skip
 
 
 def _seed_value(seed: int | list[int]) -> int:

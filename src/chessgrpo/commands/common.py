@@ -1,4 +1,5 @@
-"""Argument helpers shared by the command modules."""
+"""Argument helpers shared by the command modules: config files and overrides, integer flags, the
+search flags of `eval offline|puzzles|epd|games`, resuming a run, progress bars."""
 
 from __future__ import annotations
 
@@ -19,6 +20,34 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides applied after the file, e.g. engine.nodes=5000"
     )
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--search-nodes` and `--search-algorithm`: the evaluated policy's search (`eval offline|puzzles|games`)."""
+    parser.add_argument(
+        "--search-nodes", type=non_negative_int, help="search budget per move with the value head; 0 = policy argmax (default: config search_nodes)"
+    )
+    parser.add_argument("--search-algorithm", choices=("puct", "alphabeta"), help="search algorithm (default: config search_algorithm)")
+
+
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= `minimum`, else one clear error."""
+    wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = _int_at_least(1)
+non_negative_int = _int_at_least(0)
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, object]:

@@ -66,6 +66,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_labelling_flags(generate)
     generate.set_defaults(handler=run_generate)
 
+    _add_search_label_parser(data_commands)
+    _add_import_pgn_parser(data_commands)
+    _add_endgame_parser(data_commands)
+
+    from chessgrpo.commands.rookworld import add_data_parser as add_rookworld_parser  # RookWorld text data
+
+    add_rookworld_parser(data_commands)
+
+
+def _add_search_label_parser(data_commands: argparse._SubParsersAction) -> None:
     search = data_commands.add_parser(
         "search-label",
         help="label a dataset's train positions with a policy's own search (expert iteration; train on it with kind: pretrain)",
@@ -82,6 +92,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     search.add_argument("--workers", type=int, default=0, help="search processes (0 = one per CPU core)")
     search.set_defaults(handler=run_search_label)
 
+
+def _add_import_pgn_parser(data_commands: argparse._SubParsersAction) -> None:
     pgn = data_commands.add_parser(
         "import-pgn",
         help="label positions sampled from the games of a PGN file (.pgn, .pgn.gz, .pgn.zst)",
@@ -100,6 +112,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_labelling_flags(pgn)
     pgn.set_defaults(handler=run_import_pgn)
 
+
+def _add_endgame_parser(data_commands: argparse._SubParsersAction) -> None:
     endgame = data_commands.add_parser(
         "endgame",
         help="won positions of a tablebase endgame (KQvK, KRvK, ...) with every move valued by the tablebase",
@@ -116,10 +130,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="also write each position's rotations and mirror images (~8x rows, no extra probes; config key symmetries)",
     )  # fmt: skip
     endgame.set_defaults(handler=run_endgame)
-
-    from chessgrpo.commands.rookworld import add_data_parser as add_rookworld_parser  # RookWorld text data
-
-    add_rookworld_parser(data_commands)
 
 
 def _add_labelling_flags(parser: argparse.ArgumentParser) -> None:

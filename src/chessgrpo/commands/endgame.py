@@ -7,7 +7,7 @@
 
 The player (a policy at argmax, or ``--policy random|tablebase``) plays the strong side of each
 held-out start position for up to ``max_moves`` own moves against the perfect defender
-(`tasks.endgame.evaluate_endgame`). The start positions are exactly the held-out set of an
+(`eval.endgame.evaluate_endgame`). The start positions are exactly the held-out set of an
 endgame training run with the same material, count and seed (``eval.positions`` and
 ``run.seed`` of the trainer; `data endgame` excludes them too), so numbers here and in a run's
 ``eval/`` files are comparable position by position. ``output=FILE`` writes per-position records
@@ -81,34 +81,31 @@ def _records(starts: list[Any], result: Any) -> list[dict[str, Any]]:
 
 
 def run_endgame_eval(args: argparse.Namespace) -> int:
+    from chessgrpo.board.endgames import EndgameStarts
+    from chessgrpo.engine.tablebase import Tablebase
+    from chessgrpo.eval.endgame import evaluate_endgame, policy_picker, random_picker, tablebase_picker
     from chessgrpo.models.policy import load_policy
-    from chessgrpo.tasks.endgame import (
-        EndgameStarts,
-        TablebaseOracle,
-        evaluate_endgame,
-        policy_picker,
-        random_picker,
-        tablebase_picker,
-    )
 
     config = load_config(EndgameEvalConfig, args.config, args.overrides)
     flags = {"material": args.material, "positions": args.positions, "seed": args.seed, "max_moves": args.max_moves, "baselines": args.baselines}
     config = dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
     tick = time.perf_counter()
-    with TablebaseOracle(config.syzygy_path) as oracle:
-        starts = EndgameStarts(config.material, oracle, colours=config.colours).hold_out(config.positions, seed=config.seed)
+    with Tablebase(config.syzygy_path) as tablebase:
+        starts = EndgameStarts(config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours).hold_out(
+            config.positions, seed=config.seed
+        )
         if args.checkpoint is not None:
             model = load_policy(args.checkpoint, device=config.device)
             model.eval()
             name, pick = str(args.checkpoint), policy_picker(model)
         else:
             name = args.policy
-            pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(oracle)
+            pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(tablebase)
         players = {name: pick}
         if config.baselines:
-            players.update({other: random_picker(config.seed) if other == "random" else tablebase_picker(oracle)
+            players.update({other: random_picker(config.seed) if other == "random" else tablebase_picker(tablebase)
                             for other in ENDGAME_PLAYERS if other != args.policy})  # fmt: skip
-        results = {label: evaluate_endgame(picker, starts, oracle, max_moves=config.max_moves) for label, picker in players.items()}
+        results = {label: evaluate_endgame(picker, starts, tablebase, max_moves=config.max_moves) for label, picker in players.items()}
     seconds = time.perf_counter() - tick
     payload = {
         "kind": "endgame",

@@ -18,111 +18,23 @@ plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N g
 With ``--search-nodes N`` CKPT plays the move of a search with its value head (`chessgrpo.search`)
 at N nodes per move instead of its policy's argmax; the PGN's PlayerSettings and the JSON record
 the search settings. Checkpoint anchors (and the SPRT opponent) play without search.
-Defaults and every key: configs/games.yaml.
+This module parses the flags and renders the summary; the match itself (anchors, openings,
+journal and resume, SPRT, PGN, summary) is `chessgrpo.eval.match.play_match`.
+Defaults and every key: configs/games.yaml (`chessgrpo.eval.match.GamesConfig`).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from chessgrpo.commands.common import add_config_arguments, progress_bar
-from chessgrpo.commands.evaluate import add_search_arguments
-from chessgrpo.config import EngineConfig, load_config, to_dict
-from chessgrpo.eval.game_journal import GameJournal, journal_path, remaining
-
-
-@dataclasses.dataclass
-class GamesConfig:
-    """`chessgrpo eval games`: games against anchors (see configs/games.yaml for each key)."""
-
-    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
-    """Stockfish binary (path), the pool that checks opening balance (processes, cache), and the
-    Syzygy directory for adjudication and the search's exact endgame values (syzygy_path; null
-    disables both)."""
-    anchors: list[str] = dataclasses.field(default_factory=lambda: ["random", "sf-skill:0"])
-    """Opponents: random, sf-skill:N, sf-elo:N, sf-nodes:N, uci:PATH[:KEY=VALUE]... (any UCI engine),
-    the name of an engine in the engines file, or checkpoint paths (docs/engines.md)."""
-    engines: str | None = None
-    """Engines file (YAML): UCI engines with a name, command, args, options, limit and optional elo;
-    anchors name them. null = none. See docs/engines.md."""
-    games: int = 40
-    """Games per anchor; even (colour-swapped pairs). With SPRT: the most games played."""
-    seed: int = 0
-    """Seeds the opening suite, the random anchor and sampling (per game)."""
-    workers: int = 0
-    """Game worker processes; 0 = one per CPU core."""
-    temperature: float = 0.0
-    """The policy's temperature: 0 = argmax, > 0 = sampled (checkpoint anchors use it too)."""
-    device: str = "cpu"
-    """Torch device of the policies."""
-    avoid_repetition: bool = True
-    """When winning (material ahead by winning_material), do not play into a threefold repetition."""
-    winning_material: int = 3
-    """Material lead in pawns (P1 N3 B3 R5 Q9) that counts as winning (for avoid_repetition; argmax play only)."""
-    search_nodes: int = 0
-    """The evaluated policy's search budget per move (PUCT simulations or alpha-beta network
-    evaluations); 0 = no search, the policy's argmax. Needs a checkpoint with a value head."""
-    search_algorithm: Literal["puct", "alphabeta"] = "puct"
-    """puct (policy-guided MCTS) or alphabeta (policy-pruned negamax); see `chessgrpo.search`."""
-    search_c_puct: float = 1.5
-    """PUCT exploration weight."""
-    search_batch_size: int = 16
-    """PUCT leaves per network call."""
-    anchor_nodes: int = 1000
-    """Node limit per move of sf-skill and sf-elo anchors, and of UCI engine anchors that give no limit."""
-    anchor_depth: int | None = None
-    """Depth limit per move of those anchors instead of nodes."""
-    random_rating: float = 0.0
-    """The rating given to the random anchor: a convention, not a measurement."""
-    anchor_ratings: list[str] = dataclasses.field(default_factory=list)
-    """Fixed ratings as ANCHOR=RATING (e.g. sf-nodes:50=1800); override the built-in ones."""
-    openings: str | None = None
-    """Opening file (.pgn, or FEN/EPD per line); null = generate a balanced suite."""
-    opening_min_plies: int = 4
-    """Generated openings: fewest random plies from the start."""
-    opening_max_plies: int = 8
-    """Generated openings: most random plies from the start."""
-    opening_max_cp: int = 60
-    """Generated openings: keep only |eval| < this many centipawns."""
-    opening_nodes: int = 2000
-    """Generated openings: node limit of the balance check."""
-    max_plies: int = 400
-    """Move cap: a game not decided after this many plies from the opening is a draw."""
-    tablebase_pieces: int = 4
-    """Adjudicate by Syzygy at this many pieces or fewer (kings included); 0 disables."""
-    resign_cp: int | None = None
-    """Resignation threshold in centipawns (null = never resign; games are played out)."""
-    resign_plies: int = 8
-    """Consecutive plies the engine eval must stay beyond resign_cp."""
-    resign_nodes: int = 1000
-    """Node limit of the resignation eval."""
-    opponent: str | None = None
-    """SPRT: the checkpoint to test against (B in A/B)."""
-    sprt_elo0: float | None = None
-    """SPRT: Elo difference of H0 (logistic, per game); set with sprt_elo1 to run an SPRT."""
-    sprt_elo1: float | None = None
-    """SPRT: Elo difference of H1."""
-    sprt_alpha: float = 0.05
-    """SPRT: false positive rate (accepting H1 when H0 holds)."""
-    sprt_beta: float = 0.05
-    """SPRT: false negative rate."""
-    confidence: float = 0.95
-    """Confidence level of every interval."""
-    pgn: str | None = None
-    """PGN of every game; null = <run>/eval/games.pgn for a run directory, else runs/eval_games/games.pgn."""
-    output: str | None = None
-    """If set, also write the JSON summary to this file."""
-    resume: bool = True
-    """Keep each finished game in a journal beside the PGN (`chessgrpo.eval.game_journal`) and, when
-    the same command is run again after an interruption, play only the games it does not hold yet.
-    false = ignore any journal and play every game (a journal is still written)."""
+from chessgrpo.commands.common import add_config_arguments, add_search_arguments, progress_bar
+from chessgrpo.config import load_config
+from chessgrpo.eval.match import GamesConfig, play_match, resolve_games_paths
 
 
 def add_games_parser(sub: argparse._SubParsersAction) -> None:
@@ -177,288 +89,17 @@ def _load(args: argparse.Namespace) -> GamesConfig:
         except ValueError:
             raise ValueError(f"--sprt expects ELO0,ELO1 such as 0,10; got {args.sprt!r}") from None
         flags.update(sprt_elo0=elo0, sprt_elo1=elo1)
-    return _resolve_paths(dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None}))
-
-
-def _resolve_paths(config: GamesConfig) -> GamesConfig:
-    """The openings file and the Syzygy directory found from any current directory where they
-    exist (`chessgrpo.paths`); a path found nowhere is left as is for `_require` to name."""
-    from chessgrpo.paths import resolve_optional
-
-    return dataclasses.replace(
-        config,
-        openings=resolve_optional(config.openings, required=False),
-        engine=dataclasses.replace(config.engine, syzygy_path=resolve_optional(config.engine.syzygy_path, required=False)),
-    )
-
-
-def _require(path: str, what: str, hint: str = "") -> str:
-    """`path` found from any current directory, else one error naming where it was looked for."""
-    from chessgrpo.paths import DataNotFoundError, resolve_optional
-
-    try:
-        return resolve_optional(path, what)  # type: ignore[return-value]
-    except DataNotFoundError as error:
-        raise DataNotFoundError(f"{error}{hint}") from None
-
-
-_SYZYGY_HINT = "; or set engine.syzygy_path=null to play without tablebase adjudication"
-
-
-def _validate(config: GamesConfig) -> None:
-    if config.games < 2 or config.games % 2:
-        raise ValueError(
-            f"games must be a positive even number: games are played in colour-swapped pairs (got {config.games}; "
-            f"use {max(2, config.games + config.games % 2)})"
-        )
-    if config.workers < 0:
-        raise ValueError(f"workers must be >= 0 (0 = one per CPU core), got {config.workers}")
-    if config.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {config.temperature}")
-    if config.search_nodes > 0 and config.temperature > 0:
-        raise ValueError(
-            f"search plays deterministically (its most visited move): use temperature 0 with search_nodes > 0, "
-            f"got temperature {config.temperature:g} with {config.search_nodes} search nodes"
-        )
-    if config.max_plies < 1 or config.resign_plies < 1 or config.opening_nodes < 1:
-        raise ValueError("max_plies, resign_plies and opening_nodes must be >= 1")
-    if config.resign_cp is not None and config.resign_cp <= 0:
-        raise ValueError(f"resign_cp must be > 0 or null, got {config.resign_cp}")
-    if not 0 < config.confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {config.confidence}")
-    if (config.sprt_elo0 is None) != (config.sprt_elo1 is None):
-        raise ValueError("SPRT needs both sprt_elo0 and sprt_elo1 (--sprt ELO0,ELO1)")
-    if config.sprt_elo0 is not None:
-        if config.opponent is None:
-            raise ValueError("--sprt needs --opponent CKPT2: the checkpoint to test against")
-        if not config.sprt_elo0 < config.sprt_elo1:  # type: ignore[operator]
-            raise ValueError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
-    elif config.opponent is not None:
-        raise ValueError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
-
-
-def _check_search(checkpoint: Path, search: Any, device: str) -> None:
-    """Build the searching player once, here: a checkpoint without a value head (or a missing
-    Syzygy directory) is then one clear error before openings are made and games are played,
-    instead of a worker's traceback."""
-    if search is None:
-        return
-    from chessgrpo.eval.anchors import PolicyMover
-
-    PolicyMover.from_checkpoint(checkpoint, device=device, search=search).close()
-
-
-def _default_pgn(checkpoint: Path, resolved: Path) -> Path:
-    """<run>/eval/games.pgn when the checkpoint lives in a run directory, else runs/eval_games/games.pgn."""
-    if (checkpoint / "checkpoints").is_dir():
-        return checkpoint / "eval" / "games.pgn"
-    for parent in resolved.parents:
-        if parent.name == "checkpoints":
-            return parent.parent / "eval" / "games.pgn"
-    return Path("runs") / "eval_games" / "games.pgn"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    return resolve_games_paths(dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None}))
 
 
 def run_games_command(args: argparse.Namespace) -> int:
-    from chessgrpo.board.openings import generate_openings, read_openings
-    from chessgrpo.engine import EnginePool, RetryPolicy, available_cores
-    from chessgrpo.eval.anchors import (
-        CALIBRATION_NOTE,
-        anchor_rating,
-        check_anchor,
-        load_engines,
-        parse_anchor,
-        parse_anchors,
-        parse_ratings,
-        prepare_anchors,
-        probe_engine,
-    )
-    from chessgrpo.eval.elo import sprt
-    from chessgrpo.eval.games import GameSettings, checkpoint_name, make_tasks, pair_records, run_games
-    from chessgrpo.eval.players import search_label, search_settings
-    from chessgrpo.models.policy import resolve_checkpoint
-
     config = _load(args)
-    _validate(config)
-    checkpoint = resolve_checkpoint(args.checkpoint)
-    if config.search_nodes > 0 and config.engine.syzygy_path:  # the search opens the tables
-        config = dataclasses.replace(
-            config,
-            engine=dataclasses.replace(
-                config.engine, syzygy_path=_require(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", _SYZYGY_HINT)
-            ),
-        )
-    search = search_settings(
-        config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
+    summary = play_match(
+        config,
+        args.checkpoint,
+        progress=lambda total: progress_bar(total, "games", "game", leave=False),  # in a log file: a line every 30 s
+        notify=lambda text: print(text, file=sys.stderr),
     )
-    _check_search(checkpoint, search, config.device)
-    sprt_mode = config.sprt_elo0 is not None
-    retry = RetryPolicy(
-        retries_per_position=config.engine.retries_per_position,
-        max_failures=config.engine.max_failures,
-        startup_attempts=config.engine.startup_attempts,
-    )
-    limits: dict[str, Any] = dict(
-        nodes=config.anchor_nodes, depth=config.anchor_depth, timeout_s=config.engine.timeout_s, retry=retry
-    )
-    if config.engines:
-        limits["engines"] = load_engines(config.engines, **limits)
-    if sprt_mode:
-        anchors = [parse_anchor(config.opponent, **limits)]  # type: ignore[arg-type]
-        if anchors[0].kind != "checkpoint":
-            raise ValueError(f"--opponent must be a checkpoint directory, got {config.opponent!r}")
-    else:
-        anchors = parse_anchors(config.anchors, **limits)
-    ratings_given = parse_ratings(config.anchor_ratings)
-
-    engine_name = ""
-    needs_pool = config.openings is None or config.resign_cp is not None
-    if any(anchor.is_stockfish for anchor in anchors) or needs_pool:
-        info = probe_engine(config.engine.path)
-        engine_name = info.name
-        for anchor in anchors:
-            check_anchor(anchor, info)
-        if needs_pool and not info.is_stockfish:
-            uses = "the generated opening suite is balanced" if config.openings is None else "resignation is judged"
-            raise ValueError(
-                f"engine.path is {info.name} ({info.path}), not Stockfish: {uses} by Stockfish's node-limited "
-                f"evaluation. Set engine.path to Stockfish{' or give --openings FILE' if config.openings is None else ''}; "
-                f"to play {info.name}, use --anchors uci:{info.path}:depth=N (docs/engines.md)"
-            )
-    anchors = prepare_anchors(anchors)  # each UCI engine started once: one clear error before any game
-    if config.engine.syzygy_path and config.tablebase_pieces > 0:
-        _require(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", _SYZYGY_HINT)
-
-    pairs = config.games // 2
-    if config.openings:
-        openings = read_openings(_require(config.openings, "openings file"))
-        opening_note = f"{len(openings)} openings from {config.openings}"
-        if len(openings) < pairs:
-            opening_note += f" (cycled: {pairs} pairs)"
-    else:
-        with EnginePool.from_config(config.engine) as pool:
-
-            def centipawns(boards):
-                return [e.cp if e.mate is None else None for e in pool.evaluate(boards, nodes=config.opening_nodes)]
-
-            openings = generate_openings(
-                pairs,
-                centipawns,
-                seed=config.seed,
-                min_plies=config.opening_min_plies,
-                max_plies=config.opening_max_plies,
-                max_cp=config.opening_max_cp,
-            )
-        opening_note = (
-            f"{len(openings)} generated openings (seed {config.seed}, {config.opening_min_plies}-{config.opening_max_plies} "
-            f"random plies, |eval| < {config.opening_max_cp} cp at {config.opening_nodes} nodes)"
-        )
-
-    player_name = checkpoint_name(str(checkpoint))  # the PGN's player name: the run's, not a path
-    settings = GameSettings(
-        checkpoint=str(checkpoint),
-        player_name=f"{player_name} ({search_label(search)})" if search else player_name,
-        temperature=config.temperature,
-        device=config.device,
-        avoid_repetition=config.avoid_repetition,
-        winning_material=config.winning_material,
-        engine_path=config.engine.path,
-        engine_name=engine_name or "Stockfish",
-        syzygy_path=config.engine.syzygy_path if config.tablebase_pieces > 0 else None,
-        tablebase_pieces=config.tablebase_pieces,
-        max_plies=config.max_plies,
-        resign_cp=config.resign_cp,
-        resign_plies=config.resign_plies,
-        resign_nodes=config.resign_nodes,
-        search=search,
-    )
-    described = [anchor.describe(engine_name or "Stockfish") for anchor in anchors]
-    tasks = make_tasks(anchors, described, openings, pairs, seed=config.seed)
-    workers = config.workers or available_cores()
-
-    # SPRT bookkeeping: pair points as pairs complete.
-    halves: dict[tuple[int, int], float] = {}
-    pair_points: list[float] = []
-    sprt_state: dict[str, Any] = {}
-
-    progress = progress_bar(len(tasks), "games", "game", leave=False)  # in a log file: a line every 30 s
-
-    def on_result(result) -> bool:
-        progress.update(1)
-        if not sprt_mode:
-            return False
-        key = (result.anchor_index, result.pair)
-        if key not in halves:
-            halves[key] = result.player_points
-            return False
-        pair_points.append(halves.pop(key) + result.player_points)
-        from chessgrpo.eval.elo import pentanomial
-
-        state = sprt(pentanomial(pair_points), config.sprt_elo0, config.sprt_elo1, config.sprt_alpha, config.sprt_beta)  # type: ignore[arg-type]
-        sprt_state["result"] = state
-        progress.set_postfix(llr=f"{state.llr:.2f}")
-        return state.decision is not None
-
-    pgn_path = Path(config.pgn) if config.pgn else _default_pgn(args.checkpoint, checkpoint)
-    journal = GameJournal(journal_path(pgn_path), settings, tasks)
-    if config.resume:
-        earlier = journal.load()
-    else:
-        journal.remove()
-        earlier = []
-    stopped = False
-    if earlier:
-        print(f"resuming: {len(earlier)} of {len(tasks)} games already played, from {journal.path}", file=sys.stderr)
-        for result in earlier:  # in the order they finished, as the SPRT first saw them
-            stopped = on_result(result) or stopped
-            if stopped:
-                break
-
-    def record(result) -> bool:
-        journal.append(result)
-        return on_result(result)
-
-    started = time.perf_counter()
-    fresh: list = []
-    with progress:
-        if not stopped:
-            fresh, stopped = run_games(settings, remaining(tasks, earlier), workers=workers, on_result=record)
-    journal.close()
-    seconds = time.perf_counter() - started
-    results = sorted([*earlier, *fresh], key=lambda r: (r.anchor_index, r.pair, r.game))
-
-    _write_atomic(pgn_path, "".join(result.pgn + "\n" for result in results))
-
-    ratings = [anchor_rating(anchor, engine_name, random_rating=config.random_rating, overrides=ratings_given) for anchor in anchors]
-    summary = summarise(
-        results, anchors, described, ratings, confidence=config.confidence, sprt_result=sprt_state.get("result")
-    )
-    summary.update(
-        checkpoint=str(checkpoint),
-        player=settings.player_settings(),
-        search=dataclasses.asdict(search) if search else None,
-        engine=engine_name or None,
-        games_per_anchor=config.games,
-        games_played=len(results),
-        games_resumed=len(earlier),
-        stopped_early=stopped,
-        workers=workers,
-        seconds=round(seconds, 2),
-        games_per_minute=round(60.0 * len(fresh) / seconds, 2) if seconds > 0 and fresh else None,
-        openings=opening_note,
-        pgn=str(pgn_path),
-        calibration=CALIBRATION_NOTE,
-        records={"player": pair_records(results)},  # for `eval compare`
-    )
-    if config.output:
-        _write_atomic(Path(config.output), json.dumps({"config": to_dict(config), **summary}, indent=1))
-    journal.remove()  # everything is in the PGN and the JSON now
     if args.json:
         print(json.dumps(summary))
     else:
@@ -467,57 +108,7 @@ def run_games_command(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Statistics and rendering
-
-
-def summarise(results, anchors, described, ratings, *, confidence: float = 0.95, sprt_result=None) -> dict:
-    """Per-anchor W/D/L, Wilson score, pentanomial, Elo difference; ML Elo over rated anchors."""
-    from chessgrpo.eval.elo import AnchorGames, elo_from_score, maximum_likelihood_elo, pentanomial, score_interval
-
-    rows = []
-    rated: list[AnchorGames] = []
-    for index, (anchor, settings, rating) in enumerate(zip(anchors, described, ratings)):
-        games = [r for r in results if r.anchor_index == index]
-        wins = sum(r.player_points == 1.0 for r in games)
-        draws = sum(r.player_points == 0.5 for r in games)
-        losses = len(games) - wins - draws
-        by_pair: dict[int, list[float]] = collections.defaultdict(list)
-        for r in games:
-            by_pair[r.pair].append(r.player_points)
-        complete = [sum(points) for points in by_pair.values() if len(points) == 2]
-        score = score_interval(wins, draws, losses, confidence)
-        rows.append(
-            {
-                "anchor": anchor.text,
-                "settings": settings,
-                **({"engine": anchor.engine.id_name, "command": list(anchor.engine.command)} if anchor.engine else {}),
-                "rating": rating.value,
-                "rating_source": rating.source,
-                "wins": wins,
-                "draws": draws,
-                "losses": losses,
-                "score": score.to_json(),
-                "pentanomial": list(pentanomial(complete)),
-                "elo_difference": elo_from_score(score).to_json(),
-                "terminations": dict(collections.Counter(r.termination for r in games).most_common()),
-                "mean_plies": round(sum(r.plies for r in games) / len(games), 1) if games else None,
-            }
-        )
-        if rating.value is not None and games:
-            rated.append(AnchorGames(rating=rating.value, points=wins + 0.5 * draws, games=len(games)))
-    elo = maximum_likelihood_elo(rated, confidence).to_json() if rated else None
-    summary: dict[str, Any] = {
-        "anchors": rows,
-        "elo": elo,
-        "elo_method": "maximum likelihood over rated anchors (logistic, draws = half points), likelihood-ratio interval",
-    }
-    if sprt_result is not None:
-        summary["sprt"] = sprt_result.to_json()
-    return summary
-
-
-def _signed(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.0f}"
+# Rendering
 
 
 def _elo_text(estimate: dict, signed: bool = True) -> str:
@@ -528,6 +119,7 @@ def _elo_text(estimate: dict, signed: bool = True) -> str:
 
 
 def format_summary(summary: dict, confidence: float = 0.95) -> str:
+    """The match summary as the command prints it: header, anchor table, anchors, Elo, SPRT, PGN path."""
     level = f"{100 * confidence:g}%"
     planned = f"at most {summary['games_per_anchor']}" if "sprt" in summary else str(summary["games_per_anchor"])
     workers = f"{summary['workers']} worker" + ("s" if summary["workers"] != 1 else "")
@@ -540,28 +132,7 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         lines.append(f"resumed: {summary['games_resumed']} of the games were played by an earlier, interrupted run (its journal)")
     if summary["stopped_early"]:
         lines.append("stopped early: the SPRT decided")
-    header = ["anchor", "rating", "W", "D", "L", f"score [{level} Wilson]", "pairs 0/½/1/1½/2", f"Elo diff [{level}]"]
-    table = []
-    for row in summary["anchors"]:
-        score = row["score"]
-        score_text = "n/a" if score["value"] is None else f"{score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
-        rating = "-" if row["rating"] is None else f"{row['rating']:.0f}"
-        table.append(
-            [
-                row["anchor"],
-                rating,
-                str(row["wins"]),
-                str(row["draws"]),
-                str(row["losses"]),
-                score_text,
-                "/".join(str(c) for c in row["pentanomial"]),
-                _elo_text(row["elo_difference"]),
-            ]
-        )
-    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-    lines.append("")
-    for row in [header, *table]:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    lines.extend(_anchor_table(summary["anchors"], level))
     lines.append("")
     lines.append("anchors:")
     for row in summary["anchors"]:
@@ -588,3 +159,30 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         lines.append(result.format())
     lines.append(f"PGN: {summary['pgn']}")
     return "\n".join(lines)
+
+
+def _anchor_table(anchors: list[dict], level: str) -> list[str]:
+    """One row per anchor: rating, W/D/L, score with its Wilson interval, pentanomial pairs, Elo difference."""
+    header = ["anchor", "rating", "W", "D", "L", f"score [{level} Wilson]", "pairs 0/½/1/1½/2", f"Elo diff [{level}]"]
+    table = []
+    for row in anchors:
+        score = row["score"]
+        score_text = "n/a" if score["value"] is None else f"{score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
+        rating = "-" if row["rating"] is None else f"{row['rating']:.0f}"
+        table.append(
+            [
+                row["anchor"],
+                rating,
+                str(row["wins"]),
+                str(row["draws"]),
+                str(row["losses"]),
+                score_text,
+                "/".join(str(c) for c in row["pentanomial"]),
+                _elo_text(row["elo_difference"]),
+            ]
+        )
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines = [""]
+    for row in [header, *table]:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return lines

@@ -28,7 +28,7 @@ from chessgrpo.config import (
     parse_override,
     to_dict,
 )
-from chessgrpo.tasks.rookworld import RookWorldRewardConfig
+from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig
 
 _DATA_FLAGS = {"out": "out", "positions": "positions", "nodes": "nodes", "seed": "seed", "from_text": "from_text"}
 
@@ -151,7 +151,7 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     from chessgrpo.engine import EnginePool
     from chessgrpo.eval.lm import evaluate_lm, write_result
     from chessgrpo.models.lm import load_lm, prepare_for_rl
-    from chessgrpo.tasks.rookworld import with_prompt_bos
+    from chessgrpo.models.prompt_bos import with_prompt_bos
 
     config = load_config(LMEvalConfig, args.config, args.overrides)
     flags = {"data": args.data, "policy_prompts": args.policy_prompts, "environment_prompts": args.environment_prompts,

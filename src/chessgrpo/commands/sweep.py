@@ -76,13 +76,14 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     if args.config is None:
         raise ConfigError("give a sweep file (chessgrpo sweep --config SWEEP.yaml) or a study to summarise (--summary STUDY)")
     from chessgrpo.sweep.config import load_sweep
-    from chessgrpo.sweep.study import _redacted, run_sweep
+    from chessgrpo.sweep.storage import redacted
+    from chessgrpo.sweep.study import run_sweep
     from chessgrpo.sweep.summary import load_study
 
     sweep = load_sweep(args.config, args.overrides)
     config = sweep.config
     objective = config.objective
-    print(f"study {sweep.study_name} ({_redacted(sweep.storage)}); trial runs under {sweep.study_dir}")
+    print(f"study {sweep.study_name} ({redacted(sweep.storage)}); trial runs under {sweep.study_dir}")
     print(f"objective: {objective.metric} {'at the last evaluation' if objective.measure == 'final' else 'change from step 0'}, "
           f"{objective.direction}; sampler {config.sampler.name}, pruner {config.pruner.name}; this invocation: "
           f"{config.budget.trials} trials{f', {config.parallel} at once' if config.parallel > 1 else ''}"

@@ -17,6 +17,7 @@ import argparse
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments, progress_bar, resolve_run_config
 from chessgrpo.config import ConfigError, read_yaml_file, resumable_keys
@@ -70,7 +71,6 @@ def run_train(args: argparse.Namespace) -> int:
         overrides.insert(0, f"kind={kind}")
     args.overrides = overrides
     config, resume = resolve_run_config(args, config_cls, resumable_keys(config_cls), "train")
-    run_dir = config.run.directory
     received: list[int] = []
     with Trainer(config, resume=resume) as trainer:  # takes the run's lock; raises before anything is written
 
@@ -106,23 +106,29 @@ def run_train(args: argparse.Namespace) -> int:
 
         if not main:
             return _EXIT_CODES[received[0]] if received else 0
-        if trainer.parallel.enabled:
-            print(f"data-parallel: {trainer.parallel.world_size} processes ({trainer.parallel.backend})")
-        print(f"run {run_dir} ({kind}): step {result.step}/{config.steps}")
-        for line in kind_plugin.summary():
-            print(line)
-        if len(evals) >= 2:
-            print("held-out curve:")
-            for line in evals:
-                print("  " + line)
-        if result.stop_reason:
-            print(f"stopped: {result.stop_reason}")
-        print(f"checkpoint: {result.checkpoint}")
-        if result.best_checkpoint is not None:
-            print(f"best checkpoint ({config.best_metric()[0]}): {result.best_checkpoint}")
-        print(f"metrics: {run_dir / 'metrics.jsonl'}")
-        if not result.finished:
-            print(f"continue with: chessgrpo train --resume {run_dir}")
+        _print_summary(trainer, config, result, kind, evals)
     if received:
         return _EXIT_CODES[received[0]]
     return 0
+
+
+def _print_summary(trainer: Any, config: Any, result: Any, kind: str, evals: list[str]) -> None:
+    """The end-of-run summary (rank 0): where the run stands, the kind's lines, the held-out curve, what to do next."""
+    run_dir = config.run.directory
+    if trainer.parallel.enabled:
+        print(f"data-parallel: {trainer.parallel.world_size} processes ({trainer.parallel.backend})")
+    print(f"run {run_dir} ({kind}): step {result.step}/{config.steps}")
+    for line in trainer.kind.summary():
+        print(line)
+    if len(evals) >= 2:
+        print("held-out curve:")
+        for line in evals:
+            print("  " + line)
+    if result.stop_reason:
+        print(f"stopped: {result.stop_reason}")
+    print(f"checkpoint: {result.checkpoint}")
+    if result.best_checkpoint is not None:
+        print(f"best checkpoint ({config.best_metric()[0]}): {result.best_checkpoint}")
+    print(f"metrics: {run_dir / 'metrics.jsonl'}")
+    if not result.finished:
+        print(f"continue with: chessgrpo train --resume {run_dir}")

@@ -36,6 +36,7 @@ import chess
 from chessgrpo.board.actions import move_to_action
 from chessgrpo.board.endgames import (
     COLOURS,
+    EndgameStarts,
     Material,
     board_symmetries,
     endgame_positions,
@@ -45,7 +46,7 @@ from chessgrpo.board.endgames import (
 )
 from chessgrpo.config import ConfigError, save_config, to_dict
 from chessgrpo.data import schema
-from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle
+from chessgrpo.engine.tablebase import Tablebase
 
 logger = logging.getLogger(__name__)
 
@@ -109,14 +110,14 @@ class EndgameDataSummary:
     drawn: int
 
 
-def move_values(oracle: TablebaseOracle, board: chess.Board) -> list[tuple[str, float]]:
+def move_values(tablebase: Tablebase, board: chess.Board) -> list[tuple[str, float]]:
     """Every legal move of `board` with its exact value for the mover, best first (ties by UCI)."""
     mover = board.turn
     rows: list[tuple[str, float]] = []
     for move in board.legal_moves:
         after = board.copy(stack=False)
         after.push(move)
-        state = oracle.state(after, mover)
+        state = tablebase.state(after, mover)
         if state.score == 1.0:
             value = 1.0 - PLY_STEP * state.plies
         elif state.score == 0.0:
@@ -128,9 +129,9 @@ def move_values(oracle: TablebaseOracle, board: chess.Board) -> list[tuple[str, 
     return rows
 
 
-def label_row(oracle: TablebaseOracle, board: chess.Board) -> dict[str, Any]:
+def label_row(tablebase: Tablebase, board: chess.Board) -> dict[str, Any]:
     """One dataset row (`data.schema.POSITION_SCHEMA`) for a won position."""
-    values = move_values(oracle, board)
+    values = move_values(tablebase, board)
     if not values:
         raise ValueError(f"no legal move in {board.fen()!r}: not a start position")
     return _row(board, values)
@@ -177,17 +178,17 @@ def _row(board: chess.Board, values: list[tuple[str, float]]) -> dict[str, Any]:
 
 
 # Worker processes: each opens the tables once.
-_WORKER_ORACLE: TablebaseOracle | None = None
+_WORKER_TABLEBASE: Tablebase | None = None
 
 
 def _init_worker(syzygy_path: str) -> None:
-    global _WORKER_ORACLE
-    _WORKER_ORACLE = TablebaseOracle(syzygy_path)
+    global _WORKER_TABLEBASE
+    _WORKER_TABLEBASE = Tablebase(syzygy_path)
 
 
 def _label_fen(fen: str) -> dict[str, Any]:
-    assert _WORKER_ORACLE is not None
-    return label_row(_WORKER_ORACLE, chess.Board(fen))
+    assert _WORKER_TABLEBASE is not None
+    return label_row(_WORKER_TABLEBASE, chess.Board(fen))
 
 
 def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[int], None] | None = None) -> EndgameDataSummary:
@@ -199,15 +200,15 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
     if schema.shard_paths(directory):  # an empty list for a missing directory
         raise FileExistsError(f"{directory} already holds a dataset; choose another --out or delete it")
     tick = time.perf_counter()
-    with TablebaseOracle(config.syzygy_path) as oracle:
-        starts = EndgameStarts(config.material, oracle, colours=config.colours)
+    with Tablebase(config.syzygy_path) as tablebase:
+        starts = EndgameStarts(config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours)
         excluded: set[str] = set()
         if config.held_out:
             for board in starts.hold_out(config.held_out, seed=config.held_out_seed):
                 excluded |= symmetric_epds(board) if config.symmetries else {board.epd()}
         boards = endgame_positions(
             starts.material, config.positions, seed=[config.seed, 7], colours=config.colours,
-            accept=oracle.is_won, exclude=excluded, distinct=True,
+            accept=tablebase.is_won, exclude=excluded, distinct=True,
         )  # fmt: skip
     fens = [board.fen() for board in boards]
     processes = config.processes or os.cpu_count() or 1

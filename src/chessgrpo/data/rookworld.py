@@ -11,11 +11,11 @@ Generation (`generate_rookworld`):
 - **A:** at the same position, a move (the engine's best with probability `engine_move_fraction`,
   a uniformly random legal move otherwise, or with probability `illegal_fraction` a syntactically
   valid illegal move), the history of the last <= 10 moves including it, and the answer from
-  python-chess (`tasks.rookworld.environment_step`).
+  python-chess (`data.rookworld_format.environment_step`).
 
 Import (`import_rookworld_text`): lines of an existing RookWorld text file are parsed and
 validated; a P: line whose B: is not the best of its own listed evaluations (the upstream Black
-defect, `tasks.rookworld.upstream_best_defect`) is flagged, counted and dropped unless
+defect, `data.rookworld_format.upstream_best_defect`) is flagged, counted and dropped unless
 ``keep_defective``.
 
 Output directory::
@@ -47,18 +47,14 @@ from chessgrpo.board import random_playout_positions
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import DataEngineConfig, require
-from chessgrpo.files import text_lines, write_text_atomic
-from chessgrpo.paths import find_data_path
-from chessgrpo.tasks.rookworld import (
+from chessgrpo.data.rookworld_format import (
     HISTORY_MOVES,
     MAX_LISTED_MOVES,
     EnvironmentQuery,
-    PolicyTruth,
     environment_prompt,
     environment_step,
     format_environment_completion,
     format_policy_completion,
-    mover_pawns,
     parse_environment_line,
     parse_policy_line,
     policy_prompt,
@@ -66,6 +62,9 @@ from chessgrpo.tasks.rookworld import (
     split_policy_line,
     upstream_best_defect,
 )
+from chessgrpo.data.rookworld_truths import PolicyTruth, mover_pawns
+from chessgrpo.files import text_lines, write_text_atomic
+from chessgrpo.paths import find_data_path
 
 logger = logging.getLogger(__name__)
 

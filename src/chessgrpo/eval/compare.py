@@ -7,9 +7,10 @@ improvement shows up with a much tighter interval than two independent intervals
 A difference whose interval contains 0 is not progress, whatever its sign.
 
 Inputs are the JSON files written by ``chessgrpo eval offline|puzzles|endgame|games ... output=FILE`` (they
-hold one record per position, puzzle or colour-swapped game pair). Offline and endgame records are
-matched by FEN, puzzles by id and game pairs by anchor, pair index and opening (the pentanomial unit);
-only items present in both files are compared, and the count is reported.
+hold one record per position, puzzle or colour-swapped game pair). Which evaluation a file holds, how
+its items are matched (offline and endgame records by FEN, puzzles by id, game pairs by anchor, pair
+index and opening: the pentanomial unit) and which metrics are paired is the evaluation's entry in
+`eval.registry`; only items present in both files are compared, and the count is reported.
 """
 
 from __future__ import annotations
@@ -19,45 +20,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from chessgrpo.eval.registry import comparable, recognise_records
 from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
-
-# metric -> (record field, True when higher is better)
-OFFLINE_METRICS: dict[str, tuple[str, bool]] = {"top1": ("top1", True), "esl": ("esl", False), "blunder_rate": ("blunder", False)}
-PUZZLE_METRICS: dict[str, tuple[str, bool]] = {
-    "first_move_accuracy": ("first_move_correct", True),
-    "solve_rate": ("solved", True),
-}
-ENDGAME_METRICS: dict[str, tuple[str, bool]] = {"mate_rate": ("mate", True)}
-# Games: one record per colour-swapped pair (same anchor, pair index and opening); values are per-game shares.
-GAMES_METRICS: dict[str, tuple[str, bool]] = {
-    "score": ("pair_score", True),
-    "win_rate": ("pair_win", True),
-    "stalemate_rate": ("pair_stalemate", False),
-}
-# Descriptive rows over the same pairs, shown after the metrics above when the records carry their
-# fields (older files do not): metric -> (record field, True/False when higher is better or None when
-# neither, (field, value) keeping only the items whose A record has that value, or None for all).
-# Puzzles split by whether the solution starts with a check: a policy that gives up (or takes up)
-# checking moves one group against the other, which the overall accuracy hides.
-EXTRA_METRICS: dict[str, dict[str, tuple[str, bool | None, tuple[str, Any] | None]]] = {
-    "offline": {
-        "played_check_rate": ("chosen_check", None, None),
-        "label_check_rate": ("best_check", None, None),
-        "played_en_prise_rate": ("chosen_en_prise", None, None),
-        "label_en_prise_rate": ("best_en_prise", None, None),
-    },
-    "puzzles": {
-        "check_first_accuracy": ("first_move_correct", True, ("solution_check", True)),
-        "quiet_first_accuracy": ("first_move_correct", True, ("solution_check", False)),
-        "played_check_rate": ("played_check", None, None),
-    },
-}
-KINDS = {
-    "offline": ("fen", OFFLINE_METRICS),
-    "puzzles": ("id", PUZZLE_METRICS),
-    "endgame": ("fen", ENDGAME_METRICS),
-    "games": ("pair_id", GAMES_METRICS),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +63,7 @@ class MetricComparison:
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     kind: str
-    """"offline", "puzzles" or "endgame"."""
+    """The evaluation's name in `eval.registry` ("offline", "puzzles", "endgame", "games", ...)."""
     player_a: str
     player_b: str
     n: int
@@ -128,24 +92,26 @@ def compare_records(
     seed: int = 0,
 ) -> Comparison:
     """Paired differences B - A of every metric of `kind` over the items both record lists hold."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown evaluation kind {kind!r}: expected one of {', '.join(KINDS)}")
-    key, metrics = KINDS[kind]
+    kinds = {e.name: e for e in comparable()}
+    if kind not in kinds:
+        raise ValueError(f"unknown evaluation kind {kind!r}: expected one of {', '.join(kinds)}")
+    evaluation = kinds[kind]
+    key = evaluation.item_key
     by_key_b = {record[key]: record for record in records_b}
     pairs = [(record, by_key_b[record[key]]) for record in records_a if record[key] in by_key_b]
     if not pairs:
-        items = {"puzzles": "puzzles", "games": "game pairs (same anchors, seed and openings)"}.get(kind, "positions")
-        raise ValueError(f"the two {kind} evaluations share no {items}")
+        raise ValueError(f"the two {kind} evaluations share no {evaluation.item_noun}")
     rows: list[tuple[str, str, bool | None, list[tuple[dict[str, Any], dict[str, Any]]]]] = [
-        (metric, field, higher_is_better, pairs) for metric, (field, higher_is_better) in metrics.items()
+        (metric.name, metric.field, metric.higher_is_better, pairs) for metric in evaluation.paired
     ]
-    for metric, (field, higher_is_better, subset) in EXTRA_METRICS.get(kind, {}).items():
+    for metric in evaluation.descriptive:
+        field, subset = metric.field, metric.subset
         needed = [field] + ([subset[0]] if subset else [])
         if not all(name in first and name in second for first, second in pairs for name in needed):
             continue  # written before the field existed
         kept = [(first, second) for first, second in pairs if subset is None or first[subset[0]] == subset[1]]
         if kept:
-            rows.append((metric, field, higher_is_better, kept))
+            rows.append((metric.name, field, metric.higher_is_better, kept))
     results = []
     for metric, field, higher_is_better, items in rows:
         a = [float(first[field]) for first, _ in items]
@@ -163,7 +129,7 @@ def _own_interval(values: list[float], confidence: float, resamples: int, seed: 
 
 
 def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
-    """(kind, player name, the player's records) from an `eval offline|puzzles` output file."""
+    """(kind, player name, the player's records) from an evaluation's output file (`eval.registry.recognise_records`)."""
     path = Path(path)
     try:
         payload = json.loads(path.read_text())
@@ -172,18 +138,14 @@ def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not JSON: {error}") from None
     records = payload.get("records", {}).get("player") if isinstance(payload, dict) else None
+    names = [e.name for e in comparable()]
     if not isinstance(records, list) or not records:
-        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval offline|puzzles|endgame|games ... output={path}`")
-    if "esl" in records[0]:
-        kind = "offline"
-    elif "first_move_correct" in records[0]:
-        kind = "puzzles"
-    elif "mate" in records[0]:
-        kind = "endgame"
-    elif "pair_score" in records[0]:
-        kind = "games"
-    else:
-        raise ValueError(f"{path}: records are neither offline, puzzle, endgame nor games records")
+        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval {'|'.join(names)} ... output={path}`")
+    found = recognise_records(records[0])
+    if found is None:
+        labels = [e.records_label for e in comparable()]
+        raise ValueError(f"{path}: records are neither {', '.join(labels[:-1])} nor {labels[-1]} records")
+    kind = found.name
     return kind, str(payload.get("player", path)), records
 
 

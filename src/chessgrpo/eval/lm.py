@@ -1,7 +1,7 @@
 """Evaluation of a chess language model on the RookWorld tasks, with intervals.
 
 Completions are decoded greedily by default (temperature 0) from held-out prompts and scored by
-the training rewards (`tasks.rookworld.score_completions`), so "reward" means the same number
+the training rewards (`eval.rookworld_grading.score_completions`), so "reward" means the same number
 in training and evaluation.
 
 - **P: task**: format rate (parses), legal-move rate (mean share of distinct legal moves in M;
@@ -30,20 +30,16 @@ import chess
 import numpy as np
 import torch
 
-from chessgrpo.eval.stats import (
-    Interval,
-    bootstrap_interval,
-    paired_bootstrap_difference,
-    wilson_interval,
-)
-from chessgrpo.tasks.rookworld import (
+from chessgrpo.data.rookworld_format import (
     Malformed,
     PolicyAnswer,
-    RookWorldRewardConfig,
     environment_step,
     parse_environment_prompt,
-    score_completions,
+    parse_policy_completion,
 )
+from chessgrpo.data.rookworld_truths import policy_truths
+from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig, score_completions
+from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
 POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate")
 POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
@@ -149,8 +145,6 @@ def evaluate_lm(
         prompts = ["P: " + " ".join(fen.split()) for fen in policy_fens]
         texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
         scored = score_completions(pool, prompts, texts, rewards)
-        from chessgrpo.tasks.rookworld import policy_truths
-
         truths = policy_truths(pool, [p[3:] for p in prompts], nodes=rewards.policy.nodes, multipv=rewards.policy.multipv)
         for prompt, text, reward, truth in zip(prompts, texts, scored, truths):
             answer = reward.answer if isinstance(reward.answer, PolicyAnswer) else None
@@ -182,8 +176,6 @@ def evaluate_lm(
     if puzzles:
         prompts = ["P: " + p.board.fen() for p in puzzles]
         texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
-        from chessgrpo.tasks.rookworld import parse_policy_completion
-
         for puzzle, prompt, text in zip(puzzles, prompts, texts):
             answer = parse_policy_completion(text)
             correct = False

@@ -489,15 +489,6 @@ def log_probs(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float
     return scaled.masked_fill(~legal_mask, float("-inf")).log_softmax(dim=-1)
 
 
-def masked_entropy(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Exact entropy [B] (nats) of the masked, tempered distribution (0 * log 0 counts as 0)."""
-    logp = log_probs(logits, legal_mask, temperature)
-    # Replace -inf before multiplying: where() after exp(-inf) * -inf still back-propagates NaN.
-    safe = torch.where(legal_mask, logp, torch.zeros_like(logp))
-    plogp = torch.where(legal_mask, safe.exp() * safe, torch.zeros_like(safe))
-    return -plogp.sum(dim=-1)
-
-
 def sample_actions(
     logits: torch.Tensor, legal_mask: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None
 ) -> torch.Tensor:

@@ -5,15 +5,24 @@ ids); `optimize` turns it into optimizer steps with the clipped group-relative s
 code serves a one-move group (L = 1), a trajectory of plies (L = T) and an LM completion (L tokens).
 """
 
-from chessgrpo.rl.advantages import group_advantages, process_advantages, zero_std_groups
+from chessgrpo.rl.advantages import (
+    SUPERVISIONS,
+    critic_advantages,
+    group_advantages,
+    process_advantages,
+    stepwise_advantages,
+    zero_std_groups,
+)
 from chessgrpo.rl.batch import RolloutBatch
 from chessgrpo.rl.config import GRPOConfig
+from chessgrpo.rl.forward import eval_mode_forward
 from chessgrpo.rl.invariants import InvariantViolation, NonFiniteError, check_finite, check_first_minibatch, check_kl_nonnegative
 from chessgrpo.rl.kl_control import KLController
 from chessgrpo.rl.learner import PolicyOutputs, compute_advantages, optimize
 from chessgrpo.rl.loss import LossOutput, aggregate, categorical_entropy, exact_kl, kl_estimate, policy_loss
 
 __all__ = [
+    "SUPERVISIONS",
     "GRPOConfig",
     "InvariantViolation",
     "KLController",
@@ -27,11 +36,14 @@ __all__ = [
     "check_first_minibatch",
     "check_kl_nonnegative",
     "compute_advantages",
+    "critic_advantages",
+    "eval_mode_forward",
     "exact_kl",
     "group_advantages",
     "kl_estimate",
     "optimize",
     "policy_loss",
     "process_advantages",
+    "stepwise_advantages",
     "zero_std_groups",
 ]

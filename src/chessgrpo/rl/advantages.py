@@ -8,6 +8,14 @@ Python loop over rows. Statistics are computed in float64 and returned in the re
 
 The standard deviation is the unbiased one (divisor n - 1, torch's default and TRL's choice). A
 group of size 1 has no baseline: its advantage is 0 under every estimator.
+
+A batch's `supervision` (`RolloutBatch.supervision`) says what its rewards are and so which
+function turns them into advantages (`rl.compute_advantages` dispatches):
+
+- ``outcome``: one reward per row [N] -> `group_advantages`;
+- ``process``: one reward per step [N, L] -> `process_advantages` (reward-to-go);
+- ``step``: per-step rewards [N, L] -> `stepwise_advantages` (each step's own, no reward-to-go);
+- ``critic``: per-step rewards [N, L] already relative to an external baseline -> `critic_advantages`.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ from torch import Tensor
 from chessgrpo.rl.config import ADVANTAGE_ESTIMATORS
 
 PROCESS_ESTIMATORS = ("grpo", "dr_grpo")
+"""The `GRPOConfig.advantage_estimator` values that apply to step rewards [N, L] (``process``, ``step``)."""
+SUPERVISIONS = ("outcome", "process", "step", "critic")
+"""What a batch's rewards are, and so how they become advantages (module docstring)."""
 
 
 def group_advantages(
@@ -112,14 +123,7 @@ def process_advantages(
         raise ValueError(
             f"process supervision supports advantage estimators {list(PROCESS_ESTIMATORS)}, got {estimator!r}"
         )
-    if step_rewards.dim() != 2 or mask.shape != step_rewards.shape:
-        raise ValueError(
-            f"step_rewards and mask must both be [N, L]; got {list(step_rewards.shape)} and {list(mask.shape)}"
-        )
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be torch.bool, got {mask.dtype}")
-    if not step_rewards.is_floating_point():
-        raise ValueError(f"step_rewards must be a float tensor, got {step_rewards.dtype}")
+    _check_steps(step_rewards, mask)
     _check_group_ids(group_ids, step_rewards.shape[0])
     if step_rewards.numel() == 0:
         return step_rewards.clone()
@@ -141,6 +145,52 @@ def process_advantages(
     return torch.where(mask, to_go, torch.zeros_like(to_go)).to(step_rewards.dtype)
 
 
+def stepwise_advantages(
+    step_rewards: Tensor,
+    mask: Tensor,
+    group_ids: Tensor,
+    epsilon: float = 1e-4,
+    estimator: str = "grpo",
+) -> Tensor:
+    """Advantages [N, L] from per-step rewards: each step's own normalised reward, no reward-to-go.
+
+    The normalisation is `process_advantages`' (group statistics over all valid steps), without the
+    sum over later steps: A_{i,t} = r~_{i,t}. When a step's reward already is its exact advantage
+    (e.g. a potential difference of an exact value against a deterministic opponent), the later
+    steps' rewards only add noise; here each step is credited with what it did alone. Computed as
+    the difference of consecutive reward-to-go values, A_t = to_go_t - to_go_{t+1}, so it is exactly
+    `process_advantages`' normalisation. Rows' masks must be prefixes (valid steps first); masked
+    positions get 0.
+    """
+    _check_steps(step_rewards, mask)
+    if bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+        raise ValueError("stepwise advantages need prefix masks: a valid step follows a masked one")
+    to_go = process_advantages(step_rewards, mask, group_ids, epsilon, estimator=estimator)
+    following = torch.zeros_like(to_go)
+    following[:, :-1] = to_go[:, 1:]
+    return torch.where(mask, to_go - following, torch.zeros_like(to_go))
+
+
+def critic_advantages(
+    step_rewards: Tensor, mask: Tensor, epsilon: float = 1e-4, *, batch_std: Tensor | None = None
+) -> Tensor:
+    """Advantages [N, L] of per-step rewards that are already relative to an external baseline.
+
+    A_{i,t} = r_{i,t} / (std(valid r over the whole batch) + epsilon), not centred: REINFORCE with a
+    critic's baseline (e.g. a regret reward, 0 for the move the exact value prefers, has a perfect
+    per-position baseline, which a group mean would only blur); the batch std only sets the step
+    size. The std is the unbiased one of all valid step rewards (0 for a single one); a
+    data-parallel learner passes the std over all ranks' valid rewards as `batch_std`. Masked
+    positions get 0. No group ids: rows are never compared with each other.
+    """
+    _check_steps(step_rewards, mask)
+    if batch_std is None:
+        valid = step_rewards[mask].double()
+        batch_std = valid.std() if valid.numel() > 1 else valid.new_zeros(())
+    scale = float(batch_std)
+    return torch.where(mask, step_rewards / (scale + epsilon), torch.zeros_like(step_rewards))
+
+
 # ------------------------------------------------------------------------------------------------
 
 
@@ -150,6 +200,17 @@ def _check_rows(rewards: Tensor, group_ids: Tensor) -> None:
     if not rewards.is_floating_point():
         raise ValueError(f"rewards must be a float tensor, got {rewards.dtype}")
     _check_group_ids(group_ids, rewards.shape[0])
+
+
+def _check_steps(step_rewards: Tensor, mask: Tensor) -> None:
+    if step_rewards.dim() != 2 or mask.shape != step_rewards.shape:
+        raise ValueError(
+            f"step_rewards and mask must both be [N, L]; got {list(step_rewards.shape)} and {list(mask.shape)}"
+        )
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be torch.bool, got {mask.dtype}")
+    if not step_rewards.is_floating_point():
+        raise ValueError(f"step_rewards must be a float tensor, got {step_rewards.dtype}")
 
 
 def _check_group_ids(group_ids: Tensor, n: int) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from chessgrpo.rl.advantages import SUPERVISIONS
+
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
@@ -47,6 +49,10 @@ class RolloutBatch:
     """[N, L] float: log-probs under the frozen reference, when computed at rollout time."""
     advantages: Tensor | None = None
     """[N] or [N, L] float: filled by the learner (`optimize`) or by the caller."""
+    supervision: str | None = None
+    """What the rewards are, and so how the learner turns them into advantages (`rl.compute_advantages`):
+    "outcome" (rewards [N]), "process", "step" or "critic" (rewards [N, L]; `rl.advantages`). None = by
+    the rewards' shape: "outcome" for [N], "process" for [N, L]."""
     extras: dict[str, Tensor] = dataclasses.field(default_factory=dict)
     """Other per-row tensors the policy needs (e.g. legal masks), first dimension N."""
 
@@ -54,6 +60,13 @@ class RolloutBatch:
     def num_rows(self) -> int:
         """N, the number of sequences."""
         return int(self.actions.shape[0])
+
+    @property
+    def reward_supervision(self) -> str:
+        """`supervision`, or its default for the rewards' shape ("outcome" for [N], "process" for [N, L])."""
+        if self.supervision is not None:
+            return self.supervision
+        return "outcome" if self.rewards.dim() == 1 else "process"
 
     def validate(self) -> None:
         """Check shapes, dtypes and values; raise ValueError naming the offending field."""
@@ -101,6 +114,13 @@ class RolloutBatch:
             raise ValueError(f"rewards must be a float tensor, got {self.rewards.dtype}")
         if not bool(torch.isfinite(self.rewards).all()):
             raise ValueError("rewards contain NaN or Inf; a failed reward must raise upstream, never be stored")
+        if self.supervision is not None and self.supervision not in SUPERVISIONS:
+            raise ValueError(f"supervision must be None or one of {list(SUPERVISIONS)}, got {self.supervision!r}")
+        if (self.reward_supervision == "outcome") != (self.rewards.dim() == 1):
+            raise ValueError(
+                f"supervision {self.reward_supervision!r} does not fit rewards of shape {list(self.rewards.shape)}: "
+                "outcome rewards are [N], process, step and critic rewards [N, L]"
+            )
 
         check_tensor("group_ids", self.group_ids, ((n,),))
         if self.group_ids.is_floating_point() or self.group_ids.dtype == torch.bool or self.group_ids.is_complex():
@@ -148,6 +168,7 @@ class RolloutBatch:
             group_ids=self.group_ids[index],
             ref_logp=rows(self.ref_logp),
             advantages=rows(self.advantages),
+            supervision=self.supervision,
             extras={key: value[index.to(value.device)] for key, value in self.extras.items()},
         )
 

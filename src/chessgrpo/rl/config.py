@@ -35,9 +35,12 @@ class GRPOConfig:
     """Default "grpo". How a group's rewards become advantages: "grpo" = (r - mean_g) / (std_g + eps)
     (DeepSeekMath, Shao et al. 2024); "dr_grpo" = r - mean_g, no std scaling (Dr. GRPO, Liu et al.
     2025); "rloo" = r - mean of the other group members (Ahmadian et al. 2024); "batch_std" =
-    (r - mean_g) / (std over the whole batch + eps) (REINFORCE++, Hu 2025; Lite PPO, Liu et al. 2025)."""
+    (r - mean_g) / (std over the whole batch + eps) (REINFORCE++, Hu 2025; Lite PPO, Liu et al. 2025).
+    Step rewards [N, L] (a batch's ``process`` or ``step`` supervision, `rl.advantages`) take "grpo" or
+    "dr_grpo"; ``critic`` supervision ignores it."""
     advantage_epsilon: float = 1e-4
-    """Default 1e-4. Added to the std in the "grpo" and "batch_std" denominators (DeepSeekMath/TRL)."""
+    """Default 1e-4. Added to the std in the "grpo" and "batch_std" denominators (DeepSeekMath/TRL), and
+    in the batch-std denominator of ``critic`` supervision."""
     drop_zero_std_groups: bool = False
     """Default False. Drop groups whose rewards are all equal (zero advantage, no signal) from the loss:
     DAPO dynamic sampling (Yu et al. 2025). `rollout/frac_reward_zero_std` is logged either way."""

@@ -1,12 +1,14 @@
 """`optimize`: the PPO-epoch optimisation of a policy over one rollout batch, policy-agnostic.
 
 The caller owns the model, the optimizer, the LR schedule and sampling; it hands over a
-`RolloutBatch` and a `forward` function that recomputes, for any subset of rows, the log-probs
+`RolloutBatch`, a `forward` function that recomputes, for any subset of rows, the log-probs
 of the sampled tokens under the current weights (and optionally the exact entropy and the
-reference log-probs). One call is one training step:
+reference log-probs), and the `update` that backpropagates a minibatch loss and steps the optimizer
+(the training spine's `train.learner.Learner.update`). One call is one training step:
 
-1. advantages, unless the caller filled them (outcome rewards [N] -> `group_advantages`,
-   step rewards [N, L] -> `process_advantages`);
+1. advantages, unless the caller filled them, by the batch's `supervision` (`compute_advantages`:
+   outcome rewards [N] -> `group_advantages`; step rewards [N, L] -> `process_advantages`,
+   `stepwise_advantages` or `critic_advantages`);
 2. zero-std groups counted (``rollout/frac_reward_zero_std``) and, with DAPO dynamic sampling,
    dropped; a batch with nothing left is skipped (``loss/skipped`` = 1, no optimizer step);
 3. ``num_iterations`` epochs over shuffled minibatches of whole rows: forward, `policy_loss`,
@@ -31,10 +33,16 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from chessgrpo.rl.advantages import group_advantages, process_advantages, zero_std_groups
+from chessgrpo.rl.advantages import (
+    critic_advantages,
+    group_advantages,
+    process_advantages,
+    stepwise_advantages,
+    zero_std_groups,
+)
 from chessgrpo.rl.batch import RolloutBatch
 from chessgrpo.rl.config import GRPOConfig
-from chessgrpo.rl.invariants import check_finite, check_first_minibatch, check_kl_nonnegative
+from chessgrpo.rl.invariants import check_first_minibatch, check_kl_nonnegative
 from chessgrpo.rl.kl_control import KLController
 from chessgrpo.rl.loss import policy_loss
 
@@ -81,20 +89,34 @@ class DataParallel(Protocol):
 
 
 def compute_advantages(batch: RolloutBatch, config: GRPOConfig, parallel: DataParallel | None = None) -> Tensor:
-    """Advantages for `batch`: group-relative for rewards [N], process supervision for rewards [N, L].
+    """Advantages for `batch` by its supervision (`RolloutBatch.reward_supervision`), with the config's
+    estimator and epsilon: ``outcome`` [N] -> `group_advantages`, ``process`` [N, L] ->
+    `process_advantages`, ``step`` [N, L] -> `stepwise_advantages`, ``critic`` [N, L] -> `critic_advantages`.
 
-    Groups never span ranks, so only ``batch_std`` needs the other ranks' rewards (`parallel`).
+    Groups never span ranks, so only the batch-wide stds (``batch_std``, ``critic``) need the other
+    ranks' rewards (`parallel`).
     """
-    if batch.rewards.dim() == 1:
+    supervision = batch.reward_supervision
+    several = parallel is not None and parallel.world_size > 1
+    if supervision == "outcome":
         batch_std = None
-        if config.advantage_estimator == "batch_std" and parallel is not None and parallel.world_size > 1:
+        if config.advantage_estimator == "batch_std" and several:
             batch_std = parallel.std(batch.rewards.double())
         return group_advantages(
             batch.rewards, batch.group_ids, config.advantage_estimator, config.advantage_epsilon, batch_std=batch_std
         )
-    return process_advantages(
-        batch.rewards, batch.mask, batch.group_ids, config.advantage_epsilon, estimator=config.advantage_estimator
-    )
+    if supervision == "process":
+        return process_advantages(
+            batch.rewards, batch.mask, batch.group_ids, config.advantage_epsilon, estimator=config.advantage_estimator
+        )
+    if supervision == "step":
+        return stepwise_advantages(
+            batch.rewards, batch.mask, batch.group_ids, config.advantage_epsilon, estimator=config.advantage_estimator
+        )
+    if supervision == "critic":
+        batch_std = parallel.std(batch.rewards[batch.mask].double()) if several else None
+        return critic_advantages(batch.rewards, batch.mask, config.advantage_epsilon, batch_std=batch_std)
+    raise ValueError(f"unknown supervision {supervision!r} (RolloutBatch.supervision)")
 
 
 UpdateFn = Callable[..., float]
@@ -102,22 +124,20 @@ UpdateFn = Callable[..., float]
 (or raises `NonFiniteError` without stepping) and returns the gradient norm before clipping.
 ``update(loss, step=False)`` (needed only with `GRPOConfig.micro_batch_size`) only adds
 backward(loss) to the accumulated gradients; the minibatch's last micro-batch then calls
-``update(loss)``. The training spine supplies one (`train.loop.Learner.update`), so clipping and
-divergence handling live there."""
+``update(loss)``. The training spine supplies the one update (`train.learner.Learner.update`), so
+clipping and divergence handling live there."""
 
 
 def optimize(
     batch: RolloutBatch,
     forward: Forward,
-    optimizer: torch.optim.Optimizer | None,
+    update: UpdateFn,
     config: GRPOConfig,
     kl_controller: KLController,
     *,
     parameters: Iterable[Tensor] = (),
     generator: torch.Generator | None,
     bf16: bool = False,
-    max_grad_norm: float = 1.0,
-    update: UpdateFn | None = None,
     parallel: DataParallel | None = None,
     shuffle_seed: int | None = None,
     step: int | None = None,
@@ -128,16 +148,14 @@ def optimize(
         batch: the rollout; `batch.advantages` is filled in place when it is None.
         forward: recomputes `PolicyOutputs` for a minibatch (a `RolloutBatch` of whole rows). It must
             run without dropout and with the sampling temperature and masks.
-        optimizer: stepped once per minibatch; the caller steps any LR scheduler (None with `update`).
+        update: backward + clip + optimizer step for a minibatch loss (`UpdateFn`), called once per
+            minibatch (per micro-batch with ``step=False`` before its last); the caller steps any LR
+            scheduler.
         config: the algorithm's hyperparameters.
         kl_controller: supplies the KL coefficient (fixed for this call) and is updated once.
-        parameters: the parameters whose gradient norm is clipped to `max_grad_norm` (without `update`);
-            with `update`, the trainable parameters, for the per-term gradient norms (optional).
+        parameters: the trainable parameters, for the per-term gradient norms (optional).
         generator: shuffles rows between minibatches when `shuffle_seed` is None (None: torch's global generator).
         bf16: the forwards run in bf16, so the first-minibatch ratio check uses ratio_tolerance_bf16.
-        max_grad_norm: gradient-norm clip of the built-in update (0 = off).
-        update: backward + clip + optimizer step for a minibatch loss (`UpdateFn`); replaces the
-            built-in one (optimizer, parameters, max_grad_norm).
         parallel: in a data-parallel run, `batch` holds this rank's rows (whole groups) and the
             global batch is every rank's rows in rank order. Minibatches are drawn over the global
             rows; each rank backpropagates its share, weighted by (its normaliser / the minibatch's)
@@ -163,10 +181,6 @@ def optimize(
     """
     batch.validate()
     params = list(parameters)
-    if update is None:
-        if optimizer is None or not params:
-            raise ValueError("optimize needs an update function, or an optimizer and the parameters to clip")
-        update = _builtin_update(optimizer, params, max_grad_norm)
     world_size = parallel.world_size if parallel is not None else 1
     every = config.term_gradient_every
     # DDP reduces gradients in backward hooks, so a side autograd.grad is only safe in one process.
@@ -448,34 +462,6 @@ def combine_micro_metrics(rows: list[dict[str, float]], weights: list[float]) ->
             weight = math.fsum(w for _, w in pairs) or total
             combined[key] = math.fsum(v * w for v, w in pairs) / weight
     return combined
-
-
-def _builtin_update(optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float) -> UpdateFn:
-    """backward, clip, step (skipped with `NonFiniteError` on a non-finite gradient norm), zero_grad;
-    ``step=False`` only accumulates backward (micro-batches)."""
-    accumulating = False
-
-    def update(loss: Tensor, *, step: bool = True) -> float:
-        nonlocal accumulating
-        if not math.isfinite(float(loss.detach())):
-            optimizer.zero_grad(set_to_none=True)  # drop this minibatch's accumulated micro-batches too
-            accumulating = False
-            check_finite("loss/total", float(loss.detach()))
-        if not accumulating:
-            optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        accumulating = not step
-        if not step:
-            return math.nan
-        grad_norm = clip_grad_norm(params, max_grad_norm)
-        if not math.isfinite(grad_norm):
-            optimizer.zero_grad(set_to_none=True)
-            check_finite("grad_norm", grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return grad_norm
-
-    return update
 
 
 def _permutation(n: int, generator: torch.Generator | None) -> Tensor:

@@ -72,9 +72,9 @@ class Searcher:
     def __init__(self, policy: ActionPolicy, settings: SearchSettings, *, evaluator_class: type[NetworkEvaluator] = NetworkEvaluator):
         tablebase = None
         if settings.syzygy_path:
-            from chessgrpo.tasks.endgame import TablebaseOracle
+            from chessgrpo.engine.tablebase import Tablebase
 
-            tablebase = TablebaseOracle(settings.syzygy_path)
+            tablebase = Tablebase(settings.syzygy_path)
         self.settings = settings
         self.evaluator = evaluator_class(policy, prior_temperature=settings.prior_temperature, tablebase=tablebase)
         if settings.algorithm == "puct":

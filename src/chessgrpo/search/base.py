@@ -133,16 +133,16 @@ def mate_in_one_result(board: chess.Board, started: float, moves: Sequence[chess
 
 
 def tablebase_result(evaluator: "NetworkEvaluator", board: chess.Board, started: float, moves: Sequence[chess.Move] | None = None) -> SearchResult | None:
-    """The perfect move where the evaluator's tablebases cover the root (`TablebaseOracle.best_moves`:
+    """The perfect move where the evaluator's tablebases cover the root (`Tablebase.best_moves`:
     the fastest win, else a draw, else the longest loss), else None. No network call is needed.
 
     With `moves`, only a perfect move among them is played; when none is, None (the search then
     finds the best of `moves`, the tables still scoring the positions after them exactly).
     """
-    oracle = evaluator.tablebase
-    if oracle is None or chess.popcount(board.occupied) > evaluator.tablebase_pieces or not oracle.covers(board):
+    tablebase = evaluator.tablebase
+    if tablebase is None or chess.popcount(board.occupied) > evaluator.tablebase_pieces or not tablebase.covers(board):
         return None
-    best = oracle.best_moves(board)
+    best = tablebase.best_moves(board)
     if moves is not None:
         allowed = set(moves)
         best = [move for move in best if move in allowed]

@@ -10,7 +10,7 @@ same scale as the engine labels and the value head (`models.policy.ValueHead`).
 - Exact by a mate in one: a position whose side to move has a checkmating move is won (value 1).
   Only checking moves are tried, so it costs little; it spares the search from having to find
   a mate the prior ranks low (PUCT never visits a move with a tiny prior at small budgets).
-- Exact by Syzygy (`NetworkEvaluator` with a `TablebaseOracle`): positions with at most
+- Exact by Syzygy (`NetworkEvaluator` with an `engine.tablebase.Tablebase`): positions with at most
   `tablebase_pieces` pieces and no castling rights take their WDL value; a cursed win or
   blessed loss is a draw (the fifty-move rule).
 - The network: one batched forward gives each position's priors over its legal moves
@@ -32,7 +32,7 @@ from chessgrpo.board.move_facts import has_mate, move_facts
 from chessgrpo.models.policy import ActionPolicy, log_probs
 
 if TYPE_CHECKING:  # pragma: no cover
-    from chessgrpo.tasks.endgame import TablebaseOracle
+    from chessgrpo.engine.tablebase import Tablebase
 
 DRAW = 0.5
 TABLEBASE_VALUES = {2: 1.0, 1: DRAW, 0: DRAW, -1: DRAW, -2: 0.0}
@@ -89,7 +89,7 @@ class NetworkEvaluator:
         policy: ActionPolicy,
         *,
         prior_temperature: float = 1.0,
-        tablebase: "TablebaseOracle | None" = None,
+        tablebase: "Tablebase | None" = None,
         tablebase_pieces: int = 4,
     ):
         if policy.value_head is None:

@@ -4,6 +4,7 @@
   pruner, storage, parallel) and `resolve_sweep`, which checks it against the base kind's config class;
 - `study`: `run_sweep`, the Optuna study whose trials are ordinary run directories trained by
   `train.loop.Trainer`, pruned on their held-out evaluations, failed with their reason;
+- `storage`: opening the Optuna storage (`open_storage`), `quiet_optuna`, `redacted` URLs;
 - `summary`: `summarize` (best trials with intervals, importances), `write_best_config`, and
   `remeasure` (the best trial against the default on positions no trial was evaluated on).
 """

@@ -36,7 +36,6 @@ import multiprocessing
 import signal
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ContextManager
@@ -44,16 +43,13 @@ from typing import Any, ContextManager
 from chessgrpo.config import ConfigError, to_dict
 from chessgrpo.errors import ChessGRPOError
 from chessgrpo.sweep.config import Sweep, sweep_record
+from chessgrpo.sweep.storage import open_storage, quiet_optuna, redacted
 
 logger = logging.getLogger(__name__)
 
 StepProgress = Callable[[int, "dict[str, Any] | None"], None]
 ProgressFactory = Callable[[str, int, int], ContextManager[StepProgress]]
 """(trial run name, first step, last step) -> a context giving the per-step progress callback (the CLI's bar)."""
-
-HEARTBEAT_S = 60
-GRACE_S = 180
-"""A RUNNING trial without a heartbeat for this long belonged to a dead process: it is marked FAILED."""
 
 
 class TrialFailed(ChessGRPOError):
@@ -76,50 +72,6 @@ class SweepRun:
 
 # ------------------------------------------------------------------------------------------------
 # Optuna objects
-
-
-def quiet_optuna() -> None:
-    """Optuna's own INFO lines and its per-failure traceback warnings off: the sweep reports each trial itself."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    class _NoTrialFailures(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return not str(record.msg).startswith("Trial ")
-
-    failures = logging.getLogger("optuna.study._optimize")
-    if not any(isinstance(f, _NoTrialFailures) for f in failures.filters):
-        failures.addFilter(_NoTrialFailures())
-
-
-def open_storage(url: str) -> Any:
-    """An Optuna RDB storage with a heartbeat (trials of a killed process become FAILED, not RUNNING forever).
-
-    SQLite: the file's directory is created, and writers wait up to 60 s for the lock (parallel workers).
-    """
-    import optuna
-
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    try:
-        with warnings.catch_warnings():  # the heartbeat is marked experimental; it is what makes a killed trial FAILED
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
-    except Exception as error:  # sqlalchemy: a bad URL, a missing driver, a server that cannot be reached
-        raise ConfigError(f"storage {_redacted(url)!r} cannot be opened: {type(error).__name__}: {str(error).splitlines()[0]}") from None
-
-
-def _redacted(url: str) -> str:
-    """The URL without a password (error messages and summaries)."""
-    head, at, tail = url.rpartition("@")
-    if not at or "://" not in head:
-        return url
-    scheme, _, credentials = head.partition("://")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{tail}"
 
 
 def make_sampler(sweep: Sweep, seed_offset: int = 0) -> Any:
@@ -168,7 +120,7 @@ def open_study(sweep: Sweep, seed_offset: int = 0, *, create: bool = False) -> A
     recorded = study.user_attrs.get("sweep")
     if recorded is None:
         if study.trials:
-            raise ConfigError(f"study {sweep.study_name!r} in {_redacted(sweep.storage)} was not created by `chessgrpo sweep`; choose another study_name")
+            raise ConfigError(f"study {sweep.study_name!r} in {redacted(sweep.storage)} was not created by `chessgrpo sweep`; choose another study_name")
         study.set_user_attr("sweep", sweep_record(sweep))
     else:
         before = recorded.get("objective", {})
@@ -248,21 +200,22 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
 def paired_change(run_dir: Path, metric: str, first_step: int, last_step: int) -> tuple[Any, int] | None:
     """(the paired bootstrap interval of `metric`'s change, items paired) from the run's per-item evaluation files.
 
-    None when the kind writes no per-item records for this metric (e.g. pretraining's test split).
+    None when the kind writes no per-item records for this metric (e.g. pretraining's test split):
+    which metrics pair, and from which files, is `eval.registry.paired_objective`.
     """
-    from chessgrpo.eval.compare import ENDGAME_METRICS, OFFLINE_METRICS, PUZZLE_METRICS, compare_files
+    from chessgrpo.eval.compare import compare_files
+    from chessgrpo.eval.registry import paired_objective
 
-    for suffix, prefix, table in (("offline", "eval/", OFFLINE_METRICS), ("puzzles", "eval/puzzle_", PUZZLE_METRICS),
-                                  ("endgame", "eval/", ENDGAME_METRICS)):  # fmt: skip
-        name = metric[len(prefix) :] if metric.startswith(prefix) else None
-        if name not in table:
-            continue
-        first, last = (run_dir / "eval" / f"step_{step:06d}_{suffix}.json" for step in (first_step, last_step))
-        if first.is_file() and last.is_file():
-            comparison = compare_files(first, last)
-            found = next(m for m in comparison.metrics if m.metric == name)
-            return found.difference, comparison.n
-    return None
+    found = paired_objective(metric)
+    if found is None:
+        return None
+    evaluation, name = found
+    first, last = (run_dir / "eval" / evaluation.step_file(step) for step in (first_step, last_step))
+    if not (first.is_file() and last.is_file()):
+        return None
+    comparison = compare_files(first, last)
+    paired = next(m for m in comparison.metrics if m.metric == name)
+    return paired.difference, comparison.n
 
 
 @dataclasses.dataclass

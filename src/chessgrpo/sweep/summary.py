@@ -131,7 +131,7 @@ def load_study(target: str | Path, study_name: str | None = None) -> Any:
     """A study from a study directory (its study.db) or an Optuna storage URL; the only study there, or `study_name`."""
     import optuna
 
-    from chessgrpo.sweep.study import _redacted, open_storage, quiet_optuna
+    from chessgrpo.sweep.storage import open_storage, quiet_optuna, redacted
 
     quiet_optuna()
     text = str(target)
@@ -147,10 +147,10 @@ def load_study(target: str | Path, study_name: str | None = None) -> Any:
     names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if study_name is None:
         if len(names) != 1:
-            raise ConfigError(f"{_redacted(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): pass --study-name")
+            raise ConfigError(f"{redacted(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): pass --study-name")
         study_name = names[0]
     if study_name not in names:
-        raise ConfigError(f"no study {study_name!r} in {_redacted(url)} (studies: {', '.join(names) or 'none'})")
+        raise ConfigError(f"no study {study_name!r} in {redacted(url)} (studies: {', '.join(names) or 'none'})")
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
@@ -322,13 +322,18 @@ class Remeasurement:
         return {"best": self.best, "default": self.default, "notes": self.notes, "comparisons": [c.to_json() for c in self.comparisons]}
 
 
-def _seen_items(trials: list[TrialOutcome], suffix: str, key: str) -> set[str]:
-    """Every position (FEN) or puzzle (id) any trial was evaluated on, from the trials' per-item evaluation files."""
+def _seen_items(trials: list[TrialOutcome], name: str) -> set[str]:
+    """Every item (a position's FEN, a puzzle's id) any trial was evaluated on by evaluation `name`, from
+    the trials' per-step evaluation files (`eval.registry`: their names and item keys)."""
+    from chessgrpo.eval.registry import evaluation
+
+    found = evaluation(name)
+    key = found.item_key
     seen: set[str] = set()
     for trial in trials:
         if not trial.run_dir:
             continue
-        for path in sorted((Path(trial.run_dir) / "eval").glob(f"step_*_{suffix}.json")):
+        for path in found.step_files(Path(trial.run_dir) / "eval"):
             try:
                 records = json.loads(path.read_text()).get("records", {}).get("player", [])
             except (OSError, json.JSONDecodeError):
@@ -401,7 +406,7 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     if source is None:
         notes.append("positions: the trials evaluate on no position source of their own; pass --remeasure-positions to add one")
     else:
-        seen = set() if positions else _seen_items(evaluated, "offline", "fen")
+        seen = set() if positions else _seen_items(evaluated, "offline")
         engine = from_dict(EngineConfig, config.get("engine") or {})
         nodes = int(eval_config.get("nodes") or 2000)
         with EnginePool.from_config(engine) as pool:
@@ -424,7 +429,7 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     # Puzzles: the trials' own file (move groups) or the shared development set, minus every puzzle a trial saw.
     puzzle_file = puzzles or eval_config.get("puzzles") or MoveGroupEvalConfig().puzzles
     if puzzle_file and Path(puzzle_file).is_file():
-        seen_puzzles = set() if puzzles else _seen_items(evaluated, "puzzles", "id")
+        seen_puzzles = set() if puzzles else _seen_items(evaluated, "puzzles")
         unseen = [p for p in read_puzzles(puzzle_file).puzzles if p.id not in seen_puzzles]
         if len(unseen) > max_items:
             unseen = [unseen[i] for i in sorted(random.Random(seed).sample(range(len(unseen)), max_items))]

@@ -4,7 +4,9 @@
 - `trajectory`: G multi-ply trajectories from one position against an opponent (self-play,
   reference, Stockfish, tablebase defender); outcome or process supervision.
 - `endgame`: tablebase rewards and metrics for the KQvK/KRvK/... curriculum.
-- `rookworld`: the RookWorld text tasks (P: policy, A: environment), parsers and rewards.
+- `lm_rollout`: GRPO on text: groups of sampled LM completions, their rollout rows and learner forward;
+  `rookworld_trl`: the RookWorld rewards as TRL reward functions (format in `data.rookworld_format`,
+  rewards in `eval.rookworld_grading`).
 - `supervised`, `sft`: the losses of pretraining the action policy and of fine-tuning the chess LM.
 - `kinds/`: the plug-ins of the training spine, one per kind of run (pretrain, sft, move_group,
   trajectory, rookworld), each with its config.

@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from chessgrpo.board import ACTIONS
 from chessgrpo.data.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
-from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl
+from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
+from chessgrpo.tasks.policy_forward import distinct_position_log_probs
 from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -313,29 +314,23 @@ def make_forward(
     """
     with_value = value_targets is not None and value_loss_weight > 0
 
-    def forward(minibatch: RolloutBatch) -> PolicyOutputs:
-        if model.training:
-            raise RuntimeError("the GRPO forward needs the model in eval mode (no dropout in RL forwards)")
-        positions, inverse = torch.unique(minibatch.inputs["position"], return_inverse=True)
+    def outputs(minibatch: RolloutBatch) -> PolicyOutputs:
+        at = distinct_position_log_probs(
+            model, groups.tokens, groups.legal, minibatch.inputs["position"], temperature, bf16=bf16, with_value=with_value
+        )
         aux_rows = None
-        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            if with_value:
-                logits, value_logits = model(groups.tokens[positions], with_value=True)
-            else:
-                logits = model(groups.tokens[positions])
-        if with_value:
+        if at.value_logits is not None:
             assert value_targets is not None
-            target = value_targets.to(value_logits.device)[positions].float()
+            target = value_targets.to(at.value_logits.device)[at.positions].float()
             # Per row (each row's position), not per distinct position: the learner averages it over the
             # minibatch's rows, which data-parallel ranks and micro-batches split exactly.
-            per_position = F.binary_cross_entropy_with_logits(value_logits.float(), target, reduction="none")
-            aux_rows = value_loss_weight * per_position[inverse.to(per_position.device)]
-        logp_full = log_probs(logits, groups.legal[positions], temperature)
-        logp = logp_full[inverse].gather(1, minibatch.actions)
-        entropy = categorical_entropy(logp_full)[inverse].unsqueeze(1)
+            per_position = F.binary_cross_entropy_with_logits(at.value_logits.float(), target, reduction="none")
+            aux_rows = value_loss_weight * per_position[at.inverse.to(per_position.device)]
+        logp = at.logp_full[at.inverse].gather(1, minibatch.actions)
+        entropy = categorical_entropy(at.logp_full)[at.inverse].unsqueeze(1)
         return PolicyOutputs(logp=logp, entropy=entropy, aux_row_loss=aux_rows)
 
-    return forward
+    return eval_mode_forward(model, outputs)
 
 
 def labelled_loss(

@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
+from chessgrpo.data.rookworld_format import parse_policy_line
 from chessgrpo.models.lm import ChessLM, completion_log_probs, left_pad, right_pad
-from chessgrpo.tasks.rookworld import parse_policy_line
+from chessgrpo.models.prompt_bos import prompt_bos_id
 
 
 @dataclasses.dataclass
@@ -39,11 +40,9 @@ def tokenize_examples(lm: ChessLM, examples: list[Any], *, prompt_bos: bool = Fa
     Prompt and completion are encoded separately, exactly as sampling sees them (the prompt's ids,
     then generated ids), so where a joint encoding of the line would merge tokens across the
     boundary, SFT still trains the split that generation produces. `prompt_bos` puts the
-    tokenizer's BOS before each prompt (`tasks.rookworld.with_prompt_bos`, upstream RookWorld's layout).
+    tokenizer's BOS before each prompt (`models.prompt_bos.with_prompt_bos`, upstream RookWorld's layout).
     Raises `ValueError` when an example is longer than the model's positions.
     """
-    from chessgrpo.tasks.rookworld import prompt_bos_id
-
     eos = lm.tokenizer.eos_token_id
     limit = lm.max_positions
     prefix = [prompt_bos_id(lm.tokenizer)] if prompt_bos else []

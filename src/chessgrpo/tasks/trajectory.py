@@ -19,7 +19,7 @@ A step of the trajectory task:
      but not trained on (it is outside the start mover's T plies).
    - ``reference``: the frozen start policy, sampled at the rollout temperature (or `opponent_temperature`).
    - ``stockfish``: the engine pool's best move at `opponent_nodes` nodes (deterministic).
-   - ``tablebase``: the perfect player (`tasks.endgame.TablebaseOracle.tablebase_move`); as the
+   - ``tablebase``: the perfect player (`engine.tablebase.Tablebase.tablebase_move`); as the
      weak side it is the perfect defender (the loss that takes longest, or a draw if any).
 
 3. Every own ply t is rewarded over its window (the own move and the opponent's reply), from the
@@ -30,12 +30,13 @@ A step of the trajectory task:
      engine pool at `reward_nodes`; finished games are valued exactly by the rules (mate 1 or 0;
      stalemate, insufficient material, 50 moves and threefold repetition 0.5) with the game's
      move stack, never by the engine;
-   - ``tablebase``: the exact endgame reward of `tasks.endgame.step_reward` (mate = 1, losing the
+   - ``tablebase``: the exact endgame reward of `tasks.endgame_rewards.step_reward` (mate = 1, losing the
      win = -1, shaping * DTZ progress), optionally in regret form (`regret`: minus the best reward
      the position allowed, so that plies from different positions share a scale).
 
    A game that ends inside the horizon ends the row: the mask is False from the next own ply on.
-4. Advantages (`supervision`), both through `rl.optimize` with L = T and the mask:
+4. Advantages (`supervision`), all computed by `rl.optimize` with L = T and the mask (the batch names
+   the estimator, `RolloutBatch.supervision`):
 
    - ``outcome``: one reward per row, the sum of its step rewards (for ``engine`` the final value
      minus the start value; for ``tablebase`` mate/lost-win plus the shaped progress), turned
@@ -44,18 +45,18 @@ A step of the trajectory task:
      supervision: normalised over all valid steps of the group, advantage = sum of the
      normalised rewards from that ply on);
    - ``step``: the same normalised step reward, without the sum over later plies
-     (`step_advantages`). Against a deterministic opponent (the tablebase, Stockfish at a node
+     (`rl.stepwise_advantages`). Against a deterministic opponent (the tablebase, Stockfish at a node
      limit) with tablebase rewards, r_t is a potential difference of the exact value (DTZ) plus
      the exact outcome change, i.e. the move's exact advantage under the oracle's value: the
      reward-to-go only adds the noise of the later moves (their own advantages). Each ply is
      credited with what it did and nothing else; the group still centres the rewards.
    - ``critic`` (needs ``regret``): A_t = r_t / (std of all valid step rewards of the batch + eps),
-     not centred. A regret reward is already relative to the exact value of the position before the
-     ply (0 for a DTZ-optimal move), so the tablebase is a perfect per-position baseline, and the
-     group mean is a worse one: once most plies are waiting moves the group mean sits at the waiting
-     move's regret and their advantage vanishes, the policy stops exploring and loops (measured in
-     docs/benchmarks.md, issue 6). This is REINFORCE with the exact value as baseline; the batch std
-     only sets the step size.
+     not centred (`rl.critic_advantages`). A regret reward is already relative to the exact value
+     of the position before the ply (0 for a DTZ-optimal move), so the tablebase is a perfect
+     per-position baseline, and the group mean is a worse one: once most plies are waiting moves
+     the group mean sits at the waiting move's regret and their advantage vanishes, the policy stops
+     exploring and loops (measured in docs/benchmarks.md, issue 6). This is REINFORCE with the exact
+     value as baseline; the batch std only sets the step size.
 
 The learner's forward (`make_forward`) recomputes the log-probs of every valid ply of a minibatch
 with one model call over the distinct positions among them (the first ply of a group is the same
@@ -75,15 +76,15 @@ import torch
 
 from chessgrpo.board import ACTIONS
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
-from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, exact_kl, process_advantages
-from chessgrpo.tasks.endgame import TablebaseOracle, best_step_reward, game_over, step_reward
+from chessgrpo.rl import SUPERVISIONS, PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
+from chessgrpo.tasks.policy_forward import distinct_position_log_probs
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.engine.tablebase_values import game_over
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
 
 OPPONENTS = ("self", "reference", "stockfish", "tablebase")
-REWARD_SOURCES = ("engine", "tablebase")
-SUPERVISIONS = ("outcome", "process", "step", "critic")
 
 
 @dataclasses.dataclass
@@ -106,14 +107,15 @@ class TrajectoryConfig:
     opponent_nodes: int = 100
     """Stockfish node limit of the ``stockfish`` opponent's best move (a weak setting at ~100)."""
     reward: str = "tablebase"
-    """engine (change of the mover's win probability) | tablebase (exact endgame reward)."""
+    """A reward of `tasks.trajectory_rewards.TRAJECTORY_REWARDS`: engine (change of the mover's win
+    probability) | tablebase (exact endgame reward). Checked by the kind's config."""
     reward_nodes: int = 1000
     """Stockfish node limit for ``engine`` rewards."""
     shaping: float = 0.1
     """``tablebase`` rewards: weight of the DTZ progress term (per own move of progress); 0 = mate/lost-win only."""
     regret: bool = False
     """``tablebase`` rewards: subtract the best reward the position before the ply allows against the
-    perfect defender (`tasks.endgame.best_step_reward`): 0 for a DTZ-optimal move, < 0 otherwise."""
+    perfect defender (`tasks.endgame_rewards.best_step_reward`): 0 for a DTZ-optimal move, < 0 otherwise."""
     overlap_rewards: bool = False
     """``engine`` rewards: hand each position to the engine pool the moment the rollout reaches it, so the
     engine values it while the policy plays on (`EngineValues`; identical rewards). Off by default: it only
@@ -135,7 +137,6 @@ class TrajectoryConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         for name, value, allowed in (
             ("opponent", self.opponent, OPPONENTS),
-            ("reward", self.reward, REWARD_SOURCES),
             ("supervision", self.supervision, SUPERVISIONS),
         ):
             if value not in allowed:
@@ -206,7 +207,7 @@ class StockfishOpponent:
 class TablebaseOpponent:
     """The perfect player: the perfect defender for the weak side."""
 
-    def __init__(self, oracle: TablebaseOracle):
+    def __init__(self, oracle: Tablebase):
         self.oracle = oracle
 
     def moves(self, boards: list[chess.Board], groups: Sequence[int] | None = None) -> list[chess.Move]:
@@ -224,7 +225,7 @@ class Point:
     board: chess.Board
     """The position (no move stack)."""
     terminal: str | None
-    """`tasks.endgame.game_over` reason, judged with the game's move stack; None while the game goes on."""
+    """`engine.tablebase_values.game_over` reason, judged with the game's move stack; None while the game goes on."""
     fen: str = ""
     """The board's FEN, when the rollout computed it already ("" = not known)."""
 
@@ -504,35 +505,7 @@ def play_trajectories(
 
 
 # ------------------------------------------------------------------------------------------------
-# Rewards
-
-
-def tablebase_step_rewards(
-    trajectories: Trajectories, oracle: TablebaseOracle, *, shaping: float, regret: bool = False
-) -> torch.Tensor:
-    """[N, T] exact endgame rewards of every own ply for its mover (0 where masked); `tasks.endgame.step_reward`,
-    minus `tasks.endgame.best_step_reward` of the position before the ply when `regret`."""
-    rewards = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
-    for i, (colour, points) in enumerate(zip(trajectories.row_colour, trajectories.points)):
-        states = [oracle.state(p.board, colour, terminal=p.terminal, checked=True) for p in points]
-        for t in range(len(points) - 1):
-            reward = step_reward(states[t], states[t + 1], shaping)
-            rewards[i, t] = reward - best_step_reward(states[t], shaping) if regret else reward
-    return rewards.to(trajectories.mask.device)
-
-
-def point_value(point: Point, pov: chess.Color, engine_value: float | None) -> float:
-    """The mover's expected score at `point`: exact when the game is over, else from the engine.
-
-    `engine_value` is the engine's win probability for the side to move at the point.
-    """
-    if point.terminal == "checkmate":
-        return 0.0 if point.board.turn == pov else 1.0
-    if point.terminal is not None:
-        return 0.5
-    if engine_value is None:
-        raise ValueError(f"no engine value for the unfinished position {point.board.fen()!r}")
-    return engine_value if point.board.turn == pov else 1.0 - engine_value
+# Engine values searched while the rollout plays (what `tasks.trajectory_rewards` reads)
 
 
 class EngineValues:
@@ -540,7 +513,7 @@ class EngineValues:
 
     `add` hands positions to the pool as soon as they are reached (`EnginePool.submit` at background
     priority, so an opponent's move, which the rollout waits for, is searched first); `values` waits
-    for what is left. The searches are exactly those `engine_step_rewards` would make after the
+    for what is left. The searches are exactly those `tasks.trajectory_rewards.engine_step_rewards` would make after the
     rollout (the same positions at the same node limit, and the pool's results do not depend on
     order or timing), so the rewards are identical; the engine just works while the policy does.
     """
@@ -573,63 +546,16 @@ class EngineValues:
         return self._values[self._index[key]]
 
 
-def engine_step_rewards(
-    trajectories: Trajectories, pool: EnginePool, *, nodes: int, prefetched: EngineValues | None = None
-) -> tuple[torch.Tensor, int]:
-    """([N, T] changes of the mover's win probability per own ply, distinct positions valued).
-
-    `prefetched`: the `EngineValues` the rollout filled as it went (`play_trajectories(prefetch=...)`);
-    any point it lacks is searched now. An engine failure is retried by the pool and raises if it
-    persists: never a silent 0 reward.
-    """
-    values = prefetched if prefetched is not None else EngineValues(pool, nodes)
-    if values.nodes != nodes:
-        raise ValueError(f"prefetched values were searched at {values.nodes} nodes, the rewards need {nodes}")
-    keys = [[p.key() if p.terminal is None else "" for p in points] for points in trajectories.points]
-    unfinished = [(p.board, key) for points, row_keys in zip(trajectories.points, keys) for p, key in zip(points, row_keys) if key]
-    values.add([board for board, _ in unfinished], [key for _, key in unfinished])
-    rewards = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
-    for i, (colour, points, row_keys) in enumerate(zip(trajectories.row_colour, trajectories.points, keys)):
-        v = [point_value(p, colour, values.value(key) if key else None) for p, key in zip(points, row_keys)]
-        for t in range(len(points) - 1):
-            rewards[i, t] = v[t + 1] - v[t]
-    return rewards.to(trajectories.mask.device), len({key for _, key in unfinished})
-
-
 # ------------------------------------------------------------------------------------------------
 # To the learner
 
 
-def step_advantages(
-    step_rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, *, estimator: str = "grpo", epsilon: float = 1e-4
-) -> torch.Tensor:
-    """[N, T] the normalised step rewards of process supervision, each alone (no reward-to-go).
+def to_rollout_batch(trajectories: Trajectories, step_rewards: torch.Tensor, supervision: str) -> RolloutBatch:
+    """Rows = trajectories (L = T, masked), named with their `supervision`; the learner computes the
+    advantages (`rl.compute_advantages`).
 
-    `rl.process_advantages` returns A_t = sum_{s >= t} r~_s, so r~_t = A_t - A_t+1 (masks are
-    prefixes, and masked entries are 0): the normalisation is exactly rl's.
-    """
-    to_go = process_advantages(step_rewards, mask, group_ids, epsilon, estimator=estimator)
-    following = torch.zeros_like(to_go)
-    following[:, :-1] = to_go[:, 1:]
-    return torch.where(mask, to_go - following, torch.zeros_like(to_go))
-
-
-def to_rollout_batch(
-    trajectories: Trajectories,
-    step_rewards: torch.Tensor,
-    supervision: str,
-    *,
-    estimator: str = "grpo",
-    epsilon: float = 1e-4,
-    parallel: Any = None,
-) -> RolloutBatch:
-    """Rows = trajectories (L = T, masked). `parallel` (`train.distributed.Parallel`): the critic's
-    std spans every rank's rows.
-
-    outcome: rewards [N] = row sums of the step rewards (the learner makes one advantage per row);
-    process: rewards [N, T] (the learner runs `rl.process_advantages`); step: rewards [N, T] and
-    advantages filled here by `step_advantages` (`estimator`, `epsilon` as in `rl.GRPOConfig`);
-    critic: rewards [N, T] and advantages r / (batch std of the valid step rewards + epsilon).
+    outcome: rewards [N] = row sums of the step rewards (one advantage per row); process, step and
+    critic: the step rewards [N, T], 0 at masked plies.
     """
     if step_rewards.shape != trajectories.mask.shape:
         raise ValueError(f"step rewards of shape {tuple(step_rewards.shape)} for trajectories {tuple(trajectories.mask.shape)}")
@@ -637,7 +563,7 @@ def to_rollout_batch(
         raise ValueError(f"supervision must be one of {list(SUPERVISIONS)}, got {supervision!r}")
     masked = torch.where(trajectories.mask, step_rewards.float(), torch.zeros_like(step_rewards, dtype=torch.float32))
     rewards = masked.sum(dim=1) if supervision == "outcome" else masked
-    batch = RolloutBatch(
+    return RolloutBatch(
         inputs={"position": trajectories.position},
         actions=trajectories.actions,
         behaviour_logp=trajectories.behaviour_logp,
@@ -645,15 +571,8 @@ def to_rollout_batch(
         rewards=rewards,
         group_ids=trajectories.group_ids.clone(),
         ref_logp=trajectories.ref_logp,
+        supervision=supervision,
     )
-    if supervision == "step":
-        batch.advantages = step_advantages(rewards, trajectories.mask, batch.group_ids, estimator=estimator, epsilon=epsilon)
-    elif supervision == "critic":
-        valid = rewards[trajectories.mask].double()
-        # The std of the whole step's valid rewards, over every data-parallel rank when there are several.
-        scale = float(parallel.std(valid)) if parallel is not None else (float(valid.std()) if valid.numel() > 1 else 0.0)
-        batch.advantages = torch.where(trajectories.mask, rewards / (scale + epsilon), torch.zeros_like(rewards))
-    return batch
 
 
 def make_forward(model: ActionPolicy, trajectories: Trajectories, *, temperature: float, bf16: bool = False):
@@ -663,20 +582,17 @@ def make_forward(model: ActionPolicy, trajectories: Trajectories, *, temperature
     Masked positions hold 0 (the loss ignores them). The model must be in eval mode; gradients flow.
     """
 
-    def forward(minibatch: RolloutBatch) -> PolicyOutputs:
-        if model.training:
-            raise RuntimeError("the GRPO forward needs the model in eval mode (no dropout in RL forwards)")
+    def outputs(minibatch: RolloutBatch) -> PolicyOutputs:
         valid = minibatch.mask
-        positions, inverse = torch.unique(minibatch.inputs["position"][valid], return_inverse=True)
-        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(trajectories.tokens[positions])
-        logp_full = log_probs(logits, trajectories.legal[positions], temperature)
-        chosen = logp_full[inverse].gather(1, minibatch.actions[valid].unsqueeze(1)).squeeze(1)
-        entropy = categorical_entropy(logp_full)[inverse]
+        at = distinct_position_log_probs(
+            model, trajectories.tokens, trajectories.legal, minibatch.inputs["position"][valid], temperature, bf16=bf16
+        )
+        chosen = at.logp_full[at.inverse].gather(1, minibatch.actions[valid].unsqueeze(1)).squeeze(1)
+        entropy = categorical_entropy(at.logp_full)[at.inverse]
         zeros = torch.zeros(valid.shape, dtype=chosen.dtype, device=chosen.device)
         return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy))
 
-    return forward
+    return eval_mode_forward(model, outputs)
 
 
 # ------------------------------------------------------------------------------------------------

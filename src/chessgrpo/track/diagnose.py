@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from chessgrpo.eval.stats import paired_bootstrap_difference
-from chessgrpo.track.run_data import HELDOUT_METRICS, AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run
+from chessgrpo.eval.registry import held_out_metrics
+from chessgrpo.track.run_data import AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run
 
 SEVERITIES = ("critical", "warning", "info")
 _ORDER = {severity: rank for rank, severity in enumerate(SEVERITIES)}
@@ -235,13 +236,14 @@ class HeldOutChange:
 
 def heldout_change(run: RunData, metric: str, first: EvalPoint, later: EvalPoint, thresholds: Thresholds) -> HeldOutChange | None:
     """`metric` at `later` against `first`: paired when both have records, else from the intervals."""
-    kind, _, field, higher = HELDOUT_METRICS[metric]
+    evaluation, definition = held_out_metrics()[metric]
+    field, higher = definition.record_field, definition.higher_is_better
     if metric not in first.metrics or metric not in later.metrics:
         return None
     a, b = first.metrics[metric], later.metrics[metric]
-    records_a, records_b = first.records.get(kind), later.records.get(kind)
+    records_a, records_b = first.records.get(evaluation.name), later.records.get(evaluation.name)
     if records_a and records_b:
-        key = "fen" if kind == "offline" else "id"
+        key = evaluation.item_key
         by_key = {r.get(key): r for r in records_b}
         pairs = [(r, by_key[r.get(key)]) for r in records_a if r.get(key) in by_key and field in r]
         if pairs:
@@ -264,7 +266,7 @@ def _heldout_changes(run: RunData, thresholds: Thresholds) -> dict[str, list[Hel
         return {}
     first = run.evals[0]
     changes: dict[str, list[HeldOutChange]] = {}
-    for metric in HELDOUT_METRICS:
+    for metric in held_out_metrics():
         for later in run.evals[1:]:
             change = heldout_change(run, metric, first, later, thresholds)
             if change is not None:

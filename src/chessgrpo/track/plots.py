@@ -41,7 +41,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from chessgrpo.track.run_data import HELDOUT_METRICS, HELDOUT_UNITS, EloValue, GamesEvaluation, RunData
+from chessgrpo.eval.registry import held_out_metrics
+from chessgrpo.track.run_data import EloValue, GamesEvaluation, RunData
 
 if TYPE_CHECKING:
     from chessgrpo.sweep.summary import StudyPlotData
@@ -369,13 +370,15 @@ def figure_reward(runs: Sequence[RunData]) -> ReportFigure | None:
 
 
 def figure_heldout(runs: Sequence[RunData]) -> ReportFigure | None:
-    metrics = [m for m in HELDOUT_METRICS if any(m in p.metrics for run in runs for p in run.evals)]
+    held_out = held_out_metrics()
+    metrics = [m for m in held_out if any(m in p.metrics for run in runs for p in run.evals)]
     if not metrics:
         return None
     panels = []
     for metric in metrics:
-        higher = HELDOUT_METRICS[metric][3]
-        panel = Panel(f"{metric} ({'higher' if higher else 'lower'} is better)", HELDOUT_UNITS[metric], droppable=False, integer_x=True)
+        definition = held_out[metric][1]
+        higher = definition.higher_is_better
+        panel = Panel(f"{metric} ({'higher' if higher else 'lower'} is better)", definition.unit, droppable=False, integer_x=True)
         for r, run in enumerate(runs):
             points = [p for p in run.evals if metric in p.metrics]
             if not points:

@@ -43,7 +43,8 @@ import yaml
 from chessgrpo.run_info import cpu_model, package_version, source_commit
 from chessgrpo.track.diagnose import Finding, diagnose
 from chessgrpo.track.plots import DroppedPanel, ReportFigure, figure_study, panel_height_px, plan_figures, plotly_available
-from chessgrpo.track.run_data import HELDOUT_METRICS, GamesEvaluation, HeldOut, RunData, load_run
+from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
+from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, load_run
 
 STATIC_ENV = "CHESSGRPO_REPORT_STATIC"
 """Set to 1 (or true/yes) to force the static report (embedded PNGs) even with plotly installed."""
@@ -509,16 +510,17 @@ def _interval(held: HeldOut | None) -> str:
 
 def _evaluation_html(runs: Sequence[RunData]) -> str:
     parts = []
+    held_out = held_out_metrics()
     for run in runs:
-        metrics = [m for m in HELDOUT_METRICS if any(m in p.metrics for p in run.evals)]
+        metrics = [m for m in held_out if any(m in p.metrics for p in run.evals)]
         if len(runs) > 1:
             parts.append(f"<h3>{_e(run.name)}</h3>")
         if metrics:
-            header = "".join(f"<th>{_e(m)} ({'higher' if HELDOUT_METRICS[m][3] else 'lower'} is better)</th>" for m in metrics)
+            header = "".join(f"<th>{_e(m)} ({'higher' if held_out[m][1].higher_is_better else 'lower'} is better)</th>" for m in metrics)
             parts.append(f"<table><tr><th>step</th>{header}<th>n (positions / puzzles)</th></tr>")
             for point in run.evals:
-                sizes = [next((held.n for name, held in point.metrics.items() if HELDOUT_METRICS[name][0] == kind and held.n), None)
-                         for kind in ("offline", "puzzles")]
+                sizes = [next((held.n for name, held in point.metrics.items() if held_out[name][0] is kind and held.n), None)
+                         for kind in read_by_run_data()]  # the evaluations whose files hold n: offline, puzzles
                 sizes = [n for n in sizes if n]
                 cells = "".join(f"<td class=num>{_e(_interval(point.metrics.get(m)))}</td>" for m in metrics)
                 size = " / ".join(map(str, sizes)) or "-"

@@ -4,10 +4,13 @@
 data, not re-validated, so a run of an older or newer version still reads), ``metrics.jsonl``
 (a torn last line is skipped) and the evaluation files under ``eval/``:
 
-- ``eval/step_NNNNNN_{offline,puzzles}.json``: written by ``chessgrpo train`` at each held-out
+- ``eval/step_NNNNNN_<evaluation>.json``: written by ``chessgrpo train`` at each held-out
   evaluation, with per-item records (so evaluation points can be compared *paired*);
 - any other ``eval/*.json`` written by ``chessgrpo eval offline|puzzles ... output=...`` (kept as
-  standalone evaluations for the report's tables);
+  standalone evaluations for the report's tables).
+
+  Which evaluations these are, how a file is recognised and which metrics it holds is
+  `eval.registry` (the evaluations with a `summary_marker`: offline and puzzles);
 - game evaluations: any JSON under ``eval/`` (or ``games*.json`` in the run directory) with the
   structure ``chessgrpo eval games ... output=FILE`` (or ``--json``) writes: per-anchor W/D/L,
   score and Elo difference with intervals, and the maximum-likelihood Elo (`GamesEvaluation`).
@@ -17,8 +20,9 @@ Run metadata (`RunData.info`): a ``run_info.json`` (or ``meta.json``, ``environm
 run directory, when the training spine writes one, else whatever config.yaml records; see
 `read_run_info`.
 
-Held-out metric names follow the metrics rows: ``esl``, ``top1``, ``blunder_rate`` (offline) and
-``puzzle_first_move_accuracy``, ``puzzle_solve_rate`` (puzzles).
+Held-out metric names follow the metrics rows (``eval/<name>``): ``esl``, ``top1``, ``blunder_rate``
+(offline), ``puzzle_first_move_accuracy``, ``puzzle_solve_rate`` (puzzles), ... as the evaluations'
+`held_out` entries in `eval.registry` name them (`eval.registry.held_out_metrics`).
 """
 
 from __future__ import annotations
@@ -34,48 +38,17 @@ from typing import Any
 import numpy as np
 import yaml
 
+from chessgrpo.eval.registry import held_out_metrics, recognise_summary, step_file_pattern
 from chessgrpo.files import read_text
 from chessgrpo.train.metrics import METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 
-# held-out metric -> (evaluation kind, field in the eval JSON, field in the per-item records, higher is better)
-HELDOUT_METRICS: dict[str, tuple[str, str, str, bool]] = {
-    "esl": ("offline", "esl", "esl", False),
-    "top1": ("offline", "top1", "top1", True),
-    "blunder_rate": ("offline", "blunder_rate", "blunder", False),
-    "puzzle_first_move_accuracy": ("puzzles", "first_move_accuracy", "first_move_correct", True),
-    "puzzle_solve_rate": ("puzzles", "solve_rate", "solved", True),
-    # endgame runs (kind: trajectory, positions: endgame:...): against the tablebase-perfect defender
-    "mate_rate": ("endgame", "mate_rate", "mated", True),
-    "dtz_optimal_rate": ("endgame", "dtz_optimal_rate", "dtz_optimal", True),
-    # chess language model runs (kind: rookworld): greedy answers to held-out P:/A: prompts
-    "p_reward": ("lm", "p_reward", "total", True),
-    "p_format_rate": ("lm", "p_format_rate", "malformed", True),
-    "p_best_accuracy": ("lm", "p_best_accuracy", "best", True),
-    "a_format_rate": ("lm", "a_format_rate", "malformed", True),
-    "a_exact_state_accuracy": ("lm", "a_exact_state_accuracy", "exact_state", True),
-}
-HELDOUT_UNITS = {
-    "esl": "expected score loss (win-prob units)",
-    "top1": "fraction of positions",
-    "blunder_rate": "fraction of positions",
-    "puzzle_first_move_accuracy": "fraction of puzzles",
-    "puzzle_solve_rate": "fraction of puzzles",
-    "mate_rate": "fraction of held-out endgame positions",
-    "dtz_optimal_rate": "fraction of own moves",
-    "p_reward": "P: reward per prompt",
-    "p_format_rate": "fraction of P: answers",
-    "p_best_accuracy": "fraction of P: answers",
-    "a_format_rate": "fraction of A: answers",
-    "a_exact_state_accuracy": "fraction of A: answers",
-}
 EVENTS_FILE = "events.jsonl"
 """Health events of the training loop (skips, rollbacks, early stops, divergence), one JSON object a line."""
 TRAIN_KEYS = ("loss/total", "loss/train", "reward/mean")
 """A metrics row holding any of these is a training row (the rest are evaluation-only rows)."""
 
-_STEP_FILE = re.compile(r"^step_(\d+)_(offline|puzzles)\.json$")
 _CHECKPOINT_STEP = re.compile(r"^step_(\d+)$")
 _FILE_STEP = re.compile(r"step_?(\d+)")
 INFO_FILES = ("run_info.json", "meta.json", "environment.json")
@@ -102,9 +75,9 @@ class EvalPoint:
 
     step: int
     metrics: dict[str, HeldOut]
-    """Held-out metric name (see HELDOUT_METRICS) -> value and interval."""
+    """Held-out metric name (`eval.registry.held_out_metrics`) -> value and interval."""
     records: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
-    """"offline" / "puzzles" -> per-item records from eval/step_NNNNNN_*.json (empty when absent)."""
+    """Evaluation name ("offline", "puzzles", ...) -> per-item records from eval/step_NNNNNN_*.json (empty when absent)."""
 
 
 @dataclasses.dataclass
@@ -345,8 +318,9 @@ def read_games(run: RunData) -> list[GamesEvaluation]:
     candidates = sorted((run.path / "eval").rglob("*.json")) if (run.path / "eval").is_dir() else []
     candidates += sorted(run.path.glob("games*.json"))
     found: list[tuple[float, GamesEvaluation]] = []
+    step_file = step_file_pattern()
     for path in candidates:
-        if _STEP_FILE.match(path.name):
+        if step_file.match(path.name):
             continue
         payload = _read_json(path)
         if payload is None or not is_games_summary(payload):
@@ -409,11 +383,12 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _read_evaluations(directory: Path, rows: list[dict[str, Any]]) -> tuple[list[EvalPoint], list[StandaloneEval]]:
     points: dict[int, EvalPoint] = {}
+    held_out = held_out_metrics()
     # 1. eval rows of metrics.jsonl: eval/<name>, eval/<name>_low, eval/<name>_high (GRPO's held-out evaluation;
     #    pretraining's eval/top1 on the dataset's test split has no interval and stays a plain metric)
     for row in rows:
         found = {}
-        for name in HELDOUT_METRICS:
+        for name in held_out:
             key = f"eval/{name}"
             if isinstance(row.get(key), (int, float)) and key + "_low" in row:
                 found[name] = HeldOut(
@@ -425,28 +400,23 @@ def _read_evaluations(directory: Path, rows: list[dict[str, Any]]) -> tuple[list
     if not directory.is_dir():
         return sorted(points.values(), key=lambda p: p.step), standalone
     # 2. eval/*.json: per-step files carry records (and fill in n), others are standalone evaluations
+    step_file = step_file_pattern()
     for path in sorted(directory.glob("*.json")):
         payload = _read_json(path)
         if payload is None:
             continue
-        match = _STEP_FILE.match(path.name)
-        kind = "offline" if "esl" in payload else "puzzles" if "first_move_accuracy" in payload else None
-        if kind is None:
+        match = step_file.match(path.name)
+        evaluation = recognise_summary(payload)
+        if evaluation is None:
             continue
-        player = {
-            name: held
-            for name, (metric_kind, field, _, _) in HELDOUT_METRICS.items()
-            if metric_kind == kind and (held := _held_out(payload.get(field))) is not None
-        }
+        kind = evaluation.name
+
+        def metrics_of(summary: dict[str, Any]) -> dict[str, HeldOut]:
+            return {metric.name: held for metric in evaluation.held_out if (held := _held_out(summary.get(metric.summary_field))) is not None}
+
+        player = metrics_of(payload)
         if match is None:
-            baselines = {}
-            for baseline, values in (payload.get("baselines") or {}).items():
-                if isinstance(values, dict):
-                    baselines[baseline] = {
-                        name: held
-                        for name, (metric_kind, field, _, _) in HELDOUT_METRICS.items()
-                        if metric_kind == kind and (held := _held_out(values.get(field))) is not None
-                    }
+            baselines = {baseline: metrics_of(values) for baseline, values in (payload.get("baselines") or {}).items() if isinstance(values, dict)}
             standalone.append(StandaloneEval(path, kind, player, baselines))
             continue
         step = int(match.group(1))

@@ -287,8 +287,8 @@ class GRPOKind(Kind):
         tick = time.perf_counter()
         forward = rollout.forward if rollout.minibatch_terms is None else with_minibatch_terms(rollout.forward, rollout.minibatch_terms)
         metrics = optimize(
-            rollout.batch, forward, None, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
-            update=learner.update, parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
+            rollout.batch, forward, learner.update, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
+            parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
             step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
         )  # fmt: skip
         learn_s = time.perf_counter() - tick

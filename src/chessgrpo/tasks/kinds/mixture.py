@@ -12,7 +12,8 @@ step and the same optimizer updates. The step:
 1. **draw**: the task of each of the step's groups, a function of (seed, step);
 2. **roll out**: each task samples and rewards its groups with its own code (`MoveGroupKind.rollout`,
    `TrajectoryKind.rollout`), from the shared policy, and fills its groups' advantages with the
-   mixture's `grpo` estimator: a group is only ever compared with groups of its own task;
+   mixture's `grpo` estimator and the task's own supervision (`rl.compute_advantages`): a group is only
+   ever compared with groups of its own task;
 3. **learn**: the tasks' rows are joined (`rl.combine.concat_rollouts`, shorter rows padded and
    masked) and `rl.optimize` runs once over them: the same minibatches, clipping, KL and updates
    as any GRPO kind (token_mean counts a trajectory's plies as samples beside one-move samples).

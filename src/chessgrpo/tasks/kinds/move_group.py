@@ -32,6 +32,7 @@ import chess
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config
+from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
@@ -366,7 +367,7 @@ class MoveGroupKind(PolicyGRPOKind):
             result = solve_puzzles(player, self._puzzles)
             metrics.update(interval_metrics(result, ("first_move_accuracy", "solve_rate"), prefix="eval/puzzle_"))
             payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-            write_json_atomic(out_dir / f"step_{step:06d}_puzzles.json", payload)
+            write_json_atomic(out_dir / EVALUATIONS["puzzles"].step_file(step), payload)
         return metrics
 
     # -- presentation -------------------------------------------------------------------------------
@@ -380,7 +381,7 @@ class MoveGroupKind(PolicyGRPOKind):
 
     def summary(self) -> list[str]:
         out = self.context.run_dir / "eval"
-        files = sorted(out.glob("step_*_offline.json"))
+        files = EVALUATIONS["offline"].step_files(out)
         if len(files) >= 2:
             return [f"paired before/after: chessgrpo eval compare {files[0]} {files[-1]}"]
         return []

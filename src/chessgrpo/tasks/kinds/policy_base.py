@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from chessgrpo.config import EngineConfig
+from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy, value_head_parameters
@@ -105,7 +106,7 @@ class PolicyGRPOKind(GRPOKind):
         player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
         result = evaluate_offline(player, self._offline_positions, pool, nodes=nodes, resamples=resamples, seed=seed)
         payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-        write_json_atomic(out_dir / f"step_{step:06d}_offline.json", payload)
+        write_json_atomic(out_dir / EVALUATIONS["offline"].step_file(step), payload)
         return interval_metrics(result, ("top1", "esl", "blunder_rate"))
 
 

@@ -48,10 +48,10 @@ from chessgrpo.models.policy import (
     frozen_parameters,
     load_policy,
     log_probs,
-    masked_entropy,
     save_policy,
     value_head_parameters,
 )
+from chessgrpo.rl.loss import categorical_entropy
 from chessgrpo.tasks.supervised import (
     OBJECTIVES,
     accuracy_sums,
@@ -250,7 +250,7 @@ class PretrainKind(Kind):
                 "train/top1": sums["top1"] / size,
                 "train/top5": sums["top5"] / size,
                 "train/nll": sums["nll"] / size,
-                "entropy/mean": float(masked_entropy(logits.detach(), batch.legal_mask).mean()),
+                "entropy/mean": float(categorical_entropy(logp.detach()).mean()),  # logp: the masked log-probs above
                 "entropy/ln_legal": float(batch.legal_mask.sum(dim=-1).float().log().mean()),
                 "grad_norm": grad_norm,
             }

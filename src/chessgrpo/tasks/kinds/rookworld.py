@@ -6,10 +6,10 @@ One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.
    and the rest A: prompts, drawn without replacement as a function of (seed, step), so a
    resumed run sees what a straight run would (each data-parallel rank takes its share of them);
 2. **sample**: G completions per prompt from the current model at the rollout temperature
-   (`tasks.rookworld.sample_completion_groups`: batched, left-padded, KV cache, temperature only);
+   (`tasks.lm_rollout.sample_completion_groups`: batched, left-padded, KV cache, temperature only);
    the behaviour and reference log-probs and the exact per-token entropy are then computed by
    `models.lm.completion_log_probs` on the finished sequences;
-3. **reward**: `tasks.rookworld.score_completions` (engine pool with its cache for P:, python-chess
+3. **reward**: `eval.rookworld_grading.score_completions` (engine pool with its cache for P:, python-chess
    for A:), each component logged per task, malformed completions at the configured penalty;
 4. **learn**: `rl.optimize` with L = completion tokens and their mask: token-level (or GSPO
    sequence-level) ratios against the behaviour log-probs, the chosen aggregation, KL to the frozen
@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
+from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.lm import (
@@ -64,17 +65,9 @@ from chessgrpo.models.lm import (
     save_lm,
 )
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.tasks.rookworld import (
-    ENVIRONMENT_COMPONENTS,
-    POLICY_COMPONENTS,
-    RookWorldRewardConfig,
-    RookWorldTaskConfig,
-    make_forward,
-    sample_completion_groups,
-    score_completions,
-    to_rollout_batch,
-    with_prompt_bos,
-)
+from chessgrpo.eval.rookworld_grading import ENVIRONMENT_COMPONENTS, POLICY_COMPONENTS, RookWorldRewardConfig, score_completions
+from chessgrpo.models.prompt_bos import with_prompt_bos
+from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig, make_forward, sample_completion_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, StepGroups, TaskRollout, interval_text, postfix
 
@@ -231,7 +224,7 @@ class RookWorldKind(GRPOKind):
         return prompts
 
     def _learner_forward(self, temperature: float) -> Any:
-        """`tasks.rookworld.make_forward` of the policy, under bf16 autocast when the run asks for it."""
+        """`tasks.lm_rollout.make_forward` of the policy, under bf16 autocast when the run asks for it."""
         forward = make_forward(
             self.learner_model, temperature=temperature, chunk_rows=self.config.task.logprob_chunk_rows,
             entropy_grad=self.config.grpo.entropy_coef > 0,
@@ -329,14 +322,14 @@ class RookWorldKind(GRPOKind):
             policy_max_new_tokens=self.config.task.max_new_tokens, environment_max_new_tokens=self.config.task.max_new_tokens,
             seed=seed, resamples=config.resamples,
         )  # fmt: skip
-        write_json_atomic(out_dir / f"step_{step:06d}_lm.json", {**result.to_json(), "step": step})
+        write_json_atomic(out_dir / EVALUATIONS["lm"].step_file(step), {**result.to_json(), "step": step})
         return result.flat()
 
     def after_run(self, out_dir: Path) -> None:
         """Paired last - first difference of this run directory's evaluations (also across resumes)."""
         from chessgrpo.eval.lm import compare_lm_results
 
-        files = sorted(out_dir.glob("step_*_lm.json"))
+        files = EVALUATIONS["lm"].step_files(out_dir)
         if len(files) < 2:
             return
         first, last = json.loads(files[0].read_text()), json.loads(files[-1].read_text())

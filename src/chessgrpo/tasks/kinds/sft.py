@@ -41,7 +41,8 @@ import torch
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
 from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
-from chessgrpo.tasks.rookworld import format_policy_completion, with_prompt_bos
+from chessgrpo.data.rookworld_format import format_policy_completion
+from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.tasks.sft import loss_tokens, policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import Kind, RunContext, interval_text
@@ -353,7 +354,7 @@ class SFTKind(Kind):
         """Held-out loss and greedy well-formed rates (see the module docstring)."""
         from chessgrpo.eval.lm import generate_texts
         from chessgrpo.eval.stats import wilson_interval
-        from chessgrpo.tasks.rookworld import Malformed, parse_environment_completion, parse_policy_completion
+        from chessgrpo.data.rookworld_format import Malformed, parse_environment_completion, parse_policy_completion
 
         config = self.config
         self.model.eval()

@@ -7,10 +7,10 @@ One step (`TrajectoryKind.train_step`):
    play G games from each, T own plies at most, against the configured opponent, recording the
    behaviour log-prob, exact entropy and (when the KL is used) the reference log-prob of every ply;
 2. **reward**: per own ply from the tablebase (exact) or the engine pool (win probability);
-3. **learn**: `rl.optimize` with L = T and the mask: outcome supervision (rewards [N]), process
-   supervision (rewards [N, T]) or per-step advantages (`tasks.trajectory.step_advantages`); the
-   first-minibatch ratio check and KL as in the GRPO core, each update through the loop's `Learner`
-   (backward, clipping to `max_grad_norm`, the optimizer step).
+3. **learn**: `rl.optimize` with L = T and the mask: outcome supervision (rewards [N]), process, step
+   or critic supervision (rewards [N, T]; `RolloutBatch.supervision` names the `rl.advantages`
+   estimator); the first-minibatch ratio check and KL as in the GRPO core, each update through the
+   loop's `Learner` (backward, clipping to `max_grad_norm`, the optimizer step).
 
 The reference policy is the starting checkpoint (or the random initialisation), frozen. Every
 forward runs in eval mode (no dropout). The kind's resumable state is the KL controller and the
@@ -21,7 +21,7 @@ Evaluation (every `eval_every` steps, at the start with `eval_at_start`, and at 
 
 - endgame runs (``positions: endgame:KQvK``): the policy at argmax plays the strong side of
   `eval.positions` held-out won start positions for up to `eval.max_moves` own moves against the
-  tablebase-perfect defender (`tasks.endgame.evaluate_endgame`): ``eval/mate_rate`` with a Wilson
+  tablebase-perfect defender (`eval.endgame.evaluate_endgame`): ``eval/mate_rate`` with a Wilson
   interval, ``eval/dtz_optimal_rate``, ``eval/moves_to_mate`` vs ``eval/optimal_moves_to_mate``,
   ``eval/win_lost_rate``. At step 0 the random mover is evaluated too (``eval/random_*``); the
   tablebase itself mates every position in ``eval/optimal_moves_all`` moves on average.
@@ -39,12 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chessgrpo.board.endgames import COLOURS
+from chessgrpo.board.endgames import COLOURS, EndgameStarts
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused
+from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.tasks.endgame import EndgameStarts, TablebaseOracle, evaluate_endgame, policy_picker, random_picker
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.eval.endgame import evaluate_endgame, policy_picker, random_picker
 from chessgrpo.data.start_positions import StartPositions
 from chessgrpo.tasks.trajectory import (
     EngineValues,
@@ -53,13 +55,12 @@ from chessgrpo.tasks.trajectory import (
     StockfishOpponent,
     TablebaseOpponent,
     TrajectoryConfig,
-    engine_step_rewards,
     make_forward,
     outcome_metrics,
     play_trajectories,
-    tablebase_step_rewards,
     to_rollout_batch,
 )
+from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
@@ -137,6 +138,8 @@ class TrajectoryTrainConfig(TrainConfig):
         if self.kind != "trajectory":
             raise ConfigError(f"config key kind must be trajectory for this config, got {self.kind!r}")
         engine_limits_unused(self.engine, "task.reward_nodes, task.opponent_nodes and eval.nodes")
+        if self.task.reward not in TRAJECTORY_REWARDS:
+            raise ConfigError(f"config key task.reward must be one of {list(TRAJECTORY_REWARDS)}, got {self.task.reward!r}")
         if self.max_start_positions is not None and self.max_start_positions < 1:
             raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
@@ -159,12 +162,12 @@ class TrajectoryTrainConfig(TrainConfig):
     @property
     def needs_tables(self) -> bool:
         """Whether the run probes the Syzygy tables (endgame positions, tablebase rewards or opponent)."""
-        return self.is_endgame or self.task.reward == "tablebase" or self.task.opponent == "tablebase"
+        return self.is_endgame or TRAJECTORY_REWARDS[self.task.reward].needs == "tables" or self.task.opponent == "tablebase"
 
     @property
     def needs_pool(self) -> bool:
         """Whether the run starts Stockfish (engine rewards, the stockfish opponent, offline evaluation)."""
-        return self.task.reward == "engine" or self.task.opponent == "stockfish" or (
+        return TRAJECTORY_REWARDS[self.task.reward].needs == "pool" or self.task.opponent == "stockfish" or (
             not self.is_endgame and self.eval.offline_positions is not None
         )
 
@@ -185,7 +188,7 @@ class TrajectoryKind(PolicyGRPOKind):
         # Nothing here draws from torch's global generator before the model is built (endgame and file
         # start positions use their own seeded generators), so building them after the loop's seeding
         # gives the same weights as the old trainer, which built them before.
-        self.oracle = TablebaseOracle(config.engine.syzygy_path) if config.needs_tables else None
+        self.oracle = Tablebase(config.engine.syzygy_path) if config.needs_tables else None
         self.pool = None
         try:
             self.endgame: EndgameStarts | None = None
@@ -193,7 +196,10 @@ class TrajectoryKind(PolicyGRPOKind):
             self._held_out: list | None = None
             if config.is_endgame:
                 assert self.oracle is not None
-                self.endgame = EndgameStarts(config.positions[len(ENDGAME_PREFIX):], self.oracle, colours=config.endgame_colours)
+                self.endgame = EndgameStarts(
+                    config.positions[len(ENDGAME_PREFIX):], self.oracle.is_won, tables=self.oracle.names,
+                    plies=self.oracle.probe_dtz, colours=config.endgame_colours,
+                )  # fmt: skip
                 # Held out first, so that no training draw can ever contain an evaluation position.
                 self._held_out = self.endgame.hold_out(config.eval.positions, seed=config.run.seed)
             else:
@@ -278,19 +284,12 @@ class TrajectoryKind(PolicyGRPOKind):
         sample_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        evaluations = 0
-        if task.reward == "tablebase":
-            assert self.oracle is not None
-            step_rewards = tablebase_step_rewards(trajectories, self.oracle, shaping=task.shaping, regret=task.regret)
-        else:
-            assert self.pool is not None
-            step_rewards, evaluations = engine_step_rewards(trajectories, self.pool, nodes=task.reward_nodes, prefetched=prefetch)
+        sources = RewardSources(tablebase=self.oracle, pool=self.pool, prefetched=prefetch)
+        scored = TRAJECTORY_REWARDS[task.reward].reward(trajectories, sources, task)
+        step_rewards, evaluations = scored.rewards, scored.evaluations
         reward_s = time.perf_counter() - tick
 
-        batch = to_rollout_batch(
-            trajectories, step_rewards, task.supervision, estimator=config.grpo.advantage_estimator,
-            epsilon=config.grpo.advantage_epsilon, parallel=self.context.parallel,
-        )  # fmt: skip
+        batch = to_rollout_batch(trajectories, step_rewards, task.supervision)  # the learner computes its advantages
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16)
 
@@ -349,7 +348,7 @@ class TrajectoryKind(PolicyGRPOKind):
                 baseline = evaluate_endgame(random_picker(seed), self._held_out, self.oracle, max_moves=config.max_moves)
                 metrics.update(baseline.metrics("eval/random_"))
                 payload["random"] = baseline.to_json()
-            write_json_atomic(out_dir / f"step_{step:06d}_endgame.json", payload)
+            write_json_atomic(out_dir / EVALUATIONS["endgame"].step_file(step), payload)
         elif config.offline_positions:
             metrics.update(self.offline_evaluation(step, out_dir, self.pool, config.offline_positions, config.max_offline_positions,
                                                    config.nodes, config.resamples))  # fmt: skip
@@ -366,9 +365,9 @@ class TrajectoryKind(PolicyGRPOKind):
 
     def summary(self) -> list[str]:
         out = self.context.run_dir / "eval"
-        offline = sorted(out.glob("step_*_offline.json"))
+        offline = EVALUATIONS["offline"].step_files(out)
         if len(offline) >= 2:
             return [f"paired before/after: chessgrpo eval compare {offline[0]} {offline[-1]}"]
-        if any(out.glob("step_*_endgame.json")):
+        if any(EVALUATIONS["endgame"].step_files(out)):
             return [f"held-out endgame results: {out}/step_NNNNNN_endgame.json"]
         return []

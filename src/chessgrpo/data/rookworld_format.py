@@ -1,0 +1,348 @@
+"""The RookWorld text format: exact P:/A: line layouts, tolerant parsers and python-chess's A: truth.
+
+The engine's truths (`data.rookworld_truths`), the rewards (`eval.rookworld_grading`) and the
+datasets (`data.rookworld`) build on it.
+
+**Policy task** (one line; `format_policy_line`)::
+
+    P: <FEN>                   M: <up to 5 UCI moves>  E: <their evaluations>    B: <best move>
+    |<------ 92 chars ------->|<----- 33 chars ----->|<------ 43 chars ------->|
+
+Each field is its marker plus content, left-justified with spaces to the width measured on the
+real RookWorld lines (``../shared/data/rookworld_samples.txt``): 92, 33 and 43 characters (a
+longer content is not cut; parsers split on the markers). M holds the engine's top moves in a
+shuffled order, E their evaluations in pawns from the side to move's point of view in the same
+order (mate = +/-1000.0, Python's shortest float repr of the value rounded to centipawns), B the
+best move. Prompt = ``"P: " + FEN``; completion = the rest of the line, padding included.
+
+**Environment task** (`format_environment_line`)::
+
+    A: <FEN>+<uci>+<last <= 10 moves incl. this one>+<new FEN>+<reward>+<terminated>+<truncated>
+
+Prompt = everything up to and including the third ``+``. The truth comes from python-chess
+(`environment_step`): reward 1.0 when the mover mates, 0.5 when the game is otherwise over
+(stalemate, insufficient material, 75-move rule: python-chess's ``outcome()`` of the position
+without history, since the prompt carries no repetition record), 0.001 for another legal move,
+-1.0 for an illegal one (then the FEN is unchanged and truncated = 1); flags are 0/1.
+
+**Parsers** accept any whitespace between fields and around values and reject any content that
+is not exactly what the format says (1-5 distinct UCI moves, as many numbers, a UCI best move; a valid
+position, a number and two 0/1 flags). A malformed completion is a `Malformed` value with the
+reason, never an exception.
+
+**Upstream defect**: in the RookWorld data, for Black to move B: is often the worst of the
+listed moves; `upstream_best_defect` flags a line whose B is not the best of its own listed
+evaluations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import chess
+
+from chessgrpo.board.validation import parse_board, parse_move
+
+P_FIELD_WIDTH = 92
+"""Width of ``"P: " + FEN`` with its padding, as in the RookWorld data."""
+M_FIELD_WIDTH = 33
+"""Width of ``"M: " + moves`` with its padding."""
+E_FIELD_WIDTH = 43
+"""Width of ``"E: " + evaluations`` with its padding."""
+MAX_LISTED_MOVES = 5
+MATE_PAWNS = 1000.0
+"""E value of a forced mate for the side to move (negative: it gets mated)."""
+HISTORY_MOVES = 10
+"""The A: prompt carries the last <= 10 moves, this one included."""
+
+REWARD_MATE = 1.0
+REWARD_DRAW = 0.5
+REWARD_MOVE = 0.001
+REWARD_ILLEGAL = -1.0
+ENVIRONMENT_REWARDS = (REWARD_MATE, REWARD_DRAW, REWARD_MOVE, REWARD_ILLEGAL)
+
+_UCI = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
+_NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
+_POLICY_COMPLETION = re.compile(r"^\s*M:(?P<moves>.*?)E:(?P<evals>.*?)B:(?P<best>.*)$", re.DOTALL)
+_ENVIRONMENT_PROMPT = re.compile(r"^\s*A:\s*(?P<fen>[^+]*?)\s*\+\s*(?P<move>[^+]*?)\s*\+(?P<history>[^+]*)\+$", re.DOTALL)
+
+
+def _is_uci(text: str) -> bool:
+    """A UCI move's syntax: two distinct squares and an optional promotion piece ("c5c5" is not a move)."""
+    return bool(_UCI.match(text)) and text[:2] != text[2:4]
+
+
+# ------------------------------------------------------------------------------------------------
+# Values
+
+
+@dataclasses.dataclass(frozen=True)
+class Malformed:
+    """A completion that does not parse, and why."""
+
+    reason: str
+
+    def __bool__(self) -> bool:  # a Malformed is falsy, so `if parsed:` reads naturally
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyAnswer:
+    """The content of a P: completion."""
+
+    moves: tuple[str, ...]
+    """M: the candidate moves (UCI), in the order written."""
+    evals: tuple[float, ...]
+    """E: evaluation of each move of M in pawns, side to move's view, same order."""
+    best: str
+    """B: the chosen move (UCI)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentQuery:
+    """The content of an A: prompt."""
+
+    fen: str
+    move: str
+    history: tuple[str, ...]
+    """The last <= 10 moves, ending with `move`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentAnswer:
+    """The content of an A: completion: the environment's response to the move."""
+
+    fen: str
+    reward: float
+    terminated: bool
+    truncated: bool
+
+
+# ------------------------------------------------------------------------------------------------
+# Formatting
+
+
+def format_pawns(value: float) -> str:
+    """An evaluation as upstream writes it: the shortest repr of the value rounded to 0.01 pawns."""
+    if not math.isfinite(value):
+        raise ValueError(f"evaluation must be finite, got {value}")
+    return repr(round(float(value), 2) + 0.0)  # + 0.0 turns -0.0 into 0.0
+
+
+def format_reward(value: float) -> str:
+    return repr(float(value))
+
+
+def policy_prompt(fen: str) -> str:
+    """``"P: " + FEN`` (the FEN is validated and written as given, whitespace-normalised)."""
+    parse_board(fen)
+    return "P: " + " ".join(fen.split())
+
+
+def format_policy_line(fen: str, answer: PolicyAnswer) -> str:
+    """The whole P: line (prompt + completion), fields padded to 92/33/43 characters."""
+    if not 1 <= len(answer.moves) <= MAX_LISTED_MOVES or len(answer.evals) != len(answer.moves):
+        raise ValueError(f"a P: answer needs 1-{MAX_LISTED_MOVES} moves and one evaluation each, got {answer}")
+    for move in (*answer.moves, answer.best):
+        if not _UCI.match(move):
+            raise ValueError(f"{move!r} is not a UCI move")
+    head = policy_prompt(fen).ljust(P_FIELD_WIDTH)
+    moves = ("M: " + " ".join(answer.moves)).ljust(M_FIELD_WIDTH)
+    evals = ("E: " + " ".join(format_pawns(v) for v in answer.evals)).ljust(E_FIELD_WIDTH)
+    return head + moves + evals + "B: " + answer.best
+
+
+def format_policy_completion(fen: str, answer: PolicyAnswer) -> str:
+    """The completion of `policy_prompt(fen)`: the rest of the line, padding included."""
+    return format_policy_line(fen, answer)[len(policy_prompt(fen)) :]
+
+
+def environment_prompt(query: EnvironmentQuery) -> str:
+    for move in query.history:
+        if not _UCI.match(move):
+            raise ValueError(f"history move {move!r} is not a UCI move")
+    if not query.history or query.history[-1] != query.move or len(query.history) > HISTORY_MOVES:
+        raise ValueError(f"the history must hold 1-{HISTORY_MOVES} moves ending with the move {query.move!r}")
+    parse_board(query.fen)
+    return f"A: {' '.join(query.fen.split())}+{query.move}+{' '.join(query.history)}+"
+
+
+def format_environment_completion(answer: EnvironmentAnswer) -> str:
+    return f"{answer.fen}+{format_reward(answer.reward)}+{int(answer.terminated)}+{int(answer.truncated)}"
+
+
+def format_environment_line(query: EnvironmentQuery, answer: EnvironmentAnswer) -> str:
+    return environment_prompt(query) + format_environment_completion(answer)
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_policy_completion(text: str) -> PolicyAnswer | Malformed:
+    """The M/E/B content of a P: completion, or `Malformed` with the reason."""
+    if not isinstance(text, str):
+        return Malformed(f"completion is {type(text).__name__}, not text")
+    match = _POLICY_COMPLETION.match(text)
+    if match is None:
+        missing = [marker for marker in ("M:", "E:", "B:") if marker not in text]
+        return Malformed(f"missing {', '.join(missing)}" if missing else "fields out of order (expected M: E: B:)")
+    moves = match.group("moves").split()
+    evals = match.group("evals").split()
+    best = match.group("best").split()
+    if not 1 <= len(moves) <= MAX_LISTED_MOVES:
+        return Malformed(f"M: holds {len(moves)} moves, expected 1-{MAX_LISTED_MOVES}")
+    for move in moves:
+        if not _is_uci(move):
+            return Malformed(f"M: {move[:12]!r} is not a UCI move")
+    if len(set(moves)) != len(moves):
+        return Malformed("M: lists a move twice")
+    if len(evals) != len(moves):
+        return Malformed(f"E: holds {len(evals)} values for {len(moves)} moves")
+    values = []
+    for text_value in evals:
+        if not _NUMBER.match(text_value):
+            return Malformed(f"E: {text_value[:12]!r} is not a number")
+        value = float(text_value)
+        if abs(value) > MATE_PAWNS:
+            return Malformed(f"E: {text_value!r} exceeds the mate value {MATE_PAWNS}")
+        values.append(value)
+    if len(best) != 1 or not _is_uci(best[0]):
+        return Malformed(f"B: {' '.join(best)[:20]!r} is not one UCI move")
+    return PolicyAnswer(moves=tuple(moves), evals=tuple(values), best=best[0])
+
+
+def split_policy_line(line: str) -> tuple[str, str]:
+    """(prompt ``"P: " + FEN``, completion) of a whole P: line; `ValueError` if it has no valid FEN."""
+    text = line.rstrip("\n")
+    if not text.startswith("P:"):
+        raise ValueError(f"not a P: line: {text[:40]!r}")
+    cut = text.find("M:")
+    if cut < 0:
+        raise ValueError(f"P: line without M: {text[:60]!r}")
+    fen = " ".join(text[2:cut].split())
+    try:
+        parse_board(fen)
+    except ValueError as error:
+        raise ValueError(f"P: line: {error}") from None
+    prompt = "P: " + fen
+    if text.startswith(prompt):
+        return prompt, text[len(prompt) :]
+    # Unusual spacing inside the prompt: the completion starts after the FEN's last character.
+    return prompt, text[len(text[:cut].rstrip()) :]
+
+
+def parse_policy_line(line: str) -> tuple[str, PolicyAnswer]:
+    """(FEN, answer) of a whole P: line; `ValueError` naming the problem."""
+    prompt, completion = split_policy_line(line)
+    answer = parse_policy_completion(completion)
+    if isinstance(answer, Malformed):
+        raise ValueError(f"P: line {line[:60]!r}: {answer.reason}")
+    return prompt[3:], answer
+
+
+def parse_environment_prompt(text: str) -> EnvironmentQuery:
+    """The query of an A: prompt; `ValueError` naming the problem (prompts are inputs, not outputs)."""
+    match = _ENVIRONMENT_PROMPT.match(text.rstrip("\n"))
+    if match is None:
+        raise ValueError(f"not an A: prompt (A: FEN+move+history+): {text[:80]!r}")
+    fen = " ".join(match.group("fen").split())
+    board = parse_board(fen)
+    move = match.group("move").strip()
+    if not _UCI.match(move):
+        raise ValueError(f"A: prompt move {move!r} is not a UCI move")
+    history = tuple(match.group("history").split())
+    if not history or len(history) > HISTORY_MOVES or history[-1] != move or any(not _UCI.match(m) for m in history):
+        raise ValueError(f"A: prompt history {' '.join(history)!r} must be 1-{HISTORY_MOVES} UCI moves ending with {move!r}")
+    del board
+    return EnvironmentQuery(fen=fen, move=move, history=history)
+
+
+def parse_environment_completion(text: str) -> EnvironmentAnswer | Malformed:
+    """The new FEN, reward and flags of an A: completion, or `Malformed` with the reason."""
+    if not isinstance(text, str):
+        return Malformed(f"completion is {type(text).__name__}, not text")
+    parts = text.strip().split("+")
+    if len(parts) != 4:
+        return Malformed(f"expected FEN+reward+terminated+truncated, got {len(parts)} '+'-separated fields")
+    fen_text, reward_text, terminated_text, truncated_text = (part.strip() for part in parts)
+    fen = " ".join(fen_text.split())
+    try:
+        parse_board(fen)
+    except ValueError as error:
+        return Malformed(f"new FEN: {error}"[:200])
+    if not _NUMBER.match(reward_text):
+        return Malformed(f"reward {reward_text[:12]!r} is not a number")
+    flags = []
+    for name, flag in (("terminated", terminated_text), ("truncated", truncated_text)):
+        if flag not in ("0", "1"):
+            return Malformed(f"{name} {flag[:12]!r} is not 0 or 1")
+        flags.append(flag == "1")
+    return EnvironmentAnswer(fen=fen, reward=float(reward_text), terminated=flags[0], truncated=flags[1])
+
+
+def split_environment_line(line: str) -> tuple[str, str]:
+    """(prompt, completion) of a whole A: line: the prompt ends at the third '+'."""
+    text = line.rstrip("\n")
+    cut = -1
+    for _ in range(3):
+        cut = text.find("+", cut + 1)
+        if cut < 0:
+            raise ValueError(f"A: line with fewer than three '+': {text[:60]!r}")
+    return text[: cut + 1], text[cut + 1 :]
+
+
+def parse_environment_line(line: str) -> tuple[EnvironmentQuery, EnvironmentAnswer]:
+    prompt, completion = split_environment_line(line)
+    query = parse_environment_prompt(prompt)
+    answer = parse_environment_completion(completion)
+    if isinstance(answer, Malformed):
+        raise ValueError(f"A: line {line[:60]!r}: {answer.reason}")
+    return query, answer
+
+
+def task_of(prompt: str) -> str:
+    """"policy" or "environment" from a prompt's marker; `ValueError` otherwise."""
+    head = prompt.lstrip()[:2]
+    if head == "P:":
+        return "policy"
+    if head == "A:":
+        return "environment"
+    raise ValueError(f"prompt {prompt[:40]!r} starts with neither 'P:' nor 'A:'")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# The A: task's truth, and the upstream defect of P: lines
+
+
+def environment_step(fen: str, move: str) -> EnvironmentAnswer:
+    """What the environment answers to `move` in `fen` (python-chess; see the module docstring)."""
+    board = parse_board(fen)
+    try:
+        parsed = parse_move(board, move)
+    except ValueError:
+        return EnvironmentAnswer(fen=" ".join(fen.split()), reward=REWARD_ILLEGAL, terminated=False, truncated=True)
+    board.push(parsed)
+    outcome = board.outcome(claim_draw=False)
+    if outcome is None:
+        reward, terminated = REWARD_MOVE, False
+    elif outcome.termination == chess.Termination.CHECKMATE:
+        reward, terminated = REWARD_MATE, True
+    else:
+        reward, terminated = REWARD_DRAW, True
+    return EnvironmentAnswer(fen=board.fen(), reward=reward, terminated=terminated, truncated=False)
+
+
+def upstream_best_defect(answer: PolicyAnswer) -> bool:
+    """True when B is not (one of) the best of the line's own listed evaluations.
+
+    The upstream RookWorld generator took the last multipv entry for Black, so such lines teach
+    the worst listed move. A B outside M is flagged too.
+    """
+    if answer.best not in answer.moves:
+        return True
+    return answer.evals[answer.moves.index(answer.best)] < max(answer.evals)
+

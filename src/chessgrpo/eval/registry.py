@@ -1,0 +1,239 @@
+"""The evaluation registry: one entry per evaluation, read by everything that handles its results.
+
+An `Evaluation` says what its consumers need to know about it:
+
+- its **name** (``offline``) and the command that runs it;
+- **its result files**: a training run writes ``eval/step_NNNNNN_<name>.json`` at each held-out
+  evaluation (`step_file`, `step_files`); a result file is recognised by a top-level key of its
+  summary (`summary_marker`, what `track.run_data` reads) and by a field of its per-item records
+  (`record_marker`, what `eval compare` reads);
+- **pairing** (`eval compare`): the record field that identifies an item in two result files
+  (`item_key`), the paired metrics with their direction (`paired`) and the descriptive rows shown
+  after them when the records carry their fields (`descriptive`);
+- **held-out metrics** (`held_out`): the names a training run logs as ``eval/<name>`` with
+  ``_low``/``_high`` interval keys, the summary field and record field each is read from, its
+  direction and unit. `track.run_data` (and through it `diagnose`, `report`, `plots`) reads these,
+  and a sweep objective ``eval/<name>`` of a paired metric gets a paired interval of its change.
+
+Adding an evaluation is its module plus one entry here (`register` for one defined elsewhere, e.g.
+in a test): `eval compare`, run data, diagnose, report and sweeps then pick up its files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedMetric:
+    """A metric `eval compare` pairs item by item: the mean of a per-item record field."""
+
+    name: str
+    field: str
+    """The per-item record field (a 0/1 outcome or a number)."""
+    higher_is_better: bool | None
+    """None for a descriptive rate (e.g. how often the first move is a check): neither direction is better."""
+    subset: tuple[str, Any] | None = None
+    """(field, value): only the items whose A record has that value; None = every item."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOutMetric:
+    """A metric a training run logs at each held-out evaluation as ``eval/<name>`` (with ``_low``/``_high``)."""
+
+    name: str
+    summary_field: str
+    """Its field in the evaluation's result JSON ({value, low, high, n})."""
+    record_field: str
+    """Its field in the per-item records (for paired differences)."""
+    higher_is_better: bool
+    unit: str
+    """What one unit of it is (axis labels)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """One evaluation and how its results are named, recognised, paired and read back."""
+
+    name: str
+    command: str
+    """The command that writes a standalone result (``output=FILE``)."""
+    item_key: str | None = None
+    """The record field that identifies an item in two result files; None = `eval compare` does not pair it."""
+    item_noun: str = "positions"
+    """What its items are, in `eval compare`'s messages."""
+    record_marker: str | None = None
+    """A field only this evaluation's per-item records carry (how `eval compare` recognises a file)."""
+    records_label: str = ""
+    """How `eval compare` names its records in the error for an unrecognised file."""
+    paired: tuple[PairedMetric, ...] = ()
+    descriptive: tuple[PairedMetric, ...] = ()
+    """Rows shown after `paired` when the records carry their fields (older files do not)."""
+    held_out: tuple[HeldOutMetric, ...] = ()
+    summary_marker: str | None = None
+    """A top-level key of its result JSON by which run data recognises a file (None: run data reads
+    only its ``eval/`` metric rows)."""
+
+    def step_file(self, step: int) -> str:
+        """The file name of its result at a training step: ``step_NNNNNN_<name>.json``."""
+        return f"step_{step:06d}_{self.name}.json"
+
+    def step_files(self, directory: Path) -> list[Path]:
+        """Its per-step result files in a run's eval/ directory, oldest step first."""
+        return sorted(Path(directory).glob(f"step_*_{self.name}.json"))
+
+
+_OFFLINE = Evaluation(
+    name="offline",
+    command="chessgrpo eval offline",
+    item_key="fen",
+    record_marker="esl",
+    records_label="offline",
+    paired=(PairedMetric("top1", "top1", True), PairedMetric("esl", "esl", False), PairedMetric("blunder_rate", "blunder", False)),
+    descriptive=(
+        PairedMetric("played_check_rate", "chosen_check", None),
+        PairedMetric("label_check_rate", "best_check", None),
+        PairedMetric("played_en_prise_rate", "chosen_en_prise", None),
+        PairedMetric("label_en_prise_rate", "best_en_prise", None),
+    ),
+    held_out=(
+        HeldOutMetric("esl", "esl", "esl", False, "expected score loss (win-prob units)"),
+        HeldOutMetric("top1", "top1", "top1", True, "fraction of positions"),
+        HeldOutMetric("blunder_rate", "blunder_rate", "blunder", False, "fraction of positions"),
+    ),
+    summary_marker="esl",
+)
+# Puzzles split by whether the solution starts with a check: a policy that gives up (or takes up)
+# checking moves one group against the other, which the overall accuracy hides.
+_PUZZLES = Evaluation(
+    name="puzzles",
+    command="chessgrpo eval puzzles",
+    item_key="id",
+    item_noun="puzzles",
+    record_marker="first_move_correct",
+    records_label="puzzle",
+    paired=(PairedMetric("first_move_accuracy", "first_move_correct", True), PairedMetric("solve_rate", "solved", True)),
+    descriptive=(
+        PairedMetric("check_first_accuracy", "first_move_correct", True, ("solution_check", True)),
+        PairedMetric("quiet_first_accuracy", "first_move_correct", True, ("solution_check", False)),
+        PairedMetric("played_check_rate", "played_check", None),
+    ),
+    held_out=(
+        HeldOutMetric("puzzle_first_move_accuracy", "first_move_accuracy", "first_move_correct", True, "fraction of puzzles"),
+        HeldOutMetric("puzzle_solve_rate", "solve_rate", "solved", True, "fraction of puzzles"),
+    ),
+    summary_marker="first_move_accuracy",
+)
+# Endgame runs (kind: trajectory, positions: endgame:...): against the tablebase-perfect defender.
+_ENDGAME = Evaluation(
+    name="endgame",
+    command="chessgrpo eval endgame",
+    item_key="fen",
+    record_marker="mate",
+    records_label="endgame",
+    paired=(PairedMetric("mate_rate", "mate", True),),
+    held_out=(
+        HeldOutMetric("mate_rate", "mate_rate", "mated", True, "fraction of held-out endgame positions"),
+        HeldOutMetric("dtz_optimal_rate", "dtz_optimal_rate", "dtz_optimal", True, "fraction of own moves"),
+    ),
+)
+# Chess language model runs (kind: rookworld): greedy answers to held-out P:/A: prompts; paired by
+# `eval lm --compare` (`eval.lm.compare_lm_results`), not `eval compare`.
+_LM = Evaluation(
+    name="lm",
+    command="chessgrpo eval lm",
+    held_out=(
+        HeldOutMetric("p_reward", "p_reward", "total", True, "P: reward per prompt"),
+        HeldOutMetric("p_format_rate", "p_format_rate", "malformed", True, "fraction of P: answers"),
+        HeldOutMetric("p_best_accuracy", "p_best_accuracy", "best", True, "fraction of P: answers"),
+        HeldOutMetric("a_format_rate", "a_format_rate", "malformed", True, "fraction of A: answers"),
+        HeldOutMetric("a_exact_state_accuracy", "a_exact_state_accuracy", "exact_state", True, "fraction of A: answers"),
+    ),
+)
+# Games: one record per colour-swapped pair (same anchor, pair index and opening); values are
+# per-game shares. Run data reads the summaries themselves (`track.run_data.read_games`).
+_GAMES = Evaluation(
+    name="games",
+    command="chessgrpo eval games",
+    item_key="pair_id",
+    item_noun="game pairs (same anchors, seed and openings)",
+    record_marker="pair_score",
+    records_label="games",
+    paired=(
+        PairedMetric("score", "pair_score", True),
+        PairedMetric("win_rate", "pair_win", True),
+        PairedMetric("stalemate_rate", "pair_stalemate", False),
+    ),
+)
+_EPD = Evaluation(name="epd", command="chessgrpo eval epd")
+_VALUE = Evaluation(name="value", command="chessgrpo eval value")
+
+EVALUATIONS: dict[str, Evaluation] = {e.name: e for e in (_OFFLINE, _PUZZLES, _ENDGAME, _LM, _GAMES, _EPD, _VALUE)}
+"""Every evaluation by name, in the order tables list them."""
+
+
+def register(evaluation: Evaluation) -> Evaluation:
+    """Add an evaluation (after the built-in ones); its name must be new."""
+    if evaluation.name in EVALUATIONS:
+        raise ValueError(f"an evaluation named {evaluation.name!r} is already registered")
+    EVALUATIONS[evaluation.name] = evaluation
+    return evaluation
+
+
+def unregister(name: str) -> None:
+    """Remove a registered evaluation (a test's own entry)."""
+    EVALUATIONS.pop(name, None)
+
+
+def evaluation(name: str) -> Evaluation:
+    """The evaluation named `name`; a ValueError naming the registered ones otherwise."""
+    if name not in EVALUATIONS:
+        raise ValueError(f"unknown evaluation {name!r}: expected one of {', '.join(EVALUATIONS)}")
+    return EVALUATIONS[name]
+
+
+def comparable() -> list[Evaluation]:
+    """The evaluations `eval compare` pairs (those with an item key), in registry order."""
+    return [e for e in EVALUATIONS.values() if e.item_key is not None]
+
+
+def recognise_records(record: dict[str, Any]) -> Evaluation | None:
+    """The comparable evaluation whose per-item records look like `record` (first match in registry order)."""
+    return next((e for e in comparable() if e.record_marker is not None and e.record_marker in record), None)
+
+
+def recognise_summary(payload: dict[str, Any]) -> Evaluation | None:
+    """The evaluation whose result JSON `payload` is, for run data (first match in registry order)."""
+    return next((e for e in EVALUATIONS.values() if e.summary_marker is not None and e.summary_marker in payload), None)
+
+
+def read_by_run_data() -> list[Evaluation]:
+    """The evaluations whose result files run data reads (those with a summary marker)."""
+    return [e for e in EVALUATIONS.values() if e.summary_marker is not None]
+
+
+def step_file_pattern() -> re.Pattern[str]:
+    """``step_(NNNNNN)_(name).json`` of the evaluations run data reads per step."""
+    names = "|".join(re.escape(e.name) for e in read_by_run_data())
+    return re.compile(rf"^step_(\d+)_({names})\.json$")
+
+
+def held_out_metrics() -> dict[str, tuple[Evaluation, HeldOutMetric]]:
+    """Every held-out metric (``eval/<name>`` in metrics.jsonl) -> its evaluation and definition, in registry order."""
+    return {metric.name: (e, metric) for e in EVALUATIONS.values() for metric in e.held_out}
+
+
+def paired_objective(metric: str) -> tuple[Evaluation, str] | None:
+    """(evaluation, `eval compare` metric) for a held-out metric key ``eval/<name>`` whose change
+    `eval compare` can pair from the run's per-step files; None when none can."""
+    if not metric.startswith("eval/"):
+        return None
+    found = held_out_metrics().get(metric[len("eval/") :])
+    if found is None:
+        return None
+    owner, held = found
+    names = {m.name for m in owner.paired}
+    return (owner, held.summary_field) if owner.item_key is not None and held.summary_field in names else None

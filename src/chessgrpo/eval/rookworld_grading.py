@@ -1,0 +1,359 @@
+"""Rewards of the RookWorld tasks: a completion graded against its truth.
+
+Shared by GRPO (`tasks.kinds.rookworld`, the TRL adapters of `tasks.rookworld_trl`) and the
+evaluation (`eval.lm`), so "reward" means the same number in training and evaluation. The P:
+truth is the engine's (`data.rookworld_truths`), the A: truth python-chess's
+(`data.rookworld_format.environment_step`).
+
+**Rewards** (deterministic; engine calls go through the pool and its SQLite cache):
+
+- policy task, components in [0, 1], total = sum of weight * component (`PolicyRewardConfig`):
+  ``format`` (1 when it parses), ``legal`` (distinct legal moves of M / moves in M), ``best``
+  (how good B is), ``top5`` (how good the moves of M are), ``eval`` (the mean over the moves of M of max(0, 1 - |E_m - v_m| / eval_scale), each E
+  matched to its own move m, an illegal or repeated move scoring 0; both values clipped to +/-eval_clip pawns;
+  v_m is the engine's multipv value of m, or for a move outside the engine's list, with
+  ``eval_unlisted_moves``, the value of the position after m from a search of it). The engine's
+  own answer scores the maximum (sum of weights, 2.0 by default); a malformed answer scores
+  ``malformed_penalty`` (-1.0).
+
+  ``best`` and ``top5`` are graded by **win-probability regret** by default (``best_mode`` /
+  ``top5_mode`` = "graded"): a move's regret is the engine's best line's win probability minus
+  the move's (expected score for the side to move from the pool's python-chess WDL model; a
+  legal move outside the engine's list is valued by a search of the position after it), and its
+  credit is `regret_credit`: 1 up to ``regret_tolerance`` (0.02), linear to 0 at
+  ``regret_zero_credit`` (0.2). ``best`` = B's credit (an illegal B scores 0); ``top5`` = the
+  summed credits of M's distinct legal moves over the summed credits of the engine's top k
+  (capped at 1). Why: several moves are often equally good, and the engine's best move at a
+  few thousand nodes is itself unstable, so exact match made a right and a wrong B score alike
+  (docs/rookworld_reward.md). The "exact" modes restore B == engine best and |M ∩ top k| / k
+  (k = min(5, legal moves)); ``best_exact`` and ``top5_overlap`` always report them.
+- environment task (`EnvironmentRewardConfig`): ``format``, ``fen_exact`` (the whole new FEN),
+  ``fen_fields`` (partial credit: the share of the six FEN fields that match), ``reward``,
+  ``terminated``, ``truncated`` (each 1 when equal to the truth). Maximum 2.3 by default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from chessgrpo.data.rookworld_format import (
+    MAX_LISTED_MOVES,
+    EnvironmentAnswer,
+    Malformed,
+    PolicyAnswer,
+    environment_step,
+    parse_environment_completion,
+    parse_environment_prompt,
+    parse_policy_completion,
+    task_of,
+)
+from chessgrpo.data.rookworld_truths import MoveValue, PolicyTruth, policy_truths, unlisted_move_values
+
+if TYPE_CHECKING:  # pragma: no cover
+    from chessgrpo.engine import EnginePool
+
+
+REWARD_MODES = ("graded", "exact")
+"""Values of `PolicyRewardConfig.best_mode` / `top5_mode`."""
+
+
+def regret_credit(regret: float, *, tolerance: float, zero_at: float) -> float:
+    """Credit in [0, 1] of a move that gives up `regret` win probability against the engine's best.
+
+    1 up to `tolerance` (engine noise: moves that good are as right as the best one), falling
+    linearly to 0 at `zero_at` and 0 beyond. A negative regret (a move valued above the best line by
+    its own search) is full credit.
+    """
+    if not 0.0 <= tolerance < zero_at:
+        raise ValueError(f"need 0 <= tolerance < zero_at, got tolerance={tolerance}, zero_at={zero_at}")
+    if regret <= tolerance:
+        return 1.0
+    if regret >= zero_at:
+        return 0.0
+    return (zero_at - regret) / (zero_at - tolerance)
+
+
+@dataclasses.dataclass
+class PolicyRewardConfig:
+    """Weights of the P: reward components (the `rewards.policy:` section); see the module docstring."""
+
+    format_weight: float = 0.2
+    """Weight of `format` (1 when the completion parses)."""
+    legal_weight: float = 0.2
+    """Weight of `legal`: distinct legal moves of M / moves in M."""
+    best_weight: float = 1.0
+    """Weight of `best`: how good B is (see `best_mode`)."""
+    best_mode: str = "graded"
+    """`best` credit: "graded" = `regret_credit` of B's win-probability regret; "exact" = 1 only when B is the engine's best move."""
+    top5_weight: float = 0.4
+    """Weight of `top5`: how good the moves of M are (see `top5_mode`)."""
+    top5_mode: str = "graded"
+    """`top5` credit: "graded" = summed `regret_credit` of M's distinct legal moves over that of the engine's top k (capped at 1); "exact" = |M ∩ top k| / k."""
+    regret_tolerance: float = 0.02
+    """Win-probability regret (0-1) up to which a move (B, or one of M) gets full graded credit."""
+    regret_zero_credit: float = 0.2
+    """Win-probability regret at which a move's graded credit reaches 0 (linear from `regret_tolerance`)."""
+    eval_weight: float = 0.2
+    """Weight of `eval`: mean over M of max(0, 1 - |E - engine value| / eval_scale) (illegal/repeated moves 0)."""
+    eval_scale: float = 2.0
+    """Pawns of evaluation error at which a move's `eval` credit reaches 0."""
+    eval_clip: float = 10.0
+    """Both evaluations are clipped to +/- this many pawns before comparing (mate = +/-1000)."""
+    eval_unlisted_moves: bool = True
+    """Value legal moves of M outside the engine's top list by searching the position after them
+    (one search per distinct move, cached); false: such moves get no `eval` credit."""
+    malformed_penalty: float = -1.0
+    """Total reward of a completion that does not parse."""
+    nodes: int = 20_000
+    """Stockfish node limit of the truth's analysis and of the searches of unlisted moves; 20000 is the
+    cheapest budget where the truth is stable at 2x and agrees with upstream labels (docs/rookworld_reward.md)."""
+    multipv: int = 5
+    """Engine lines the completion is compared with."""
+
+    def __post_init__(self) -> None:
+        for name in ("format_weight", "legal_weight", "best_weight", "top5_weight", "eval_weight"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
+        for name in ("best_mode", "top5_mode"):
+            if getattr(self, name) not in REWARD_MODES:
+                raise ValueError(f"{name} must be one of {', '.join(REWARD_MODES)}, got {getattr(self, name)!r}")
+        if not (math.isfinite(self.regret_tolerance) and 0.0 <= self.regret_tolerance < 1.0):
+            raise ValueError(f"regret_tolerance must be in [0, 1), got {self.regret_tolerance}")
+        if not (math.isfinite(self.regret_zero_credit) and self.regret_tolerance < self.regret_zero_credit <= 1.0):
+            raise ValueError(f"regret_zero_credit must be in (regret_tolerance, 1], got {self.regret_zero_credit}")
+        if self.eval_scale <= 0 or self.eval_clip <= 0:
+            raise ValueError("eval_scale and eval_clip must be > 0")
+        if not math.isfinite(self.malformed_penalty):
+            raise ValueError("malformed_penalty must be finite")
+        if self.nodes < 1 or not 1 <= self.multipv <= MAX_LISTED_MOVES:
+            raise ValueError(f"need nodes >= 1 and multipv in 1..{MAX_LISTED_MOVES}")
+
+    @property
+    def maximum(self) -> float:
+        return self.format_weight + self.legal_weight + self.best_weight + self.top5_weight + self.eval_weight
+
+    def credit(self, regret: float) -> float:
+        """`regret_credit` with this config's tolerance and zero point."""
+        return regret_credit(regret, tolerance=self.regret_tolerance, zero_at=self.regret_zero_credit)
+
+
+@dataclasses.dataclass
+class EnvironmentRewardConfig:
+    """Weights of the A: reward components (the `rewards.environment:` section)."""
+
+    format_weight: float = 0.2
+    fen_exact_weight: float = 1.0
+    """The whole new FEN equals the truth."""
+    fen_fields_weight: float = 0.5
+    """Partial credit: share of the six FEN fields (placement, side, castling, en passant, clocks) that match."""
+    reward_weight: float = 0.2
+    terminated_weight: float = 0.2
+    truncated_weight: float = 0.2
+    malformed_penalty: float = -1.0
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not math.isfinite(value) or (field.name != "malformed_penalty" and value < 0):
+                raise ValueError(f"{field.name} must be a finite number{' >= 0' if field.name != 'malformed_penalty' else ''}, got {value}")
+
+    @property
+    def maximum(self) -> float:
+        return (self.format_weight + self.fen_exact_weight + self.fen_fields_weight + self.reward_weight
+                + self.terminated_weight + self.truncated_weight)  # fmt: skip
+
+
+@dataclasses.dataclass
+class RookWorldRewardConfig:
+    policy: PolicyRewardConfig = dataclasses.field(default_factory=PolicyRewardConfig)
+    environment: EnvironmentRewardConfig = dataclasses.field(default_factory=EnvironmentRewardConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reward:
+    """A completion's total reward and its parts."""
+
+    total: float
+    components: dict[str, float]
+    """Component name -> value in [0, 1] (plus, for P: when measurable, ``eval_error`` in pawns and
+    ``best_regret`` / ``moves_regret`` in win probability, < 0 when a searched move beats the best line)."""
+    malformed: str | None = None
+    """The parse failure, or None."""
+    answer: Any = None
+    """The parsed `PolicyAnswer` / `EnvironmentAnswer` (None when malformed)."""
+
+
+POLICY_COMPONENTS = ("format", "legal", "best", "top5", "eval", "best_exact", "top5_overlap")
+"""P: components: the first five are weighted into the total; ``best_exact`` (B is the engine's best
+move) and ``top5_overlap`` (|M ∩ top k| / k) are what the "exact" modes score, always reported."""
+ENVIRONMENT_COMPONENTS = ("format", "fen_exact", "fen_fields", "reward", "terminated", "truncated")
+
+
+def _move_wins(truth: PolicyTruth, unlisted: dict[str, MoveValue] | None) -> dict[str, float]:
+    """Win probability of every move with a value: the engine's lines, then the searched unlisted moves."""
+    truth.best_win  # noqa: B018 -- raises, naming the position, when the truth carries no win probabilities
+    wins = dict(zip(truth.moves, truth.wins))
+    for move, value in (unlisted or {}).items():
+        wins.setdefault(move, value.win)
+    return wins
+
+
+def _regret(move: str, truth: PolicyTruth, wins: dict[str, float]) -> float:
+    """Win probability a legal move gives up against the best line (< 0 when its own search rates it higher)."""
+    if move not in wins:
+        raise ValueError(f"legal move {move!r} in {truth.fen!r} has no value: pass its search in `unlisted` (score_completions does)")
+    return truth.best_win - wins[move]
+
+
+def _graded_top5(moves: Sequence[str], truth: PolicyTruth, config: PolicyRewardConfig, wins: dict[str, float]) -> tuple[float, list[float]]:
+    """(graded `top5`, regrets of `moves`): the distinct legal moves' summed credits over the engine's top k's.
+
+    Normalised by what the engine's own top k earn, not by |M|: a mean over M would give a one-move M
+    holding the best move full credit, so listing fewer moves would pay.
+    """
+    k = min(MAX_LISTED_MOVES, len(truth.moves))
+    attainable = sum(config.credit(truth.best_win - win) for win in truth.wins[:k])  # >= 1: the best line's credit
+    regrets = [_regret(move, truth, wins) for move in moves]
+    return min(1.0, sum(config.credit(r) for r in regrets) / attainable), regrets
+
+
+def _eval_credit(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardConfig,
+                 unlisted: dict[str, MoveValue] | None) -> tuple[float, list[float]]:  # fmt: skip
+    """(`eval` credit, absolute errors in pawns of the moves with a known value)."""
+    known = dict(zip(truth.moves, truth.pawns))
+    if unlisted and config.eval_unlisted_moves:
+        known.update({m: v.pawns for m, v in unlisted.items() if m not in known})
+    clip = config.eval_clip
+    errors = []
+    credits = []
+    seen = set()
+    for move, value in zip(answer.moves, answer.evals):
+        if move not in truth.legal or move in seen:
+            continue
+        seen.add(move)
+        if move not in known:
+            credits.append(0.0)
+            continue
+        target = round(known[move], 2)
+        error = abs(max(-clip, min(clip, value)) - max(-clip, min(clip, target)))
+        error = 0.0 if error < 1e-9 else error
+        errors.append(error)
+        credits.append(max(0.0, 1.0 - error / config.eval_scale))
+    return (sum(credits) / len(answer.moves) if credits else 0.0), errors
+
+
+def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: PolicyRewardConfig,
+                 unlisted: dict[str, MoveValue] | None = None) -> Reward:  # fmt: skip
+    """The P: reward of a parsed completion against the engine's truth.
+
+    `unlisted` maps legal moves outside the engine's list (of M, and B) to their searched values;
+    a graded mode raises `ValueError` for a legal move it needs and lacks (never a silent 0).
+    Besides `POLICY_COMPONENTS`, reports when measurable ``eval_error`` (pawns), ``best_regret``
+    (B's win-probability regret) and ``moves_regret`` (mean over M's distinct legal moves, graded `top5` only).
+    """
+    if isinstance(answer, Malformed):
+        return Reward(config.malformed_penalty, {name: 0.0 for name in POLICY_COMPONENTS}, answer.reason)
+    legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
+    legal = len(legal_moves) / len(answer.moves)
+    graded = "graded" in (config.best_mode, config.top5_mode)
+    wins = _move_wins(truth, unlisted) if graded else {}
+    extra: dict[str, float] = {}
+
+    best_exact = float(answer.best == truth.best)
+    best = best_exact
+    if config.best_mode == "graded":
+        best = 0.0  # an illegal B
+        if answer.best in truth.legal:
+            extra["best_regret"] = _regret(answer.best, truth, wins)
+            best = config.credit(extra["best_regret"])
+
+    top = truth.moves[: min(MAX_LISTED_MOVES, len(truth.moves))]
+    top5_overlap = len(set(answer.moves) & set(top)) / len(top)
+    top5 = top5_overlap
+    if config.top5_mode == "graded":
+        top5, regrets = _graded_top5(legal_moves, truth, config, wins)
+        if regrets:
+            extra["moves_regret"] = sum(regrets) / len(regrets)
+
+    evaluation, errors = _eval_credit(answer, truth, config, unlisted)
+    if errors:
+        extra["eval_error"] = sum(errors) / len(errors)
+    components = {"format": 1.0, "legal": legal, "best": best, "top5": top5, "eval": evaluation,
+                  "best_exact": best_exact, "top5_overlap": top5_overlap, **extra}  # fmt: skip
+    total = (config.format_weight + config.legal_weight * legal + config.best_weight * best + config.top5_weight * top5
+             + config.eval_weight * evaluation)  # fmt: skip
+    return Reward(total, components, None, answer)
+
+
+def score_environment(answer: EnvironmentAnswer | Malformed, truth: EnvironmentAnswer, config: EnvironmentRewardConfig) -> Reward:
+    """The A: reward of a parsed completion against python-chess's truth."""
+    if isinstance(answer, Malformed):
+        return Reward(config.malformed_penalty, {name: 0.0 for name in ENVIRONMENT_COMPONENTS}, answer.reason)
+    predicted, expected = answer.fen.split(), truth.fen.split()
+    fen_exact = float(predicted == expected)
+    fen_fields = sum(a == b for a, b in zip(predicted, expected)) / 6.0
+    components = {
+        "format": 1.0,
+        "fen_exact": fen_exact,
+        "fen_fields": fen_fields,
+        "reward": float(abs(answer.reward - truth.reward) < 1e-9),
+        "terminated": float(answer.terminated == truth.terminated),
+        "truncated": float(answer.truncated == truth.truncated),
+    }
+    total = (config.format_weight + config.fen_exact_weight * fen_exact + config.fen_fields_weight * fen_fields
+             + config.reward_weight * components["reward"] + config.terminated_weight * components["terminated"]
+             + config.truncated_weight * components["truncated"])  # fmt: skip
+    return Reward(total, components, None, answer)
+
+
+def _unlisted_pairs(truth: PolicyTruth, answer: PolicyAnswer | Malformed, config: PolicyRewardConfig) -> list[tuple[str, str]]:
+    """The (FEN, move) pairs `score_policy` needs searched: legal moves of the answer outside the engine's list."""
+    if isinstance(answer, Malformed):
+        return []
+    moves: list[str] = []
+    if config.top5_mode == "graded" or (config.eval_unlisted_moves and config.eval_weight > 0):
+        moves += answer.moves
+    if config.best_mode == "graded":
+        moves.append(answer.best)
+    return [(truth.fen, m) for m in dict.fromkeys(moves) if m in truth.legal and m not in truth.moves]
+
+
+def score_completions(
+    pool: EnginePool | None,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    config: RookWorldRewardConfig,
+) -> list[Reward]:
+    """Rewards of completions of P: and A: prompts (any mix), engine calls batched and cached.
+
+    A prompt that is not a valid P:/A: prompt raises `ValueError` (prompts are inputs, not model
+    outputs); a completion that does not parse scores the task's malformed penalty.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    tasks = [task_of(p) for p in prompts]
+    rewards: list[Reward | None] = [None] * len(prompts)
+    policy_rows = [i for i, t in enumerate(tasks) if t == "policy"]
+    if policy_rows:
+        if pool is None:
+            raise ValueError("policy-task rewards need an engine pool")
+        pc = config.policy
+        fens = [" ".join(prompts[i].strip()[2:].split()) for i in policy_rows]
+        truths = policy_truths(pool, fens, nodes=pc.nodes, multipv=pc.multipv)
+        answers = [parse_policy_completion(completions[i]) for i in policy_rows]
+        pairs = [pair for truth, answer in zip(truths, answers) for pair in _unlisted_pairs(truth, answer, pc)]
+        by_fen: dict[str, dict[str, MoveValue]] = {}
+        for (fen, move), value in unlisted_move_values(pool, pairs, nodes=pc.nodes).items():
+            by_fen.setdefault(fen, {})[move] = value
+        for row, truth, answer in zip(policy_rows, truths, answers):
+            rewards[row] = score_policy(answer, truth, pc, by_fen.get(truth.fen))
+    for i, task in enumerate(tasks):
+        if task == "environment":
+            query = parse_environment_prompt(prompts[i])
+            truth = environment_step(query.fen, query.move)
+            rewards[i] = score_environment(parse_environment_completion(completions[i]), truth, config.environment)
+    return rewards  # type: ignore[return-value]
+
