@@ -4,6 +4,7 @@
 #   - torch pinned to 2.13.0 (the local CPU wheel on CPU machines, the CUDA build on GPU machines)
 #   - chessgrpo in editable mode with its dev extras
 #   - Debian's stockfish via apt when missing and we are root; otherwise a clear message
+#   - optional: Debian's chromium (headless, for the report's browser tests)
 #   - optional: Debian's ethereal-chess (a non-Stockfish UCI engine, ~100 KB) for the tests of other
 #     engines as eval games opponents (tests/test_other_engines.py); a failed install only says so
 set -euo pipefail
@@ -75,5 +76,16 @@ if ! command -v ethereal-chess >/dev/null 2>&1 && [ ! -x /usr/games/ethereal-che
     || { timeout 300 apt-get update -q >/dev/null 2>&1 \
          && timeout 300 apt-get install -y -q --no-install-recommends ethereal-chess >/dev/null 2>&1; } \
     || say "optional ethereal-chess not installed (tests/test_other_engines.py will try again or skip)"
+fi
+# Optional, never fatal: headless Chromium for the report's browser tests (tests/test_report.py renders the
+# HTML report and takes a screenshot); without it those two tests skip with a message.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+   && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Debian's chromium (optional: the report's headless-browser tests)"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 600 apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+    || { timeout 300 apt-get update -q >/dev/null 2>&1 \
+         && timeout 600 apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; } \
+    || say "optional chromium not installed (the report's browser tests will skip)"
 fi
 say "ready ($("$VENV/bin/python" -c 'import torch, chess; print(f"torch {torch.__version__}, python-chess {chess.__version__}")'))"

@@ -21,7 +21,8 @@ ROOKWORLD_NODES = 300
 
 
 class CLI:
-    """The `chessgrpo` command: `run` starts a real process, `main` calls the entry point in this process."""
+    """The `chessgrpo` command: `run` runs a real process to its end, `start` starts one and returns it, `main`
+    calls the entry point in this process."""
 
     def __init__(self, capsys: pytest.CaptureFixture[str]):
         self._capsys = capsys
@@ -32,6 +33,17 @@ class CLI:
         return subprocess.run(
             [sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
             env=env if env is not None else dict(os.environ),
+        )  # fmt: skip
+
+    def start(self, *args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+              **popen) -> subprocess.Popen:  # fmt: skip
+        """`python -m chessgrpo.cli ARGS` started and not waited for, for tests that kill it or talk to it: stdout
+        and stderr piped as text unless `popen` says otherwise (it also takes stdin=, start_new_session=, ...).
+        The caller waits for the process or kills it."""
+        options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+        return subprocess.Popen(
+            [sys.executable, "-m", "chessgrpo.cli", *args], cwd=cwd, env=env if env is not None else dict(os.environ),
+            **options,
         )  # fmt: skip
 
     def main(self, *args: str) -> tuple[int, str, str]:
@@ -46,7 +58,7 @@ class CLI:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> CLI:
-    """The `chessgrpo` command (a process with `cli.run`, in-process with `cli.main`)."""
+    """The `chessgrpo` command (a process with `cli.run` or `cli.start`, in-process with `cli.main`)."""
     return CLI(capsys)
 
 

@@ -4,17 +4,20 @@ in one line, echoes untrusted text cut to a readable length, and leaves nothing 
 Real files in tmp_path: scrambled and truncated Parquet shards, files with bytes that are not
 UTF-8, broken YAML, a truncated safetensors file, a corrupt evaluation-cache row (searched again
 by real Stockfish at 50 nodes), a truncated gzip PGN import.
+
+Cross-cutting: the readers of every command's inputs, through their APIs and the `chessgrpo` CLI
+(cli.py's one-line errors): board (FENs, FEN files, openings), config.py, data (schema, rookworld,
+pgn_import), engine/cache.py, eval (positions, puzzles), models (policy, lm), train (checkpoint,
+dataset), tasks/kinds configs, errors.py.
 """
 
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import logging
 import random
 import sqlite3
-from contextlib import redirect_stderr
 from pathlib import Path
 
 import chess
@@ -25,7 +28,6 @@ import torch
 
 from chessgrpo.board import encode_fen, move_to_action, parse_board, random_playout_positions, read_fen_file
 from chessgrpo.board.openings import read_openings
-from chessgrpo.cli import main
 from chessgrpo.config import ConfigError, EngineEvalConfig, load_config
 from chessgrpo.data import schema
 from chessgrpo.data.rookworld import ROOKWORLD_SCHEMA, read_rookworld, read_rookworld_text
@@ -41,14 +43,6 @@ from chessgrpo.tasks.kinds import config_class
 
 NOT_UTF8 = b"\xff\xfe not text \x80\n"
 START = chess.STARTING_FEN
-
-
-def run_cli(argv: list[str]) -> tuple[int, str]:
-    """Exit code and stderr of `chessgrpo ARGV`."""
-    err = io.StringIO()
-    with redirect_stderr(err):
-        code = main(argv)
-    return code, err.getvalue()
 
 
 def assert_one_line(stderr: str, *fragments: str) -> None:
@@ -95,13 +89,13 @@ def test_quote_and_one_line():
     assert len(one_line("y" * 5000)) < 340
 
 
-def test_a_10000_character_bad_fen_is_echoed_short(tmp_path):
+def test_a_10000_character_bad_fen_is_echoed_short(cli, tmp_path):
     junk = "rnbqkbnr/" * 1111 + "x"
     for call in (parse_board, encode_fen):
         with pytest.raises(ValueError) as caught:
             call(junk)
         assert len(str(caught.value)) < 300 and "10000 characters" in str(caught.value)
-    code, stderr = run_cli(["engine", "eval", "--fen", junk, f"run.out_dir={tmp_path}"])
+    code, _, stderr = cli.main("engine", "eval", "--fen", junk, f"run.out_dir={tmp_path}")
     assert code == 2
     assert_one_line(stderr, "malformed FEN", "10000 characters")
     assert not (tmp_path / "engine_eval").exists()  # nothing written before the input was read
@@ -123,7 +117,7 @@ def scrambled_dataset(tmp_path) -> tuple[Path, Path]:
     return directory, shard
 
 
-def test_scrambled_parquet_shard_names_the_file(scrambled_dataset, tmp_path):
+def test_scrambled_parquet_shard_names_the_file(cli, scrambled_dataset, tmp_path):
     directory, shard = scrambled_dataset
     for read in (
         lambda: schema.read_positions(directory, "test"),
@@ -136,10 +130,10 @@ def test_scrambled_parquet_shard_names_the_file(scrambled_dataset, tmp_path):
             read()
         message = str(caught.value)
         assert str(shard) in message and "\n" not in message and len(message) < 500, message
-    code, stderr = run_cli([
+    code, _, stderr = cli.main(
         "eval", "offline", "--policy", "random", "--positions", str(shard), "engine.processes=1", "engine.cache=false",
         "baselines=false", f"output={tmp_path / 'result.json'}",
-    ])  # fmt: skip
+    )  # fmt: skip
     assert code == 2
     assert_one_line(stderr, str(shard), "not a readable Parquet file")
     assert not (tmp_path / "result.json").exists()
@@ -167,10 +161,10 @@ def test_truncated_parquet_shard_and_rookworld_shard_name_the_file(tmp_path):
 # Text files: bytes that are not UTF-8, malformed lines
 
 
-def test_engine_eval_file_that_is_not_utf8_names_the_file(tmp_path):
+def test_engine_eval_file_that_is_not_utf8_names_the_file(cli, tmp_path):
     fens = tmp_path / "positions.fen"
     fens.write_bytes(START.encode() + b"\n" + NOT_UTF8)
-    code, stderr = run_cli(["engine", "eval", "--file", str(fens), f"run.out_dir={tmp_path / 'runs'}"])
+    code, _, stderr = cli.main("engine", "eval", "--file", str(fens), f"run.out_dir={tmp_path / 'runs'}")
     assert code == 2
     assert_one_line(stderr, f"{fens}:2:", "not a UTF-8 text file", "byte 0xff")
     assert not (tmp_path / "runs").exists()  # no config.yaml, no half a evaluations.jsonl
@@ -243,21 +237,21 @@ def test_every_float_of_every_config_rejects_inf():
         load_config(EngineEvalConfig, overrides=["engine.depth=0"])
 
 
-def test_cli_rejects_an_infinite_learning_rate(tmp_path):
-    code, stderr = run_cli(["train", "kind=move_group", "lr=.inf", f"run.out_dir={tmp_path}"])
+def test_cli_rejects_an_infinite_learning_rate(cli, tmp_path):
+    code, _, stderr = cli.main("train", "kind=move_group", "lr=.inf", f"run.out_dir={tmp_path}")
     assert code == 2
     assert_one_line(stderr, "config key lr", "finite")
     assert not any(tmp_path.iterdir())
 
 
-def test_yaml_syntax_error_names_file_and_line(tmp_path):
+def test_yaml_syntax_error_names_file_and_line(cli, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("kind: move_group\nlr: 1e-3\nsteps: [1, 2\ntask:\n  group_size: 4\n")
     with pytest.raises(ConfigError) as caught:
         load_config(config_class("move_group"), path)
     message = str(caught.value)
     assert str(path) in message and "line 4" in message and "\n" not in message, message
-    code, stderr = run_cli(["train", "--config", str(path)])
+    code, _, stderr = cli.main("train", "--config", str(path))
     assert code == 2
     assert_one_line(stderr, str(path), "not valid YAML", "line 4")
 
@@ -352,7 +346,7 @@ def test_a_corrupt_cache_entry_is_searched_again(tmp_path):
 # Nothing half-written
 
 
-def test_a_truncated_pgn_import_fails_naming_the_file_and_leaves_only_whole_shards(tmp_path):
+def test_a_truncated_pgn_import_fails_naming_the_file_and_leaves_only_whole_shards(cli, tmp_path):
     rng = random.Random(1)
     games = []
     for index in range(40):
@@ -366,10 +360,10 @@ def test_a_truncated_pgn_import_fails_naming_the_file_and_leaves_only_whole_shar
     pgn = tmp_path / "games.pgn.gz"
     pgn.write_bytes(packed[: int(len(packed) * 0.7)])
     out = tmp_path / "dataset"
-    code, stderr = run_cli([
+    code, _, stderr = cli.main(
         "data", "import-pgn", str(pgn), "--out", str(out), "nodes=50", "multipv=1", "positions_per_game=1",
         "shard_size=3", "engine.processes=1",
-    ])  # fmt: skip
+    )  # fmt: skip
     assert code == 2
     assert_one_line(stderr, str(pgn), "truncated or corrupt")
     shards = schema.shard_paths(out)

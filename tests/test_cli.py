@@ -4,35 +4,25 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import yaml
 from helpers import SYZYGY_DIR
 
 
-def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd
-    )
-
-
-def test_doctor_reports_versions_and_tables():
-    result = chessgrpo("doctor", f"engine.syzygy_path={SYZYGY_DIR}")
+def test_doctor_reports_versions_and_tables(cli):
+    result = cli.run("doctor", f"engine.syzygy_path={SYZYGY_DIR}")
     assert result.returncode == 0, result.stderr
     for expected in ("python", "torch", "python-chess", "Stockfish 15.1", "35 WDL tables up to 4 pieces"):
         assert expected in result.stdout
 
 
-def test_doctor_reports_the_shared_data_from_another_directory(tmp_path):
+def test_doctor_reports_the_shared_data_from_another_directory(cli, tmp_path):
     from helpers import REPO_ROOT, SHARED_DATA
 
     env = dict(os.environ)
     if not (REPO_ROOT.parent / "shared" / "data").is_dir():  # the shared data elsewhere: say where
         env["CHESSGRPO_DATA"] = str(SHARED_DATA)
-    result = subprocess.run(
-        [sys.executable, "-m", "chessgrpo.cli", "doctor"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
-    )
+    result = cli.run("doctor", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines() if "  " in line}
     assert rows["syzygy"].startswith("35 WDL tables up to 4 pieces in ")  # the default ../shared/data/syzygy, found
@@ -42,23 +32,23 @@ def test_doctor_reports_the_shared_data_from_another_directory(tmp_path):
     assert "all required components found" in result.stdout
 
 
-def test_version_names_chessgrpo_torch_and_python_chess():
+def test_version_names_chessgrpo_torch_and_python_chess(cli):
     from importlib.metadata import version
 
-    result = chessgrpo("--version")
+    result = cli.run("--version")
     assert result.returncode == 0 and result.stderr == ""
     [line] = result.stdout.splitlines()
     assert line.startswith(f"chessgrpo {version('chessgrpo')} (torch {version('torch')}, python-chess {version('chess')}, Python ")
 
 
-def test_doctor_fails_clearly_without_stockfish(tmp_path):
-    result = chessgrpo("doctor", f"engine.path={tmp_path / 'missing'}")
+def test_doctor_fails_clearly_without_stockfish(cli, tmp_path):
+    result = cli.run("doctor", f"engine.path={tmp_path / 'missing'}")
     assert result.returncode == 1
     assert "MISSING" in result.stdout and "apt-get install stockfish" in result.stdout
 
 
-def test_engine_eval_json_and_run_directory(tmp_path):
-    result = chessgrpo(
+def test_engine_eval_json_and_run_directory(cli, tmp_path):
+    result = cli.run(
         "engine", "eval", "--json",
         "--fen", "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1",
         "--fen", "6k1/5ppp/8/8/8/8/5PPP/r5K1 w - - 0 1",
@@ -72,29 +62,29 @@ def test_engine_eval_json_and_run_directory(tmp_path):
     assert len((tmp_path / "smoke" / "evaluations.jsonl").read_text().splitlines()) == 2
 
 
-def test_engine_eval_random_positions_with_cache(tmp_path):
+def test_engine_eval_random_positions_with_cache(cli, tmp_path):
     args = [
         "engine", "eval", f"run.out_dir={tmp_path}", "random_positions=12", "engine.nodes=500",
         f"engine.cache_path={tmp_path / 'cache.sqlite'}",
     ]  # fmt: skip
-    first, second = chessgrpo(*args), chessgrpo(*args)
+    first, second = cli.run(*args), cli.run(*args)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert "12 positions (12 searched, 0 from cache" in first.stdout
     assert "12 positions (0 searched, 12 from cache, hit rate 100%)" in second.stdout
 
 
-def test_bad_inputs_give_one_clear_error(tmp_path):
-    unknown = chessgrpo("engine", "eval", "engine.nodez=5", f"run.out_dir={tmp_path}")
+def test_bad_inputs_give_one_clear_error(cli, tmp_path):
+    unknown = cli.run("engine", "eval", "engine.nodez=5", f"run.out_dir={tmp_path}")
     assert unknown.returncode == 2 and "unknown config key engine.nodez" in unknown.stderr
     assert "Traceback" not in unknown.stderr
-    injected = chessgrpo("engine", "eval", "--fen", "8/8/8/8/8/8/8/K6k w - - 0 1\nquit", f"run.out_dir={tmp_path}")
+    injected = cli.run("engine", "eval", "--fen", "8/8/8/8/8/8/8/K6k w - - 0 1\nquit", f"run.out_dir={tmp_path}")
     assert injected.returncode == 2 and "malformed FEN" in injected.stderr and "Traceback" not in injected.stderr
-    missing = chessgrpo("engine", "eval", "engine.path=/nonexistent/stockfish", f"run.out_dir={tmp_path}", "random_positions=1")
+    missing = cli.run("engine", "eval", "engine.path=/nonexistent/stockfish", f"run.out_dir={tmp_path}", "random_positions=1")
     assert missing.returncode != 0 and "apt-get install stockfish" in missing.stderr
     assert "Traceback" not in missing.stderr
 
 
-def test_resume_names_config_keys_the_run_predates(tmp_path):
+def test_resume_names_config_keys_the_run_predates(cli, tmp_path):
     """A key added after a run started resumes with today's default; the warning says which and what."""
     from chessgrpo.config import save_config
     from chessgrpo.tasks.kinds.sft import SFTTrainConfig
@@ -105,6 +95,6 @@ def test_resume_names_config_keys_the_run_predates(tmp_path):
     written = yaml.safe_load((run_dir / "config.yaml").read_text())
     del written["move_order"]  # as written before the key existed
     (run_dir / "config.yaml").write_text(yaml.safe_dump(written))
-    result = chessgrpo("sft", "--resume", str(run_dir))
+    result = cli.run("sft", "--resume", str(run_dir))
     assert result.returncode != 0 and "no checkpoint" in result.stderr  # refused, after the warning
     assert "predates config keys" in result.stderr and "move_order=" in result.stderr and "shuffle" in result.stderr

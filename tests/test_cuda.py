@@ -8,6 +8,9 @@ torchrun's NCCL process group trains. Real Stockfish, real files, real processes
 
 Run them on a GPU machine with ``pytest tests/test_cuda.py`` (they are in the default run and
 skip in a second where ``torch.cuda.is_available()`` is false).
+
+Cross-cutting: every kind (tasks/kinds/) through the CLI on CUDA, models/placement.py (device,
+autocast, compile), train/checkpoint.py (GPU to CPU) and train/distributed.py (NCCL).
 """
 
 from __future__ import annotations

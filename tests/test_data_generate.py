@@ -7,8 +7,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import chess
@@ -158,19 +156,12 @@ def test_bad_arguments_give_one_clear_error(tmp_path, capsys):
     assert not (tmp_path / "a").exists()
 
 
-def chessgrpo(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "chessgrpo.cli", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
-    )  # fmt: skip
-
-
-def test_killed_run_resumes_without_duplicates_or_corrupt_shards(tmp_path, pool):
+def test_killed_run_resumes_without_duplicates_or_corrupt_shards(cli, tmp_path, pool):
     out = tmp_path / "resumed"
     args = ["data", "generate", "--out", str(out), "--positions", "200", "--nodes", str(NODES), "--multipv", str(MULTIPV),
             "--seed", "1", "shard_size=40", "concurrent_games=8", "engine.processes=2"]  # fmt: skip
     # Own session, so the kill also takes the engines; we kill only what we started.
-    process = chessgrpo(*args, start_new_session=True)
+    process = cli.start(*args, start_new_session=True)
     first = out / "train" / "shard-00000.parquet"
     deadline = time.monotonic() + 60
     while not first.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -181,7 +172,7 @@ def test_killed_run_resumes_without_duplicates_or_corrupt_shards(tmp_path, pool)
     stored = schema.read_positions(out, columns=["fen"]).num_rows  # every complete shard is readable
     assert 0 < stored < 200
 
-    finish = chessgrpo(*args)
+    finish = cli.start(*args)
     stdout, stderr = finish.communicate(timeout=120)
     assert finish.returncode == 0, stderr
     fens = schema.read_positions(out).column("fen").to_pylist()
@@ -189,7 +180,7 @@ def test_killed_run_resumes_without_duplicates_or_corrupt_shards(tmp_path, pool)
     assert not list(out.rglob("*.tmp")) and schema.read_manifest(out)["complete"]
 
     mtimes = {path: path.stat().st_mtime_ns for path in out.rglob("*")}
-    again = chessgrpo(*args)
+    again = cli.start(*args)
     stdout, stderr = again.communicate(timeout=120)
     assert again.returncode == 0 and "nothing to do" in stdout, stderr
     assert {path: path.stat().st_mtime_ns for path in out.rglob("*")} == mtimes

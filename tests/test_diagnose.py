@@ -1,7 +1,7 @@
 """`chessgrpo diagnose`: each failure found in a run that exhibits it, nothing in a healthy run.
 
 Real runs (real Stockfish at 50-200 nodes, real tiny models, real files; built once per session
-by `build_lab` and shared with test_report.py and test_tracking.py):
+by `build_lab` and shared with test_report.py and test_train_backends.py):
 
 - a small engine-labelled dataset and a 40-step pretraining run on it (the GRPO starting point);
 - ``healthy``: GRPO from the pretrained policy, with held-out evaluation -> no warnings;

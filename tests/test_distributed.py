@@ -7,6 +7,9 @@ halves and all-reduce them, so float32 rounding differs (~1e-7 per update) and A
 the root of the squared gradients, carries that into the weights. The tolerance `ATOL` (1e-4 after a
 few steps at lr 3e-3) is two orders of magnitude below what the same steps move the weights
 (checked: `MOVED`), and the rollouts themselves (rewards) and the gradient norms must agree.
+
+Cross-cutting: train/distributed.py with every kind's training (tasks/kinds/, train/loop.py),
+models/placement.py and train/checkpoint.py, run through the CLI under torchrun.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """Endgame curriculum: start positions, the tablebase tablebase, the perfect defender, rewards, evaluation.
 
 Real Syzygy tables from ../shared/data/syzygy (KQvK, KRvK: a few hundred probes per test).
+
+Cross-cutting: board/endgames.py (start positions), engine/tablebase.py and
+engine/tablebase_values.py (the tablebase values and the perfect defender), tasks/endgame_rewards.py
+(rewards), eval/endgame.py (evaluation).
 """
 
 from __future__ import annotations

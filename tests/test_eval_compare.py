@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -38,16 +36,13 @@ def test_a_consistent_improvement_is_found_and_pairs_are_matched_by_fen():
     assert top1.difference.value == pytest.approx(0.30) and top1.verdict == "better"
 
 
-def test_cli_compares_puzzle_files_and_rejects_mixed_kinds(tmp_path):
+def test_cli_compares_puzzle_files_and_rejects_mixed_kinds(cli, tmp_path):
     puzzles_a = [{"id": str(i), "rating": 1500, "first_move_correct": i < 20, "solved": i < 10, "played": []} for i in range(100)]
     puzzles_b = [{**p, "first_move_correct": int(p["id"]) < 40} for p in puzzles_a]
     _write(tmp_path / "a.json", "before", puzzles_a)
     _write(tmp_path / "b.json", "after", puzzles_b)
     _write(tmp_path / "offline.json", "x", [_offline("f", 0.1, True)])
-    done = subprocess.run(
-        [sys.executable, "-m", "chessgrpo.cli", "eval", "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"],
-        capture_output=True, text=True, check=False,
-    )
+    done = cli.run("eval", "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["n"] == 100 and result["a"] == "before" and result["b"] == "after"
@@ -57,10 +52,7 @@ def test_cli_compares_puzzle_files_and_rejects_mixed_kinds(tmp_path):
     with pytest.raises(ValueError, match="cannot compare a puzzles evaluation"):
         compare_files(tmp_path / "a.json", tmp_path / "offline.json")
     (tmp_path / "empty.json").write_text(json.dumps({"player": "x"}))
-    done = subprocess.run(
-        [sys.executable, "-m", "chessgrpo.cli", "eval", "compare", str(tmp_path / "a.json"), str(tmp_path / "empty.json")],
-        capture_output=True, text=True, check=False,
-    )
+    done = cli.run("eval", "compare", str(tmp_path / "a.json"), str(tmp_path / "empty.json"))
     assert done.returncode == 2 and "no per-item records" in done.stderr
 
 

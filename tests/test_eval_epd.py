@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import chess
@@ -56,14 +54,6 @@ def argmax_moves(checkpoint: Path, boards: list[chess.Board]) -> list[chess.Move
     return moves
 
 
-def cli_main(capsys, *args: str) -> tuple[int, str, str]:
-    from chessgrpo.cli import main
-
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_the_suite_parses_and_its_answers_hold():
     suite = read_epd(SUITE)
     assert suite.skipped == () and [p.id for p in suite.positions] == list(EXPECTED)
@@ -87,7 +77,7 @@ def test_the_suite_parses_and_its_answers_hold():
     assert counters.board.fen() == "6k1/5ppp/8/8/8/8/8/R5K1 w - - 3 40" and counters.id == "full fen"
 
 
-def test_cli_epd_solved_count_is_the_models_own_argmax_count(tmp_path, capsys):
+def test_cli_epd_solved_count_is_the_models_own_argmax_count(cli, tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "tiny")
     boards = [chess.Board(fen) for fen, _, _ in EXPECTED.values()]
     chosen = argmax_moves(checkpoint, boards)
@@ -98,8 +88,8 @@ def test_cli_epd_solved_count_is_the_models_own_argmax_count(tmp_path, capsys):
     assert 0 < expected < len(EXPECTED)  # the suite tells this model's moves apart
 
     output = tmp_path / "epd.json"
-    code, out, err = cli_main(
-        capsys, "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "--json", "baselines=false", f"output={output}"
+    code, out, err = cli.main(
+        "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "--json", "baselines=false", f"output={output}"
     )
     assert code == 0, err
     report = json.loads(out)
@@ -111,7 +101,7 @@ def test_cli_epd_solved_count_is_the_models_own_argmax_count(tmp_path, capsys):
     assert [r["id"] for r in records] == list(EXPECTED)
     assert [r["move"] for r in records] == [m.uci() for m in chosen] and [r["solved"] for r in records] == solved
 
-    code, out, err = cli_main(capsys, "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "-v", "baselines=false")
+    code, out, err = cli.main("eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "-v", "baselines=false")
     assert code == 0, err
     assert f"{expected}/{len(EXPECTED)}" in out and "Wilson" in out
     lines = [line for line in out.splitlines() if line.startswith(("  solved  ", "  missed  "))]
@@ -120,12 +110,11 @@ def test_cli_epd_solved_count_is_the_models_own_argmax_count(tmp_path, capsys):
     assert "(bm Qxf7#; am Qxe5+)" in out
 
 
-def test_cli_epd_with_search_mates_in_one(tmp_path):
+def test_cli_epd_with_search_mates_in_one(cli, tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "tiny")
-    result = subprocess.run(
-        [sys.executable, "-m", "chessgrpo.cli", "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE),
-         "--search-nodes", "8", "--json", "baselines=false", "engine.syzygy_path=null", f"output={tmp_path / 'out.json'}"],
-        capture_output=True, text=True, timeout=300,
+    result = cli.run(
+        "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE),
+        "--search-nodes", "8", "--json", "baselines=false", "engine.syzygy_path=null", f"output={tmp_path / 'out.json'}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -134,7 +123,7 @@ def test_cli_epd_with_search_mates_in_one(tmp_path):
     assert all(r["solved"] for r in records if r["id"] in MATES)  # a search scores a mate in one exactly
 
 
-def test_bad_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_path, caplog, capsys):
+def test_bad_lines_are_skipped_with_a_warning_naming_file_and_line(cli, tmp_path, caplog):
     good = SUITE.read_text().splitlines()[-1]  # queen.hangs
     long_fen = "8/" * 3000 + "8 w - -"
     lines = [
@@ -175,7 +164,7 @@ def test_bad_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_path, cap
         read_epd(tmp_path / "missing.epd")
 
     # The command scores what is left and says how many lines it skipped.
-    code, out, err = cli_main(capsys, "eval", "epd", "--policy", "random", "--epd", str(path), "baselines=false")
+    code, out, err = cli.main("eval", "epd", "--policy", "random", "--epd", str(path), "baselines=false")
     assert code == 0, err
     assert f"epd: 1 positions from {path} (7 bad lines skipped)" in out
 

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import time
 
 import chess
@@ -18,18 +17,9 @@ from helpers import SYZYGY_DIR, shared_file
 from chessgrpo.board import move_to_action
 from chessgrpo.board.openings import Opening
 from chessgrpo.eval.compare import compare_files
-from chessgrpo.eval.anchors import (
-    EngineMover,
-    PolicyMover,
-    RandomMover,
-    anchor_rating,
-    check_anchor,
-    parse_anchor,
-    parse_anchors,
-    parse_ratings,
-    probe_engine,
-    skill_level_elo,
-)
+from chessgrpo.eval.anchor_checks import check_anchor, probe_engine
+from chessgrpo.eval.anchors import anchor_rating, parse_anchor, parse_anchors, parse_ratings, skill_level_elo
+from chessgrpo.eval.movers import EngineMover, PolicyMover, RandomMover
 from chessgrpo.eval.games import (
     Adjudicator,
     GameSettings,
@@ -322,15 +312,11 @@ def test_policy_mover_with_search_mates_in_one_and_plays_legal_moves(value_check
 # The command
 
 
-def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
-
-
-def test_eval_games_command_json_and_pgn(tmp_path, checkpoint):
+def test_eval_games_command_json_and_pgn(cli, tmp_path, checkpoint):
     openings = tmp_path / "openings.epd"
     openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")
     pgn = tmp_path / "games.pgn"
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random,sf-nodes:1", "--games", "2",
         "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json",
         "max_plies=60", f"engine.syzygy_path={SYZYGY_DIR}", "anchor_ratings=[sf-nodes:1=1000]", cwd=tmp_path,
@@ -364,25 +350,25 @@ def test_eval_games_command_json_and_pgn(tmp_path, checkpoint):
     assert {m.metric: m.difference.value for m in comparison.metrics} == {"score": 0.0, "win_rate": 0.0, "stalemate_rate": 0.0}
 
 
-def test_eval_games_command_rejects_bad_input_clearly(tmp_path, checkpoint):
-    odd = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--games", "3", cwd=tmp_path)
+def test_eval_games_command_rejects_bad_input_clearly(cli, tmp_path, checkpoint):
+    odd = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--games", "3", cwd=tmp_path)
     assert odd.returncode == 2 and "even" in odd.stderr and "colour-swapped pairs" in odd.stderr
-    unknown = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "no_such_key=1", cwd=tmp_path)
+    unknown = cli.run("eval", "games", "--checkpoint", str(checkpoint), "no_such_key=1", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown config key no_such_key" in unknown.stderr
-    weak = chessgrpo(
+    weak = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-elo:1000", "--games", "2",
         "--openings", str(tmp_path / "missing.epd"), cwd=tmp_path,
     )  # fmt: skip
     assert weak.returncode == 2 and "accepts UCI_Elo" in weak.stderr
-    sprt = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--sprt", "0,10", cwd=tmp_path)
+    sprt = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--sprt", "0,10", cwd=tmp_path)
     assert sprt.returncode == 2 and "--opponent" in sprt.stderr
 
 
-def test_eval_games_command_with_a_search_budget_records_it(tmp_path, value_checkpoint):
+def test_eval_games_command_with_a_search_budget_records_it(cli, tmp_path, value_checkpoint):
     openings = tmp_path / "openings.epd"
     openings.write_text(OPENINGS[0].fen + "\n")
     pgn = tmp_path / "games.pgn"
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random", "--games", "2", "--search-nodes", "16",
         "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=60",
         f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
@@ -401,9 +387,9 @@ def test_eval_games_command_with_a_search_budget_records_it(tmp_path, value_chec
         assert str(value_checkpoint.resolve()) in (game.headers.get("WhiteSource"), game.headers.get("BlackSource"))
 
 
-def test_eval_games_search_without_a_value_head_fails_before_any_game(tmp_path, checkpoint):
+def test_eval_games_search_without_a_value_head_fails_before_any_game(cli, tmp_path, checkpoint):
     pgn = tmp_path / "games.pgn"
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2", "--search-nodes", "8",
         "--openings", str(tmp_path / "unused.epd"), "--workers", "2", "--pgn", str(pgn), cwd=tmp_path,
     )  # fmt: skip
@@ -411,14 +397,14 @@ def test_eval_games_search_without_a_value_head_fails_before_any_game(tmp_path, 
     [line] = completed.stderr.strip().splitlines()
     assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line
     assert not pgn.exists()
-    sampled = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--search-nodes", "8", "--temperature", "1", cwd=tmp_path)
+    sampled = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--search-nodes", "8", "--temperature", "1", cwd=tmp_path)
     assert sampled.returncode == 2 and "search plays deterministically" in sampled.stderr
 
 
-def test_sprt_between_two_checkpoints_stops_when_decided(tmp_path, checkpoint):
+def test_sprt_between_two_checkpoints_stops_when_decided(cli, tmp_path, checkpoint):
     # The same weights on both sides: every colour-swapped pair scores exactly 1, far from elo0 = 200.
     pgn = tmp_path / "sprt.pgn"
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--sprt", "200,400", "--opponent", str(checkpoint),
         "--games", "40", "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=16", "engine.cache=false",
         f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
@@ -494,7 +480,7 @@ def test_configs_games_yaml_matches_the_defaults():
 def test_position_counts_agree_with_python_chess_repetition():
     import random
 
-    from chessgrpo.eval.anchors import position_counts, position_key
+    from chessgrpo.eval.movers import position_counts, position_key
 
     rng = random.Random(0)
     board = chess.Board("4k3/8/8/8/8/8/8/R3K2R w KQ - 0 1")  # few moves: repetitions are common
@@ -538,15 +524,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_workers_leave_when_eval_games_is_killed(tmp_path, value_checkpoint):
+def test_workers_leave_when_eval_games_is_killed(cli, tmp_path, value_checkpoint):
     """kill -9 of `eval games` runs no cleanup in the parent: its workers must notice and exit
     rather than play every queued game (found when a long ladder run was stopped with SIGTERM)."""
     openings = tmp_path / "openings.epd"
     openings.write_text(OPENINGS[0].fen + "\n")
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "chessgrpo.cli", "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random",
-         "--games", "400", "--search-nodes", "16", "--openings", str(openings), "--workers", "2", "--pgn", str(tmp_path / "g.pgn"),
-         "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}"],
+    parent = cli.start(
+        "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random",
+        "--games", "400", "--search-nodes", "16", "--openings", str(openings), "--workers", "2", "--pgn", str(tmp_path / "g.pgn"),
+        "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}",
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -618,15 +604,14 @@ def test_journal_keys_follow_settings_weights_and_openings(tmp_path, checkpoint,
     assert GameJournal(tmp_path / "r.jsonl", settings_for(retrained), retrained_tasks).load() == []
 
 
-def test_eval_games_killed_then_rerun_plays_only_the_missing_games(tmp_path, value_checkpoint):
+def test_eval_games_killed_then_rerun_plays_only_the_missing_games(cli, tmp_path, value_checkpoint):
     openings = tmp_path / "openings.epd"
     openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")
     pgn = tmp_path / "g.pgn"
     journal = tmp_path / "g.pgn.journal.jsonl"
     common = ["eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random", "--search-nodes", "16",
               "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "max_plies=60", f"engine.syzygy_path={SYZYGY_DIR}"]  # fmt: skip
-    first = subprocess.Popen([sys.executable, "-m", "chessgrpo.cli", *common, "--games", "400"], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    first = cli.start(*common, "--games", "400", cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count("\n") < 3):
@@ -640,7 +625,7 @@ def test_eval_games_killed_then_rerun_plays_only_the_missing_games(tmp_path, val
     journaled = [json.loads(line)["result"] for line in journal.read_text().splitlines() if line.strip()]
     assert len(journaled) >= 3
     done = min(len(journaled), 8)
-    rerun = chessgrpo(*common, "--games", "8", "--json", cwd=tmp_path)
+    rerun = cli.run(*common, "--games", "8", "--json", cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming: {done} of 8 games already played" in rerun.stderr
     summary = json.loads(rerun.stdout)
@@ -650,5 +635,5 @@ def test_eval_games_killed_then_rerun_plays_only_the_missing_games(tmp_path, val
     for result in journaled[:done]:  # the resumed games are in the PGN as they were played
         assert result["pgn"] in games
     assert not journal.exists(), "a finished run removes its journal"
-    fresh = chessgrpo(*common, "--games", "2", "--json", "resume=false", cwd=tmp_path)
+    fresh = cli.run(*common, "--games", "2", "--json", "resume=false", cwd=tmp_path)
     assert fresh.returncode == 0 and json.loads(fresh.stdout)["games_resumed"] == 0

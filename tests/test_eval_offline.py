@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import chess
 import pyarrow as pa
@@ -198,17 +196,13 @@ def _touch(path):
     return path
 
 
-def chessgrpo(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300)
-
-
 ENGINE_ARGS = (f"nodes={NODES}", "engine.processes=2", "engine.cache=false", "baseline_nodes=50")
 
 
-def test_cli_offline_json_shape(tmp_path):
+def test_cli_offline_json_shape(cli, tmp_path):
     path = tmp_path / "positions.fen"
     path.write_text("\n".join(TACTICAL + QUIET) + "\n")
-    result = chessgrpo("eval", "offline", "--policy", "random", "--positions", str(path), "--max-positions", "6", "--json", *ENGINE_ARGS)
+    result = cli.run("eval", "offline", "--policy", "random", "--positions", str(path), "--max-positions", "6", "--json", *ENGINE_ARGS)
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.strip().splitlines()
     report = json.loads(line)
@@ -221,24 +215,24 @@ def test_cli_offline_json_shape(tmp_path):
     assert report["valuation"] == f"nodes={NODES}" and report["positions"]["n"] == 6
 
 
-def test_cli_offline_table_and_errors(tmp_path):
+def test_cli_offline_table_and_errors(cli, tmp_path):
     path = tmp_path / "positions.epd"
     path.write_text("\n".join(TACTICAL) + "\n")
     output = tmp_path / "out" / "offline.json"
-    table = chessgrpo("eval", "offline", "--policy", "stockfish", "--positions", str(path), f"output={output}", *ENGINE_ARGS)
+    table = cli.run("eval", "offline", "--policy", "stockfish", "--positions", str(path), f"output={output}", *ENGINE_ARGS)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith("offline eval: 4 positions") and "top-1 agreement" in lines[1]
     assert lines[2].startswith("stockfish (50 nodes)") and lines[3].startswith("random")
     saved = json.loads(output.read_text())
     assert saved["config"]["nodes"] == NODES and len(saved["records"]["player"]) == 4
-    missing = chessgrpo("eval", "offline", "--policy", "random", "--positions", str(tmp_path / "nope.fen"), *ENGINE_ARGS)
+    missing = cli.run("eval", "offline", "--policy", "random", "--positions", str(tmp_path / "nope.fen"), *ENGINE_ARGS)
     assert missing.returncode == 2 and "nope.fen" in missing.stderr
-    both = chessgrpo("eval", "offline", "--policy", "random", "--checkpoint", str(tmp_path))
+    both = cli.run("eval", "offline", "--policy", "random", "--checkpoint", str(tmp_path))
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
-def test_policy_player_from_a_checkpoint_through_the_cli(tmp_path):
+def test_policy_player_from_a_checkpoint_through_the_cli(cli, tmp_path):
     import torch
     from chessgrpo.eval.players import PolicyPlayer
     from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
@@ -253,11 +247,11 @@ def test_policy_player_from_a_checkpoint_through_the_cli(tmp_path):
 
     path = tmp_path / "positions.fen"
     path.write_text("\n".join(TACTICAL + QUIET) + "\n")
-    result = chessgrpo("eval", "offline", "--checkpoint", str(checkpoint), "--positions", str(path), "--json", "baselines=false", *ENGINE_ARGS)
+    result = cli.run("eval", "offline", "--checkpoint", str(checkpoint), "--positions", str(path), "--json", "baselines=false", *ENGINE_ARGS)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["player"] == str(checkpoint) and report["baselines"] == {} and report["top1"]["n"] == 8
-    missing = chessgrpo("eval", "puzzles", "--checkpoint", str(tmp_path / "none"), "baselines=false")
+    missing = cli.run("eval", "puzzles", "--checkpoint", str(tmp_path / "none"), "baselines=false")
     assert missing.returncode == 2 and "no checkpoint" in missing.stderr
 
 
@@ -296,13 +290,13 @@ def test_policy_player_with_search_finds_the_mate_an_untrained_policy_misses(tmp
         search_settings(8, c_puct=0.0)
 
 
-def test_cli_offline_with_search_nodes(tmp_path):
+def test_cli_offline_with_search_nodes(cli, tmp_path):
     from helpers import SYZYGY_DIR
 
     checkpoint = value_head_checkpoint(tmp_path / "vh")
     path = tmp_path / "positions.fen"
     path.write_text("\n".join([BACK_RANK_MATE, *TACTICAL[:2]]) + "\n")
-    result = chessgrpo(
+    result = cli.run(
         "eval", "offline", "--checkpoint", str(checkpoint), "--positions", str(path), "--search-nodes", "16",
         "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}", *ENGINE_ARGS,
     )  # fmt: skip
@@ -311,5 +305,5 @@ def test_cli_offline_with_search_nodes(tmp_path):
     assert report["player"] == f"{checkpoint} (puct 16 nodes)" and report["top1"]["n"] == 3
     assert report["search"]["nodes"] == 16 and report["search"]["algorithm"] == "puct"
     assert report["search"]["syzygy_path"] == str(SYZYGY_DIR)
-    baseline = chessgrpo("eval", "offline", "--policy", "random", "--positions", str(path), "--search-nodes", "8", *ENGINE_ARGS)
+    baseline = cli.run("eval", "offline", "--policy", "random", "--positions", str(path), "--search-nodes", "8", *ENGINE_ARGS)
     assert baseline.returncode == 2 and "only a --checkpoint policy searches" in baseline.stderr

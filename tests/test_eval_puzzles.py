@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import chess
@@ -174,13 +172,9 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def chessgrpo(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300)
-
-
-def test_cli_puzzles_json_with_baseline(tmp_path):
+def test_cli_puzzles_json_with_baseline(cli, tmp_path):
     csv_path = shared_file("lichess_puzzles_dev.csv")
-    result = chessgrpo(
+    result = cli.run(
         "eval", "puzzles", "--policy", "random", "--puzzles", str(csv_path), "--max-puzzles", "60", "--json",
         "engine.processes=2", "engine.cache=false",
     )  # fmt: skip
@@ -195,9 +189,9 @@ def test_cli_puzzles_json_with_baseline(tmp_path):
     assert report["puzzles"] == {"source": str(csv_path), "n": 60, "skipped": 0}
 
 
-def test_cli_puzzles_table_without_engine(tmp_path):
+def test_cli_puzzles_table_without_engine(cli, tmp_path):
     path = write_csv(tmp_path / "two.csv", [TWO_MATES, "BADFEN,not a fen,e2e4 e7e5,1500,1,1,1,,,"])
-    result = chessgrpo("eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent")
+    result = cli.run("eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent")
     assert result.returncode == 0, result.stderr
     assert "puzzles: 1 from" in result.stdout and "(1 malformed rows skipped)" in result.stdout
     assert "solve rate by rating" in result.stdout and "<1000" in result.stdout
@@ -213,11 +207,11 @@ def value_head_checkpoint(directory: Path, value_head: bool = True) -> Path:
     return save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=value_head)), directory)
 
 
-def test_cli_puzzles_with_search_nodes(tmp_path):
+def test_cli_puzzles_with_search_nodes(cli, tmp_path):
     from helpers import SYZYGY_DIR
 
     checkpoint = value_head_checkpoint(tmp_path / "vh")
-    result = chessgrpo(
+    result = cli.run(
         "eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(shared_file("lichess_puzzles_dev.csv")),
         "--max-puzzles", "5", "--search-nodes", "16", "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}",
     )  # fmt: skip
@@ -227,10 +221,10 @@ def test_cli_puzzles_with_search_nodes(tmp_path):
     assert report["search"]["nodes"] == 16 and report["search"]["algorithm"] == "puct"
 
 
-def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(tmp_path):
+def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(cli, tmp_path):
     checkpoint = value_head_checkpoint(tmp_path / "plain", value_head=False)
     path = write_csv(tmp_path / "one.csv", [TWO_MATES])
-    result = chessgrpo("eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(path), "--search-nodes", "8", "baselines=false")
+    result = cli.run("eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(path), "--search-nodes", "8", "baselines=false")
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line
@@ -262,15 +256,6 @@ def compressed(path: Path, name: str, codec: str) -> Path:
     return out
 
 
-def cli_main(capsys, *args: str) -> tuple[int, str, str]:
-    """The command line in this process (no interpreter start-up): (exit code, stdout, stderr)."""
-    from chessgrpo.cli import main
-
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_zstd_and_gzip_puzzle_files_read_like_the_plain_csv(tmp_path):
     plain = shared_slice(tmp_path, 80)
     files = {
@@ -288,7 +273,7 @@ def test_zstd_and_gzip_puzzle_files_read_like_the_plain_csv(tmp_path):
         ], name
 
 
-def test_a_truncated_compressed_file_is_one_error_naming_it(tmp_path, capsys):
+def test_a_truncated_compressed_file_is_one_error_naming_it(cli, tmp_path):
     plain = shared_slice(tmp_path, 200)
     for codec, name in (("zstd", "cut.csv.zst"), ("gzip", "cut.csv.gz")):
         whole = compressed(plain, name, codec)
@@ -297,19 +282,19 @@ def test_a_truncated_compressed_file_is_one_error_naming_it(tmp_path, capsys):
             read_puzzles(whole)
         message = str(caught.value)
         assert message.startswith(f"{whole}: truncated or corrupt {codec} file") and "\n" not in message, message
-    code, out, err = cli_main(capsys, "eval", "puzzles", "--policy", "random", "--puzzles", str(whole), "baselines=false")
+    code, out, err = cli.main("eval", "puzzles", "--policy", "random", "--puzzles", str(whole), "baselines=false")
     assert code == 2 and out == ""
     [line] = err.strip().splitlines()
     assert line.startswith(f"chessgrpo: {whole}: truncated or corrupt gzip file"), line
 
 
-def test_cli_puzzles_from_zst_gives_the_plain_csv_results(tmp_path, capsys):
+def test_cli_puzzles_from_zst_gives_the_plain_csv_results(cli, tmp_path):
     plain = shared_slice(tmp_path, 60)
     zst = compressed(plain, "slice.csv.zst", "zstd")
     reports = {}
     for path in (plain, zst):
-        code, out, err = cli_main(
-            capsys, "eval", "puzzles", "--policy", "random", "--puzzles", str(path), "--max-puzzles", "40", "--json",
+        code, out, err = cli.main(
+            "eval", "puzzles", "--policy", "random", "--puzzles", str(path), "--max-puzzles", "40", "--json",
             "baselines=false", f"output={path}.json",
         )  # fmt: skip
         assert code == 0, err
@@ -395,17 +380,17 @@ def test_by_theme_and_by_rating_band_counts_and_intervals():
     assert set(payload["by_rating"]) == set(result.by_rating)
 
 
-def test_cli_puzzles_prints_and_writes_the_theme_and_band_table(tmp_path, capsys):
+def test_cli_puzzles_prints_and_writes_the_theme_and_band_table(cli, tmp_path, capsys):
     path = write_csv(tmp_path / "two.csv", [TWO_MATES, TWO_MATES.replace("2MATE", "3MATE").replace(",900,", ",1600,")])
     args = ["eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent"]
-    code, out, err = cli_main(capsys, *args, "--min-theme-puzzles", "2", "--rating-bands", "1000,1500")
+    code, out, err = cli.main(*args, "--min-theme-puzzles", "2", "--rating-bands", "1000,1500")
     assert code == 0, err
     assert "solve rate by rating" in out and "by rating band and by theme (themes of >= 2 puzzles)" in out
     table = out.split("by rating band and by theme")[1]
     for group in ("rating <1000", "rating >=1500", "theme mate ", "theme mateIn1"):
         assert group in table, (group, out)
     assert "1000-1499" not in table  # an empty band is left out
-    code, out, err = cli_main(capsys, *args, "--json", f"output={tmp_path / 'out.json'}")  # default: themes of >= 20 puzzles
+    code, out, err = cli.main(*args, "--json", f"output={tmp_path / 'out.json'}")  # default: themes of >= 20 puzzles
     report = json.loads(out)
     assert code == 0 and report["by_theme"] == {} and report["min_theme_puzzles"] == 20
     assert list(report["by_rating"]) == ["<1000", "1400-1799"]
@@ -413,7 +398,7 @@ def test_cli_puzzles_prints_and_writes_the_theme_and_band_table(tmp_path, capsys
     assert saved["config"]["rating_bands"] == [1000, 1400, 1800, 2200]
     assert saved["records"]["player"][0]["themes"] == ["mate", "mateIn1"]
     with pytest.raises(SystemExit):
-        cli_main(capsys, *args, "--rating-bands", "1500,1000")
+        cli.main(*args, "--rating-bands", "1500,1000")
     assert "expected increasing integers" in capsys.readouterr().err
-    code, _, err = cli_main(capsys, *args, "rating_bands=[2000,1000]")
+    code, _, err = cli.main(*args, "rating_bands=[2000,1000]")
     assert code == 2 and "rating_bands must be one or more strictly increasing integers" in err

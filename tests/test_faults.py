@@ -9,6 +9,10 @@ files, malformed inputs) is `bench/faults.py`; its last table is in docs/reliabi
 Rely on the engine pool's fault handling (start-up retries with backoff, per-search retries on a
 fresh process, `engine.timeout_s`): the start-up, SIGSTOP and kill-storm tests. Rely on the
 readers' one-line errors that name their input: `test_malformed_input_gives_one_line_naming_it`.
+
+Cross-cutting: testing/faults.py injects the faults; what is under test is engine/pool.py's fault
+handling, the `train` and `data generate` commands killed and resumed or run again (train/loop.py,
+data/generate.py), and the readers' one-line errors (`engine eval`, `eval offline`).
 """
 
 from __future__ import annotations

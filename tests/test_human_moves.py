@@ -2,7 +2,11 @@
 and ``[%clk]`` annotations and the headers of each position (checked ply by ply against hand-written
 values), datasets written before those columns still read and pretrain, and ``objective: human``
 learns the players' moves (with a rating band that keeps exactly the rows it should). Real PGN files,
-the real Stockfish at tiny node limits, real tiny models."""
+the real Stockfish at tiny node limits, real tiny models.
+
+Cross-cutting: data/pgn_import.py (the import), train/dataset.py (human moves, old datasets) and
+tasks/kinds/pretrain.py (`objective: human`) on train/loop.py.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 learners (GRPO core and SFT), checkpoints without optimizer state, prompt/completion token boundaries.
 
 Every model here is a tiny GPT-2 built locally with an offline byte-level BPE (no downloads).
+
+Cross-cutting: models/lm.py (chunked log-probs), train/learner.py and tasks/sft.py (micro-batches),
+train/checkpoint.py (no optimizer state), tasks/lm_rollout.py and models/prompt_bos.py (token
+boundaries).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Back-rank positions (Black's king behind its three pawns, a White rook with a fr
 eighth rank, a knight, pawns and the king placed at random) all have a mate in one. A tiny policy
 trained from scratch with `kind: move_group` on 300 of them, rewarded by real Stockfish through
 `tasks.rewards.shaped_value`, must mate in most of 200 others it never saw.
+
+Cross-cutting (a learning test, end to end): tasks/kinds/move_group.py, tasks/rewards.py and
+train/loop.py together.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ Real tiny policies, real Syzygy tables and real Stockfish (50-node rewards) thro
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -242,10 +240,9 @@ def test_the_shipped_mixture_config_loads():
     assert names == ["one_move", "games"] and config.task_configs()[1].task.opponent == "reference"
 
 
-def test_train_command_rejects_a_shared_key_in_a_task(tmp_path):
-    command = [sys.executable, "-m", "chessgrpo", "train", "--config", "configs/grpo_mixture_tiny.yaml",
-               "tasks.games.config.steps=5", f"run.out_dir={tmp_path}"]  # fmt: skip
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+def test_train_command_rejects_a_shared_key_in_a_task(cli, tmp_path):
+    result = cli.run("train", "--config", "configs/grpo_mixture_tiny.yaml", "tasks.games.config.steps=5", f"run.out_dir={tmp_path}",
+                     cwd=REPO, timeout=120)  # fmt: skip
     assert result.returncode != 0 and "tasks[1].config.steps: set it on the mixture" in result.stderr
     assert result.stderr.count("\n") <= 2  # one clear line, no traceback
 

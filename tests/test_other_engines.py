@@ -7,6 +7,9 @@ The Debian engine is Ethereal (`ethereal-chess`): it obeys depth limits and answ
 milliseconds (Glaurung 2.2 and Toga II overshoot or ignore node limits, Fairy-Max speaks xboard
 only). The set-up installs it with apt-get when it is missing and we are root; otherwise the
 tests that need it are skipped, saying so.
+
+Cross-cutting: engine/uci.py and engine/pool.py, eval/anchors.py, eval/anchor_checks.py and
+eval/movers.py, and the `eval games` and `doctor` commands.
 """
 
 from __future__ import annotations
@@ -30,15 +33,9 @@ from helpers import SYZYGY_DIR
 
 from chessgrpo.engine import EngineError, EngineNotFoundError, EnginePool, RetryPolicy
 from chessgrpo.engine.uci import EngineUnsupported, UciProcess, parse_option
-from chessgrpo.eval.anchors import (
-    EngineMover,
-    anchor_rating,
-    load_engines,
-    parse_anchor,
-    parse_anchors,
-    prepare_anchors,
-    probe_anchor,
-)
+from chessgrpo.eval.anchor_checks import prepare_anchors, probe_anchor
+from chessgrpo.eval.anchors import anchor_rating, load_engines, parse_anchor, parse_anchors
+from chessgrpo.eval.movers import EngineMover
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
@@ -109,10 +106,6 @@ TIMEOUT_S = 3.0  # a Python fake engine starts in ~0.3 s; generous on a loaded m
 FAST_RETRY = RetryPolicy(retries_per_position=1, startup_attempts=2, backoff_s=0.01, max_backoff_s=0.05)
 
 
-def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=600, cwd=cwd)
-
-
 def parse_pgns(text: str) -> list[chess.pgn.Game]:
     handle, games = io.StringIO(text), []
     while (game := chess.pgn.read_game(handle)) is not None:
@@ -125,7 +118,7 @@ def parse_pgns(text: str) -> list[chess.pgn.Game]:
 # A Debian engine as an opponent
 
 
-def test_twenty_games_against_a_debian_engine_from_an_engines_file(tmp_path, checkpoint, debian_engine):
+def test_twenty_games_against_a_debian_engine_from_an_engines_file(cli, tmp_path, checkpoint, debian_engine):
     engines = tmp_path / "engines.yaml"
     engines.write_text(
         f"engines:\n"
@@ -139,10 +132,10 @@ def test_twenty_games_against_a_debian_engine_from_an_engines_file(tmp_path, che
     openings.write_text("\n".join(OPENINGS) + "\n")
     pgn, output = tmp_path / "games.pgn", tmp_path / "summary.json"
     started = time.monotonic()
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--engines", str(engines), "--anchors", "ethereal-d3",
         "--games", "20", "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json",
-        "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}", f"output={output}", cwd=tmp_path,
+        "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}", f"output={output}", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     seconds = time.monotonic() - started
     assert completed.returncode == 0, completed.stderr
@@ -170,14 +163,14 @@ def test_twenty_games_against_a_debian_engine_from_an_engines_file(tmp_path, che
     assert json.loads(output.read_text())["config"]["engines"] == str(engines)
 
 
-def test_inline_uci_anchor_is_named_by_its_engine_and_keeps_its_settings(tmp_path, checkpoint, debian_engine):
+def test_inline_uci_anchor_is_named_by_its_engine_and_keeps_its_settings(cli, tmp_path, checkpoint, debian_engine):
     openings = tmp_path / "openings.epd"
     openings.write_text(OPENINGS[0] + "\n")
     pgn = tmp_path / "games.pgn"
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", f"random,uci:{DEBIAN_PACKAGE}:depth=1:option.Hash=4:elo=1900",
         "--games", "2", "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=120",
-        f"engine.syzygy_path={SYZYGY_DIR}", "anchor_ratings=[random=0]", cwd=tmp_path,
+        f"engine.syzygy_path={SYZYGY_DIR}", "anchor_ratings=[random=0]", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
@@ -198,8 +191,8 @@ def test_the_pool_runs_a_non_stockfish_engine_without_crashing_it(debian_engine)
         assert pool.stats.engine_failures == 0
 
 
-def test_doctor_says_when_engine_path_is_not_stockfish(debian_engine, tmp_path):
-    result = chessgrpo("doctor", f"engine.path={debian_engine}", "engine.syzygy_path=null")
+def test_doctor_says_when_engine_path_is_not_stockfish(cli, debian_engine, tmp_path):
+    result = cli.run("doctor", f"engine.path={debian_engine}", "engine.syzygy_path=null", timeout=600)
     assert result.returncode == 1
     assert f"{DEBIAN_ENGINE_NAME} ({debian_engine})" in result.stdout
     assert f"NOT STOCKFISH: engine.path runs {DEBIAN_ENGINE_NAME}" in result.stdout
@@ -207,29 +200,29 @@ def test_doctor_says_when_engine_path_is_not_stockfish(debian_engine, tmp_path):
     assert "all required components found" not in result.stdout
     # The fake engine, which has no MultiPV: said too.
     fake = fake_engine(tmp_path, "ok", "--no-multipv")
-    result = chessgrpo("doctor", f"engine.path={fake}", "engine.syzygy_path=null")
+    result = cli.run("doctor", f"engine.path={fake}", "engine.syzygy_path=null", timeout=600)
     assert result.returncode == 1 and "FakeEngine 1.0" in result.stdout and "MultiPV NO" in result.stdout
     assert "NOT STOCKFISH" in result.stdout
     # Stockfish itself passes, with its checks listed.
-    result = chessgrpo("doctor", "engine.syzygy_path=null")
+    result = cli.run("doctor", "engine.syzygy_path=null", timeout=600)
     assert result.returncode == 0 and "Stockfish 15.1" in result.stdout and "MultiPV yes; go nodes 1000: stopped" in result.stdout
 
 
-def test_stockfish_anchors_and_the_opening_suite_refuse_another_engine_up_front(tmp_path, checkpoint, debian_engine):
-    skill = chessgrpo(
+def test_stockfish_anchors_and_the_opening_suite_refuse_another_engine_up_front(cli, tmp_path, checkpoint, debian_engine):
+    skill = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-skill:0", "--games", "2",
-        "--openings", str(tmp_path / "unused.epd"), f"engine.path={debian_engine}", cwd=tmp_path,
+        "--openings", str(tmp_path / "unused.epd"), f"engine.path={debian_engine}", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert skill.returncode == 2
     assert f"anchor 'sf-skill:0' plays Stockfish, but engine.path is {DEBIAN_ENGINE_NAME}" in skill.stderr
-    suite = chessgrpo(
+    suite = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2",
-        f"engine.path={debian_engine}", cwd=tmp_path,
+        f"engine.path={debian_engine}", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert suite.returncode == 2 and "not Stockfish: the generated opening suite" in suite.stderr
     assert "--openings FILE" in suite.stderr
     # The issue's example: an engine name that is not defined anywhere says what is accepted.
-    unknown = chessgrpo("eval", "games", "--checkpoint", str(checkpoint), "--anchors", "fairymax", "--games", "2", cwd=tmp_path)
+    unknown = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--anchors", "fairymax", "--games", "2", cwd=tmp_path, timeout=600)
     assert unknown.returncode == 2 and "unknown anchor 'fairymax'" in unknown.stderr and "uci:PATH" in unknown.stderr
 
 
@@ -516,11 +509,11 @@ def test_each_anchor_engine_is_checked_once_before_any_game(tmp_path, mode, sett
     assert time.monotonic() - started < TIMEOUT_S + 10
 
 
-def test_eval_games_with_a_broken_engine_is_one_line_before_any_game(tmp_path, checkpoint):
+def test_eval_games_with_a_broken_engine_is_one_line_before_any_game(cli, tmp_path, checkpoint):
     pgn = tmp_path / "games.pgn"
-    completed = chessgrpo(
+    completed = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", f"random,uci:{fake_engine(tmp_path, 'garbage-bestmove')}",
-        "--games", "2", "--openings", str(tmp_path / "unused.epd"), "--pgn", str(pgn), "engine.timeout_s=5", cwd=tmp_path,
+        "--games", "2", "--openings", str(tmp_path / "unused.epd"), "--pgn", str(pgn), "engine.timeout_s=5", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 1 and completed.stdout == ""
     [line] = completed.stderr.strip().splitlines()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -110,11 +108,12 @@ def test_doctor_reports_missing_data_honestly(elsewhere, monkeypatch):
 # The commands, run from a temporary directory
 
 
-def chessgrpo(*args: str, cwd: Path, data: Path | None = None) -> subprocess.CompletedProcess:
+def data_env(data: Path | None) -> dict[str, str]:
+    """This environment with $CHESSGRPO_DATA set to `data`, or unset when `data` is None."""
     env = {key: value for key, value in os.environ.items() if key != DATA_ENV}
     if data is not None:
         env[DATA_ENV] = str(data)
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    return env
 
 
 def default_data() -> Path | None:
@@ -122,53 +121,53 @@ def default_data() -> Path | None:
     return None if (REPO_ROOT.parent / "shared" / "data" / "lichess_puzzles_dev.csv").is_file() else SHARED_DATA
 
 
-def test_eval_puzzles_defaults_work_from_another_directory(tmp_path):
+def test_eval_puzzles_defaults_work_from_another_directory(cli, tmp_path):
     csv_path = shared_file("lichess_puzzles_dev.csv")
-    result = chessgrpo("eval", "puzzles", "--policy", "random", "--max-puzzles", "20", "--json", "baselines=false", cwd=tmp_path, data=default_data())
+    result = cli.run("eval", "puzzles", "--policy", "random", "--max-puzzles", "20", "--json", "baselines=false", cwd=tmp_path, env=data_env(default_data()))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["puzzles"]["n"] == 20 and Path(report["puzzles"]["source"]).resolve() == csv_path.resolve()
 
 
-def test_eval_puzzles_reads_a_copy_under_chessgrpo_data(tmp_path):
+def test_eval_puzzles_reads_a_copy_under_chessgrpo_data(cli, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     lines = shared_file("lichess_puzzles_dev.csv").read_text().splitlines(keepends=True)
     (copy / "lichess_puzzles_dev.csv").write_text("".join(lines[:31]))  # the header and 30 puzzles
     cwd = tmp_path / "work"
     cwd.mkdir()
-    result = chessgrpo("eval", "puzzles", "--policy", "random", "--max-puzzles", "500", "--json", "baselines=false", cwd=cwd, data=copy)
+    result = cli.run("eval", "puzzles", "--policy", "random", "--max-puzzles", "500", "--json", "baselines=false", cwd=cwd, env=data_env(copy))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["puzzles"] == {"source": str(copy / "lichess_puzzles_dev.csv"), "n": 30, "skipped": 0}
 
 
-def test_a_missing_input_is_one_error_naming_where_it_looked(tmp_path):
+def test_a_missing_input_is_one_error_naming_where_it_looked(cli, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = chessgrpo("eval", "puzzles", "--policy", "random", "--puzzles", "../shared/data/nope.csv", "baselines=false", cwd=tmp_path, data=empty)
+    result = cli.run("eval", "puzzles", "--policy", "random", "--puzzles", "../shared/data/nope.csv", "baselines=false", cwd=tmp_path, env=data_env(empty))
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("chessgrpo: puzzle file '../shared/data/nope.csv' not found; looked at "), line
     assert f"{empty / 'nope.csv'} (${DATA_ENV})" in line and "(the repository root)" in line and "Traceback" not in result.stderr
 
 
-def test_eval_offline_finds_its_positions_under_chessgrpo_data(tmp_path):
+def test_eval_offline_finds_its_positions_under_chessgrpo_data(cli, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "positions.fen").write_text("r5k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1\nk7/8/8/3q4/8/8/8/K2R4 w - - 0 1\n")
     cwd = tmp_path / "work"
     cwd.mkdir()
-    result = chessgrpo(
+    result = cli.run(
         "eval", "offline", "--policy", "random", "--json", "positions=../shared/data/positions.fen", "nodes=100",
-        "engine.processes=1", "engine.cache=false", "baselines=false", cwd=cwd, data=data,
+        "engine.processes=1", "engine.cache=false", "baselines=false", cwd=cwd, env=data_env(data),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["positions"] == {"source": str(data / "positions.fen"), "n": 2}
 
 
-def test_eval_games_finds_openings_and_tables_from_another_directory(tmp_path):
+def test_eval_games_finds_openings_and_tables_from_another_directory(cli, tmp_path):
     import torch
 
     from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
@@ -183,19 +182,19 @@ def test_eval_games_finds_openings_and_tables_from_another_directory(tmp_path):
     cwd.mkdir()
     args = ("eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2", "--workers", "1",
             "--pgn", str(tmp_path / "games.pgn"), "--json", "max_plies=20")  # fmt: skip
-    result = chessgrpo(*args, "--openings", "../shared/data/openings.epd", cwd=cwd, data=data)
+    result = cli.run(*args, "--openings", "../shared/data/openings.epd", cwd=cwd, env=data_env(data))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["games_played"] == 2 and summary["openings"] == f"1 openings from {data / 'openings.epd'}"
     # The default Syzygy directory was found under $CHESSGRPO_DATA: tables adjudicate.
-    saved = chessgrpo(*args, "--openings", str(data / "openings.epd"), f"output={tmp_path / 'out.json'}", cwd=cwd, data=data)
+    saved = cli.run(*args, "--openings", str(data / "openings.epd"), f"output={tmp_path / 'out.json'}", cwd=cwd, env=data_env(data))
     assert saved.returncode == 0, saved.stderr
     assert json.loads((tmp_path / "out.json").read_text())["config"]["engine"]["syzygy_path"] == str(data / "syzygy")
     # Tables found nowhere: one error naming where they were looked for, and how to play without them.
     shutil.rmtree(data)
     data.mkdir()
     (data / "openings.epd").write_text("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1\n")
-    missing = chessgrpo(*args, "--openings", "../shared/data/openings.epd", "engine.syzygy_path=../shared/data/no_tables", cwd=cwd, data=data)
+    missing = cli.run(*args, "--openings", "../shared/data/openings.epd", "engine.syzygy_path=../shared/data/no_tables", cwd=cwd, env=data_env(data))
     assert missing.returncode == 2
     [line] = missing.stderr.strip().splitlines()
     assert "Syzygy directory (engine.syzygy_path) '../shared/data/no_tables' not found" in line

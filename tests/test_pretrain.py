@@ -8,15 +8,12 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from chessgrpo import cli
 from chessgrpo.board import NUM_ACTIONS, move_to_action, random_playout_positions
 from chessgrpo.config import RunConfig, load_config
 from chessgrpo.data.schema import write_shard
@@ -236,24 +233,20 @@ def test_dataset_without_a_test_split_trains_without_evaluation(dataset, tmp_pat
     assert summary[-1] == "held-out: the dataset has no test split"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], check=False, capture_output=True, text=True, timeout=300)
-
-
-def test_resume_is_bitwise_exact_across_processes(dataset, tmp_path, capsys):
+def test_resume_is_bitwise_exact_across_processes(cli, dataset, tmp_path):
     common = [
         f"data={dataset}", f"run.out_dir={tmp_path}", "steps=12", "batch_size=48", "lr=0.003", "warmup_steps=3",
         "log_every=2", "eval_every=5", "checkpoint_every=3", "keep_checkpoints=2", "threads=1", "model.dropout=0.1",
     ]  # fmt: skip
     # Straight run (in this process, through the real CLI entry point).
-    assert cli.main(["pretrain", *common, "run.name=straight"]) == 0
+    assert cli.main("pretrain", *common, "run.name=straight")[0] == 0
     # The same run in two invocations: stopped at step 7 (between checkpoints and log rows), then resumed.
-    first = _cli("pretrain", *common, "run.name=halves", "stop_at=7")
+    first = cli.run("pretrain", *common, "run.name=halves", "stop_at=7")
     assert first.returncode == 0, first.stderr
     assert "continue with: chessgrpo train --resume" in first.stdout
     halves = tmp_path / "halves"
     assert latest_checkpoint(halves).name == "step_000007"
-    second = _cli("pretrain", "--resume", str(halves))
+    second = cli.run("pretrain", "--resume", str(halves))
     assert second.returncode == 0, second.stderr
     assert "held-out (16 positions): top-1" in second.stdout
 
@@ -285,19 +278,19 @@ def test_resume_is_bitwise_exact_across_processes(dataset, tmp_path, capsys):
             assert row.get(key) == straight_rows.get(row["step"], {}).get(key), (row["step"], key)
 
     # A second fresh run into the same directory is refused, not overwritten.
-    capsys.readouterr()
-    assert cli.main(["pretrain", *common, "run.name=halves"]) == 2
-    assert "--resume" in capsys.readouterr().err
+    code, _, err = cli.main("pretrain", *common, "run.name=halves")
+    assert code == 2
+    assert "--resume" in err
     # Resuming may not change the math.
-    assert cli.main(["pretrain", "--resume", str(halves), "lr=0.01"]) == 2
-    assert "cannot change lr" in capsys.readouterr().err
+    code, _, err = cli.main("pretrain", "--resume", str(halves), "lr=0.01")
+    assert code == 2
+    assert "cannot change lr" in err
     assert (halves / "checkpoints" / "step_000012").is_dir()
 
 
-def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
-    code = cli.main(["pretrain", f"data={tmp_path / 'nope'}", f"run.out_dir={tmp_path}", "steps=1"])
+def test_missing_dataset_is_a_clear_error(cli, tmp_path):
+    code, _, err = cli.main("pretrain", f"data={tmp_path / 'nope'}", f"run.out_dir={tmp_path}", "steps=1")
     assert code == 2
-    err = capsys.readouterr().err
     assert "nope" in err and "chessgrpo data generate" in err
     # Nothing written for a run that could not start (taking the lock may leave the empty directory).
     run_dir = tmp_path / "pretrain"
@@ -330,7 +323,7 @@ def test_model_description_names_the_replaced_fields():
     assert ModelConfig(n_layers=4, d_model=128).policy_config().d_model == 128
 
 
-def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(dataset, tmp_path):
+def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(cli, dataset, tmp_path):
     """With model.value_head the loss adds the value cross-entropy; the held-out value error falls
     below the constant baseline's, and `chessgrpo eval value` reports it with intervals."""
     config = _config(dataset, tmp_path, steps=60, eval_every=60, model=ModelConfig(value_head=True), eval_at_start=True)
@@ -340,7 +333,7 @@ def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(dataset
     assert {"loss/value", "loss/moves", "train/value_mae"} <= set(rows[-1])
     assert result.eval_metrics["eval/value_mae"] < 0.8 * start["eval/value_mae"]
     assert "value MAE" in summary[1]
-    completed = _cli("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset), "--json")
+    completed = cli.run("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset), "--json")
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
     assert report["n"] == 16 and report["mae"]["value"] == pytest.approx(result.eval_metrics["eval/value_mae"], abs=1e-4)
@@ -348,18 +341,18 @@ def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(dataset
     assert sum(row["n"] for row in report["calibration"]) == 16
 
 
-def test_eval_value_refuses_a_checkpoint_without_value_head(dataset, tmp_path):
+def test_eval_value_refuses_a_checkpoint_without_value_head(cli, dataset, tmp_path):
     _train(_config(dataset, tmp_path, steps=2, eval_every=0, checkpoint_every=0))
-    completed = _cli("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset))
+    completed = cli.run("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset))
     assert completed.returncode != 0 and "no value head" in completed.stderr and completed.stderr.count("\n") == 1
 
 
-def test_search_labels_train_a_policy_expert_iteration(dataset, tmp_path):
+def test_search_labels_train_a_policy_expert_iteration(cli, dataset, tmp_path):
     """`data search-label` writes the search's moves and values in the dataset schema (test split
     copied from the source), and `kind: pretrain` continues the policy on them."""
     _train(_config(dataset, tmp_path, name="start", steps=4, eval_every=0, checkpoint_every=0, model=ModelConfig(value_head=True)))
     out = tmp_path / "searched"
-    completed = _cli(
+    completed = cli.run(
         "data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out),
         "--nodes", "8", "--max-positions", "12", "--workers", "1",
     )  # fmt: skip
@@ -373,7 +366,7 @@ def test_search_labels_train_a_policy_expert_iteration(dataset, tmp_path):
     assert set(table.column("source").to_pylist()) == {"search"} and set(table.column("nodes").to_pylist()) == {8}
     for wins, value in zip(table.column("win_probs").to_pylist(), table.column("value").to_pylist()):
         assert 0.0 <= value <= 1.0 and value == pytest.approx(wins[0])
-    again = _cli("data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out), "--nodes", "8")
+    again = cli.run("data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out), "--nodes", "8")
     assert again.returncode != 0 and "already has shards" in again.stderr  # nothing overwritten
     result, _ = _train(_config(out, tmp_path, name="expert", steps=4, eval_every=4, init_checkpoint=str(tmp_path / "start")))
     assert result.finished and "eval/value_mae" in result.eval_metrics

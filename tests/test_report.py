@@ -34,7 +34,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 
 from chessgrpo import cli
-from chessgrpo.track.plots import build_figures, is_constant, plan_figures, plotly_available
+from chessgrpo.track.figures import plotly_available
+from chessgrpo.track.plots import build_figures, is_constant, plan_figures
 from chessgrpo.track.report import STATIC_ENV, build_report, config_differences, png_directory, run_metadata
 from chessgrpo.track.run_data import load_run
 

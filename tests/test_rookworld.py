@@ -1,6 +1,10 @@
 """RookWorld text tasks: formats on the shared samples, parsers, verifiable rewards, data, TRL functions.
 
 Real Stockfish at small node limits; the shared samples in ../shared/data/rookworld_samples.txt.
+
+Cross-cutting: data/rookworld_format.py (formats, parsers), data/rookworld_truths.py and
+eval/rookworld_grading.py (verifiable rewards), data/rookworld.py (data), tasks/rookworld_trl.py
+(TRL functions).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The LM lifecycle end to end on a tiny model: data -> SFT -> GRPO on text -> eval, through the CLI too.
 
 Real Stockfish at small node limits; models of one or two layers; a few steps each.
+
+Cross-cutting (end to end): data/rookworld.py, tasks/kinds/sft.py, tasks/kinds/rookworld.py,
+train/loop.py, eval/lm.py, models (lm, chess_tokenizer, prompt_bos) and the CLI.
 """
 
 from __future__ import annotations

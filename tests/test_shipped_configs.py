@@ -1,4 +1,8 @@
-"""Every config under configs/ loads into its command's config class: no stale or misspelt keys ship."""
+"""Every config under configs/ loads into its command's config class: no stale or misspelt keys ship.
+
+Cross-cutting: configs/*.yaml against config.py and every command's config class (tasks/kinds/ and
+the commands).
+"""
 
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -301,19 +299,19 @@ def test_short_endgame_run_learns_to_mate(tmp_path, oracle):
         assert math.isfinite(row["grad_norm"])
 
 
-def test_train_command_runs_the_endgame_config(tmp_path):
+def test_train_command_runs_the_endgame_config(cli, tmp_path):
     command = [
-        sys.executable, "-m", "chessgrpo.cli", "train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}",
+        "train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}",
         "run.name=cli", "steps=2", "task.positions_per_step=2", "task.group_size=2", "task.horizon=2", "eval.positions=10",
         f"engine.syzygy_path={SYZYGY_DIR}", "grpo.minibatch_size=0", "init_checkpoint=null",  # no warm start in a fresh clone
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    done = cli.run(*command, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = read_metrics(tmp_path / "cli" / "metrics.jsonl")
     assert rows[0]["step"] == 0 and "eval/mate_rate_low" in rows[0] and "eval/random_mate_rate" in rows[0]
     assert rows[-1]["step"] == 2 and "rollout/mate_rate" in rows[-1] and "eval/mate_rate" in rows[-1]
     assert (tmp_path / "cli" / "eval" / "step_000002_endgame.json").is_file()
-    bad = subprocess.run([*command, "task.opponent=sunfish"], capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+    bad = cli.run(*command, "task.opponent=sunfish", timeout=60, cwd=REPO)
     assert bad.returncode == 2 and "opponent" in bad.stderr
 
 

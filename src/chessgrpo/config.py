@@ -79,7 +79,8 @@ class EngineConfig:
     hash_mb: int = 1
     """UCI Hash per process in MiB. Small on purpose: node-limited searches of <= ~10^4 nodes fit,
     and the table is cleared before every search (a 16 MiB table costs ~10% throughput at 10^4
-    nodes; results were identical at 1 and 16 MiB on 400 positions, see docs/benchmarks.md)."""
+    nodes: docs/benchmarks.md, "Engine pool: `bench/engine_throughput.py` (`make bench`)"; results
+    were identical at 1 and 16 MiB on 400 positions: docs/results.md, "Design choices")."""
     nodes: int | None = 10_000
     """Node limit per search (the default limit kind: reproducible, unlike time)."""
     depth: int | None = None

@@ -5,9 +5,10 @@ python-chess (pure Python) is the reference for every rule in chessgrpo. Move fa
 and one pop per legal move, ~0.55 ms for a middlegame position on the 2-core VM, paid for every
 position a policy reads (rollouts, search leaves, games, pretraining inputs). `rust_chess` (Python
 bindings of the Rust `chess` crate, a pinned dependency) computes the same facts in ~0.09 ms
-(docs/benchmarks.md, issue 25). `move_facts_fast` is that path; tests/test_fast_moves.py checks it
-against the python-chess reference move for move on thousands of positions (engine games, random
-playouts with promotions, castling, en passant, checkmates, stalemates and bare-king endings).
+(docs/results.md, "Design choices"; the search speed-up: docs/benchmarks.md, "Search: `bench/search_speed.py`").
+`move_facts_fast` is that path; tests/test_fast_moves.py checks it against the python-chess reference
+move for move on thousands of positions (engine games, random playouts with promotions, castling,
+en passant, checkmates, stalemates and bare-king endings).
 
 What it guards against:
 - rust_chess 0.4.3 aborts the whole process (a Rust panic, not an exception) when a FEN's halfmove

@@ -2,9 +2,9 @@
 
 A policy that reads only the board cannot see, in one forward pass, that a move leaves the
 opponent without a legal reply: that takes the opponent's whole move generation. A small
-transformer never learns it (docs/benchmarks.md, "Move facts": the quickstart policy stalemated
-in 43% of its games against a random mover, and played a mate in one in 0.8% of the won positions
-that had one). These facts are the legal-move mask's next step: exact, computed by python-chess,
+transformer never learns it (docs/results.md, "Design choices": the quickstart policy stalemated
+in 43% of its games against a random mover; a mate in one existed in 14.8% of its conversion
+positions, and it played one in 0.8% of them). These facts are the legal-move mask's next step: exact, computed by python-chess,
 and given to the policy as inputs (`models.policy.ActionPolicy` with ``move_facts``), where
 learned, position-dependent weights decide what each fact is worth (a stalemate is bad for the
 winning side and good for the losing one).
@@ -128,7 +128,7 @@ def en_prise_reference(board: chess.Board) -> list[int]:
     Why it is a move fact: the pretrained quickstart policy played such a move with 23% of its moves
     on held-out engine-game positions where the engine's best move was one in 4.6%, and those moves
     carried more than half of its expected score lost (mean 0.22 against 0.06 for its other moves;
-    docs/benchmarks.md, "En prise"): a 2-layer network does not count attackers in one pass.
+    docs/results.md, "Design choices"): a 2-layer network does not count attackers in one pass.
     """
     us, them = board.turn, not board.turn
     occupied = board.occupied
@@ -198,8 +198,8 @@ def leaves_hanging_reference(board: chess.Board, checks: Collection[int] | None 
 
     Why it is a move fact: in the recipe's pretrained 3 x 96 policy's games against Stockfish at Skill
     Level 0, 107 of its 576 moves that lost more than 0.2 of expected score left a piece hanging this
-    way, against 9 that put the moved piece en prise; with the fact, 9 (docs/benchmarks.md, "A move fact
-    for pieces left hanging"; `scripts/blunder_causes.py`).
+    way, against 9 that put the moved piece en prise; with the fact, 9 (docs/results.md, "Design choices";
+    `scripts/blunder_causes.py`).
     """
     us, them = board.turn, not board.turn
     occupied, kings = board.occupied, board.kings

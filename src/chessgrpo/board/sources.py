@@ -12,6 +12,17 @@ from chessgrpo.board.validation import parse_board
 from chessgrpo.files import text_lines
 
 
+def random_playout(rng: random.Random, max_plies: int) -> chess.Board:
+    """The end of a uniformly random legal game of 1..max_plies plies (may be terminal)."""
+    board = chess.Board()
+    for _ in range(rng.randint(1, max_plies)):
+        moves = list(board.legal_moves)
+        if not moves:
+            break
+        board.push(rng.choice(moves))
+    return board
+
+
 def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60, keep_history: bool = False) -> list[chess.Board]:
     """`count` distinct non-terminal positions reached by uniformly random legal play.
 
@@ -30,12 +41,7 @@ def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60, 
         attempts += 1
         if attempts > 20 * count + 100:
             raise RuntimeError(f"could not find {count} distinct positions in {attempts} playouts")
-        board = chess.Board()
-        for _ in range(rng.randint(1, max_plies)):
-            moves = list(board.legal_moves)
-            if not moves:
-                break
-            board.push(rng.choice(moves))
+        board = random_playout(rng, max_plies)
         if board.is_game_over(claim_draw=False):
             continue
         key = board.epd()

@@ -25,37 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments
-from chessgrpo.config import ConfigError, load_config, to_dict
+from chessgrpo.config import load_config, to_dict
+from chessgrpo.eval.endgame import EndgameEvalConfig
 from chessgrpo.files import write_json_atomic
 
 ENDGAME_PLAYERS = ("random", "tablebase")
-
-
-@dataclasses.dataclass
-class EndgameEvalConfig:
-    """`chessgrpo eval endgame` settings (flags override them)."""
-
-    material: str = "KQvK"
-    """Material signature, strong side first."""
-    positions: int = 200
-    """Held-out start positions (the trainer's ``eval.positions``)."""
-    seed: int = 0
-    """Seed of the held-out set (the trainer's ``run.seed``); also seeds the random mover."""
-    colours: str = "white"
-    """The strong side's colour (the trainer's ``endgame_colours``)."""
-    max_moves: int = 50
-    """Own moves allowed to mate."""
-    syzygy_path: str = "../shared/data/syzygy"
-    """Syzygy tables."""
-    baselines: bool = False
-    """Also play the random mover and the tablebase (the floor and the physical limit)."""
-    device: str = "cpu"
-    output: str | None = None
-    """Write the result and per-position records as JSON here (input of `eval compare`)."""
-
-    def __post_init__(self) -> None:
-        if self.positions < 1 or self.max_moves < 1:
-            raise ConfigError("config keys positions and max_moves must be >= 1")
 
 
 def add_endgame_parser(sub: argparse._SubParsersAction) -> None:

@@ -23,12 +23,11 @@ from typing import Any
 from chessgrpo.commands.common import add_config_arguments, progress_bar
 from chessgrpo.config import (
     ConfigError,
-    EngineConfig,
     load_config,
     parse_override,
     to_dict,
 )
-from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig
+from chessgrpo.eval.lm import LMEvalConfig
 
 _DATA_FLAGS = {"out": "out", "positions": "positions", "nodes": "nodes", "seed": "seed", "from_text": "from_text"}
 
@@ -76,40 +75,6 @@ def run_data_rookworld(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------------
 # eval lm
-
-
-@dataclasses.dataclass
-class LMEvalConfig:
-    """`chessgrpo eval lm`: RookWorld task metrics of a chess LM on held-out data, with intervals."""
-
-    data: str = "data/rookworld_tiny"
-    """`chessgrpo data rookworld` directory; its `split` is evaluated."""
-    split: str = "test"
-    policy_prompts: int = 500
-    """Held-out P: positions (the first N of the split)."""
-    environment_prompts: int = 200
-    """Held-out A: prompts (the first N of the split)."""
-    puzzles: str | None = None
-    """Lichess puzzle CSV solved through the P: prompt; null = skip."""
-    max_puzzles: int = 200
-    rewards: RookWorldRewardConfig = dataclasses.field(default_factory=RookWorldRewardConfig)
-    """Reward weights and the engine node limit (rewards.policy.nodes) used to score answers."""
-    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
-    temperature: float = 0.0
-    """0 = greedy decoding."""
-    max_new_tokens: int = 176
-    batch_size: int = 64
-    prompt_bos: bool = False
-    """Put the tokenizer's BOS (GPT-2: ``<|endoftext|>``) before every prompt, as the upstream RookWorld
-    data did before every sample: set it for a downloaded RookWorld-LM-124M, or for a model trained
-    with SFT ``prompt_bos`` / GRPO ``task.prompt_bos``, so it is evaluated in the layout it learned."""
-    seed: int = 0
-    confidence: float = 0.95
-    resamples: int = 2000
-    device: str = "cpu"
-    threads: int = 0
-    output: str | None = None
-    """Write the full result (metrics and per-prompt records) as JSON here (input of --compare)."""
 
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:

@@ -35,13 +35,13 @@ from typing import Any, Sequence
 
 import chess
 
+from chessgrpo.board.sources import random_playout
 from chessgrpo.board.validation import parse_move
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import (
-    DataEngineConfig,
+    LabellingConfig,
     DatasetWriter,
-    LabelSettings,
     Progress,
     Row,
     analyse_boards,
@@ -54,7 +54,6 @@ from chessgrpo.data.labelling import (
     prepare_output,
     ranked_lines,
     require,
-    validate_labelling,
 )
 from chessgrpo.engine.evaluation import Analysis, MoveEvaluation
 from chessgrpo.engine.pool import EnginePool
@@ -67,21 +66,13 @@ MAX_FRUITLESS_STEPS = 200  # lock-step batches in a row without a new position b
 
 
 @dataclasses.dataclass
-class GenerateConfig:
+class GenerateConfig(LabellingConfig):
     """`chessgrpo data generate`: label positions from engine games and random playouts."""
 
     out: str = ""
     """Dataset directory (required; `--out`). A rerun with the same settings resumes it."""
     positions: int = 10_000
     """Total number of positions the dataset should hold (a rerun adds only what is missing)."""
-    nodes: int = 2000
-    """Node limit of each labelling search (also the search that picks engine-game moves)."""
-    multipv: int = 5
-    """Top moves stored per position (and sampled from in engine games)."""
-    seed: int = 0
-    """Seed of every random stream (openings, move sampling, playouts)."""
-    test_fraction: float = 0.05
-    """Share of positions in the test split (by position hash, see `schema.split_of`)."""
     random_playout_fraction: float = 0.2
     """Share of positions taken from uniformly random playouts instead of engine games."""
     random_playout_max_plies: int = 80
@@ -96,18 +87,12 @@ class GenerateConfig:
     """An engine game longer than this (plies from the start position) is ended."""
     concurrent_games: int = 64
     """Engine games played in lock step (also the batch size of random-playout labelling)."""
-    shard_size: int = 5000
-    """Positions per shard index; a killed run loses at most one shard's work."""
-    all_legal_values: bool = False
-    """Also store the value of every legal move (one extra search per legal move: slow)."""
-    engine: DataEngineConfig = dataclasses.field(default_factory=DataEngineConfig)
-    """Stockfish pool; leave engine.nodes and engine.depth null: `nodes` is the labelling limit."""
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the first setting that cannot work."""
         require(bool(self.out), "out", self.out, "give the dataset directory with --out DIR (or out=DIR)")
         require(self.positions >= 1, "positions", self.positions, "must be >= 1")
-        validate_labelling(self.nodes, self.multipv, self.test_fraction, self.engine)
+        self.validate_labelling()
         require(0.0 <= self.random_playout_fraction <= 1.0, "random_playout_fraction", self.random_playout_fraction, "must be in [0, 1]")
         require(self.random_playout_max_plies >= 1, "random_playout_max_plies", self.random_playout_max_plies, "must be >= 1")
         require(self.opening_random_plies_min >= 0, "opening_random_plies_min", self.opening_random_plies_min, "must be >= 0")
@@ -121,12 +106,6 @@ class GenerateConfig:
         )  # fmt: skip
         require(self.sampling_temperature >= 0.0, "sampling_temperature", self.sampling_temperature, "must be >= 0")
         require(self.concurrent_games >= 1, "concurrent_games", self.concurrent_games, "must be >= 1")
-        require(self.shard_size >= 1, "shard_size", self.shard_size, "must be >= 1")
-
-    @property
-    def label_settings(self) -> LabelSettings:
-        """How every position of this dataset is labelled."""
-        return LabelSettings(nodes=self.nodes, multipv=self.multipv, all_legal_values=self.all_legal_values)
 
     def identity(self) -> dict[str, Any]:
         """The settings every shard of a dataset must share (all but out, positions, engine)."""
@@ -195,17 +174,6 @@ def random_opening(rng: random.Random, min_plies: int, max_plies: int) -> chess.
                 break
         if not game_has_ended(board):
             return board
-
-
-def random_playout(rng: random.Random, max_plies: int) -> chess.Board:
-    """The end of a uniformly random legal game of 1..max_plies plies (may be terminal)."""
-    board = chess.Board()
-    for _ in range(rng.randint(1, max_plies)):
-        moves = list(board.legal_moves)
-        if not moves:
-            break
-        board.push(rng.choice(moves))
-    return board
 
 
 class EngineGames:

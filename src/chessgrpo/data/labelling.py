@@ -202,6 +202,38 @@ def validate_labelling(nodes: int, multipv: int, test_fraction: float, engine: E
     )
 
 
+@dataclasses.dataclass
+class LabellingConfig:
+    """The labelling knobs every dataset command shares (`data generate`, `data import-pgn`); a command's
+    config subclasses it and adds its own."""
+
+    nodes: int = 2000
+    """Node limit of each labelling search (`data generate`: also the search that picks engine-game moves)."""
+    multipv: int = 5
+    """Top moves stored per position (`data generate`: also sampled from in engine games)."""
+    seed: int = 0
+    """Seed of every random stream of the command (openings, move sampling, playouts, per-game position sampling)."""
+    test_fraction: float = 0.05
+    """Share of positions in the test split (by position hash, see `schema.split_of`)."""
+    shard_size: int = 5000
+    """About this many positions per shard index (`data import-pgn`: shards end at game boundaries); a killed run
+    loses at most one shard's work."""
+    all_legal_values: bool = False
+    """Also store the value of every legal move (one extra search per legal move: slow)."""
+    engine: DataEngineConfig = dataclasses.field(default_factory=DataEngineConfig)
+    """Stockfish pool; leave engine.nodes and engine.depth null: `nodes` is the labelling limit."""
+
+    def validate_labelling(self) -> None:
+        """Check the shared knobs (`ConfigError` naming the first bad one)."""
+        require(self.shard_size >= 1, "shard_size", self.shard_size, "must be >= 1")
+        validate_labelling(self.nodes, self.multipv, self.test_fraction, self.engine)
+
+    @property
+    def label_settings(self) -> LabelSettings:
+        """How every position of this dataset is labelled."""
+        return LabelSettings(nodes=self.nodes, multipv=self.multipv, all_legal_values=self.all_legal_values)
+
+
 def labelling_engine(engine: EngineConfig, nodes: int) -> EngineConfig:
     """The pool config for labelling at `nodes`."""
     return dataclasses.replace(engine, nodes=nodes, depth=None)

@@ -55,9 +55,8 @@ import chess.pgn
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import (
-    DataEngineConfig,
+    LabellingConfig,
     DatasetWriter,
-    LabelSettings,
     Progress,
     check_engine,
     is_labelable,
@@ -66,7 +65,6 @@ from chessgrpo.data.labelling import (
     now_iso,
     prepare_output,
     require,
-    validate_labelling,
 )
 from chessgrpo.engine.pool import EnginePool
 from chessgrpo.errors import one_line
@@ -78,7 +76,7 @@ PGN = "pgn"
 
 
 @dataclasses.dataclass
-class ImportPgnConfig:
+class ImportPgnConfig(LabellingConfig):
     """`chessgrpo data import-pgn`: label positions sampled from the games of a PGN file."""
 
     pgn: str = ""
@@ -91,20 +89,6 @@ class ImportPgnConfig:
     """Stop after reading this many games (skipped ones included); null reads the whole file."""
     positions_per_game: int | None = 10
     """Positions sampled from each game's mainline; null takes every ply."""
-    nodes: int = 2000
-    """Node limit of each labelling search."""
-    multipv: int = 5
-    """Top moves stored per position."""
-    seed: int = 0
-    """Seed of the per-game position sampling."""
-    test_fraction: float = 0.05
-    """Share of positions in the test split (by position hash, see `schema.split_of`)."""
-    shard_size: int = 5000
-    """About this many positions per shard (shards end at game boundaries)."""
-    all_legal_values: bool = False
-    """Also store the value of every legal move (one extra search per legal move: slow)."""
-    engine: DataEngineConfig = dataclasses.field(default_factory=DataEngineConfig)
-    """Stockfish pool; leave engine.nodes and engine.depth null: `nodes` is the labelling limit."""
 
     def validate(self) -> None:
         """Raise `ConfigError` (or `FileNotFoundError` for a missing file) naming the bad setting."""
@@ -116,18 +100,12 @@ class ImportPgnConfig:
             require(self.max_games >= 1, "max_games", self.max_games, "must be >= 1")
         if self.positions_per_game is not None:
             require(self.positions_per_game >= 1, "positions_per_game", self.positions_per_game, "must be >= 1 (null = every ply)")
-        require(self.shard_size >= 1, "shard_size", self.shard_size, "must be >= 1")
-        validate_labelling(self.nodes, self.multipv, self.test_fraction, self.engine)
+        self.validate_labelling()
         path = Path(self.pgn)
         if not path.exists():
             raise FileNotFoundError(f"PGN file {self.pgn!r} does not exist")
         if not path.is_file():
             raise ValueError(f"PGN file {self.pgn!r} is not a file")
-
-    @property
-    def label_settings(self) -> LabelSettings:
-        """How every position of this dataset is labelled."""
-        return LabelSettings(nodes=self.nodes, multipv=self.multipv, all_legal_values=self.all_legal_values)
 
     def identity(self) -> dict[str, Any]:
         """The settings every shard of a dataset must share (all but out, max_games, engine)."""

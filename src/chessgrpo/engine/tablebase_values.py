@@ -22,17 +22,10 @@ def game_over(board: chess.Board) -> str | None:
     "checkmate" (the side to move is mated), "stalemate", "insufficient_material",
     "fifty_moves" (claimable: halfmove clock >= 100), "threefold_repetition" (claimable).
     """
-    if board.is_checkmate():
-        return "checkmate"
-    if board.is_stalemate():
-        return "stalemate"
-    if board.is_insufficient_material():
-        return "insufficient_material"
-    if board.halfmove_clock >= 100:
-        return "fifty_moves"
-    if board.halfmove_clock >= 4 and board.is_repetition(3):
+    terminal = terminal_after_move(board)
+    if terminal is None and board.halfmove_clock >= 4 and board.is_repetition(3):
         return "threefold_repetition"
-    return None
+    return terminal
 
 
 def terminal_after_move(board: chess.Board) -> str | None:

@@ -1,11 +1,12 @@
 """Evaluation: offline move metrics, Lichess puzzles, games against anchors (Elo), and intervals.
 
-Games (`games`, `anchors`, `elo`, and `match`, the match driver of `chessgrpo eval games` with its
-`GamesConfig`) and the UCI adapter (`uci_engine`) are imported from their modules; they pull in
-multiprocessing and engines, so they are not loaded here. `standalone` runs one player beside the
-baselines (`chessgrpo eval offline|puzzles|epd`, `EvalConfig`). `registry` has one entry per
-evaluation: how its result files are named and recognised, its metrics with their direction, how
-`eval compare` pairs it and what run data reads from it.
+Games (`games`, `anchors`, `anchor_checks`, `movers`, `elo`, and `match`, the match driver of
+`chessgrpo eval games` with its `GamesConfig`) and the UCI adapter (`uci_engine`, `uci_go`) are
+imported from their modules; they pull in multiprocessing and engines, so they are not loaded here.
+`standalone` runs one player beside the baselines (`chessgrpo eval offline|puzzles|epd`,
+`EvalConfig`). `registry` has one entry per evaluation: how its result files are named and
+recognised, its metrics with their direction, how `eval compare` pairs it and what run data reads
+from it.
 
 Every metric is reported with an interval (`stats.Interval`) and beside two fixed baselines
 (a uniformly random player and Stockfish at a tiny node budget), so a number always has context.

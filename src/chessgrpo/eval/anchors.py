@@ -1,4 +1,5 @@
-"""Opponents for rating games ("anchors"), their names, ratings, and the players that move in games.
+"""Opponents for rating games ("anchors"): what an anchor is (`AnchorSpec`, `EngineSpec`), its name,
+its rating, and how it is parsed.
 
 Anchors on the command line (`parse_anchor`):
 
@@ -20,10 +21,9 @@ Anchors on the command line (`parse_anchor`):
 - a checkpoint path: another policy (a checkpoint or run directory, `resolve_checkpoint`).
 
 ``sf-*`` anchors need Stockfish at ``engine.path``; ``uci:`` and engines-file anchors play
-whatever engine they name. Before any game each engine anchor is started once (`prepare_anchors`):
-its handshake, its options and one search of the start position with its limit, so an engine that
-is not UCI, lacks an option, ignores its node limit or answers nonsense is one clear error up
-front (docs/engines.md).
+whatever engine they name. Their engines are checked before any game in
+`chessgrpo.eval.anchor_checks`, and the players that make their moves are in
+`chessgrpo.eval.movers`.
 
 Where anchor ratings come from (`anchor_rating`), and what they mean:
 
@@ -43,40 +43,21 @@ Where anchor ratings come from (`anchor_rating`), and what they mean:
   worker, never through the cached `EnginePool`.
 - Other engines are rated by what the user says (``elo=`` or the engines file's ``elo``, or
   ``anchor_ratings``), else unrated.
-
-Players (`Mover`) choose one move given a `chess.Board` that carries the game's move stack, so
-repetitions are visible: `RandomMover`, `EngineMover` (any UCI engine, python-chess's client), and
-`PolicyMover` (an `ActionPolicy`: argmax or sampled; when it is winning on material it avoids
-moves that allow a threefold repetition, see `PolicyMover`; or, with `SearchSettings`, the move
-of a search with its value head, which scores repeated positions as draws).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import logging
-import random
 import re
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import Any, Mapping
 
 import chess
 import chess.engine
 
-from chessgrpo.engine.locate import EngineError, EngineNotFoundError, find_engine, find_stockfish
+from chessgrpo.engine.locate import EngineNotFoundError, find_engine
 from chessgrpo.engine.pool import RetryPolicy
-from chessgrpo.engine.uci import EngineTimeout, EngineUnsupported, UciOption, UciProcess, choose_settings
 from chessgrpo.errors import quote
-from chessgrpo.eval.players import build_searcher
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-    from chessgrpo.search import SearchResult, SearchSettings
-
-logger = logging.getLogger(__name__)
 
 CALIBRATION_NOTE = (
     "Stockfish's UCI_Elo and Skill Level ratings are CCRL-anchored engine ratings (CCRL 40/4, Goldfish 1.13 = 2000, "
@@ -86,7 +67,6 @@ CALIBRATION_NOTE = (
 SKILL_LEVELS = range(0, 21)
 DEFAULT_ANCHOR_NODES = 1000
 ENGINE_HASH_MB = 16
-PIECE_VALUES = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9, chess.KING: 0}
 
 _ENGINE_ANCHOR = re.compile(r"^(sf-skill|sf-elo|sf-nodes):(-?\d+)$")
 _UCI_SETTING = re.compile(r"^(nodes|depth|movetime|name|elo|option\.[^=]+)=(.*)$", re.DOTALL)
@@ -460,144 +440,16 @@ def parse_anchors(texts: str | list[str], **limits: Any) -> list[AnchorSpec]:
     if not items:
         raise ValueError("no anchors given: e.g. --anchors random,sf-skill:0")
     specs = [parse_anchor(item, **limits) for item in items]
-    _check_unique(specs)
+    check_unique(specs)
     return specs
 
 
-def _check_unique(specs: list[AnchorSpec]) -> None:
+def check_unique(specs: list[AnchorSpec]) -> None:
+    """`ValueError` when two anchors share a name."""
     names = [spec.text for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ValueError(f"anchor {duplicates[0]!r} is listed twice")
-
-
-# --------------------------------------------------------------------------------------------
-# The engine and its limits
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineInfo:
-    """What an engine binary says about itself (read once, before any game)."""
-
-    path: str
-    name: str
-    """``id name``, e.g. "Stockfish 15.1"."""
-    elo_min: int | None
-    elo_max: int | None
-    """The ``UCI_Elo`` option's range (None when the engine has no such option)."""
-    options: frozenset[str] = frozenset()
-    """The options it advertises (lower-case names)."""
-
-    @property
-    def is_stockfish(self) -> bool:
-        return self.name.startswith("Stockfish")
-
-
-def probe_engine(path: str | None = None, timeout_s: float = 30.0) -> EngineInfo:
-    """Start the engine at `path` (Stockfish by default) once: its ``id name`` and options
-    (``UCI_Elo ... min X max Y``)."""
-    binary = find_stockfish(path)
-    engine = UciProcess(binary, threads=None, hash_mb=None, startup_timeout_s=timeout_s)
-    try:
-        option = engine.options.get("uci_elo")
-        return EngineInfo(
-            path=str(binary),
-            name=engine.name or "unknown engine",
-            elo_min=option.min if option is not None else None,
-            elo_max=option.max if option is not None else None,
-            options=frozenset(engine.options),
-        )
-    finally:
-        engine.quit()
-
-
-def check_anchor(spec: AnchorSpec, info: EngineInfo) -> None:
-    """`ValueError` when the engine at ``engine.path`` cannot play the Stockfish anchor `spec`
-    (it is not Stockfish; UCI_Elo outside its range)."""
-    if not spec.is_stockfish:
-        return
-    if not info.is_stockfish:
-        raise ValueError(
-            f"anchor {spec.text!r} plays Stockfish, but engine.path is {info.name} ({info.path}); set engine.path to "
-            f"Stockfish, and play other engines with uci:{info.path}[:depth=N|:nodes=N] (docs/engines.md)"
-        )
-    if spec.kind != "sf-elo":
-        return
-    if info.elo_min is None or info.elo_max is None:
-        raise ValueError(f"anchor {spec.text!r}: {info.name} has no UCI_Elo option; use sf-skill:N instead")
-    if not info.elo_min <= spec.value <= info.elo_max:  # type: ignore[operator]
-        raise ValueError(
-            f"anchor {spec.text!r}: {info.name} accepts UCI_Elo {info.elo_min}..{info.elo_max} only "
-            f"(for weaker play use sf-skill:0..20)"
-        )
-
-
-def probe_anchor(spec: AnchorSpec) -> AnchorSpec:
-    """Start a UCI anchor's engine once, set its options and search the start position with its
-    limit: the spec with the engine's ``id name`` and the options it got. Anything wrong (not
-    UCI, an option it lacks, a node limit it ignores, no legal ``bestmove``, a hang) is one
-    `EngineError` naming the anchor and the engine, before any game."""
-    engine = spec.engine
-    if engine is None:
-        raise ValueError(f"{spec.text!r} is not a UCI engine anchor")
-    where = f"anchor {spec.text!r}"
-    try:
-        process = UciProcess(
-            engine.command[0], args=engine.command[1:], threads=1, hash_mb=ENGINE_HASH_MB,
-            options=dict(engine.options), startup_timeout_s=min(30.0, engine.timeout_s),
-        )  # fmt: skip
-    except EngineUnsupported as error:
-        raise EngineUnsupported(f"{where}: {error}") from None
-    except EngineError as error:
-        raise EngineError(f"{where}: {error}") from None
-    board = chess.Board()
-    try:
-        result = process.search(
-            board.fen(), nodes=engine.nodes, depth=engine.depth, movetime_ms=engine.movetime_ms, timeout_s=engine.timeout_s
-        )
-        best = result.best_move
-        try:
-            legal = best is not None and board.is_legal(chess.Move.from_uci(best))
-        except ValueError:
-            legal = False
-        if not legal:
-            raise EngineError(
-                f"engine {process.label} answered `bestmove {result.bestmove_text}` to the start position "
-                f"({engine.limit_text()}): not a legal move"
-            )
-    except EngineUnsupported as error:
-        raise EngineUnsupported(f"{where}: {error}") from None
-    except EngineError as error:
-        raise EngineError(f"{where}: {error} (checked once, searching the start position, before any game)") from None
-    finally:
-        process.quit()
-    id_name = process.name or Path(engine.command[0]).name
-    return dataclasses.replace(spec, engine=dataclasses.replace(engine, id_name=id_name, applied=tuple(process.settings.items())))
-
-
-def prepare_anchors(specs: list[AnchorSpec]) -> list[AnchorSpec]:
-    """`probe_anchor` every UCI anchor, and name the unnamed ones (``uci:PATH`` without ``name=``)
-    by their ``id name``, followed by their limit when two would share a name."""
-    probed = [probe_anchor(spec) if spec.kind == "uci" else spec for spec in specs]
-    taken = {spec.text for spec in probed if not _unnamed(spec)}
-    ids = [spec.engine.id_name for spec in probed if _unnamed(spec)]  # type: ignore[union-attr]
-    named = []
-    for spec in probed:
-        if _unnamed(spec):
-            engine: EngineSpec = spec.engine  # type: ignore[assignment]
-            shared = engine.id_name in taken or ids.count(engine.id_name) > 1
-            name = f"{engine.id_name} {engine.limit_text()}" if shared else engine.id_name
-            spec = dataclasses.replace(spec, text=name)
-        named.append(spec)
-    try:
-        _check_unique(named)
-    except ValueError as error:
-        raise ValueError(f"{error}: give each engine its own name (uci:PATH:name=NAME)") from None
-    return named
-
-
-def _unnamed(spec: AnchorSpec) -> bool:
-    return spec.kind == "uci" and spec.engine is not None and not spec.engine.name
 
 
 # --------------------------------------------------------------------------------------------
@@ -657,368 +509,3 @@ def parse_ratings(entries: list[str]) -> dict[str, float]:
         except ValueError:
             raise ValueError(f"anchor_ratings entry {entry!r}: expected ANCHOR=RATING, e.g. sf-nodes:50=1800") from None
     return ratings
-
-
-# --------------------------------------------------------------------------------------------
-# Players in a game
-
-
-class Mover(Protocol):
-    """Chooses moves in games; the board carries the game's move stack (for repetitions)."""
-
-    def new_game(self, game_id: object, seed: int) -> None:
-        """Called before each game: reset per-game state and seed any randomness."""
-        ...
-
-    def move(self, board: chess.Board) -> chess.Move:
-        """One legal move in `board` (which has at least one)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class RandomMover:
-    """A uniformly random legal move, reproducible per game seed."""
-
-    def __init__(self) -> None:
-        self._rng = random.Random(0)
-
-    def new_game(self, game_id: object, seed: int) -> None:
-        self._rng = random.Random(seed)
-
-    def move(self, board: chess.Board) -> chess.Move:
-        return self._rng.choice(list(board.legal_moves))
-
-    def close(self) -> None:
-        pass
-
-
-class EngineMover:
-    """An engine anchor in its own UCI process (python-chess's client), configured per `AnchorSpec`:
-    Stockfish at ``engine.path`` for ``sf-*`` anchors, the anchor's own engine for UCI anchors.
-
-    Threads 1 and Hash 16 are set where the engine has them (clamped to its range); the anchor's
-    own options (Skill Level, UCI_Elo, ``option.NAME``) must be advertised, else
-    `EngineUnsupported` at start-up. ``ucinewgame`` is sent at each new game. Every move has a
-    deadline (`timeout_s` beyond the limit: python-chess's ``play`` has none for node and depth
-    limits). A crashed engine, a hang past the deadline, or an answer that is not a legal move
-    (``bestmove (none)`` or ``0000`` with legal moves, garbage, an illegal move) is a fault: the
-    process is replaced after a backoff with jitter and the move asked again, within the same
-    budgets as the reward pool (`RetryPolicy`); past them `EngineError` names the anchor, the
-    engine, the position and the last fault (never a silent fallback move).
-    """
-
-    def __init__(
-        self, spec: AnchorSpec, path: str | None = None, timeout_s: float | None = None, retry: RetryPolicy | None = None
-    ):
-        if not spec.is_engine:
-            raise ValueError(f"{spec.text!r} is not an engine anchor")
-        self.spec = spec
-        if spec.engine is not None:
-            self.command = list(spec.engine.command)
-            self.timeout_s = spec.engine.timeout_s if timeout_s is None else timeout_s
-            self.retry = retry or spec.engine.retry
-        else:
-            self.command = [str(find_stockfish(path))]
-            self.timeout_s = 60.0 if timeout_s is None else timeout_s
-            self.retry = retry or RetryPolicy()
-        self.path = self.command[0]
-        self.engine_name = ""
-        """The engine's ``id name`` once started."""
-        self._jitter = random.Random()  # retry delays only
-        self._engine: chess.engine.SimpleEngine | None = None
-        self._game: object = None
-
-    @property
-    def label(self) -> str:
-        engine = f"{self.engine_name} ({self.path})" if self.engine_name else self.path
-        return f"anchor {self.spec.text!r} ({engine})"
-
-    def _start(self) -> chess.engine.SimpleEngine:
-        last_error: BaseException | None = None
-        handshake_s = min(30.0, self.timeout_s)
-        for attempt in range(self.retry.startup_attempts):
-            if attempt:
-                time.sleep(self.retry.delay(attempt - 1, self._jitter))
-            try:
-                engine = chess.engine.SimpleEngine.popen_uci(self.command, timeout=handshake_s)
-            except (TimeoutError, asyncio.TimeoutError):
-                last_error = EngineTimeout(
-                    f"no `uciok` within {handshake_s:g} s of `uci` (is it a UCI engine? xboard engines such as "
-                    "fairymax are not supported)"
-                )
-                continue
-            except (chess.engine.EngineError, OSError) as error:
-                last_error = error
-                continue
-            self.engine_name = engine.id.get("name", "")
-            try:
-                advertised = {
-                    name.lower(): UciOption(o.name, o.type, None, o.min, o.max, tuple(o.var or ()))
-                    for name, o in engine.options.items()
-                }
-                settings = choose_settings(
-                    advertised, self.label, threads=1, hash_mb=ENGINE_HASH_MB, options=self.spec.required_options()
-                )
-                engine.configure(settings)
-                return engine
-            except EngineUnsupported:
-                engine.close()
-                raise  # a missing option stays missing: no retries
-            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError) as error:
-                last_error = error
-                try:
-                    engine.close()
-                except Exception:  # noqa: BLE001 - already broken; only released here
-                    pass
-        raise EngineError(f"cannot start {self.label} in {self.retry.startup_attempts} attempts: {last_error}")
-
-    def new_game(self, game_id: object, seed: int) -> None:
-        self._game = game_id
-
-    def _play(self, engine: chess.engine.SimpleEngine, board: chess.Board) -> chess.Move:
-        """One move from `engine` within the deadline; `EngineError` for any answer that is not
-        a legal move of `board`."""
-        limit = self.spec.limit()
-        timeout = self.timeout_s + (limit.time or 0.0)
-        protocol = engine.protocol
-        try:
-            future = asyncio.run_coroutine_threadsafe(
-                asyncio.wait_for(protocol.play(board, limit, game=self._game), timeout), protocol.loop
-            )
-        except RuntimeError as error:  # python-chess closes the client's event loop when the process dies
-            raise EngineError(f"the engine process has ended ({error})") from None
-        try:
-            result = future.result()
-        except (TimeoutError, asyncio.TimeoutError):
-            raise EngineTimeout(f"no `bestmove` within {timeout:g} s ({self._limit_text()} plus engine.timeout_s)") from None
-        if not result.move:  # None for `bestmove (none)`, the null move for `0000`
-            text = "(none)" if result.move is None else result.move.uci()
-            raise EngineError(f"answered `bestmove {text}` in a position with legal moves")
-        if not board.is_legal(result.move):  # python-chess already refuses these; kept as the contract
-            raise EngineError(f"answered `bestmove {result.move.uci()}`, an illegal move")
-        return result.move
-
-    def _limit_text(self) -> str:
-        if self.spec.engine is not None:
-            return self.spec.engine.limit_text()
-        limit = self.spec.limit()
-        return f"nodes={limit.nodes}" if limit.nodes is not None else f"depth={limit.depth}"
-
-    def move(self, board: chess.Board) -> chess.Move:
-        failures = 0
-        while True:
-            if self._engine is None:
-                self._engine = self._start()
-            try:
-                return self._play(self._engine, board)
-            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, EngineError) as error:
-                failures += 1
-                logger.warning("%s failed in %s (%s); replacing it", self.label, board.fen(), error)
-                self._kill()
-                if failures > self.retry.retries_per_position:
-                    raise EngineError(
-                        f"{self.label} failed {failures} times in {board.fen()!r} ({self._limit_text()}, "
-                        f"retries_per_position={self.retry.retries_per_position}); last error: {error}"
-                    ) from None
-                time.sleep(self.retry.delay(failures - 1, self._jitter))
-
-    def _kill(self) -> None:
-        if self._engine is not None:
-            try:
-                self._engine.close()
-            except Exception:  # noqa: BLE001 - the process is already broken; we only release it
-                pass
-            self._engine = None
-
-    def close(self) -> None:
-        if self._engine is not None:
-            try:
-                self._engine.quit()
-            except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
-                pass
-            self._kill()
-
-
-def position_key(board: chess.Board) -> tuple:
-    """What makes two positions the same for repetition: pieces, side to move, castling rights and
-    a legal en-passant capture (as python-chess's own repetition check)."""
-    return (
-        board.pawns,
-        board.knights,
-        board.bishops,
-        board.rooks,
-        board.queens,
-        board.kings,
-        board.occupied_co[chess.WHITE],
-        board.occupied_co[chess.BLACK],
-        board.turn,
-        board.clean_castling_rights(),
-        board.ep_square if board.has_legal_en_passant() else None,
-    )
-
-
-def position_counts(board: chess.Board) -> dict[tuple, int]:
-    """How often each position since the last capture or pawn move has stood on the board."""
-    counts: dict[tuple, int] = {}
-    history = board.copy()
-    counts[position_key(history)] = 1
-    while history.move_stack:
-        move = history.pop()
-        key = position_key(history)
-        counts[key] = counts.get(key, 0) + 1
-        if history.is_zeroing(move):  # nothing before an irreversible move can recur
-            break
-    return counts
-
-
-def material_balance(board: chess.Board) -> int:
-    """Material of the side to move minus the opponent's, in pawns (P1 N3 B3 R5 Q9)."""
-    balance = 0
-    for piece_type, value in PIECE_VALUES.items():
-        balance += value * (len(board.pieces(piece_type, board.turn)) - len(board.pieces(piece_type, not board.turn)))
-    return balance
-
-
-class PolicyMover:
-    """An `ActionPolicy` as a game player.
-
-    Argmax over legal moves at temperature 0, else a sample from `log_probs` at that
-    temperature (seeded per game). Repetition: our policy has no value head, so "winning" is
-    approximated by material: the side to move is ahead by at least `winning_material` pawns
-    (3 = a minor piece). When winning, the choice excludes moves that allow a threefold
-    repetition claim (`repetition_moves`): moves after which the position stands for the third
-    time, and moves after which the opponent has a reply that makes some position stand for the
-    third time. The highest-probability remaining move is played (or sampled among the rest).
-    If every move allows a claim, only the direct repeats are excluded; if every move repeats,
-    none is. searchless_chess does the same with its value estimate.
-
-    With an enabled `search` (`chessgrpo.search.SearchSettings`) the move is the search's
-    instead, searched from the board with its full move stack: the search scores a repeated
-    position as a draw, so the material rule above is not applied on that path. A search is
-    deterministic, so `temperature` must be 0 (`ValueError` otherwise), and it needs a policy with
-    a value head (`ValueError` from `search.NetworkEvaluator` otherwise).
-    """
-
-    def __init__(
-        self,
-        policy: Any,
-        *,
-        temperature: float = 0.0,
-        avoid_repetition: bool = True,
-        winning_material: int = 3,
-        search: "SearchSettings | None" = None,
-    ):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-        self.policy = policy.eval()
-        self.temperature = float(temperature)
-        self.avoid_repetition = avoid_repetition
-        self.winning_material = winning_material
-        self.searcher = build_searcher(self.policy, search, self.temperature)
-        self._generator: "torch.Generator | None" = None
-        self.last_probability: float | None = None
-        """Probability (at temperature 1, legal moves) of the last chosen move, for `info` lines;
-        None for a searched move (the search's numbers are in `last_search`)."""
-        self.last_search: "SearchResult | None" = None
-        """The last search's result (value, nodes, principal variation); None without search."""
-
-    @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str = "cpu", **kwargs: Any) -> "PolicyMover":
-        """Load a checkpoint or run directory; a `ValueError` of the player names the checkpoint."""
-        from chessgrpo.models.policy import load_policy
-
-        policy = load_policy(path, device=device)
-        try:
-            return cls(policy, **kwargs)
-        except ValueError as error:
-            raise ValueError(f"checkpoint {path}: {error}") from None
-
-    def new_game(self, game_id: object, seed: int) -> None:
-        import torch
-
-        self._generator = torch.Generator().manual_seed(seed) if self.temperature > 0 else None
-
-    @staticmethod
-    def repetition_moves(board: chess.Board) -> tuple[list[chess.Move], list[chess.Move]]:
-        """(moves that make a position stand for the third time, moves that let the opponent do so).
-
-        Only positions since the last capture or pawn move can recur, and only those already seen
-        twice can become a threefold, so the two-ply look-ahead runs only when one exists.
-        """
-        counts = position_counts(board)
-        twice = {key for key, count in counts.items() if count >= 2}
-        if not twice:
-            return [], []
-        repeats, allows = [], []
-        for move in list(board.legal_moves):
-            board.push(move)
-            try:
-                if position_key(board) in twice:
-                    repeats.append(move)
-                    continue
-                for reply in list(board.legal_moves):
-                    board.push(reply)
-                    hit = position_key(board) in twice
-                    board.pop()
-                    if hit:
-                        allows.append(move)
-                        break
-            finally:
-                board.pop()
-        return repeats, allows
-
-    def move(self, board: chess.Board) -> chess.Move:
-        if self.searcher is not None:
-            return self._searched_move(board)
-        import torch
-
-        from chessgrpo.board import ACTIONS, move_to_action
-        from chessgrpo.models.policy import log_probs, sample_actions
-
-        with torch.no_grad():
-            tokens, masks = self.policy.inputs([board])
-            logits = self.policy(tokens).float()
-            full_mask = masks.clone()
-            if self.avoid_repetition and material_balance(board) >= self.winning_material:
-                repeats, allows = self.repetition_moves(board)
-                legal = int(masks[0].sum().item())
-                for excluded in (repeats + allows, repeats):
-                    if excluded and len(excluded) < legal:
-                        for move in excluded:
-                            masks[0, move_to_action(move)] = False
-                        break
-            if self.temperature == 0.0:
-                action = int(logits.masked_fill(~masks, float("-inf")).argmax(dim=-1).item())
-            else:
-                action = int(sample_actions(logits, masks, temperature=self.temperature, generator=self._generator).item())
-            self.last_probability = float(log_probs(logits, full_mask)[0, action].exp().item())
-        move = chess.Move.from_uci(ACTIONS[action])
-        if not board.is_legal(move):
-            raise RuntimeError(f"policy chose illegal move {move.uci()} in {board.fen()!r}")
-        return move
-
-    def _searched_move(self, board: chess.Board) -> chess.Move:
-        """The search's move in `board` (searched with the game's move stack, so repetitions count)."""
-        result = self.searcher.search(board)  # type: ignore[union-attr]
-        self.last_search = result
-        self.last_probability = None  # the move is the search's, not a draw from the policy
-        if not board.is_legal(result.move):
-            raise RuntimeError(f"search chose illegal move {result.move.uci()} in {board.fen()!r}")
-        return result.move
-
-    def close(self) -> None:
-        """Release the search's tablebase (a no-op without search)."""
-        if self.searcher is not None:
-            self.searcher.close()
-
-
-def make_mover(
-    spec: AnchorSpec, *, engine_path: str | None = None, device: str = "cpu", temperature: float = 0.0, **policy_options: Any
-) -> Mover:
-    """The game player of an anchor (checkpoint anchors play like the evaluated policy)."""
-    if spec.kind == "random":
-        return RandomMover()
-    if spec.is_engine:
-        return EngineMover(spec, engine_path if spec.is_stockfish else None)
-    return PolicyMover.from_checkpoint(spec.path or spec.text, device=device, temperature=temperature, **policy_options)

@@ -21,9 +21,37 @@ from collections.abc import Callable, Sequence
 import chess
 import torch
 
+from chessgrpo.config import ConfigError
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.eval.stats import Interval, wilson_interval
+
+
+@dataclasses.dataclass
+class EndgameEvalConfig:
+    """`chessgrpo eval endgame` settings (flags override them)."""
+
+    material: str = "KQvK"
+    """Material signature, strong side first."""
+    positions: int = 200
+    """Held-out start positions (the trainer's ``eval.positions``)."""
+    seed: int = 0
+    """Seed of the held-out set (the trainer's ``run.seed``); also seeds the random mover."""
+    colours: str = "white"
+    """The strong side's colour (the trainer's ``endgame_colours``)."""
+    max_moves: int = 50
+    """Own moves allowed to mate."""
+    syzygy_path: str = "../shared/data/syzygy"
+    """Syzygy tables."""
+    baselines: bool = False
+    """Also play the random mover and the tablebase (the floor and the physical limit)."""
+    device: str = "cpu"
+    output: str | None = None
+    """Write the result and per-position records as JSON here (input of `eval compare`)."""
+
+    def __post_init__(self) -> None:
+        if self.positions < 1 or self.max_moves < 1:
+            raise ConfigError("config keys positions and max_moves must be >= 1")
 
 MovePicker = Callable[[list[chess.Board]], list[chess.Move]]
 """Chooses one move for each board (all with the strong side to move)."""

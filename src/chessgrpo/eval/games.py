@@ -58,7 +58,8 @@ import chess
 import chess.pgn
 
 from chessgrpo.board.openings import Opening
-from chessgrpo.eval.anchors import AnchorSpec, Mover, PolicyMover, make_mover
+from chessgrpo.eval.anchors import AnchorSpec
+from chessgrpo.eval.movers import Mover, PolicyMover, make_mover
 from chessgrpo.eval.players import describe_search
 
 if TYPE_CHECKING:  # pragma: no cover

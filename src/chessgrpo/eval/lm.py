@@ -30,6 +30,7 @@ import chess
 import numpy as np
 import torch
 
+from chessgrpo.config import EngineConfig
 from chessgrpo.data.rookworld_format import (
     Malformed,
     PolicyAnswer,
@@ -46,6 +47,40 @@ POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
 ENVIRONMENT_PROPORTIONS = ("a_format_rate", "a_fen_accuracy", "a_reward_accuracy", "a_flag_accuracy", "a_exact_state_accuracy")
 ENVIRONMENT_MEANS = ("a_reward",)
 PUZZLE_PROPORTIONS = ("puzzle_format_rate", "puzzle_first_move_accuracy")
+
+
+@dataclasses.dataclass
+class LMEvalConfig:
+    """`chessgrpo eval lm`: RookWorld task metrics of a chess LM on held-out data, with intervals."""
+
+    data: str = "data/rookworld_tiny"
+    """`chessgrpo data rookworld` directory; its `split` is evaluated."""
+    split: str = "test"
+    policy_prompts: int = 500
+    """Held-out P: positions (the first N of the split)."""
+    environment_prompts: int = 200
+    """Held-out A: prompts (the first N of the split)."""
+    puzzles: str | None = None
+    """Lichess puzzle CSV solved through the P: prompt; null = skip."""
+    max_puzzles: int = 200
+    rewards: RookWorldRewardConfig = dataclasses.field(default_factory=RookWorldRewardConfig)
+    """Reward weights and the engine node limit (rewards.policy.nodes) used to score answers."""
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    temperature: float = 0.0
+    """0 = greedy decoding."""
+    max_new_tokens: int = 176
+    batch_size: int = 64
+    prompt_bos: bool = False
+    """Put the tokenizer's BOS (GPT-2: ``<|endoftext|>``) before every prompt, as the upstream RookWorld
+    data did before every sample: set it for a downloaded RookWorld-LM-124M, or for a model trained
+    with SFT ``prompt_bos`` / GRPO ``task.prompt_bos``, so it is evaluated in the layout it learned."""
+    seed: int = 0
+    confidence: float = 0.95
+    resamples: int = 2000
+    device: str = "cpu"
+    threads: int = 0
+    output: str | None = None
+    """Write the full result (metrics and per-prompt records) as JSON here (input of --compare)."""
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@
 1. checks the config (`validate_games_config`) and builds the evaluated player's search, once,
    so a checkpoint without a value head is one clear error before any game;
 2. the anchors (`eval.anchors`: random, Stockfish levels, UCI engines, checkpoints; the SPRT
-   opponent alone with ``sprt_elo0/1``), each engine probed and started once;
+   opponent alone with ``sprt_elo0/1``), each engine probed and started once (`eval.anchor_checks`);
 3. the openings: a file, or a suite generated with Stockfish's node-limited balance check
    (`board.openings.generate_openings`);
 4. the games (`eval.games.make_tasks`, `run_games`) with a journal beside the PGN
@@ -184,7 +184,7 @@ def _check_search(checkpoint: Path, search: Any, device: str) -> None:
     instead of a worker's traceback."""
     if search is None:
         return
-    from chessgrpo.eval.anchors import PolicyMover
+    from chessgrpo.eval.movers import PolicyMover
 
     PolicyMover.from_checkpoint(checkpoint, device=device, search=search).close()
 
@@ -218,7 +218,8 @@ class _Lineup:
 def _lineup(config: GamesConfig, sprt_mode: bool) -> _Lineup:
     """The anchors (or the SPRT opponent), checked against the engine and started once: one clear error before any game."""
     from chessgrpo.engine import RetryPolicy
-    from chessgrpo.eval.anchors import check_anchor, load_engines, parse_anchor, parse_anchors, parse_ratings, prepare_anchors, probe_engine
+    from chessgrpo.eval.anchor_checks import check_anchor, prepare_anchors, probe_engine
+    from chessgrpo.eval.anchors import load_engines, parse_anchor, parse_anchors, parse_ratings
 
     retry = RetryPolicy(
         retries_per_position=config.engine.retries_per_position,

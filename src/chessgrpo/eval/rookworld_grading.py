@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chessgrpo.data.rookworld_format import (
@@ -321,13 +321,55 @@ def _unlisted_pairs(truth: PolicyTruth, answer: PolicyAnswer | Malformed, config
     return [(truth.fen, m) for m in dict.fromkeys(moves) if m in truth.legal and m not in truth.moves]
 
 
+def score_policy_completions(
+    pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig
+) -> list[Reward]:
+    """Rewards of completions of P: prompts: each answer against the engine's truth of its position (one
+    batched, cached search per position, and one per move the answer lists outside the engine's top 5)."""
+    if pool is None:
+        raise ValueError("policy-task rewards need an engine pool")
+    pc = config.policy
+    fens = [" ".join(prompt.strip()[2:].split()) for prompt in prompts]
+    truths = policy_truths(pool, fens, nodes=pc.nodes, multipv=pc.multipv)
+    answers = [parse_policy_completion(completion) for completion in completions]
+    pairs = [pair for truth, answer in zip(truths, answers) for pair in _unlisted_pairs(truth, answer, pc)]
+    by_fen: dict[str, dict[str, MoveValue]] = {}
+    for (fen, move), value in unlisted_move_values(pool, pairs, nodes=pc.nodes).items():
+        by_fen.setdefault(fen, {})[move] = value
+    return [score_policy(answer, truth, pc, by_fen.get(truth.fen)) for truth, answer in zip(truths, answers)]
+
+
+def score_environment_completions(
+    pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig
+) -> list[Reward]:
+    """Rewards of completions of A: prompts: each answer against python-chess's step of the environment."""
+    rewards = []
+    for prompt, completion in zip(prompts, completions):
+        query = parse_environment_prompt(prompt)
+        truth = environment_step(query.fen, query.move)
+        rewards.append(score_environment(parse_environment_completion(completion), truth, config.environment))
+    return rewards
+
+
+TaskRewards = Callable[["EnginePool | None", Sequence[str], Sequence[str], RookWorldRewardConfig], list[Reward]]
+"""A RookWorld text task's reward: (pool, its prompts, their completions, the reward config) -> one `Reward`
+per completion (`Reward.total` is what GRPO trains on; its components are logged)."""
+
+ROOKWORLD_REWARDS: dict[str, TaskRewards] = {
+    "policy": score_policy_completions,
+    "environment": score_environment_completions,
+}
+"""The chess LM's rewards, one per text task (`data.rookworld_format.task_of` of the prompt), in the order
+they are scored. Adding a task's reward is one function and one line here."""
+
+
 def score_completions(
     pool: EnginePool | None,
     prompts: Sequence[str],
     completions: Sequence[str],
     config: RookWorldRewardConfig,
 ) -> list[Reward]:
-    """Rewards of completions of P: and A: prompts (any mix), engine calls batched and cached.
+    """Rewards of completions of P: and A: prompts (any mix), each task by its `ROOKWORLD_REWARDS` entry.
 
     A prompt that is not a valid P:/A: prompt raises `ValueError` (prompts are inputs, not model
     outputs); a completion that does not parse scores the task's malformed penalty.
@@ -336,24 +378,9 @@ def score_completions(
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
     tasks = [task_of(p) for p in prompts]
     rewards: list[Reward | None] = [None] * len(prompts)
-    policy_rows = [i for i, t in enumerate(tasks) if t == "policy"]
-    if policy_rows:
-        if pool is None:
-            raise ValueError("policy-task rewards need an engine pool")
-        pc = config.policy
-        fens = [" ".join(prompts[i].strip()[2:].split()) for i in policy_rows]
-        truths = policy_truths(pool, fens, nodes=pc.nodes, multipv=pc.multipv)
-        answers = [parse_policy_completion(completions[i]) for i in policy_rows]
-        pairs = [pair for truth, answer in zip(truths, answers) for pair in _unlisted_pairs(truth, answer, pc)]
-        by_fen: dict[str, dict[str, MoveValue]] = {}
-        for (fen, move), value in unlisted_move_values(pool, pairs, nodes=pc.nodes).items():
-            by_fen.setdefault(fen, {})[move] = value
-        for row, truth, answer in zip(policy_rows, truths, answers):
-            rewards[row] = score_policy(answer, truth, pc, by_fen.get(truth.fen))
-    for i, task in enumerate(tasks):
-        if task == "environment":
-            query = parse_environment_prompt(prompts[i])
-            truth = environment_step(query.fen, query.move)
-            rewards[i] = score_environment(parse_environment_completion(completions[i]), truth, config.environment)
+    for task, score in ROOKWORLD_REWARDS.items():
+        rows = [i for i, t in enumerate(tasks) if t == task]
+        if rows:
+            for row, reward in zip(rows, score(pool, [prompts[i] for i in rows], [completions[i] for i in rows], config)):
+                rewards[row] = reward
     return rewards  # type: ignore[return-value]
-

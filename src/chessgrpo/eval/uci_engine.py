@@ -34,13 +34,13 @@ Supported commands (https://backscattering.de/chess/uci/):
 - ``isready`` -> ``readyok`` (also while a search runs); ``ucinewgame``; ``setoption name N value V``.
 - ``position startpos|fen <FEN> [moves m1 m2 ...]``: the game history is kept, so the search
   sees repetitions (it scores a repeated position as a draw), and so does the policy-only
-  player's repetition rule (`chessgrpo.eval.anchors.PolicyMover.repetition_moves`). A rejected
+  player's repetition rule (`chessgrpo.eval.movers.PolicyMover.repetition_moves`). A rejected
   ``position`` (malformed FEN, illegal or malformed move) leaves **no** position: ``go`` answers
   ``info string error: no valid position ...`` and ``bestmove 0000`` (the UCI null move) until a
   valid ``position`` (or ``ucinewgame``) arrives, so no move for another position is ever played.
-- ``go`` (`parse_go`, `parse_go_flags`): ``nodes N`` = N search nodes; ``movetime MS`` = a time
-  limit; ``wtime/btime/winc/binc [movestogo]`` = simple time management (`clock_seconds`); with
-  both a node and a time limit, whichever comes first. ``depth``, ``mate`` and a plain ``go``
+- ``go`` (`chessgrpo.eval.uci_go`: `parse_go`, `parse_go_flags`): ``nodes N`` = N search
+  nodes; ``movetime MS`` = a time limit; ``wtime/btime/winc/binc [movestogo]`` = simple time
+  management (`clock_seconds`); with both a node and a time limit, whichever comes first. ``depth``, ``mate`` and a plain ``go``
   search the ``Nodes`` budget (the network search has no meaningful depth).
   ``infinite`` searches until ``stop`` (growing the tree up to `MAX_NODES`, then waiting);
   ``ponder`` searches the same way until ``stop`` (answered with the current best move) or
@@ -81,6 +81,7 @@ import numpy as np
 
 from chessgrpo.board.validation import parse_board
 from chessgrpo.eval.uci_chess960 import Chess960Evaluator, parse_board_960, parse_uci_move, policy_logits, softmax, standard_view
+from chessgrpo.eval.uci_go import MAX_NODES, SearchControl, parse_go, parse_go_flags
 from chessgrpo.eval.uci_scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
 from chessgrpo.search.base import SearchResult
 
@@ -95,17 +96,7 @@ MAX_LINE = 10_000
 
 SEARCH_CHOICES = ("puct", "alphabeta", "none")
 DEFAULT_NODES = 256
-MAX_NODES = 100_000
-"""The most nodes one ``go`` searches, also when only time limits it or ``infinite`` (bounds the tree's memory: ~4 kB a node)."""
 MAX_MULTIPV = 16
-MOVE_OVERHEAD_MS = 50
-"""Kept back from every time limit: the pipe, the GUI and the batch the search finishes."""
-DEFAULT_MOVES_TO_GO = 30
-"""Moves the remaining clock time is spread over when the GUI gives no ``movestogo``."""
-INCREMENT_SHARE = 0.75
-MAX_CLOCK_FRACTION = 0.2
-"""One move never takes more than this share of the remaining clock time."""
-MIN_SEARCH_SECONDS = 0.001
 INFO_INTERVAL_S = 1.0
 """A long search (``infinite``, ``ponder``, long clocks) sends its ``info`` lines this often."""
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
@@ -116,165 +107,6 @@ DEVICE_TOLERANCE = 0.05
 """A new device's logits may differ from the current device's by this much (TF32, fused kernels)."""
 QUIT_JOIN_S = 60.0
 """After ``quit`` the stopped search gets this long to answer (it stops after its current batch)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# `go` limits
-
-
-@dataclasses.dataclass(frozen=True)
-class GoLimits:
-    """What one ``go`` searches: `nodes` always, `seconds` when a time limit applies."""
-
-    nodes: int
-    seconds: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class GoFlags:
-    """The ``go`` arguments that are not limits: ``infinite``, ``ponder`` and ``searchmoves``'s moves (as given)."""
-
-    infinite: bool = False
-    ponder: bool = False
-    searchmoves: tuple[str, ...] = ()
-
-
-INTEGER_ARGUMENTS = ("wtime", "btime", "winc", "binc", "movestogo", "movetime", "nodes", "depth", "mate")
-GO_KEYWORDS = frozenset(INTEGER_ARGUMENTS) | {"infinite", "ponder", "searchmoves"}
-
-
-def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tuple[GoLimits, list[str]]:
-    """The limits of ``go <arguments>`` for the side `turn`, and a description of every argument
-    that was malformed and ignored.
-
-    ``nodes`` caps the nodes (at most `MAX_NODES`); ``movetime`` or else the clock
-    (`clock_seconds`) sets the time. A time limit without ``nodes`` searches up to `MAX_NODES`;
-    neither (``depth``, ``mate``, ``infinite``, nothing) searches `default_nodes`. ``infinite``,
-    ``ponder`` and ``searchmoves`` are `parse_go_flags`'s.
-    """
-    values: dict[str, int] = {}
-    problems: list[str] = []
-    index = 0
-    while index < len(arguments):
-        key = arguments[index]
-        if key in INTEGER_ARGUMENTS:
-            text = arguments[index + 1] if index + 1 < len(arguments) else ""
-            try:
-                values[key] = int(text)
-                index += 1
-            except ValueError:
-                problems.append(f"go {key} needs an integer, got {text[:20]!r}; ignored")
-        index += 1  # other tokens (infinite, ponder, searchmoves and its moves): parse_go_flags
-    seconds = None
-    if "movetime" in values:
-        seconds = movetime_seconds(values["movetime"])
-    else:
-        clock, increment = ("wtime", "winc") if turn == chess.WHITE else ("btime", "binc")
-        if clock in values:
-            seconds = clock_seconds(values[clock], values.get(increment, 0), values.get("movestogo", 0))
-    if "nodes" in values:
-        nodes = values["nodes"]
-    else:
-        nodes = MAX_NODES if seconds is not None else default_nodes
-    return GoLimits(nodes=min(max(nodes, 1), MAX_NODES), seconds=seconds), problems
-
-
-def parse_go_flags(arguments: list[str]) -> GoFlags:
-    """``infinite``, ``ponder`` and the tokens after ``searchmoves`` up to the next ``go`` keyword."""
-    searchmoves: list[str] = []
-    index = 0
-    while index < len(arguments):
-        if arguments[index] == "searchmoves":
-            index += 1
-            while index < len(arguments) and arguments[index] not in GO_KEYWORDS:
-                searchmoves.append(arguments[index])
-                index += 1
-            continue
-        index += 1
-    return GoFlags(infinite="infinite" in arguments, ponder="ponder" in arguments, searchmoves=tuple(searchmoves))
-
-
-def movetime_seconds(movetime_ms: int) -> float:
-    """``go movetime MS``: MS less the overhead (`MOVE_OVERHEAD_MS`, at most half of MS)."""
-    movetime_ms = max(movetime_ms, 0)
-    return max((movetime_ms - min(MOVE_OVERHEAD_MS, movetime_ms / 2)) / 1000, MIN_SEARCH_SECONDS)
-
-
-def clock_seconds(remaining_ms: int, increment_ms: int = 0, moves_to_go: int = 0) -> float:
-    """The time for one move from the clock: with ``usable = remaining - MOVE_OVERHEAD_MS``,
-
-        min(usable / (movestogo or 30) + 0.75 * increment, usable / 5)
-
-    so the clock is spread over the moves still to play, the increment is mostly spent, and no
-    move takes more than a fifth of what is left (at least `MIN_SEARCH_SECONDS`).
-    """
-    usable = max(remaining_ms - MOVE_OVERHEAD_MS, 0)
-    moves = moves_to_go if moves_to_go > 0 else DEFAULT_MOVES_TO_GO
-    target = usable / moves + INCREMENT_SHARE * max(increment_ms, 0)
-    return max(min(target, MAX_CLOCK_FRACTION * usable) / 1000, MIN_SEARCH_SECONDS)
-
-
-class SearchControl:
-    """When a running search stops, shared by the protocol thread and the search thread.
-
-    A plain ``go`` stops at its node limit or deadline. ``infinite`` and an unanswered ``ponder``
-    are *unbounded*: the search grows up to `MAX_NODES`, then `wait_for_release` holds the
-    ``bestmove`` back until ``stop`` (or, for ``ponder``, ``ponderhit``, which starts the
-    ``go`` limits' clock).
-    """
-
-    def __init__(self, limits: GoLimits, *, infinite: bool = False, ponder: bool = False, started: float | None = None):
-        self.limits = limits
-        self.started = time.perf_counter() if started is None else started
-        self.infinite = infinite
-        self._pondering = ponder
-        self._stopped = False
-        self._condition = threading.Condition()
-        bounded = not (infinite or ponder)
-        self.deadline = self.started + limits.seconds if bounded and limits.seconds is not None else None
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
-
-    @property
-    def pondering(self) -> bool:
-        return self._pondering
-
-    @property
-    def unbounded(self) -> bool:
-        return self.infinite or self._pondering
-
-    def stop(self) -> None:
-        with self._condition:
-            self._stopped = True
-            self._condition.notify_all()
-
-    def ponderhit(self) -> None:
-        """The opponent played the expected move: the ``go`` limits apply from now."""
-        with self._condition:
-            if self._pondering:
-                self._pondering = False
-                if not self.infinite and self.limits.seconds is not None:
-                    self.deadline = time.perf_counter() + self.limits.seconds
-            self._condition.notify_all()
-
-    def node_limit(self) -> int:
-        """The nodes the search may run now (`MAX_NODES` while unbounded, the ``go`` limit after ``ponderhit``)."""
-        return MAX_NODES if self.unbounded else self.limits.nodes
-
-    def should_stop(self, nodes: int) -> bool:
-        """The search's ``should_stop`` hook (`chessgrpo.search.base`): True when it must not grow
-        to `nodes` nodes: after ``stop``, beyond the node limit or past the deadline."""
-        if self._stopped or nodes > self.node_limit():
-            return True
-        deadline = self.deadline
-        return deadline is not None and time.perf_counter() >= deadline
-
-    def wait_for_release(self) -> None:
-        """Block while the search is unbounded and not stopped (an answer ready early waits for ``stop``)."""
-        with self._condition:
-            self._condition.wait_for(lambda: self._stopped or not self.unbounded)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -838,7 +670,7 @@ class UciEngine:
     def _policy_move(self, job: SearchJob) -> chess.Move:
         """The policy's own move among the allowed moves (argmax or a sample at the temperature,
         with `PolicyMover`'s repetition rule), announced with MultiPV ``info`` lines and its probability."""
-        from chessgrpo.eval.anchors import PolicyMover, material_balance
+        from chessgrpo.eval.movers import PolicyMover, material_balance
 
         board = job.board
         assert board is not None

@@ -20,7 +20,7 @@ Position ids are ``cumsum(attention_mask) - 1`` (clamped at 0), so a left-padded
 the positions it would see alone; pads are excluded by the attention mask, never by a token id
 (GPT-2 pads with its EOS id and our char tokenizer's EOS has id 0: an id says nothing).
 
-**One log-prob function** (ARCHITECTURE invariant 1): `tempered_log_probs` turns logits into the
+**One log-prob function** (docs/architecture.md, invariant 1): `tempered_log_probs` turns logits into the
 sampling distribution, and `completion_log_probs` applies it to a full prompt + completion
 forward. `generate` samples with it (KV cache, one token at a time), and the behaviour log-probs
 of a rollout are then recomputed by `completion_log_probs` on the finished sequences, the very
@@ -382,7 +382,7 @@ def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
     """Turn every dropout off (p = 0, config probabilities 0) and switch to eval mode.
 
     Both: eval mode alone is undone by any stray `model.train()`, p = 0 alone leaves other
-    train-mode behaviour. ARCHITECTURE invariant 2: no dropout in any RL forward.
+    train-mode behaviour. docs/architecture.md, invariant 2: no dropout in any RL forward.
     """
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
@@ -402,30 +402,27 @@ def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
 # Batches and the one log-prob function
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
-    """([N, P] long ids, [N, P] bool mask) with each sequence right-aligned (left padding)."""
+def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str, left: bool, name: str) -> tuple[Tensor, Tensor]:
     if not sequences or any(len(s) == 0 for s in sequences):
-        raise ValueError("left_pad needs at least one sequence and no empty sequence")
+        raise ValueError(f"{name} needs at least one sequence and no empty sequence")
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.bool)
     for row, seq in enumerate(sequences):
-        ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
-        mask[row, width - len(seq) :] = True
+        span = slice(width - len(seq), None) if left else slice(None, len(seq))
+        ids[row, span] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, span] = True
     return ids.to(device), mask.to(device)
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """([N, P] long ids, [N, P] bool mask) with each sequence right-aligned (left padding)."""
+    return _pad(sequences, pad_id, device, left=True, name="left_pad")
 
 
 def right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """([N, L] long ids, [N, L] bool mask) with each sequence left-aligned (right padding)."""
-    if not sequences or any(len(s) == 0 for s in sequences):
-        raise ValueError("right_pad needs at least one sequence and no empty sequence")
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
-        mask[row, : len(seq)] = True
-    return ids.to(device), mask.to(device)
+    return _pad(sequences, pad_id, device, left=False, name="right_pad")
 
 
 def position_ids(attention_mask: Tensor) -> Tensor:

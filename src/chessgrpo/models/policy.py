@@ -7,18 +7,18 @@ default, and one of two heads over `chessgrpo.board.ACTIONS`:
 - ``square_pair`` (default): the logit of a move is a scaled dot product between a query from
   its from-square token and a key from its to-square token, plus a promotion-piece term from the
   from-square token and a learned per-action bias. Every move reads the two squares it connects,
-  as in Lc0's attention policy head; it learns several times faster than a pooled head on our
-  small datasets (docs/benchmarks.md).
+  as in Lc0's attention policy head; on our small datasets it reached top-1 0.232 where a pooled
+  head plateaued at 0.132 (docs/results.md, "Design choices").
 - ``pooled``: a linear layer over the mean of all token representations (the first design).
 
 With ``move_facts`` (`board.move_facts`: check, checkmate, stalemate, dead draw, fifty moves per
 legal move), each row also carries one fact byte per action after its 77 tokens, and
 `MoveFactsHead` adds a learned, position-dependent weight per fact to the moves' logits: rules a
-small transformer cannot derive from the board in one pass (docs/benchmarks.md, "Move facts").
+small transformer cannot derive from the board in one pass (docs/results.md, "Design choices").
 
 `log_probs` is the single function that turns logits into log-probabilities (temperature and
 legal-move mask applied); sampling, evaluation and every loss call it, so the behaviour policy
-and the learner can never disagree on the distribution (ARCHITECTURE invariant 1).
+and the learner can never disagree on the distribution (docs/architecture.md, invariant 1).
 """
 
 from __future__ import annotations
@@ -153,8 +153,9 @@ class Block(nn.Module):
         # Bidirectional: every square sees every other; no padding exists, so no mask at all.
         if x.device.type == "cpu" and not torch.is_grad_enabled() and not (self.training and self.dropout > 0):
             # Inference on the CPU (rollouts, games, search): at 77 tokens and head width 16 the explicit
-            # product is ~2x faster than PyTorch's fused CPU kernel (docs/benchmarks.md, issue 25); the
-            # same function, equal to float rounding (logits within ~4e-6). Training keeps the fused kernel.
+            # product is ~2x faster than PyTorch's fused CPU kernel (docs/results.md, "Design choices";
+            # docs/benchmarks.md, "GRPO steps: `bench/rollout_throughput.py`"); the same function, equal to
+            # float rounding (logits within ~4e-6). Training keeps the fused kernel.
             attended = ((q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)).softmax(dim=-1) @ v
         else:
             attended = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
@@ -245,7 +246,7 @@ class ValueHead(nn.Module):
     Black (searchless_chess's encoding), so a head asked for the mover's score directly must first
     learn "material sign XOR side to move". Measured on data/tiny, trained beside the policy: a
     head over the mean token stayed at the constant baseline (MAE 0.37-0.40 after 600 steps) in
-    either form; this one reaches 0.14 in 400 (docs/benchmarks.md, "Value head").
+    either form; this one reaches 0.14 in 400 (docs/results.md, "Design choices").
     """
 
     def __init__(self, d_model: int, channels: int = 8, hidden: int = 128):

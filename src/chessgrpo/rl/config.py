@@ -106,7 +106,7 @@ class GRPOConfig:
     # ---------------------------------------------------------------- runtime invariants
     ratio_tolerance: float = 1e-4
     """Default 1e-4. Largest |ratio - 1| allowed on the first minibatch in fp32, where the learner's
-    weights equal the sampler's and the recomputed log-probs must match (ARCHITECTURE invariant 1)."""
+    weights equal the sampler's and the recomputed log-probs must match (docs/architecture.md, invariant 1)."""
     ratio_tolerance_bf16: float = 2e-2
     """Default 2e-2. The same bound under bf16: bf16 keeps 8 mantissa bits (relative precision
     2^-8 ~ 4e-3 per operation), so log-probs recomputed in a differently batched forward differ by ~1e-2."""

@@ -2,7 +2,7 @@
 
 The first minibatch after a rollout is learned with the very weights that sampled it, so the
 recomputed log-probs must equal the behaviour log-probs: ratio = 1 and nothing clipped
-(ARCHITECTURE invariant 1). A predecessor system sampled at temperature 1.3 and learned at 1.0 and
+(docs/architecture.md, invariant 1). A predecessor system sampled at temperature 1.3 and learned at 1.0 and
 ran for days with a 55% clip fraction at step 0; this check turns that into an exception.
 """
 

@@ -17,8 +17,8 @@ reference log-probs), and the `update` that backpropagates a minibatch loss and 
    or rows, so the accumulated gradient is the minibatch's) and then one step: peak memory follows
    the micro-batch, the optimisation does not change;
 4. the very first minibatch runs with the weights that sampled the batch, so the ratio must be 1:
-   `check_first_minibatch` raises otherwise, checked on each of its micro-batches (ARCHITECTURE
-   invariant 1);
+   `check_first_minibatch` raises otherwise, checked on each of its micro-batches
+   (docs/architecture.md, invariant 1);
 5. the KL controller is updated once with the mean observed KL.
 """
 
@@ -383,7 +383,7 @@ def _micro_batch_loss(
 ) -> tuple[Tensor, dict[str, float], dict[str, Tensor]]:
     """The loss (policy + KL + entropy + aux) of one (micro-)batch, its metrics and its terms (with
     grad, `LossOutput.terms` plus ``aux``); with `check`, the first-minibatch ratio invariant
-    (ARCHITECTURE invariant 1), and the KL sign check."""
+    (docs/architecture.md, invariant 1), and the KL sign check."""
     _check_outputs(outputs, minibatch)
     ref_logp = outputs.ref_logp if outputs.ref_logp is not None else minibatch.ref_logp
     if ref_logp is None and (kl_coef > 0 or config.kl_coef > 0 or kl_controller.schedule == "adaptive"):

@@ -57,7 +57,7 @@ class MoveGroupConfig:
     positions_per_step: int = 32
     """B: start positions per training step; a step learns from B * G samples."""
     temperature: float = 1.0
-    """Rollout temperature. The learner uses the same one (ARCHITECTURE invariant 1)."""
+    """Rollout temperature. The learner uses the same one (docs/architecture.md, invariant 1)."""
     reward: str = "win_prob"
     """win_prob: the mover's expected score after the move; regret: that minus the best move's
     (needs best_move_values). Same advantages under a per-group baseline (module docstring).
@@ -244,7 +244,7 @@ def score_groups(
     with `tablebase` (optional) giving exact values at few pieces.
 
     An engine failure is retried by the pool on a fresh process and raises if it persists:
-    never a silent 0 reward (ARCHITECTURE invariant 5).
+    never a silent 0 reward (docs/architecture.md, invariant 5).
     """
     moves = groups.moves()
     best_moves: list[chess.Move] = []

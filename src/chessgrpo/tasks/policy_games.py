@@ -20,7 +20,7 @@ from typing import Any
 
 import chess
 
-from chessgrpo.eval.anchors import PolicyMover, RandomMover
+from chessgrpo.eval.movers import PolicyMover, RandomMover
 
 SOURCE_PREFIX = "policy_games:"
 

@@ -21,6 +21,7 @@ kind that uses them is `tasks.kinds.pretrain`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -104,16 +105,16 @@ def accuracy_sums(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
 
 
 @torch.no_grad()
-def evaluate_policy_on_split(
-    model: ActionPolicy, data: PositionTensors, *, objective: Objective, temperature: float, batch_size: int, device: torch.device
-) -> dict[str, float]:
-    """Held-out metrics in fp32 and eval mode (the model's mode is restored afterwards): eval/loss
-    (the objective), eval/top1, eval/top5, eval/nll (cross-entropy to the best move, comparable
-    across objectives), eval/perplexity, eval/in_multipv (share of argmax moves among the labelled
-    top-M); with a value head also eval/value_mae and eval/value_bce against the labelled values."""
+def split_sums(
+    model: ActionPolicy, data: PositionTensors, *, batch_size: int, device: torch.device,
+    extra: Callable[[torch.Tensor, Batch], dict[str, float]] | None = None, totals: dict[str, float] | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """Sums over a split's rows, in fp32 and eval mode (the model's mode is restored afterwards): the
+    accuracy sums (`accuracy_sums`), ``extra(logp, batch)``'s, and with a value head the value sums;
+    added onto `totals` (whose keys keep their order)."""
     was_training = model.training
     model.eval()
-    totals = {"loss": 0.0, "top1": 0.0, "top5": 0.0, "nll": 0.0, "in_multipv": 0.0}
+    totals = dict(totals or {})
     with_value = model.value_head is not None
     try:
         for start in range(0, len(data), batch_size):
@@ -121,14 +122,29 @@ def evaluate_policy_on_split(
             output = model(batch.tokens, with_value=with_value)
             logits, value_logits = output if with_value else (output, None)
             logp = log_probs(logits.float(), batch.legal_mask)
-            totals["loss"] += float(objective_loss(logp, batch, objective, temperature).sum())
-            sums = accuracy_sums(logp, batch)
+            sums = {**accuracy_sums(logp, batch), **(extra(logp, batch) if extra is not None else {})}
             if value_logits is not None:
                 sums.update(value_sums(value_logits, value_targets(batch)))
             for key, value in sums.items():
                 totals[key] = totals.get(key, 0.0) + value
     finally:
         model.train(was_training)
+    return totals
+
+
+def evaluate_policy_on_split(
+    model: ActionPolicy, data: PositionTensors, *, objective: Objective, temperature: float, batch_size: int, device: torch.device
+) -> dict[str, float]:
+    """Held-out metrics in fp32 and eval mode (the model's mode is restored afterwards): eval/loss
+    (the objective), eval/top1, eval/top5, eval/nll (cross-entropy to the best move, comparable
+    across objectives), eval/perplexity, eval/in_multipv (share of argmax moves among the labelled
+    top-M); with a value head also eval/value_mae and eval/value_bce against the labelled values."""
+
+    def loss(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
+        return {"loss": float(objective_loss(logp, batch, objective, temperature).sum())}
+
+    totals = split_sums(model, data, batch_size=batch_size, device=device, extra=loss,
+                        totals={"loss": 0.0, "top1": 0.0, "top5": 0.0, "nll": 0.0, "in_multipv": 0.0})  # fmt: skip
     metrics = {f"eval/{key}": value / len(data) for key, value in totals.items()}
     metrics["eval/perplexity"] = math.exp(metrics["eval/nll"])
     return metrics

@@ -2,7 +2,8 @@
 
 - `run_data`: a run directory read back (config, rows, evaluation files), also while it runs;
 - `diagnose`: pure checks over a run that say why it is not learning (`chessgrpo diagnose`);
-- `plots` and `report`: the figures and the self-contained HTML report (`chessgrpo report`).
+- `plots`, `figures` and `report`: the figures (each figure's function; their backend-neutral description and
+  its plotly and matplotlib drawings) and the self-contained HTML report (`chessgrpo report`).
 
 The writers they read (metrics.jsonl and the TensorBoard / W&B mirrors) belong to the spine:
 `chessgrpo.train.metrics` and `chessgrpo.train.backends`.

@@ -407,7 +407,7 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
                 advice = (f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "
                           "whose gradient outweighs GRPO's trains the policy towards the labels instead of towards reward "
                           "(the CPU-hour recipe's bc 0.3 arm: 96% of the gradient, -75 Elo against its own start; "
-                          "docs/benchmarks.md).")  # fmt: skip
+                          "docs/results.md, \"Design choices\").")  # fmt: skip
             else:
                 # A value loss shapes the shared trunk but never the policy head; measured not to stop GRPO's gain in
                 # games (the CPU-hour recipe: 96% of the gradient, still +44/+52 Elo against its start), so a warning at most.
@@ -416,7 +416,7 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
                           "trunk far more than GRPO does; the policy head still learns from GRPO alone. Lower value_loss_weight "
                           "(or value_batch_size) until the policy term's share is larger: in the CPU-hour recipe 1.0 held 96% "
                           "of the gradient and 0.1 held 61%, with the same value MAE and +42 Elo [+11, +73] in games for the "
-                          "policy (SPRT against the 1.0 stage; docs/benchmarks.md).")  # fmt: skip
+                          "policy (SPRT against the 1.0 stage; docs/results.md, \"Design choices\").")  # fmt: skip
         of = "the gradient norm" if by_gradient else "the loss"
         message = (f"the {label} is more than {_pct(t.share_dominant)} of {of} in {_pct(fraction)} of the "
                    f"{'measured ' if by_gradient else ''}steps (median share {_pct(median)})")  # fmt: skip
@@ -671,7 +671,7 @@ def _puzzle_loss_from_fewer_checks(run: RunData, t: Thresholds) -> Finding | Non
         "The policy gave up a checking habit that most puzzles reward (their solutions start with a check) rather than "
         "drifting from good moves: compare `eval compare`'s played_check_rate with label_check_rate on the held-out "
         "positions, and judge the run by games against its start (`chessgrpo eval games --anchors START`) before "
-        "raising kl_coef (docs/benchmarks.md, \"The quickstart's GRPO that shows in games\").",
+        "raising kl_coef (docs/results.md, \"The quickstart: `make run`\").",
     )
 
 

@@ -5,7 +5,7 @@ wall time: what the run directory records, and what generated the report), the d
 (`track.diagnose`), the evaluation tables (``eval/step_*.json`` or the eval rows, and any
 standalone ``eval offline|puzzles`` result in ``eval/``), game strength (``eval games`` summaries
 in ``eval/``: W/D/L, score and Elo per anchor with intervals, over steps), the figures
-(`track.plots`), and the configuration: the differences between the runs when several are
+(`track.plots`, drawn by `track.figures`), and the configuration: the differences between the runs when several are
 compared, the whole resolved config for one. Several runs share the axes of every figure.
 
 Interactive or static: with plotly installed the figures are interactive plotly charts (zoom,
@@ -42,7 +42,8 @@ import yaml
 
 from chessgrpo.run_info import cpu_model, package_version, source_commit
 from chessgrpo.track.diagnose import Finding, diagnose
-from chessgrpo.track.plots import DroppedPanel, ReportFigure, figure_study, panel_height_px, plan_figures, plotly_available
+from chessgrpo.track.figures import DroppedPanel, ReportFigure, panel_height_px, plotly_available
+from chessgrpo.track.plots import figure_study, plan_figures
 from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
 from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, load_run
 

@@ -18,7 +18,7 @@ from chessgrpo.train.backends import TrackingConfig
 
 @dataclasses.dataclass
 class DivergenceConfig:
-    """What the loop does on a non-finite loss or gradient (ARCHITECTURE invariant 9)."""
+    """What the loop does on a non-finite loss or gradient (docs/architecture.md, invariant 9)."""
 
     max_consecutive_skips: int = 3
     """A non-finite update is skipped (no optimizer step); after this many skipped steps in a row the run

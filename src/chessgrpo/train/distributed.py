@@ -4,7 +4,7 @@ A run started by ``torchrun`` (which sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WO
 rendezvous address) joins the process group here (gloo on CPU, NCCL on CUDA); a plain
 ``chessgrpo train`` is world size 1 and every method below is then a cheap identity.
 
-What keeps N processes the same experiment as one (ARCHITECTURE, "the training spine"):
+What keeps N processes the same experiment as one (docs/architecture.md, "The spine and its plug-ins"):
 
 - the global batch is a function of (seed, step) only; each rank takes a contiguous share of its
   groups (`Parallel.shard`): a group is never split across ranks;

@@ -1,4 +1,4 @@
-"""A run directory belongs to one process at a time (ARCHITECTURE invariant 9).
+"""A run directory belongs to one process at a time (docs/architecture.md, invariant 9).
 
 `RunLock` creates ``RUN_DIR/.lock`` exclusively (``O_CREAT | O_EXCL``) holding the owner's PID and
 host. A second process finds the file, sees that the PID is alive and stops with `RunLocked`

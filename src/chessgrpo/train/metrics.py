@@ -5,7 +5,7 @@ Each line of ``RUN_DIR/metrics.jsonl`` looks like::
     {"step": 100, "time": 1718000000.0, "loss/train": 2.31, "train/top1": 0.21, "lr": 0.001}
 
 ``step`` is the number of optimizer steps completed, ``time`` is Unix time in seconds, and every
-other key is ``<group>/<metric>`` (see ARCHITECTURE.md for the groups) or a top-level scalar like
+other key is ``<group>/<metric>`` (docs/architecture.md, "Run directory and metrics", lists the groups) or a top-level scalar like
 ``lr``. Non-finite values are written as JSON's ``NaN`` / ``Infinity`` extensions (Python's `json`
 and pandas read them back) so a diverged run shows up as such instead of disappearing.
 

@@ -10,7 +10,7 @@ One step (`MoveGroupKind.train_step`):
    first-minibatch ratio check), each update through the loop's `Learner`.
 
 The reference policy is the starting checkpoint, frozen. Every forward of the policy and the
-reference runs in eval mode (no dropout, ARCHITECTURE invariant 2); the learner recomputes
+reference runs in eval mode (no dropout, docs/architecture.md, invariant 2); the learner recomputes
 log-probs with the same `log_probs`, temperature and masks as the sampler (invariant 1).
 
 Evaluation is the code of ``chessgrpo eval offline|puzzles`` (held-out ESL, top-1 and blunder

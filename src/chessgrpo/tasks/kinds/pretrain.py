@@ -57,6 +57,7 @@ from chessgrpo.tasks.supervised import (
     accuracy_sums,
     best_move_nll,
     evaluate_policy_on_split,
+    split_sums,
     objective_loss,
     value_loss,
     value_sums,
@@ -406,7 +407,6 @@ def _human_sums(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
     }
 
 
-@torch.no_grad()
 def evaluate_human_on_split(model: ActionPolicy, data: PositionTensors, *, batch_size: int, device: torch.device) -> dict[str, float]:
     """Held-out metrics of the human objective (fp32, eval mode, the model's mode restored): eval/human_top1,
     eval/human_top5, eval/human_nll (= eval/loss) against the players' moves, and on the same rows the
@@ -414,23 +414,7 @@ def evaluate_human_on_split(model: ActionPolicy, data: PositionTensors, *, batch
     eval/in_multipv; with a value head eval/value_mae and eval/value_bce)."""
     if data.human_action is None:
         raise ValueError("evaluate_human_on_split needs a split loaded with HumanMoves")
-    was_training = model.training
-    model.eval()
-    totals: dict[str, float] = {}
-    with_value = model.value_head is not None
-    try:
-        for start in range(0, len(data), batch_size):
-            batch = data.batch(torch.arange(start, min(len(data), start + batch_size))).to(device)
-            output = model(batch.tokens, with_value=with_value)
-            logits, value_logits = output if with_value else (output, None)
-            logp = log_probs(logits.float(), batch.legal_mask)
-            sums = {**accuracy_sums(logp, batch), **_human_sums(logp, batch)}
-            if value_logits is not None:
-                sums.update(value_sums(value_logits, value_targets(batch)))
-            for key, value in sums.items():
-                totals[key] = totals.get(key, 0.0) + value
-    finally:
-        model.train(was_training)
+    totals = split_sums(model, data, batch_size=batch_size, device=device, extra=_human_sums)
     metrics = {f"eval/{key}": value / len(data) for key, value in totals.items()}
     metrics["eval/loss"] = metrics["eval/human_nll"]
     metrics["eval/perplexity"] = math.exp(metrics["eval/nll"])

@@ -22,8 +22,8 @@ One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.
 
 ``task.prompt_bos`` puts the tokenizer's BOS before every prompt (sampling and evaluation), as
 upstream RookWorld-LM was trained. The reference is the starting model, frozen; the policy is its copy. Both run with every dropout
-off and in eval mode (`models.lm.prepare_for_rl`), whatever the model config says (ARCHITECTURE
-invariant 2). With ``bf16: true`` the sampling and learner forwards run under bf16 autocast
+off and in eval mode (`models.lm.prepare_for_rl`), whatever the model config says
+(docs/architecture.md, invariant 2). With ``bf16: true`` the sampling and learner forwards run under bf16 autocast
 (log-probs stay fp32) and the ratio check uses its bf16 tolerance.
 
 Evaluation (cadence: the loop's `eval_every` / `eval_at_start`) is the code of `chessgrpo eval lm`

@@ -1,4 +1,4 @@
-"""`data import-pgn` on small real PGN files (plain, gzip, zstd) with the real Stockfish."""
+"""`data import-pgn` (data/pgn_import.py) on small real PGN files (plain, gzip, zstd) with the real Stockfish."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The chess LM path: tokenizers, loading, batched generation, the one log-prob function, no dropout in RL.
+"""The chess LM path (models/lm.py): tokenizers, loading, batched generation, the one log-prob function, no dropout in RL.
 
 Tiny GPT-2 models are created locally (no downloads): `GPT2Config(n_layer=2, n_embd=64, ...)`.
 """

@@ -1,4 +1,4 @@
-"""The training spine's run safety, once for every kind (real processes, real Stockfish, tiny models).
+"""The training spine's run safety (train/loop.py), once for every kind (real processes, real Stockfish, tiny models).
 
 Divergence recovery (the NaN hook), early stops (KL, never at step 0), verified checkpoints (a
 corrupt latest falls back), retention of the best checkpoint, the run-directory lock, SIGTERM then
@@ -181,7 +181,7 @@ def test_retention_keeps_the_best_checkpoint(tmp_path):
     assert not [n for n in names if n.startswith(".tmp")]  # no debris
 
 
-def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
+def test_a_second_process_on_a_locked_run_directory_is_refused(cli, tmp_path):
     run_dir = tmp_path / "locked"
     holder = subprocess.Popen(
         [sys.executable, "-c", f"from chessgrpo.train.lock import RunLock; import time; RunLock({str(run_dir)!r}).acquire(); "
@@ -191,8 +191,7 @@ def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunLocked, match=str(holder.pid)):
             RunLock(run_dir).acquire()
-        done = subprocess.run(CLI + ["train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), *tiny_overrides(tmp_path, "locked")],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = cli.run("train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), *tiny_overrides(tmp_path, "locked"), timeout=120)
         assert done.returncode != 0
         assert f"in use by process {holder.pid}" in done.stderr and "Traceback" not in done.stderr
         assert not (run_dir / "config.yaml").exists()
@@ -206,7 +205,7 @@ def test_a_second_process_on_a_locked_run_directory_is_refused(tmp_path):
     assert not (run_dir / LOCK_FILE).exists()
 
 
-def test_sigterm_checkpoints_and_resume_equals_an_uninterrupted_run(tmp_path):
+def test_sigterm_checkpoints_and_resume_equals_an_uninterrupted_run(cli, tmp_path):
     steps = ["steps=40", "eval_every=0", "checkpoint_every=100"]
     straight = tiny_config(tmp_path, *steps, name="straight")
     with Trainer(straight) as trainer:
@@ -225,7 +224,7 @@ def test_sigterm_checkpoints_and_resume_equals_an_uninterrupted_run(tmp_path):
     assert 3 <= int(stopped_at.name.split("_")[1]) < 40  # checkpointed mid-run, not at the end
     assert "stopped by SIGTERM" in out
 
-    done = subprocess.run(CLI + ["train", "--resume", str(tmp_path / "killed")], capture_output=True, text=True, timeout=300)
+    done = cli.run("train", "--resume", str(tmp_path / "killed"))
     assert done.returncode == 0, done.stderr
     assert_same_weights(weights(tmp_path / "killed"), weights(straight.run.directory))
 
@@ -236,9 +235,8 @@ def test_run_name_must_be_a_plain_name(tmp_path):
             tiny_config(tmp_path, f"run.name={bad}")
 
 
-def test_expected_errors_print_one_line_and_unexpected_ones_keep_their_traceback(tmp_path):
-    bad = subprocess.run(CLI + ["train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), "run.name=../x"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+def test_expected_errors_print_one_line_and_unexpected_ones_keep_their_traceback(cli, tmp_path):
+    bad = cli.run("train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), "run.name=../x", timeout=60)
     assert bad.returncode == 2 and "run.name" in bad.stderr and "Traceback" not in bad.stderr
     crash = subprocess.run(
         [sys.executable, "-c", "import sys; from chessgrpo import cli; import chessgrpo.commands.train as train; "

@@ -1,4 +1,5 @@
-"""GRPO of the action policy with one-move groups: rewards, invariants, resume, learning.
+"""GRPO of the action policy with one-move groups (tasks/move_group.py, tasks/kinds/move_group.py):
+rewards, invariants, resume, learning.
 
 Real Stockfish at small node limits, real tiny models, real files.
 """
@@ -7,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import chess
@@ -177,19 +176,19 @@ def test_grpo_learns_to_mate_in_one(tmp_path):
         assert math.isfinite(row["grad_norm"]) and row["kl/value"] >= 0
 
 
-def test_train_command_runs_evaluates_and_writes_a_run_directory(tmp_path):
+def test_train_command_runs_evaluates_and_writes_a_run_directory(cli, tmp_path):
     checkpoint = tmp_path / "init"
     torch.manual_seed(0)
     save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), checkpoint)
     (tmp_path / "eval.fen").write_text("".join(b.fen() + "\n" for b in StartPositions.from_source("random:20", seed=5).boards))
     command = [
-        sys.executable, "-m", "chessgrpo.cli", "train", "--config", "configs/grpo_tiny.yaml",
+        "train", "--config", "configs/grpo_tiny.yaml",
         f"init_checkpoint={checkpoint}", "positions=random:50", "steps=2", f"run.out_dir={tmp_path}", "run.name=cli",
         "task.positions_per_step=4", "task.group_size=4", "task.reward_nodes=50", "engine.processes=1", "engine.cache=false",
         f"eval.positions={tmp_path / 'eval.fen'}", "eval.max_positions=20", "eval.nodes=100", "eval.max_puzzles=20",
         "eval_every=0", "grpo.minibatch_size=8", "start_win_prob_range=null", "position_mixture=[]", *NO_LABELLED_LOSSES,
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parent.parent)
+    done = cli.run(*command, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     run = tmp_path / "cli"
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "latest" / "model.safetensors").is_file()
@@ -198,10 +197,9 @@ def test_train_command_runs_evaluates_and_writes_a_run_directory(tmp_path):
     rows = read_metrics(run / "metrics.jsonl")
     assert rows[0]["step"] == 0 and "eval/esl_low" in rows[0] and "eval/puzzle_first_move_accuracy" in rows[0]
     assert "held-out curve" in done.stdout and "eval compare" in done.stdout
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parent.parent)
+    again = cli.run(*command, cwd=Path(__file__).parent.parent)
     assert again.returncode == 2 and "already has a checkpoint" in again.stderr
-    bad = subprocess.run([*command[:-1], "grpo.advantage_estimator=ppo"], capture_output=True, text=True, timeout=60, check=False,
-                         cwd=Path(__file__).parent.parent)  # fmt: skip
+    bad = cli.run(*command[:-1], "grpo.advantage_estimator=ppo", timeout=60, cwd=Path(__file__).parent.parent)
     assert bad.returncode == 2 and "advantage_estimator" in bad.stderr
 
 

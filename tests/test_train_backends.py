@@ -1,6 +1,7 @@
-"""Tracking: metrics.jsonl always; TensorBoard and W&B (offline) with the same metric names and the
-resolved config, from real short GRPO and pretraining runs. The backend tests skip when their
-package is missing (both are in the `dev` extra, so CI runs them)."""
+"""Tracking (train/backends.py, through train/metrics.py's writer): metrics.jsonl always; TensorBoard
+and W&B (offline) with the same metric names and the resolved config, from real short GRPO and
+pretraining runs. The backend tests skip when their package is missing (both are in the `dev`
+extra, so CI runs them)."""
 
 from __future__ import annotations
 

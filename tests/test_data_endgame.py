@@ -1,13 +1,15 @@
 """The supervised warm start of the endgame curriculum: `data endgame`, `pretrain` on it, `eval endgame`.
 
+The dataset itself is data/endgame.py's (move values, the held-out set, symmetric images, its config);
+the last test runs the warm start end to end through the CLI (`data endgame`, `pretrain`,
+`eval endgame` and `eval compare`).
+
 Real Syzygy tables, real processes (the CLI), real Parquet files; a few hundred probes per test.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import chess
 import pytest
@@ -20,10 +22,6 @@ from chessgrpo.eval.compare import compare_files
 from chessgrpo.engine.tablebase import Tablebase
 
 from helpers import SYZYGY_DIR
-
-
-def chessgrpo(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -96,24 +94,24 @@ def test_bad_endgame_config_is_one_clear_error():
 
 
 @pytest.mark.slow
-def test_cli_data_pretrain_and_eval_endgame_with_paired_compare(tmp_path):
+def test_cli_data_pretrain_and_eval_endgame_with_paired_compare(cli, tmp_path):
     data = tmp_path / "kqk"
-    result = chessgrpo("data", "endgame", "--out", str(data), "--material", "KQvK", "--positions", "300",
-                       f"syzygy_path={SYZYGY_DIR}", "processes=2")  # fmt: skip
+    result = cli.run("data", "endgame", "--out", str(data), "--material", "KQvK", "--positions", "300",
+                     f"syzygy_path={SYZYGY_DIR}", "processes=2")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "DTZ-optimal moves per position" in result.stdout
-    bad = chessgrpo("data", "endgame", "--out", str(tmp_path / "bad"), "--material", "KQQQQvK", f"syzygy_path={SYZYGY_DIR}")
+    bad = cli.run("data", "endgame", "--out", str(tmp_path / "bad"), "--material", "KQQQQvK", f"syzygy_path={SYZYGY_DIR}")
     assert bad.returncode != 0 and "KQQQQvK" in bad.stderr and "Traceback" not in bad.stderr
-    result = chessgrpo("pretrain", "--config", "configs/endgame_kqk_pretrain.yaml", f"data={data}", f"run.out_dir={tmp_path}",
-                       "run.name=warm", "steps=30", "eval_every=0", "checkpoint_every=0", "log_every=10")  # fmt: skip
+    result = cli.run("pretrain", "--config", "configs/endgame_kqk_pretrain.yaml", f"data={data}", f"run.out_dir={tmp_path}",
+                     "run.name=warm", "steps=30", "eval_every=0", "checkpoint_every=0", "log_every=10")  # fmt: skip
     assert result.returncode == 0, result.stderr
     # stderr is a pipe here, as under nohup: the progress bar writes whole lines, no carriage returns
     assert "\r" not in result.stderr and "30/30" in result.stderr.splitlines()[-1], result.stderr[-500:]
     outputs = []
     for player in (["--policy", "random"], ["--checkpoint", str(tmp_path / "warm")]):
         output = tmp_path / f"{player[1].replace('/', '_')}.json"
-        result = chessgrpo("eval", "endgame", *player, "--positions", "20", "--max-moves", "10", f"syzygy_path={SYZYGY_DIR}",
-                           f"output={output}")  # fmt: skip
+        result = cli.run("eval", "endgame", *player, "--positions", "20", "--max-moves", "10", f"syzygy_path={SYZYGY_DIR}",
+                         f"output={output}")  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert "mate rate" in result.stdout
         payload = json.loads(output.read_text())

@@ -1,4 +1,5 @@
-"""The P: reward's graded `best` and `top5` credits: win-probability regret against the engine's best move.
+"""The P: reward's graded `best` and `top5` credits (eval/rookworld_grading.py): win-probability regret
+against the engine's best move.
 
 Pure tests of `regret_credit` and the config checks, then real Stockfish (one process, low node
 budget, a per-module cache) on real upstream RookWorld P: lines from ../shared/data/rookworld_samples.txt.

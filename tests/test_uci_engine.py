@@ -1,4 +1,4 @@
-"""`chessgrpo uci`: driven by python-chess's engine client, through a raw pipe and in-process
+"""`chessgrpo uci` (eval/uci_engine.py): driven by python-chess's engine client, through a raw pipe and in-process
 (`UciEngine` over `io.StringIO`); search with a value-head checkpoint, policy-only play without."""
 
 from __future__ import annotations
@@ -18,18 +18,8 @@ import torch
 from helpers import SYZYGY_DIR
 
 from chessgrpo.eval.uci_chess960 import move_actions
-from chessgrpo.eval.uci_engine import (
-    MAX_NODES,
-    GoFlags,
-    GoLimits,
-    UciEngine,
-    clock_seconds,
-    movetime_seconds,
-    parse_go,
-    parse_go_flags,
-    parse_position,
-    parse_temperature,
-)
+from chessgrpo.eval.uci_engine import UciEngine, parse_position, parse_temperature
+from chessgrpo.eval.uci_go import MAX_NODES, GoFlags, GoLimits, clock_seconds, movetime_seconds, parse_go, parse_go_flags
 from chessgrpo.eval.uci_scores import expected_score_wdl, policy_estimate, quiescence
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 

@@ -1,4 +1,4 @@
-"""The action-policy transformer and the single logits -> log-probs function."""
+"""The action-policy transformer (models/policy.py) and the single logits -> log-probs function."""
 
 from __future__ import annotations
 
