@@ -262,29 +262,34 @@ def run_offline(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
     return PlayerResults(config, results, summary, len(positions))
 
 
+def _every_player(
+    subject: Subject, config: EvalConfig, progress: Progress, label: str, count: int, solve: Callable[[Any, Callable[[int], None]], Any]
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(player, baselines, results by name): ``solve(player, progress_update)`` for the player and each baseline,
+    each with its own progress bar, over an engine pool when one of them needs it."""
+    from chessgrpo.engine import EnginePool
+
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(EnginePool.from_config(config.engine)) if needs_pool(subject, config) else None
+        player, baselines = players(subject, config, pool, stack)
+        results = {}
+        for name, each in [("player", player), *baselines.items()]:
+            with progress(count, f"{label} {each.name}") as bar:
+                results[name] = solve(each, bar.update)
+    return player, baselines, results
+
+
 def run_puzzles(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerResults:
     """First-move accuracy and solve rate on `config.puzzles`, by rating band and theme (`eval.puzzles`)."""
-    from chessgrpo.engine import EnginePool
     from chessgrpo.eval.puzzles import rating_bands, read_puzzles, solve_puzzles
 
     bands = rating_bands(config.rating_bands)
     config = dataclasses.replace(config, puzzles=resolve_input(config.puzzles, "puzzle file"))
     puzzle_set = read_puzzles(config.puzzles, config.max_puzzles, config.seed)
     puzzles = puzzle_set.puzzles
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(EnginePool.from_config(config.engine)) if needs_pool(subject, config) else None
-        player, baselines = players(subject, config, pool, stack)
-        results = {}
-        for name, each in [("player", player), *baselines.items()]:
-            with progress(len(puzzles), f"puzzles {each.name}") as bar:
-                results[name] = solve_puzzles(
-                    each,
-                    puzzles,
-                    confidence=config.confidence,
-                    progress=bar.update,
-                    rating_bands=bands,
-                    min_theme_puzzles=config.min_theme_puzzles,
-                )
+    player, baselines, results = _every_player(subject, config, progress, "puzzles", len(puzzles), lambda each, update: solve_puzzles(
+        each, puzzles, confidence=config.confidence, progress=update, rating_bands=bands, min_theme_puzzles=config.min_theme_puzzles,
+    ))  # fmt: skip
     source = {"puzzles": {"source": str(config.puzzles), "n": len(puzzles), "skipped": len(puzzle_set.skipped)}}
     summary = _summary(player, results, baselines, config, source)
     write_output(config, {**summary, "records": _records(results)})
@@ -293,7 +298,6 @@ def run_puzzles(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
 
 def run_epd(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerResults:
     """The share of an EPD suite's positions solved by its bm/am operations (`eval.epd`)."""
-    from chessgrpo.engine import EnginePool
     from chessgrpo.eval.epd import read_epd, solve_epd
 
     if not config.epd:
@@ -301,13 +305,9 @@ def run_epd(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerR
     config = dataclasses.replace(config, epd=resolve_input(config.epd, "EPD suite"))
     suite = read_epd(config.epd)
     positions = suite.positions
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(EnginePool.from_config(config.engine)) if needs_pool(subject, config) else None
-        player, baselines = players(subject, config, pool, stack)
-        results = {}
-        for name, each in [("player", player), *baselines.items()]:
-            with progress(len(positions), f"epd {each.name}") as bar:
-                results[name] = solve_epd(each, positions, confidence=config.confidence, batch_size=config.batch_size, progress=bar.update)
+    player, baselines, results = _every_player(subject, config, progress, "epd", len(positions), lambda each, update: solve_epd(
+        each, positions, confidence=config.confidence, batch_size=config.batch_size, progress=update,
+    ))  # fmt: skip
     source = {"epd": {"source": str(config.epd), "n": len(positions), "skipped": len(suite.skipped)}}
     summary = _summary(player, results, baselines, config, source)
     write_output(config, {**summary, "records": _records(results)})
