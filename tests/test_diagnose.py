@@ -553,3 +553,39 @@ def test_games_against_the_start_are_read_and_soften_a_missing_heldout_gain(tmp_
 
     _games_against(run_dir, str(tmp_path / "someone_else"), 474, 158, 368, (37.0, 15.3, 58.6))
     assert "learning.games_against_start" not in _ids(diagnose(load_run(run_dir)))
+
+
+def _lm_eval(directory: Path, step: int, moves: list[str]) -> dict[str, float]:
+    """eval/step_NNNNNN_lm.json as `kind: rookworld` writes it (P: records with each greedy B: move), and its metrics row."""
+    from chessgrpo.eval.lm import policy_metrics
+
+    records = [{"prompt": f"P: position {i}", "completion": f"M: {m} E: 0.1 B: {m}", "total": 1.0, "malformed": None,
+                "best": 0.0, "top5_hit": 0.0, "legal": 1.0, "top5": 0.0, "best_move": m, "best_legal": 1.0}
+               for i, m in enumerate(moves)]  # fmt: skip
+    metrics = policy_metrics(records, confidence=0.95, resamples=200, seed=0)
+    (directory / "eval").mkdir(parents=True, exist_ok=True)
+    payload = {"metrics": {k: v.to_json() for k, v in metrics.items()}, "records": {"policy": records}, "step": step}
+    (directory / "eval" / f"step_{step:06d}_lm.json").write_text(json.dumps(payload))
+    row = {"step": step}
+    for name in ("p_distinct_best", "p_top_best_share"):
+        row.update({f"eval/{name}": metrics[name].value, f"eval/{name}_low": metrics[name].low, f"eval/{name}_high": metrics[name].high})
+    return row
+
+
+def test_an_lm_collapsing_onto_one_move_is_found_and_a_diverse_one_is_said_to_hold(tmp_path):
+    """Synthetic: two LM evaluations 40 positions apart, as the issue saw it (42 distinct B: moves became 5, d2d4 taking
+    half); a real collapse needs a long LM run. The same run without the collapse gets the info finding instead."""
+    before = [f"m{i % 40}" for i in range(80)]
+    collapsed = ["d2d4"] * 40 + [f"m{i % 4}" for i in range(40)]
+    run = _write_run(tmp_path / "lm", _synthetic_rows(40))
+    rows = [_lm_eval(run, 0, before), _lm_eval(run, 40, collapsed)]
+    _write_run(run, _synthetic_rows(40) + rows)
+    finding = _by_id(diagnose(load_run(run)), "lm.collapse")
+    assert finding.severity == "warning" and "40 -> 5" in finding.message and "d2d4" in finding.message
+    assert finding.evidence["favourite"] == {"move": "d2d4", "share": 0.5}
+
+    steady = _write_run(tmp_path / "lm_ok", _synthetic_rows(40))
+    rows = [_lm_eval(steady, 0, before), _lm_eval(steady, 40, list(reversed(before)))]
+    _write_run(steady, _synthetic_rows(40) + rows)
+    findings = diagnose(load_run(steady))
+    assert "lm.collapse" not in _ids(findings, "warning") and "40 -> 40" in _by_id(findings, "lm.answers_diverse").message

@@ -4,6 +4,7 @@
 
     chessgrpo data rookworld --out DIR [--positions N] [--nodes K] [--seed S] [key=value ...]
     chessgrpo data rookworld --out DIR --from-text FILE [keep_defective=true]
+    chessgrpo data rookworld --out DIR --positions N endgames=[KQvK,KRvK]   (Syzygy truths)
     chessgrpo eval lm --checkpoint DIR [--data DIR] [--policy-prompts N] [--environment-prompts N]
                       [--puzzles CSV] [--prompt-bos] [--json] [key=value ...]
     chessgrpo eval lm --compare A.json B.json [--json]
@@ -60,7 +61,7 @@ def run_data_rookworld(args: argparse.Namespace) -> int:
         if key in overridden:
             raise ConfigError(f"{key} is given twice: as a flag and as {key}=...; give it once")
         setattr(config, key, value)
-    total = None if config.from_text else config.positions
+    total = None if config.from_text else config.positions + config.held_out * len(config.endgames)
     with progress_bar(total, "rookworld", "pos") as bar:
         summary = run_rookworld_data(config, progress=bar.update)
     counts = "; ".join(f"{split}: {c['policy']} P:, {c['environment']} A:" for split, c in summary.counts.items())
@@ -136,7 +137,8 @@ def run_eval_lm(args: argparse.Namespace) -> int:
 
         puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, config.seed).puzzles)
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(EnginePool.from_config(config.engine)) if fens else None
+        engine_truth = config.rewards.policy.truth == "engine"  # a tablebase truth needs no engine
+        pool = stack.enter_context(EnginePool.from_config(config.engine)) if fens and engine_truth else None
         with tqdm(total=len(fens) + len(prompts) + len(puzzles), desc="eval lm", unit="prompt", file=sys.stderr, disable=None) as bar:
             result = evaluate_lm(
                 lm, policy_fens=fens, environment_prompts=prompts, puzzles=puzzles, pool=pool, rewards=config.rewards,

@@ -48,19 +48,19 @@ from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import DataEngineConfig, require
 from chessgrpo.data.rookworld_format import (
-    HISTORY_MOVES,
     MAX_LISTED_MOVES,
-    EnvironmentQuery,
-    environment_prompt,
-    environment_step,
-    format_environment_completion,
-    format_policy_completion,
     parse_environment_line,
     parse_policy_line,
-    policy_prompt,
     split_environment_line,
     split_policy_line,
     upstream_best_defect,
+)
+from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: the dataset's example type and builders
+    RookWorldExample,
+    environment_example,
+    hash_seed,
+    illegal_move,
+    policy_example,
 )
 from chessgrpo.data.rookworld_truths import PolicyTruth, mover_pawns
 from chessgrpo.files import text_lines, write_text_atomic
@@ -106,6 +106,19 @@ class RookWorldDataConfig:
     """A: the engine's best move with this probability, else a random legal move."""
     illegal_fraction: float = 0.05
     """A: share of examples whose move is illegal (answer: FEN unchanged, -1.0, truncated)."""
+    endgames: list[str] = dataclasses.field(default_factory=list)
+    """Material signatures (e.g. [KQvK, KRvK]): endgame positions with every truth from the Syzygy
+    tables instead of engine-analysed playouts (`data.rookworld_endgames`); `positions` train
+    positions are split evenly over them, the test split is `eval endgame`'s held-out starts."""
+    syzygy_path: str = "../shared/data/syzygy"
+    """Syzygy tables (endgames only)."""
+    held_out: int = 200
+    """Endgames: held-out start positions per material, the test split (= `chessgrpo eval endgame
+    --positions N --seed SEED` with the same colours)."""
+    colours: str = "white"
+    """Endgames: the strong side's colour: white, black or both."""
+    workers: int = 0
+    """Endgames: processes probing the tables (0 = one per CPU core)."""
     from_text: str | None = None
     """Import this RookWorld text file instead of generating (`--from-text`)."""
     keep_defective: bool = False
@@ -123,28 +136,18 @@ class RookWorldDataConfig:
         require(0.0 <= self.engine_move_fraction <= 1.0, "engine_move_fraction", self.engine_move_fraction, "must be in [0, 1]")
         require(0.0 <= self.illegal_fraction < 1.0, "illegal_fraction", self.illegal_fraction, "must be in [0, 1)")
         require(self.engine.depth is None, "engine.depth", self.engine.depth, "analyses use node limits: set `nodes`")
+        if self.endgames:
+            from chessgrpo.board.endgames import COLOURS, Material
 
-
-@dataclasses.dataclass(frozen=True)
-class RookWorldExample:
-    """One line of a RookWorld dataset."""
-
-    task: str
-    prompt: str
-    completion: str
-    fen: str
-    source: str = "random_playout"
-    moves: tuple[str, ...] = ()
-    pawns: tuple[float, ...] = ()
-    defect: bool = False
-    nodes: int = 0
-
-    @property
-    def line(self) -> str:
-        return self.prompt + self.completion
-
-    def row(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "moves": list(self.moves), "pawns": list(self.pawns)}
+            for name in self.endgames:
+                try:
+                    Material.parse(name)
+                except ValueError as error:
+                    require(False, "endgames", self.endgames, str(error))
+            require(not self.from_text, "from_text", self.from_text, "give either endgames or from_text, not both")
+            require(self.colours in COLOURS, "colours", self.colours, f"must be one of {', '.join(COLOURS)}")
+            require(self.held_out >= 0, "held_out", self.held_out, "must be >= 0")
+            require(self.workers >= 0, "workers", self.workers, "must be >= 0 (0 = one per CPU core)")
 
 
 @dataclasses.dataclass
@@ -166,41 +169,6 @@ class RookWorldSummary:
 def _playouts(count: int, seed: int, max_plies: int) -> list[chess.Board]:
     """`count` distinct non-terminal random-playout positions, with their move stacks."""
     return random_playout_positions(count, seed=seed, max_plies=max_plies, keep_history=True)
-
-
-def _illegal_move(board: chess.Board, rng: random.Random) -> str:
-    """A syntactically valid UCI move that is not legal here (from a square of a piece of the mover)."""
-    legal = {m.uci() for m in board.legal_moves}
-    own = [sq for sq in chess.SQUARES if board.color_at(sq) == board.turn]
-    for _ in range(1000):
-        move = chess.square_name(rng.choice(own)) + chess.square_name(rng.randrange(64))
-        if move not in legal and move[:2] != move[2:]:
-            return move
-    raise RuntimeError(f"no illegal move found for {board.fen()!r}")  # pragma: no cover
-
-
-def environment_example(board: chess.Board, move: str, source: str = "random_playout") -> RookWorldExample:
-    """The A: example of playing `move` (UCI, legal or not) in `board`, history from its move stack."""
-    history = tuple([m.uci() for m in board.move_stack][-(HISTORY_MOVES - 1) :] + [move])
-    query = EnvironmentQuery(fen=board.fen(), move=move, history=history)
-    answer = environment_step(query.fen, move)
-    return RookWorldExample("environment", environment_prompt(query), format_environment_completion(answer), query.fen, source)
-
-
-def policy_example(truth: PolicyTruth, seed: int, nodes: int, source: str = "random_playout") -> RookWorldExample:
-    """The P: example of an engine analysis (M shuffled with a per-position seed)."""
-    answer = truth.answer(seed=hash_seed(seed, truth.fen))
-    return RookWorldExample(
-        "policy", policy_prompt(truth.fen), format_policy_completion(truth.fen, answer), truth.fen, source,
-        moves=truth.moves, pawns=truth.pawns, nodes=nodes,
-    )  # fmt: skip
-
-
-def hash_seed(seed: int, text: str) -> int:
-    """A stable 64-bit seed from (seed, text) (Python's hash() of a str changes between processes)."""
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(f"{seed}|{text}".encode()).digest()[:8], "big")
 
 
 def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable[[int], None] | None = None) -> list[RookWorldExample]:
@@ -225,7 +193,7 @@ def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable
             rng = random.Random(hash_seed(config.seed + 1, fen))
             draw = rng.random()
             if draw < config.illegal_fraction:
-                move = _illegal_move(board, rng)
+                move = illegal_move(board, rng)
             elif draw < config.illegal_fraction + (1 - config.illegal_fraction) * config.engine_move_fraction:
                 move = truth.best
             else:
@@ -286,10 +254,15 @@ def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False
 
 
 def write_examples(directory: Path, examples: Iterable[RookWorldExample], test_fraction: float) -> dict[str, dict[str, int]]:
-    """Text files and one Parquet shard per split (atomic writes); returns split -> task -> count."""
+    """Text files and one Parquet shard per split (atomic writes); returns split -> task -> count.
+
+    The split is `schema.split_of` of the position, except for endgame examples, which carry theirs
+    (the held-out starts of `eval endgame` are the test split: `data.rookworld_endgames`)."""
+    from chessgrpo.data.rookworld_endgames import example_split
+
     by_split: dict[str, list[RookWorldExample]] = {split: [] for split in schema.SPLITS}
     for example in examples:
-        by_split[schema.split_of(example.fen, test_fraction)].append(example)
+        by_split[example_split(example) or schema.split_of(example.fen, test_fraction)].append(example)
     counts = {}
     for split, rows in by_split.items():
         (directory / split).mkdir(parents=True, exist_ok=True)
@@ -380,6 +353,11 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
         examples, defects, dropped = read_rookworld_text(config.from_text, keep_defective=config.keep_defective)
         if progress is not None:
             progress(len(examples))
+    elif config.endgames:
+        from chessgrpo.data.rookworld_endgames import generate_endgame_examples
+
+        examples = generate_endgame_examples(config, progress)
+        engine_name = "syzygy"
     else:
         from chessgrpo.engine import EnginePool
 

@@ -38,11 +38,10 @@ from chessgrpo.data.rookworld_format import (
     parse_environment_prompt,
     parse_policy_completion,
 )
-from chessgrpo.data.rookworld_truths import policy_truths
-from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig, score_completions
+from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
 from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
-POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate")
+POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate", "p_best_legal_rate")
 POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
 ENVIRONMENT_PROPORTIONS = ("a_format_rate", "a_fen_accuracy", "a_reward_accuracy", "a_flag_accuracy", "a_exact_state_accuracy")
 ENVIRONMENT_MEANS = ("a_reward",)
@@ -136,6 +135,31 @@ def _rate(flags: Sequence[bool], confidence: float) -> Interval:
     return wilson_interval(int(sum(bool(f) for f in flags)), len(flags), confidence)
 
 
+def distinct_count(moves: Sequence[str]) -> float:
+    """How many different B: moves a set of answers holds (a policy collapsed onto a favourite holds few)."""
+    return float(len(set(moves)))
+
+
+def top_share(moves: Sequence[str]) -> float:
+    """The share of the most frequent B: move among the answers (NaN without answers)."""
+    if not moves:
+        return math.nan
+    from collections import Counter
+
+    return Counter(moves).most_common(1)[0][1] / len(moves)
+
+
+def bootstrap_statistic(items: Sequence[Any], statistic: Callable[[Sequence[Any]], float], confidence: float,
+                        resamples: int, seed: int) -> Interval:  # fmt: skip
+    """`statistic` of `items` with a percentile-bootstrap interval (items resampled with replacement)."""
+    if not items:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    rng = np.random.default_rng(seed)
+    samples = [statistic([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(resamples)]
+    alpha = (1 - confidence) / 2
+    return Interval(statistic(items), float(np.quantile(samples, alpha)), float(np.quantile(samples, 1 - alpha)), len(items))
+
+
 def policy_metrics(rows: Sequence[dict[str, Any]], *, confidence: float, resamples: int, seed: int) -> dict[str, Interval]:
     """P: task metrics with intervals from per-prompt records (`malformed`, `best`, `top5_hit`, `legal`, `top5`, `total`,
     and `eval_error` where the answer had one): Wilson intervals for rates, bootstrap for means."""
@@ -146,6 +170,11 @@ def policy_metrics(rows: Sequence[dict[str, Any]], *, confidence: float, resampl
     # rate among well-formed answers says whether the chess improved too (NaN when none is).
     metrics["p_best_accuracy_well_formed"] = _rate([r["best"] == 1.0 for r in rows if r["malformed"] is None], confidence)
     metrics["p_top5_hit_rate"] = _rate([r["top5_hit"] == 1.0 for r in rows], confidence)
+    if rows and "best_legal" in rows[0]:  # records from before these keys have neither
+        metrics["p_best_legal_rate"] = _rate([r["best_legal"] == 1.0 for r in rows], confidence)
+        moves = [r["best_move"] for r in rows if r["best_move"] is not None]
+        metrics["p_distinct_best"] = bootstrap_statistic(moves, distinct_count, confidence, resamples, seed)
+        metrics["p_top_best_share"] = bootstrap_statistic(moves, top_share, confidence, resamples, seed)
     metrics["p_legal_rate"] = _mean([r["legal"] for r in rows], confidence, resamples, seed)
     metrics["p_top5_overlap"] = _mean([r["top5"] for r in rows], confidence, resamples, seed)
     metrics["p_eval_error"] = _mean([r["eval_error"] for r in rows if "eval_error" in r], confidence, resamples, seed)
@@ -180,7 +209,7 @@ def evaluate_lm(
         prompts = ["P: " + " ".join(fen.split()) for fen in policy_fens]
         texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
         scored = score_completions(pool, prompts, texts, rewards)
-        truths = policy_truths(pool, [p[3:] for p in prompts], nodes=rewards.policy.nodes, multipv=rewards.policy.multipv)
+        truths = policy_truths_for(pool, [p[3:] for p in prompts], rewards.policy)
         for prompt, text, reward, truth in zip(prompts, texts, scored, truths):
             answer = reward.answer if isinstance(reward.answer, PolicyAnswer) else None
             records["policy"].append({
@@ -188,6 +217,8 @@ def evaluate_lm(
                 **reward.components,
                 "top5_hit": float(answer is not None and answer.best in truth.moves),
                 "engine_best": truth.best,
+                "best_move": answer.best if answer is not None else None,
+                "best_legal": float(answer is not None and answer.best in truth.legal),
             })  # fmt: skip
         metrics.update(policy_metrics(records["policy"], confidence=confidence, resamples=resamples, seed=seed))
 
@@ -267,6 +298,10 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
         if task == "policy":
             # The chess alone: over the prompts answered well-formed in both, so a format gain cannot show here.
             both = [p for p in shared if first[p]["malformed"] is None and second[p]["malformed"] is None]
+            if shared and "best_move" in first[shared[0]] and "best_move" in second[shared[0]]:
+                out["p_distinct_best_ratio"] = _paired_distinct_ratio(
+                    [first[p]["best_move"] for p in shared], [second[p]["best_move"] for p in shared], confidence, resamples, seed
+                )  # fmt: skip
             if both:
                 for metric, value_of in (("p_best_accuracy_well_formed", lambda r: float(r["best"] == 1.0)),
                                          ("p_reward_well_formed", lambda r: float(r["total"]))):  # fmt: skip
@@ -275,6 +310,26 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
                         confidence=confidence, resamples=resamples, seed=seed,
                     )  # fmt: skip
     return out
+
+
+def _paired_distinct_ratio(a: Sequence[str | None], b: Sequence[str | None], confidence: float, resamples: int,
+                           seed: int) -> Interval:  # fmt: skip
+    """distinct B: moves of `b` / distinct of `a` over the same prompts (ill-formed answers left out), with a
+    paired bootstrap over prompts: below 1 when a policy collapses onto fewer moves."""
+
+    def ratio(indices: Sequence[int]) -> float:
+        first = {a[i] for i in indices if a[i] is not None}
+        second = {b[i] for i in indices if b[i] is not None}
+        return len(second) / len(first) if first else math.nan
+
+    n = len(a)
+    rng = np.random.default_rng(seed)
+    samples = np.array([ratio(rng.integers(0, n, n).tolist()) for _ in range(resamples)])
+    samples = samples[~np.isnan(samples)]
+    alpha = (1 - confidence) / 2
+    if not len(samples):
+        return Interval(math.nan, math.nan, math.nan, n)
+    return Interval(ratio(range(n)), float(np.quantile(samples, alpha)), float(np.quantile(samples, 1 - alpha)), n)
 
 
 def write_result(path: str | Path, payload: dict[str, Any]) -> Path:

@@ -27,6 +27,14 @@ truth is the engine's (`data.rookworld_truths`), the A: truth python-chess's
   few thousand nodes is itself unstable, so exact match made a right and a wrong B score alike
   (docs/rookworld_reward.md). The "exact" modes restore B == engine best and |M ∩ top k| / k
   (k = min(5, legal moves)); ``best_exact`` and ``top5_overlap`` always report them.
+- **tablebase truth** (``truth: tablebase``, 3-4-piece endgames, `data.rookworld_truths.tablebase_truths`):
+  every legal move has an exact value, so nothing is searched and nothing is estimated. ``best``
+  is 1 for a DTZ-optimal B (`PolicyTruth.optimal`), `exact_credit` for another legal one (a slower
+  win earns between ``tablebase_draw_credit`` and ``tablebase_win_credit``, less the more plies it
+  wastes; a draw ``tablebase_draw_credit``; a loss 0); ``best_mode: exact`` makes it binary (B is
+  DTZ-optimal or not: the C1 recipe's exact-match reward). ``top5`` sums the exact credits of M's
+  moves over those of the tablebase's top k; ``eval`` compares E with `tablebase_pawns` (set
+  ``eval_clip`` >= 100: the scale runs to 100).
 - environment task (`EnvironmentRewardConfig`): ``format``, ``fen_exact`` (the whole new FEN),
   ``fen_fields`` (partial credit: the share of the six FEN fields that match), ``reward``,
   ``terminated``, ``truncated`` (each 1 when equal to the truth). Maximum 2.3 by default.
@@ -35,6 +43,7 @@ truth is the engine's (`data.rookworld_truths`), the A: truth python-chess's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,14 +59,25 @@ from chessgrpo.data.rookworld_format import (
     parse_policy_completion,
     task_of,
 )
-from chessgrpo.data.rookworld_truths import MoveValue, PolicyTruth, policy_truths, unlisted_move_values
+from chessgrpo.data.rookworld_truths import (
+    ExactMoveValue,
+    MoveValue,
+    PolicyTruth,
+    policy_truths,
+    tablebase_pawns,
+    tablebase_truths,
+    unlisted_move_values,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
+    from chessgrpo.engine.tablebase import Tablebase
 
 
 REWARD_MODES = ("graded", "exact")
 """Values of `PolicyRewardConfig.best_mode` / `top5_mode`."""
+TRUTHS = ("engine", "tablebase")
+"""Values of `PolicyRewardConfig.truth`: who grades P: answers."""
 
 
 def regret_credit(regret: float, *, tolerance: float, zero_at: float) -> float:
@@ -112,6 +132,19 @@ class PolicyRewardConfig:
     cheapest budget where the truth is stable at 2x and agrees with upstream labels (docs/rookworld_reward.md)."""
     multipv: int = 5
     """Engine lines the completion is compared with."""
+    truth: str = "engine"
+    """Who grades P: answers: "engine" (Stockfish multipv at `nodes`) | "tablebase" (the Syzygy tables at
+    `syzygy_path`: every legal move's exact value; 3-4-piece positions without castling rights only)."""
+    syzygy_path: str = "../shared/data/syzygy"
+    """Syzygy tables of ``truth: tablebase``."""
+    tablebase_win_credit: float = 0.7
+    """Tablebase truth, graded: a winning move that is not DTZ-optimal earns tablebase_draw_credit +
+    (tablebase_win_credit - tablebase_draw_credit) * h / (h + e), e = the plies it adds, h =
+    `tablebase_half_plies` (`exact_credit`): always below an optimal move (1) and above a draw."""
+    tablebase_draw_credit: float = 0.1
+    """Tablebase truth, graded: credit of a drawing move where a win exists (a losing or illegal move: 0)."""
+    tablebase_half_plies: float = 10.0
+    """Tablebase truth, graded: extra plies at which a slower win's credit is halfway from the win to the draw credit."""
 
     def __post_init__(self) -> None:
         for name in ("format_weight", "legal_weight", "best_weight", "top5_weight", "eval_weight"):
@@ -130,6 +163,13 @@ class PolicyRewardConfig:
             raise ValueError("malformed_penalty must be finite")
         if self.nodes < 1 or not 1 <= self.multipv <= MAX_LISTED_MOVES:
             raise ValueError(f"need nodes >= 1 and multipv in 1..{MAX_LISTED_MOVES}")
+        if self.truth not in TRUTHS:
+            raise ValueError(f"truth must be one of {', '.join(TRUTHS)}, got {self.truth!r}")
+        if not 0.0 <= self.tablebase_draw_credit < self.tablebase_win_credit < 1.0:
+            raise ValueError(f"need 0 <= tablebase_draw_credit < tablebase_win_credit < 1, got "
+                             f"{self.tablebase_draw_credit} and {self.tablebase_win_credit}")  # fmt: skip
+        if not (math.isfinite(self.tablebase_half_plies) and self.tablebase_half_plies > 0):
+            raise ValueError(f"tablebase_half_plies must be > 0, got {self.tablebase_half_plies}")
 
     @property
     def maximum(self) -> float:
@@ -224,6 +264,8 @@ def _eval_credit(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardC
                  unlisted: dict[str, MoveValue] | None) -> tuple[float, list[float]]:  # fmt: skip
     """(`eval` credit, absolute errors in pawns of the moves with a known value)."""
     known = dict(zip(truth.moves, truth.pawns))
+    if truth.exact is not None:  # an exact truth values every legal move
+        known = {move: tablebase_pawns(value) for move, value in truth.exact.items()}
     if unlisted and config.eval_unlisted_moves:
         known.update({m: v.pawns for m, v in unlisted.items() if m not in known})
     clip = config.eval_clip
@@ -245,6 +287,57 @@ def _eval_credit(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardC
     return (sum(credits) / len(answer.moves) if credits else 0.0), errors
 
 
+def exact_credit(value: ExactMoveValue, best: ExactMoveValue, config: PolicyRewardConfig) -> float:
+    """Credit in [0, 1] of a legal move worth `value` where the best move is worth `best` (tablebase truth).
+
+    1 for a move as good as the best (DTZ-optimal); for the same result reached `e` plies slower
+    (a longer win, a shorter loss) draw_credit + (win_credit - draw_credit) * h / (h + e); a draw where
+    a win exists ``tablebase_draw_credit``; anything worse 0. So an optimal move > a slower win > a
+    draw > a loss = an illegal move.
+    """
+    if value.key >= best.key:
+        return 1.0
+    if value.score == best.score:
+        extra = abs(value.plies - best.plies)
+        low, high, half = config.tablebase_draw_credit, config.tablebase_win_credit, config.tablebase_half_plies
+        return low + (high - low) * half / (half + extra)
+    if value.score == 0.5:
+        return config.tablebase_draw_credit
+    return 0.0
+
+
+def _score_policy_exact(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardConfig) -> Reward:
+    """`score_policy` against an exact (tablebase) truth: every legal move has its value, none is searched."""
+    exact = truth.exact
+    assert exact is not None
+    best_value = exact[truth.best]
+    legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
+    legal = len(legal_moves) / len(answer.moves)
+    optimal = truth.optimal
+    best_exact = float(answer.best in optimal)
+    extra: dict[str, float] = {}
+    if config.best_mode == "graded":
+        best = exact_credit(exact[answer.best], best_value, config) if answer.best in exact else 0.0
+    else:
+        best = best_exact
+    if answer.best in exact and exact[answer.best].score == best_value.score:  # plies B wastes against the optimum
+        extra["best_extra_plies"] = float(abs(exact[answer.best].plies - best_value.plies))
+    top = truth.moves[: min(MAX_LISTED_MOVES, len(truth.moves))]
+    top5_overlap = len(set(answer.moves) & (set(top) | optimal)) / len(top)
+    top5 = min(1.0, top5_overlap)
+    if config.top5_mode == "graded":
+        attainable = sum(exact_credit(exact[m], best_value, config) for m in top)
+        top5 = min(1.0, sum(exact_credit(exact[m], best_value, config) for m in legal_moves) / attainable)
+    evaluation, errors = _eval_credit(answer, truth, config, None)
+    if errors:
+        extra["eval_error"] = sum(errors) / len(errors)
+    components = {"format": 1.0, "legal": legal, "best": best, "top5": top5, "eval": evaluation,
+                  "best_exact": best_exact, "top5_overlap": min(1.0, top5_overlap), **extra}  # fmt: skip
+    total = (config.format_weight + config.legal_weight * legal + config.best_weight * best + config.top5_weight * top5
+             + config.eval_weight * evaluation)  # fmt: skip
+    return Reward(total, components, None, answer)
+
+
 def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: PolicyRewardConfig,
                  unlisted: dict[str, MoveValue] | None = None) -> Reward:  # fmt: skip
     """The P: reward of a parsed completion against the engine's truth.
@@ -256,6 +349,8 @@ def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: P
     """
     if isinstance(answer, Malformed):
         return Reward(config.malformed_penalty, {name: 0.0 for name in POLICY_COMPONENTS}, answer.reason)
+    if truth.exact is not None:
+        return _score_policy_exact(answer, truth, config)
     legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
     legal = len(legal_moves) / len(answer.moves)
     graded = "graded" in (config.best_mode, config.top5_mode)
@@ -321,16 +416,38 @@ def _unlisted_pairs(truth: PolicyTruth, answer: PolicyAnswer | Malformed, config
     return [(truth.fen, m) for m in dict.fromkeys(moves) if m in truth.legal and m not in truth.moves]
 
 
+@functools.lru_cache(maxsize=4)
+def shared_tablebase(path: str) -> Tablebase:
+    """One open `Tablebase` per path for the process (its probe caches then serve every step)."""
+    from chessgrpo.engine.tablebase import Tablebase
+
+    return Tablebase(path)
+
+
+def policy_truths_for(pool: EnginePool | None, fens: Sequence[str], config: PolicyRewardConfig) -> list[PolicyTruth]:
+    """The truths of P: positions from the oracle `config.truth` names (engine: one batched, cached
+    multipv search per position; tablebase: exact probes, a `ValueError` naming a position no table covers)."""
+    if config.truth == "tablebase":
+        tablebase = shared_tablebase(config.syzygy_path)
+        try:
+            return tablebase_truths(tablebase, fens, multipv=config.multipv)
+        except KeyError as error:
+            raise ValueError(f"rewards.policy.truth is tablebase but {error.args[0]}") from None
+    if pool is None:
+        raise ValueError("policy-task rewards with rewards.policy.truth: engine need an engine pool")
+    return policy_truths(pool, fens, nodes=config.nodes, multipv=config.multipv)
+
+
 def score_policy_completions(
     pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig
 ) -> list[Reward]:
-    """Rewards of completions of P: prompts: each answer against the engine's truth of its position (one
-    batched, cached search per position, and one per move the answer lists outside the engine's top 5)."""
-    if pool is None:
-        raise ValueError("policy-task rewards need an engine pool")
+    """Rewards of completions of P: prompts: each answer against the truth of its position (`policy_truths_for`;
+    an engine truth also searches each move the answer lists outside the engine's top 5)."""
     pc = config.policy
     fens = [" ".join(prompt.strip()[2:].split()) for prompt in prompts]
-    truths = policy_truths(pool, fens, nodes=pc.nodes, multipv=pc.multipv)
+    truths = policy_truths_for(pool, fens, pc)
+    if pc.truth == "tablebase":
+        return [score_policy(parse_policy_completion(c), truth, pc) for truth, c in zip(truths, completions)]
     answers = [parse_policy_completion(completion) for completion in completions]
     pairs = [pair for truth, answer in zip(truths, answers) for pair in _unlisted_pairs(truth, answer, pc)]
     by_fen: dict[str, dict[str, MoveValue]] = {}

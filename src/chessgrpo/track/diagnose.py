@@ -27,6 +27,7 @@ wider than the paired interval: it errs towards "not significant").
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -114,6 +115,10 @@ class Thresholds:
     """Median perf/cache_hit_rate over the second half of the run below this is low (info)."""
     phase_dominant: float = 0.8
     """A phase (sample, reward, learn) taking more than this share of perf/step_s dominates (info)."""
+    lm_distinct_ratio: float = 0.8
+    """Chess LM: distinct greedy B: moves at the last evaluation / at the first below this is a collapse."""
+    lm_share_rise: float = 0.15
+    """Chess LM: the most common greedy B: move's share rising by this much (absolute) is a collapse."""
 
 
 Check = Callable[[RunData, Thresholds], list[Finding]]
@@ -1009,6 +1014,75 @@ def check_phase_time(run: RunData, t: Thresholds) -> list[Finding]:
     )]  # fmt: skip
 
 
+def _lm_favourite(run: RunData) -> tuple[str, float] | None:
+    """(move, share) of the most common greedy B: move at the run's last LM evaluation, from its step file."""
+    from collections import Counter
+
+    from chessgrpo.eval.registry import EVALUATIONS
+
+    files = EVALUATIONS["lm"].step_files(run.path / "eval")
+    if not files:
+        return None
+    try:
+        records = json.loads(files[-1].read_text()).get("records", {}).get("policy", [])
+    except (OSError, ValueError):
+        return None
+    moves = [r.get("best_move") for r in records if r.get("best_move")]
+    if not moves:
+        return None
+    move, count = Counter(moves).most_common(1)[0]
+    return move, count / len(moves)
+
+
+def check_lm_collapse(run: RunData, t: Thresholds) -> list[Finding]:
+    """The chess LM's greedy B: moves collapsing onto a few favourites whatever the position: distinct moves
+    over the held-out positions falling, or one move's share rising (first vs last evaluation)."""
+    steps, distinct = _finite(*run.series("eval/p_distinct_best"))
+    if len(distinct) < 2 or distinct[0] <= 0:
+        return []
+    _, share = _finite(*run.series("eval/p_top_best_share"))
+    ratio = float(distinct[-1] / distinct[0])
+    rise = float(share[-1] - share[0]) if len(share) >= 2 else 0.0
+    evidence: dict[str, Any] = {
+        "steps": [int(steps[0]), int(steps[-1])], "distinct_best": [int(distinct[0]), int(distinct[-1])],
+        "distinct_ratio": _round(ratio), "threshold_ratio": t.lm_distinct_ratio,
+    }  # fmt: skip
+    if len(share) >= 2:
+        evidence.update({"top_share": [_round(float(share[0])), _round(float(share[-1]))], "threshold_share_rise": t.lm_share_rise})
+    interval_text = ""
+    try:
+        paired = json.loads((run.path / "eval" / "paired_first_last.json").read_text())["differences"]["p_distinct_best_ratio"]
+        evidence["distinct_ratio_interval"] = [paired["low"], paired["high"]]
+        interval_text = f" [{paired['low']:.2f}, {paired['high']:.2f}]"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    favourite = _lm_favourite(run)
+    if favourite is not None:
+        evidence["favourite"] = {"move": favourite[0], "share": _round(favourite[1])}
+    numbers = f"distinct greedy B: moves {int(distinct[0])} -> {int(distinct[-1])} (x{ratio:.2f}{interval_text})"
+    if len(share) >= 2:
+        numbers += f", most common move's share {_pct(float(share[0]))} -> {_pct(float(share[-1]))}"
+        if favourite is not None:
+            numbers += f" ({favourite[0]})"
+    span = f"steps {int(steps[0])}-{int(steps[-1])}"
+    if ratio < t.lm_distinct_ratio or rise >= t.lm_share_rise:
+        return [Finding(
+            "lm.collapse", "warning",
+            f"the LM's answers collapsed onto a few moves whatever the position: {numbers}, {span}",
+            evidence,
+            "GRPO rewards a move that is good on average, not in this position, when the groups rarely hold a better "
+            "answer the model can tell apart. Grade with an exact oracle where one exists (rewards.policy.truth: "
+            "tablebase on endgame data), raise grpo.kl_coef, lower lr or the temperature's spread, and check "
+            "held-out best-move accuracy among well-formed answers (docs/diagnose.md, lm.collapse).",
+        )]  # fmt: skip
+    return [Finding(
+        "lm.answers_diverse", "info",
+        f"the LM's greedy B: moves did not collapse: {numbers}, {span}",
+        evidence,
+        "Nothing to change for diversity; judge the chess by held-out best-move accuracy among well-formed answers.",
+    )]  # fmt: skip
+
+
 CHECKS: tuple[Check, ...] = (
     check_first_minibatch,
     check_health_events,
@@ -1020,6 +1094,7 @@ CHECKS: tuple[Check, ...] = (
     check_learning,
     check_noise_as_progress,
     check_entropy,
+    check_lm_collapse,
     check_signal,
     check_grad_spikes,
     check_cache,

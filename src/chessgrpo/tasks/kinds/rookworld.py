@@ -191,7 +191,8 @@ class RookWorldKind(GRPOKind):
         if shared is not None:
             self.pool = shared.pool
         else:
-            self.pool = EnginePool.from_config(config.engine) if (n_policy or self.eval_policy_fens) else None
+            engine_truth = config.rewards.policy.truth == "engine"  # a tablebase truth needs no engine
+            self.pool = EnginePool.from_config(config.engine) if engine_truth and (n_policy or self.eval_policy_fens) else None
         self._puzzles: list | None = None
         self.paired: dict[str, Any] | None = None
         """The paired last - first comparison once `after_run` made it (the content of PAIRED_FILE)."""

@@ -1,0 +1,103 @@
+"""The chess LM's endgame domain: RookWorld data from the Syzygy tables (data/rookworld_endgames.py) and the
+tablebase-graded P: reward (eval/rookworld_grading.py, ``rewards.policy.truth: tablebase``).
+
+Real tables from ../shared/data/syzygy (KQvK, KRvK), real files written by the real `chessgrpo data rookworld`.
+"""
+
+from __future__ import annotations
+
+import chess
+import pytest
+from helpers import SYZYGY_DIR
+
+from chessgrpo.board.endgames import EndgameStarts
+from chessgrpo.data.rookworld import RookWorldDataConfig, read_rookworld, run_rookworld_data
+from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_environment_line, parse_policy_completion
+from chessgrpo.data.rookworld_truths import TABLEBASE_WIN_PAWNS, tablebase_pawns, tablebase_truth
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.eval.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
+
+# White: Kg6, Qh1; Black: Kd4. Won for White; several queen moves mate fastest, king moves away waste plies,
+# Qd5 and Qe4 hang the queen next to the black king (draws); h1g3 is not a legal move.
+FEN = "8/8/6K1/8/3k4/8/8/7Q w - - 0 1"
+CONFIG = RookWorldRewardConfig(policy=PolicyRewardConfig(truth="tablebase", syzygy_path=str(SYZYGY_DIR), eval_clip=100.0, eval_scale=4.0))
+
+
+@pytest.fixture(scope="module")
+def tablebase():
+    with Tablebase(str(SYZYGY_DIR)) as tables:
+        yield tables
+
+
+def _reward(best: str, *, config: RookWorldRewardConfig = CONFIG, tablebase: Tablebase) -> float:
+    """The reward of the tablebase's own P: answer with B: replaced by `best`."""
+    truth = tablebase_truth(tablebase, chess.Board(FEN))
+    answer = truth.answer(seed=0)
+    completion = format_policy_completion(FEN, PolicyAnswer(answer.moves, answer.evals, best))
+    return score_completions(None, ["P: " + FEN], [completion], config)[0].total
+
+
+def test_the_tablebase_truth_ranks_moves_by_exact_value(tablebase):
+    truth = tablebase_truth(tablebase, chess.Board(FEN))
+    board = chess.Board(FEN)
+    assert truth.legal == {m.uci() for m in board.legal_moves} == set(truth.exact)
+    assert set(tablebase.best_moves(board)) == {chess.Move.from_uci(m) for m in truth.optimal}  # the same optimum as eval endgame
+    assert truth.best in truth.optimal and len(truth.moves) == 5
+    assert list(truth.pawns) == sorted(truth.pawns, reverse=True)  # best first
+    draws = [m for m, v in truth.exact.items() if v.score == 0.5]
+    assert set(draws) == {"h1d5", "h1e4"}  # the queen next to the black king is taken
+    assert tablebase_pawns(truth.exact[draws[0]]) == 0.0
+    assert all(0 < p < TABLEBASE_WIN_PAWNS for p in truth.pawns)
+
+
+def test_optimal_beats_slower_win_beats_draw_beats_illegal_beats_ill_formed(tablebase):
+    truth = tablebase_truth(tablebase, chess.Board(FEN))
+    slower = max((v.plies, m) for m, v in truth.exact.items() if v.score == 1.0)[1]
+    assert slower not in truth.optimal
+    optimal, slow_win, draw, illegal = (_reward(m, tablebase=tablebase) for m in (truth.best, slower, "h1d5", "h1g3"))
+    ill_formed = score_completions(None, ["P: " + FEN], ["M: h1h2 E: 1.0 B:"], CONFIG)[0].total
+    assert optimal > slow_win > draw > illegal > ill_formed
+    assert optimal == pytest.approx(CONFIG.policy.maximum)  # the tablebase's own answer scores the maximum
+    # Binary best (the C1 recipe's exact match): only an optimal B earns the best-move credit.
+    exact = RookWorldRewardConfig(policy=PolicyRewardConfig(**{**CONFIG.policy.__dict__, "best_mode": "exact"}))
+    weight = exact.policy.best_weight
+    assert _reward(truth.best, config=exact, tablebase=tablebase) - _reward(slower, config=exact, tablebase=tablebase) == pytest.approx(weight)
+    assert _reward(slower, config=exact, tablebase=tablebase) == pytest.approx(_reward("h1d5", config=exact, tablebase=tablebase))
+
+
+def test_a_position_no_table_covers_is_one_clear_error():
+    with pytest.raises(ValueError, match="tablebase.*no tablebase covers"):
+        score_completions(None, ["P: " + chess.STARTING_FEN], ["M: e2e4 E: 0.3 B: e2e4"], CONFIG)
+
+
+def test_endgame_dataset_holds_out_eval_endgames_starts_and_grades_every_line(tmp_path, tablebase):
+    config = RookWorldDataConfig(out=str(tmp_path / "data"), positions=24, endgames=["KQvK", "KRvK"], held_out=4,
+                                 syzygy_path=str(SYZYGY_DIR), workers=1, seed=0)  # fmt: skip
+    summary = run_rookworld_data(config)
+    assert summary.counts == {"train": {"policy": 24, "environment": 24}, "test": {"policy": 8, "environment": 8}}
+    test = read_rookworld(config.out, "test", task="policy")
+    expected = set()
+    for material in ("KQvK", "KRvK"):  # `chessgrpo eval endgame --material M --positions 4 --seed 0` plays exactly these
+        starts = EndgameStarts(material, tablebase.is_won, tables=tablebase.names)
+        expected |= {b.epd() for b in starts.hold_out(4, seed=0)}
+    assert {chess.Board(e.fen).epd() for e in test} == expected
+    train = read_rookworld(config.out, "train")
+    assert not expected & {chess.Board(e.fen).epd() for e in train}
+    for example in train + read_rookworld(config.out, "test"):
+        if example.task == "policy":
+            answer = parse_policy_completion(example.completion)
+            truth = tablebase_truth(tablebase, chess.Board(example.fen))
+            assert answer and answer.best in truth.optimal and sorted(answer.moves) == sorted(truth.moves)
+            assert dict(zip(answer.moves, answer.evals)) == {m: tablebase_pawns(truth.exact[m]) for m in answer.moves}
+        else:
+            query, result = parse_environment_line(example.prompt + example.completion)
+            assert query.fen == example.fen and result.fen  # python-chess's answer, parsed back
+    # The same command again finds the finished dataset and writes nothing.
+    assert run_rookworld_data(config).already_complete
+
+
+@pytest.mark.parametrize(("key", "value"), [("endgames", ["KQK"]), ("colours", "red"), ("held_out", -1)])
+def test_bad_endgame_data_settings_name_the_key(tmp_path, key, value):
+    config = RookWorldDataConfig(out=str(tmp_path / "d"), **{"endgames": ["KQvK"], key: value})
+    with pytest.raises(Exception, match=key):
+        config.validate()
