@@ -5,13 +5,15 @@
     chessgrpo eval endgame --checkpoint CKPT [--material KQvK] [--positions 200] [--seed 0]
                            [--max-moves 50] [--baselines] [--json] [output=FILE] [key=value ...]
 
-The player (a policy at argmax, or ``--policy random|tablebase``) plays the strong side of each
+The player (a policy at argmax, a chess LM's greedy B: answer with re-samples and a random fallback
+(`eval.lm_player`, settings ``lm.*``), or ``--policy random|tablebase``) plays the strong side of each
 held-out start position for up to ``max_moves`` own moves against the perfect defender
 (`eval.endgame.evaluate_endgame`). The start positions are exactly the held-out set of an
 endgame training run with the same material, count and seed (``eval.positions`` and
 ``run.seed`` of the trainer; `data endgame` excludes them too), so numbers here and in a run's
 ``eval/`` files are comparable position by position. ``output=FILE`` writes per-position records
-that `chessgrpo eval compare` pairs (mate rate, DTZ-optimal move rate).
+that `chessgrpo eval compare` pairs (mate rate, DTZ-optimal move rate). An LM's ill-formed,
+illegal, re-sampled and fallback rates are printed under its row and written as ``lm_player``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def add_endgame_parser(sub: argparse._SubParsersAction) -> None:
         "endgame", help="mate rate against the tablebase-perfect defender from held-out won endgame positions"
     )
     player = parser.add_mutually_exclusive_group(required=True)
-    player.add_argument("--checkpoint", type=Path, help="policy checkpoint or run directory (its latest checkpoint)")
+    player.add_argument("--checkpoint", type=Path, help="policy or chess LM checkpoint, or run directory (its latest checkpoint)")
     player.add_argument("--policy", choices=ENDGAME_PLAYERS, help="evaluate a baseline instead of a checkpoint")
     parser.add_argument("--material", help="material signature, e.g. KQvK or KRvK (config key material)")
     parser.add_argument("--positions", type=int, help="held-out start positions (config key positions)")
@@ -54,11 +56,28 @@ def _records(starts: list[Any], result: Any) -> list[dict[str, Any]]:
     return [{"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome} for board, outcome in zip(starts, result.results)]
 
 
+def _checkpoint_player(path: Path, config: EndgameEvalConfig) -> tuple[Any, Any]:
+    """(picker, the `LMPlayer` or None) of an action-policy or chess LM checkpoint."""
+    from chessgrpo.eval.endgame import policy_picker
+    from chessgrpo.eval.lm_player import LMPlayerConfig
+    from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
+
+    if identify_checkpoint(path).kind == LM:
+        from chessgrpo.eval.lm_player import LMPlayer
+
+        lm_player = LMPlayer.from_path(path, device=config.device, config=config.lm)
+        return lm_player.picker(), lm_player
+    if config.lm != LMPlayerConfig():
+        raise ValueError(f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them")
+    from chessgrpo.models.policy import load_policy
+
+    return policy_picker(load_policy(path, device=config.device).eval()), None
+
+
 def run_endgame_eval(args: argparse.Namespace) -> int:
     from chessgrpo.board.endgames import EndgameStarts
     from chessgrpo.engine.tablebase import Tablebase
-    from chessgrpo.eval.endgame import evaluate_endgame, policy_picker, random_picker, tablebase_picker
-    from chessgrpo.models.policy import load_policy
+    from chessgrpo.eval.endgame import evaluate_endgame, random_picker, tablebase_picker
 
     config = load_config(EndgameEvalConfig, args.config, args.overrides)
     flags = {"material": args.material, "positions": args.positions, "seed": args.seed, "max_moves": args.max_moves, "baselines": args.baselines}
@@ -68,10 +87,10 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
         starts = EndgameStarts(config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours).hold_out(
             config.positions, seed=config.seed
         )
+        lm_player = None
         if args.checkpoint is not None:
-            model = load_policy(args.checkpoint, device=config.device)
-            model.eval()
-            name, pick = str(args.checkpoint), policy_picker(model)
+            name = str(args.checkpoint)
+            pick, lm_player = _checkpoint_player(args.checkpoint, config)
         else:
             name = args.policy
             pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(tablebase)
@@ -89,6 +108,8 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
         "results": {label: result.to_json() for label, result in results.items()},
         "records": {"player": _records(starts, results[name])},
     }
+    if lm_player is not None:  # how the LM's moves were made, beside its result and at the top
+        payload["lm_player"] = payload["results"][name]["lm_player"] = lm_player.stats.to_json()
     if config.output:
         path = Path(config.output)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +129,8 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
             f"{label[-40:]:<40}  {f'{mate.value:.3f} [{mate.low:.3f}, {mate.high:.3f}]':<24}  "
             f"{f'{optimal.value:.3f} [{optimal.low:.3f}, {optimal.high:.3f}]':<24}  {moves}"
         )
+        if lm_player is not None and label == name:
+            print(f"  {lm_player.stats_line()}")
     if config.output:
         print(f"wrote {config.output}", file=sys.stderr)
     return 0

@@ -18,6 +18,9 @@ plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N g
 With ``--search-nodes N`` CKPT plays the move of a search with its value head (`chessgrpo.search`)
 at N nodes per move instead of its policy's argmax; the PGN's PlayerSettings and the JSON record
 the search settings. Checkpoint anchors (and the SPRT opponent) play without search.
+A chess LM checkpoint plays its greedy B: answer (`chessgrpo.eval.lm_player`; settings ``lm.*``;
+``--search-nodes`` and ``--temperature`` are refused for it); the summary adds its ill-formed,
+illegal, re-sampled and fallback rates (``lm_player``).
 This module parses the flags and renders the summary; the match itself (anchors, openings,
 journal and resume, SPRT, PGN, summary) is `chessgrpo.eval.match.play_match`.
 Defaults and every key: configs/games.yaml (`chessgrpo.eval.match.GamesConfig`).
@@ -42,7 +45,7 @@ def add_games_parser(sub: argparse._SubParsersAction) -> None:
     games = sub.add_parser(
         "games", help="play game pairs against engine anchors: W/D/L, Elo with intervals, SPRT, PGN"
     )
-    games.add_argument("--checkpoint", type=Path, required=True, help="policy checkpoint directory or run directory")
+    games.add_argument("--checkpoint", type=Path, required=True, help="policy or chess LM checkpoint directory, or run directory")
     games.add_argument(
         "--anchors",
         help="comma-separated: random, sf-skill:N, sf-elo:N, sf-nodes:N, uci:PATH[:nodes=N|:depth=N|:movetime=MS]"
@@ -133,6 +136,8 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
     if summary["stopped_early"]:
         lines.append("stopped early: the SPRT decided")
     lines.extend(_anchor_table(summary["anchors"], level))
+    if "lm_player" in summary:  # a chess LM played: how its moves were made (eval.lm_player)
+        lines.append(summary["lm_player"]["line"])
     lines.append("")
     lines.append("anchors:")
     for row in summary["anchors"]:
@@ -140,6 +145,8 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         terminations = ", ".join(f"{name} {count}" for name, count in row["terminations"].items())
         lines.append(f"  {row['anchor']}: {row['settings']}; {rating} ({row['rating_source']})")
         lines.append(f"    terminations: {terminations or 'none'}; mean length {row['mean_plies']} plies")
+        if "lm_player" in row:
+            lines.append(f"    {row['lm_player']['line']}")
     lines.append("")
     if summary["elo"] is None and "sprt" in summary:
         pass  # A/B between checkpoints: the Elo difference above and the SPRT below are the result

@@ -8,7 +8,8 @@ rate with a Wilson interval, the rate of DTZ-optimal moves, mean moves to mate a
 tablebase optimum ((DTZ + 1) / 2 own moves from the start), and how often the win was given away.
 
 The pickers (`MovePicker`): `policy_picker` (the policy at argmax or sampled), `random_picker` (the
-floor) and `tablebase_picker` (the DTZ-optimal move: the physical limit).
+floor) and `tablebase_picker` (the DTZ-optimal move: the physical limit); a chess LM plays through
+`eval.lm_player.LMPlayer.picker` (its greedy B:, re-samples, random fallback).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from chessgrpo.config import ConfigError
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
+from chessgrpo.eval.lm_player import LMPlayerConfig
 from chessgrpo.eval.stats import Interval, wilson_interval
 
 
@@ -48,6 +50,8 @@ class EndgameEvalConfig:
     device: str = "cpu"
     output: str | None = None
     """Write the result and per-position records as JSON here (input of `eval compare`)."""
+    lm: LMPlayerConfig = dataclasses.field(default_factory=LMPlayerConfig)
+    """How a chess LM checkpoint plays (`eval.lm_player`: re-samples, fallback, answer length, BOS)."""
 
     def __post_init__(self) -> None:
         if self.positions < 1 or self.max_moves < 1:

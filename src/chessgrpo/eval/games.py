@@ -1,5 +1,9 @@
 """Games between a policy and anchors: colour-swapped pairs, adjudication, PGN, parallel workers.
 
+The evaluated player is an action policy (`PolicyMover`) or, with `GameSettings.lm_player`, a chess
+LM (`eval.lm_player.LMMover`), whose per-game counts of ill-formed, illegal, re-sampled and fallback
+moves each `GameResult` carries (`player_stats`).
+
 `make_tasks` lays out the games: for each pair index i (opening i, cycling when the suite is
 shorter) and each anchor, game 1 has the player as White and game 2 as Black, both from the same
 opening. `run_games` plays them, in this process (`workers=1`) or across `workers` processes
@@ -59,6 +63,7 @@ import chess.pgn
 
 from chessgrpo.board.openings import Opening
 from chessgrpo.eval.anchors import AnchorSpec
+from chessgrpo.eval.lm_player import LMMover, LMPlayerConfig
 from chessgrpo.eval.movers import Mover, PolicyMover, make_mover
 from chessgrpo.eval.players import describe_search
 
@@ -152,9 +157,20 @@ class GameSettings:
     event: str = "chessgrpo eval games"
     search: SearchSettings | None = None
     """The evaluated policy's search (None or 0 nodes = its argmax); checkpoint anchors never search."""
+    lm_player: LMPlayerConfig | None = None
+    """Set when the checkpoint is a chess LM: how it plays (`eval.lm_player`); None for an action policy."""
 
     def player_settings(self) -> str:
         """How the evaluated policy plays, for the PGN's PlayerSettings header and the JSON summary."""
+        if self.lm_player is not None:
+            lm = self.lm_player
+            tokens = "by the tokenizer" if lm.max_new_tokens is None else str(lm.max_new_tokens)
+            bos = "as the run was trained" if lm.prompt_bos is None else str(lm.prompt_bos).lower()
+            return (
+                f"chess LM {self.checkpoint}; greedy B: of the P: answer (max new tokens {tokens}, BOS {bos}); "
+                f"up to {lm.retries} re-samples at temperature {lm.retry_temperature:g}, then a uniformly random legal move; "
+                "sees the FEN only, no repetition rule"
+            )
         if self.search is not None and self.search.enabled:
             return f"policy {self.checkpoint}; {describe_search(self.search)}; the search scores repetitions as draws"
         mode = "argmax" if self.temperature == 0 else f"sampled at temperature {self.temperature:g}"
@@ -198,6 +214,8 @@ class GameResult:
     pgn: str
     opening: str = ""
     """FEN of the game's opening position: with anchor and pair, what pairs two players' games."""
+    player_stats: dict[str, int] | None = None
+    """A chess LM player's counts of this game (`eval.lm_player.LMPlayerStats.counts`); None for a policy."""
 
     @property
     def player_points(self) -> float:
@@ -367,6 +385,8 @@ def play_game(
         plies += 1
     result, termination = verdict
     pgn = _pgn(task, board, result, termination, plies, settings)
+    # A player that counts how its moves were made (the chess LM, `LMMover`) reports this game's counts.
+    game_stats = getattr(player, "game_stats", None)
     return GameResult(
         anchor_index=task.anchor_index,
         anchor=task.anchor.text,
@@ -379,6 +399,7 @@ def play_game(
         seconds=time.perf_counter() - started,
         pgn=pgn,
         opening=task.opening.fen,
+        player_stats=game_stats() if callable(game_stats) else None,
     )
 
 
@@ -420,14 +441,18 @@ class GameWorker:
 
     def __init__(self, settings: GameSettings):
         self.settings = settings
-        self.player = PolicyMover.from_checkpoint(
-            settings.checkpoint,
-            device=settings.device,
-            temperature=settings.temperature,
-            avoid_repetition=settings.avoid_repetition,
-            winning_material=settings.winning_material,
-            search=settings.search,
-        )
+        self.player: Mover
+        if settings.lm_player is not None:
+            self.player = LMMover.from_path(settings.checkpoint, device=settings.device, config=settings.lm_player)
+        else:
+            self.player = PolicyMover.from_checkpoint(
+                settings.checkpoint,
+                device=settings.device,
+                temperature=settings.temperature,
+                avoid_repetition=settings.avoid_repetition,
+                winning_material=settings.winning_material,
+                search=settings.search,
+            )
         self.adjudicator = Adjudicator(settings)
         self._anchors: dict[str, Mover] = {}
 

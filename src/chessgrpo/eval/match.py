@@ -3,7 +3,9 @@
 `play_match(config, checkpoint)` does everything between parsing the command line and printing:
 
 1. checks the config (`validate_games_config`) and builds the evaluated player's search, once,
-   so a checkpoint without a value head is one clear error before any game;
+   so a checkpoint without a value head is one clear error before any game; a chess LM checkpoint
+   (`models.checkpoint_kind`) is loaded once instead (`eval.lm_player`, settings ``lm.*``), and the
+   options only an action policy has (search, temperature) are refused for it;
 2. the anchors (`eval.anchors`: random, Stockfish levels, UCI engines, checkpoints; the SPRT
    opponent alone with ``sprt_elo0/1``), each engine probed and started once (`eval.anchor_checks`);
 3. the openings: a file, or a suite generated with Stockfish's node-limited balance check
@@ -13,8 +15,9 @@
    SPRT (`eval.elo.sprt`) sees the finished pairs in the order they first finished and stops the
    match as soon as it decides;
 5. the PGN of every game, the summary (`summarise`: per-anchor W/D/L, Wilson score, pentanomial,
-   Elo difference; the maximum-likelihood Elo over rated anchors; the SPRT), with the per-pair
-   records `eval compare` pairs, written to ``output`` when set.
+   Elo difference; the maximum-likelihood Elo over rated anchors; the SPRT; a chess LM's
+   ill-formed, illegal, re-sampled and fallback rates, ``lm_player``, per anchor and in all), with
+   the per-pair records `eval compare` pairs, written to ``output`` when set.
 
 Defaults and every key: configs/games.yaml.
 """
@@ -31,6 +34,7 @@ from typing import Any, ContextManager, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
 from chessgrpo.eval.game_journal import GameJournal, journal_path, remaining
+from chessgrpo.eval.lm_player import LMPlayerConfig
 
 
 @dataclasses.dataclass
@@ -118,6 +122,9 @@ class GamesConfig:
     """Keep each finished game in a journal beside the PGN (`chessgrpo.eval.game_journal`) and, when
     the same command is run again after an interruption, play only the games it does not hold yet.
     false = ignore any journal and play every game (a journal is still written)."""
+    lm: LMPlayerConfig = dataclasses.field(default_factory=LMPlayerConfig)
+    """How a chess LM checkpoint plays (`eval.lm_player`: re-samples, fallback, answer length, BOS);
+    unused for an action policy."""
 
 
 def resolve_games_paths(config: GamesConfig) -> GamesConfig:
@@ -176,6 +183,38 @@ def validate_games_config(config: GamesConfig) -> None:
             raise ValueError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
     elif config.opponent is not None:
         raise ValueError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
+
+
+def _check_lm_player(config: GamesConfig, checkpoint: Path) -> LMPlayerConfig:
+    """The settings a chess LM checkpoint plays with, checked once here: the options only an action
+    policy has are one clear error, and the LM is loaded once (a broken model fails before any game).
+    Its answer length and BOS come back resolved, so the PGN and the journal record what was played."""
+    from chessgrpo.eval.lm_player import LMPlayer
+
+    if config.search_nodes > 0:
+        raise ValueError(
+            f"search_nodes (--search-nodes) needs an action-policy checkpoint with a value head, but {str(checkpoint)!r} "
+            "is a chess language model: it plays its greedy B: answer"
+        )
+    if config.temperature > 0:
+        raise ValueError(
+            f"temperature (--temperature) samples an action policy's moves, but {str(checkpoint)!r} is a chess language "
+            "model: it plays its greedy B: answer (lm.retry_temperature sets its re-samples)"
+        )
+    player = LMPlayer.from_path(checkpoint, device=config.device, config=config.lm)
+    return dataclasses.replace(config.lm, prompt_bos=player.prompt_bos, max_new_tokens=player.max_new_tokens)
+
+
+def _check_policy_anchors(anchors: list[Any]) -> None:
+    """Checkpoint anchors play as action policies: a chess LM there is one clear error."""
+    from chessgrpo.models.checkpoint_kind import is_lm_directory
+
+    for anchor in anchors:
+        if anchor.kind == "checkpoint" and anchor.path and is_lm_directory(Path(anchor.path)):
+            raise ValueError(
+                f"anchor {anchor.text!r} is a chess language model; checkpoint anchors (and --opponent) must be "
+                "action policies. Play the LM as --checkpoint instead"
+            )
 
 
 def _check_search(checkpoint: Path, search: Any, device: str) -> None:
@@ -237,6 +276,7 @@ def _lineup(config: GamesConfig, sprt_mode: bool) -> _Lineup:
             raise ValueError(f"--opponent must be a checkpoint directory, got {config.opponent!r}")
     else:
         anchors = parse_anchors(config.anchors, **limits)
+    _check_policy_anchors(anchors)
     ratings_given = parse_ratings(config.anchor_ratings)
 
     engine_name = ""
@@ -290,7 +330,7 @@ def _openings(config: GamesConfig, pairs: int) -> tuple[list[Any], str]:
     return openings, note
 
 
-def _game_settings(config: GamesConfig, checkpoint: Path, search: Any, engine_name: str) -> Any:
+def _game_settings(config: GamesConfig, checkpoint: Path, search: Any, engine_name: str, lm_player: LMPlayerConfig | None = None) -> Any:
     from chessgrpo.eval.games import GameSettings, checkpoint_name
     from chessgrpo.eval.players import search_label
 
@@ -311,6 +351,7 @@ def _game_settings(config: GamesConfig, checkpoint: Path, search: Any, engine_na
         resign_plies=config.resign_plies,
         resign_nodes=config.resign_nodes,
         search=search,
+        lm_player=lm_player,
     )
 
 
@@ -355,10 +396,14 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     from chessgrpo.eval.anchors import CALIBRATION_NOTE, anchor_rating
     from chessgrpo.eval.games import make_tasks, pair_records, run_games
     from chessgrpo.eval.players import search_settings
-    from chessgrpo.models.policy import resolve_checkpoint
+    from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
 
     validate_games_config(config)
-    checkpoint = resolve_checkpoint(checkpoint_path)
+    found = identify_checkpoint(checkpoint_path)
+    checkpoint = found.directory
+    lm_player = _check_lm_player(config, checkpoint_path) if found.kind == LM else None
+    if lm_player is None and config.lm != LMPlayerConfig():
+        raise ValueError(f"the lm.* settings are for a chess LM checkpoint, but {str(checkpoint_path)!r} is an action policy; drop them")
     if config.search_nodes > 0 and config.engine.syzygy_path:  # the search opens the tables
         config = dataclasses.replace(
             config,
@@ -374,7 +419,7 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     lineup = _lineup(config, sprt_mode)
     pairs = config.games // 2
     openings, opening_note = _openings(config, pairs)
-    settings = _game_settings(config, checkpoint, search, lineup.engine_name)
+    settings = _game_settings(config, checkpoint, search, lineup.engine_name, lm_player)
     described = [anchor.describe(lineup.engine_name or "Stockfish") for anchor in lineup.anchors]
     tasks = make_tasks(lineup.anchors, described, openings, pairs, seed=config.seed)
     workers = config.workers or available_cores()
@@ -416,6 +461,7 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     summary = summarise(results, lineup.anchors, described, ratings, confidence=config.confidence, sprt_result=watch.result)
     summary.update(
         checkpoint=str(checkpoint),
+        player_kind="chess LM" if lm_player is not None else "action policy",
         player=settings.player_settings(),
         search=dataclasses.asdict(search) if search else None,
         engine=lineup.engine_name or None,
@@ -468,6 +514,7 @@ def summarise(results, anchors, described, ratings, *, confidence: float = 0.95,
                 "elo_difference": elo_from_score(score).to_json(),
                 "terminations": dict(collections.Counter(r.termination for r in games).most_common()),
                 "mean_plies": round(sum(r.plies for r in games) / len(games), 1) if games else None,
+                **({"lm_player": _lm_stats(games).to_json()} if any(r.player_stats for r in games) else {}),
             }
         )
         if rating.value is not None and games:
@@ -478,6 +525,19 @@ def summarise(results, anchors, described, ratings, *, confidence: float = 0.95,
         "elo": elo,
         "elo_method": "maximum likelihood over rated anchors (logistic, draws = half points), likelihood-ratio interval",
     }
+    if any(r.player_stats for r in results):  # a chess LM played: how its moves were made, over every game
+        summary["lm_player"] = _lm_stats(results).to_json()
     if sprt_result is not None:
         summary["sprt"] = sprt_result.to_json()
     return summary
+
+
+def _lm_stats(results: list[Any]) -> Any:
+    """The chess LM's counts summed over `results` (`eval.lm_player.LMPlayerStats`)."""
+    from chessgrpo.eval.lm_player import LMPlayerStats
+
+    total = LMPlayerStats()
+    for result in results:
+        if result.player_stats:
+            total = total + LMPlayerStats.from_counts(result.player_stats)
+    return total

@@ -2,6 +2,9 @@
 cutechess-cli, fastchess or lichess-bot. The protocol as implemented, option by option and with
 the score conventions, is described in ``docs/uci.md``.
 
+A chess language model plays through `chessgrpo.eval.uci_lm.LMUciEngine`, this protocol loop with the
+LM as the player (``docs/uci.md``, "The chess LM as a player").
+
 When the checkpoint's policy has a value head, ``go`` **searches** (`chessgrpo.search`: PUCT by
 default, or policy-pruned alpha-beta) under the ``go`` limits; without a value head, or with
 ``Search none``, it plays the policy's own move.
@@ -74,7 +77,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 import chess
 import numpy as np
@@ -249,8 +252,6 @@ class UciEngine:
         input: TextIO | None = None,
         output: TextIO | None = None,
     ):
-        from chessgrpo.models.policy import load_policy, resolve_checkpoint
-
         temperature = parse_temperature(temperature)
         if search not in SEARCH_CHOICES:
             raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCH_CHOICES)}")
@@ -260,7 +261,7 @@ class UciEngine:
             raise ValueError(f"multipv must be in [1, {MAX_MULTIPV}], got {multipv}")
         if syzygy_path:
             check_syzygy_path(syzygy_path)  # fail at startup, not at the first endgame
-        self.checkpoint = resolve_checkpoint(checkpoint)
+        self.checkpoint = self.resolve(checkpoint)
         self.name = f"chessgrpo {Path(checkpoint).name or self.checkpoint.name}"
         self.device = device
         self.temperature = temperature
@@ -273,7 +274,7 @@ class UciEngine:
         self.ponder = False
         self.input = input or sys.stdin
         self.output = output or sys.stdout
-        self.policy = load_policy(self.checkpoint, device=device).eval()
+        self.policy = self.load(device)
         self._rng = np.random.default_rng(time.time_ns() % (2**62))
         self._searcher: Searcher | None = None
         self._fallback_announced = False
@@ -281,6 +282,18 @@ class UciEngine:
         self._output_lock = threading.Lock()
         self._output_closed = False
         self.board: chess.Board | None = chess.Board()
+
+    def resolve(self, checkpoint: str | Path) -> Path:
+        """The model directory of `checkpoint` (a subclass playing another kind of model resolves its own)."""
+        from chessgrpo.models.policy import resolve_checkpoint
+
+        return resolve_checkpoint(checkpoint)
+
+    def load(self, device: str):
+        """The model of `self.checkpoint` on `device`, in eval mode (`eval.uci_lm` loads a chess LM instead)."""
+        from chessgrpo.models.policy import load_policy
+
+        return load_policy(self.checkpoint, device=device).eval()
 
     @property
     def has_value_head(self) -> bool:
@@ -398,7 +411,15 @@ class UciEngine:
             name, value = " ".join(arguments[1:split]), " ".join(arguments[split + 1 :])
         else:
             name, value = " ".join(arguments[1:]), ""
-        setters = {
+        setter = self.option_setters().get(name.lower())
+        if setter is None:
+            self.info(f"unknown option ignored: {name[:100]}")
+        else:
+            setter(value)
+
+    def option_setters(self) -> dict[str, Callable[[str], None]]:
+        """The setter of each option `option_lines` announces, by lower-case name."""
+        return {
             "search": self.set_search,
             "nodes": self.set_nodes,
             "multipv": self.set_multipv,
@@ -409,11 +430,6 @@ class UciEngine:
             "uci_showwdl": self.set_show_wdl,
             "ponder": self.set_ponder,
         }
-        setter = setters.get(name.lower())
-        if setter is None:
-            self.info(f"unknown option ignored: {name[:100]}")
-        else:
-            setter(value)
 
     def set_search(self, value: str) -> None:
         choice = value.strip().lower()
