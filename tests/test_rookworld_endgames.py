@@ -83,6 +83,10 @@ def test_endgame_dataset_holds_out_eval_endgames_starts_and_grades_every_line(tm
     assert {chess.Board(e.fen).epd() for e in test} == expected
     train = read_rookworld(config.out, "train")
     assert not expected & {chess.Board(e.fen).epd() for e in train}
+    # Train positions carry the clocks of positions reached in play (the LM plays from such FENs); the held-out
+    # starts keep eval endgame's "0 1", and no clock lets the 50-move rule overtake the fastest win.
+    assert all(e.fen.endswith(" 0 1") for e in test) and len({e.fen.split()[-2] for e in train}) > 5
+    assert all(int(e.fen.split()[-2]) + abs(tablebase.probe_dtz(chess.Board(e.fen))) <= 100 for e in train)
     for example in train + read_rookworld(config.out, "test"):
         if example.task == "policy":
             answer = parse_policy_completion(example.completion)

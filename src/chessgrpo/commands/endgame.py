@@ -80,6 +80,10 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
     from chessgrpo.eval.endgame import evaluate_endgame, random_picker, tablebase_picker
 
     config = load_config(EndgameEvalConfig, args.config, args.overrides)
+    if config.threads:
+        import torch
+
+        torch.set_num_threads(config.threads)
     flags = {"material": args.material, "positions": args.positions, "seed": args.seed, "max_moves": args.max_moves, "baselines": args.baselines}
     config = dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
     tick = time.perf_counter()

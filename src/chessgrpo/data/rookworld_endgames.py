@@ -5,7 +5,8 @@ writes these instead of engine-analysed random playouts: a domain a CPU-sized la
 learn to read, with an exact oracle for every answer.
 
 - **positions**: per material signature, uniform random won positions with the strong side to
-  move (`board.endgames.endgame_positions`, predicate `Tablebase.is_won`). The **test split is the
+  move (`board.endgames.endgame_positions`, predicate `Tablebase.is_won`); train positions get the
+  random clocks of a position reached in play (`with_game_clocks`). The **test split is the
   held-out start set of `chessgrpo eval endgame`** (`EndgameStarts.hold_out(held_out, seed=seed)`
   with the same colours), so the LM's best-move accuracy on the test split and its mate rate in
   `eval endgame` are measured on the same positions; train positions never include them.
@@ -67,11 +68,31 @@ def endgame_boards(config: RookWorldDataConfig, tablebase: object) -> dict[str, 
     for material, count in zip(materials, per_material):
         starts = EndgameStarts(material, tablebase.is_won, tables=tablebase.names, colours=config.colours)  # type: ignore[attr-defined]
         split["test"] += starts.hold_out(config.held_out, seed=config.seed) if config.held_out else []
-        split["train"] += endgame_positions(
+        train = endgame_positions(
             material, count, seed=[config.seed, 7], colours=config.colours, accept=tablebase.is_won,  # type: ignore[attr-defined]
             exclude=starts.held_out, distinct=True,
         )  # fmt: skip
+        rng = random.Random(hash_seed(config.seed, f"clocks:{material}"))
+        split["train"] += [with_game_clocks(board, tablebase.probe_dtz(board), rng) for board in train]  # type: ignore[attr-defined]
     return split
+
+
+MAX_HALFMOVE_CLOCK = 80
+"""Largest halfmove clock given to a train position (`with_game_clocks`)."""
+
+
+def with_game_clocks(board: chess.Board, dtz: int, rng: random.Random) -> chess.Board:
+    """`board` with the clocks of a position reached in play: a random halfmove clock and a fullmove number
+    that fits it, so the model learns to read FENs as a game produces them (placements all end "0 1", and a
+    model trained only on those wrote ill-formed answers for three of four positions reached in play).
+
+    The halfmove clock stays at most 100 - |dtz| - 2 (and `MAX_HALFMOVE_CLOCK`), so the fastest win still
+    mates before the 50-move rule and the position's tablebase value (which ignores the clock) holds.
+    """
+    board = board.copy()
+    board.halfmove_clock = rng.randint(0, max(0, min(MAX_HALFMOVE_CLOCK, 100 - abs(dtz) - 2)))
+    board.fullmove_number = 1 + board.halfmove_clock // 2 + rng.randint(0, 30)
+    return board
 
 
 def probe_truths(boards: Sequence[chess.Board], *, syzygy_path: str, multipv: int, workers: int,
