@@ -1,0 +1,140 @@
+"""The GPU check (scripts/gpu_check.sh, scripts/gpu_check.py) and its two configs, without a GPU.
+
+The configs load through the real config loader (every key valid) with the GPU shape; the script's
+CPU dry run (`--dry-run`: the same pipeline at tiny sizes) runs end to end, so the command a GPU machine
+will run is exercised here; the summary reads GPU-shaped numbers right; without CUDA the check refuses
+with a clear message.
+
+Cross-cutting: configs/rookworld_124m_gpu.yaml and configs/rookworld_sft_gpu.yaml (tasks/kinds/rookworld.py,
+tasks/kinds/sft.py, train/config.py, rl/config.py), scripts/make_gpt2_124m.py, and the CLI commands the
+script chains (data rookworld, train, eval lm).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from chessgrpo.config import load_config
+from chessgrpo.tasks.kinds import config_class
+
+from helpers import REPO_ROOT, SHARED_DATA
+
+GPU_CONFIG = REPO_ROOT / "configs" / "rookworld_124m_gpu.yaml"
+SFT_CONFIG = REPO_ROOT / "configs" / "rookworld_sft_gpu.yaml"
+SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
+
+
+def helper_module():
+    spec = importlib.util.spec_from_file_location("gpu_check_helper", REPO_ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_grpo_config_loads_with_the_gpu_shape():
+    config = load_config(config_class("rookworld"), GPU_CONFIG)  # raises on any unknown key or wrong type
+    cpu = load_config(config_class("rookworld"), REPO_ROOT / "configs" / "rookworld_124m.yaml")
+    assert (config.device, config.bf16, config.compile) == ("cuda", True, False)
+    assert config.task.prompts_per_step * config.task.group_size >= 256
+    assert config.grpo.micro_batch_size > cpu.grpo.micro_batch_size and config.task.logprob_chunk_rows > cpu.task.logprob_chunk_rows
+    rows = config.task.prompts_per_step * config.task.group_size
+    assert rows % config.grpo.minibatch_size == 0 and config.grpo.minibatch_size % config.grpo.micro_batch_size == 0
+    # The same algorithm and task as the CPU config: only sizes (and the device) differ.
+    assert config.grpo.kl_coef == cpu.grpo.kl_coef and config.task.temperature == cpu.task.temperature
+    assert config.task.max_new_tokens == cpu.task.max_new_tokens and config.lr == cpu.lr
+
+
+def test_gpu_sft_config_loads_and_builds_a_model_of_at_least_20m_parameters():
+    from chessgrpo.models.lm import build_lm
+
+    config = load_config(config_class("sft"), SFT_CONFIG)
+    assert (config.device, config.bf16, config.compile) == ("cuda", True, False)
+    assert config.model.architecture == "llama" and config.model.tokenizer == "chess" and config.model.path is None
+    assert build_lm(config.model, seed=0).num_parameters() >= 20_000_000
+
+
+def test_the_summary_reads_a_gpu_run(tmp_path):
+    """GPU-shaped numbers (a metrics.jsonl as `train` writes it, a CUDA peak) come out as completions/s,
+    the phases of a step, the peak and the target verdict; the first step is kept apart as warm-up."""
+    gpu_check = helper_module()
+    run = tmp_path / "grpo_throughput"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(
+        {"device": "cuda", "bf16": True, "task": {"prompts_per_step": 64, "group_size": 8, "max_new_tokens": 128,
+                                                  "logprob_chunk_rows": 128}, "grpo": {"micro_batch_size": 64}}))  # fmt: skip
+    rows = [{"step": 1, "perf/step_s": 9.0, "perf/sample_s": 6.0, "perf/reward_s": 0.5, "perf/learn_s": 2.5,
+             "perf/samples_per_s": 512 / 9.0, "rollout/completion_tokens": 128.0, "ratio/first_max_abs_dev": 0.004}]  # fmt: skip
+    rows += [{"step": s, "perf/step_s": 4.0, "perf/sample_s": 3.0, "perf/reward_s": 0.2, "perf/learn_s": 0.8,
+              "perf/samples_per_s": 128.0, "rollout/completion_tokens": 128.0} for s in (2, 3, 4)]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    work = tmp_path / "work"
+    gpu_check.write_stage(work, "meta", {"mode": "gpu", "full": 0, "grpo_run": str(run), "grpo_config": "configs/x.yaml", "total_s": 400})
+    gpu_check.write_stage(work, "preflight", {"rc": 0, "device": "NVIDIA H200, 140 GiB, 1 device(s)", "torch": "2.11.0"})
+    gpu_check.write_stage(work, "grpo_throughput", {"rc": 0, "seconds": 60.0, "cuda_peak_allocated_gib": 31.5, "cuda_peak_reserved_gib": 40.0})
+    numbers = gpu_check.grpo_throughput(run)
+    assert numbers["completions_per_s"] == pytest.approx(128.0) and numbers["first_step_s"] == 9.0
+    assert numbers["measured_steps"] == [2, 3, 4] and numbers["sampled_tokens_per_s"] == pytest.approx(512 * 128 / 3.0)
+    out = tmp_path / "out"
+    sys_argv = sys.argv
+    try:
+        sys.argv = ["gpu_check.py", "summary", "--work", str(work), "--out", str(out)]
+        assert gpu_check.main() == 0
+    finally:
+        sys.argv = sys_argv
+    text = (out / "gpu_check_summary.txt").read_text()
+    assert "128.0 completions/s" in text and "sampling 3.00 + rewards 0.20 + learning 0.80" in text
+    assert "31.5 GiB allocated" in text and ": MET" in text and "first step (warm-up) 9.00 s" in text
+    assert json.loads((out / "gpu_check_summary.json").read_text())["grpo_throughput"]["completions_per_step"] == 512
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_without_cuda_the_check_refuses_with_a_clear_message(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gpu_check.py"), "preflight", "--work", str(tmp_path),
+                           "--require-cuda"], check=False, capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "no CUDA device" in done.stderr and "--dry-run" in done.stderr
+
+
+def dry_run(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "WORK", "DEVICE", "GPU_CHECK_FULL")}
+    env.update(PYTHON=sys.executable, WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), CHESSGRPO_DATA=str(SHARED_DATA))
+    done = subprocess.run(["bash", str(SCRIPT), "--dry-run", *flags], check=False, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, (tmp_path / "out" / "gpu_check_summary.txt").read_text()
+
+
+@pytest.mark.slow
+def test_the_dry_run_runs_the_gpu_pipeline_on_cpu(tmp_path):
+    """`scripts/gpu_check.sh --dry-run`: data, the model directory, a GRPO run of the GPU config (CPU-sized)
+    whose timings the summary reads, and the CUDA tests (all skipped here); ~35-50 s on 2 busy cores."""
+    done, summary = dry_run(tmp_path)
+    assert "[ok] GRPO throughput (configs/rookworld_124m_gpu.yaml" in summary and "completions/s" in summary
+    assert "steps 2-3:" in summary and "sampling" in summary and "learning" in summary
+    assert "[ok] tests/test_cuda.py:" in summary and "not run (add --full)" in summary
+    files = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"gpu_check_summary.txt", "gpu_check_summary.json", "grpo_metrics.jsonl", "test_cuda.log"} <= files
+    assert len(files) <= 8  # the device tool brings back at most 8 files from $OUT
+    assert summary in done.stdout
+
+
+@pytest.mark.slow
+def test_the_full_dry_run_adds_sft_time_bounded_grpo_and_the_paired_eval(tmp_path):
+    """--full: SFT of the (shrunk) GPU SFT config, GRPO from it stopped by its time budget (checkpointed, then
+    evaluated), `eval lm` of both and the paired comparison; ~85 s on 2 busy cores."""
+    _, summary = dry_run(tmp_path, "--full", "--no-tests")
+    assert "[ok] SFT: 6 steps" in summary
+    assert "[ok] GRPO of the SFT model:" in summary and "stopped by the time budget" in summary
+    assert "[ok][ok] eval lm (SFT -> GRPO):" in summary and "p_format_rate" in summary
+    assert "paired GRPO - SFT" in summary
+    assert len(list((tmp_path / "out").iterdir())) <= 8
