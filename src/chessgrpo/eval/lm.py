@@ -173,7 +173,11 @@ def policy_metrics(rows: Sequence[dict[str, Any]], *, confidence: float, resampl
     if rows and "best_legal" in rows[0]:  # records from before these keys have neither
         metrics["p_best_legal_rate"] = _rate([r["best_legal"] == 1.0 for r in rows], confidence)
         moves = [r["best_move"] for r in rows if r["best_move"] is not None]
-        metrics["p_distinct_best"] = bootstrap_statistic(moves, distinct_count, confidence, resamples, seed)
+        # A count of distinct values has no percentile-bootstrap interval (resampling with replacement drops
+        # values, so every resample counts fewer): the count alone here, the paired ratio of two evaluations
+        # (`compare_lm_results`: p_distinct_best_ratio) carries the interval.
+        count = distinct_count(moves)
+        metrics["p_distinct_best"] = Interval(count, count, count, len(moves))
         metrics["p_top_best_share"] = bootstrap_statistic(moves, top_share, confidence, resamples, seed)
     metrics["p_legal_rate"] = _mean([r["legal"] for r in rows], confidence, resamples, seed)
     metrics["p_top5_overlap"] = _mean([r["top5"] for r in rows], confidence, resamples, seed)
