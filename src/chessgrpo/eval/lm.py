@@ -276,13 +276,14 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
                        seed: int = 0) -> dict[str, Interval]:  # fmt: skip
     """Paired B - A differences over the prompts both evaluations hold (records of `LMEvalResult.to_json`).
 
-    P: reward, best-move accuracy, top-5 hit, legal rate, format rate, and best-move accuracy and reward
+    P: reward, best-move accuracy (B: earns full credit, as the metric counts it), the mean best-move credit (graded
+    modes: partial credit too), top-5 hit, legal rate, format rate, the ratio of distinct greedy B: moves, and best-move accuracy and reward
     over the prompts well-formed in both (``*_well_formed``: the chess, not the format); A: reward, exact state.
     """
     out: dict[str, Interval] = {}
     specs = {
-        "policy": {"p_reward": "total", "p_best_accuracy": "best", "p_top5_hit_rate": "top5_hit", "p_legal_rate": "legal",
-                   "p_format_rate": None},
+        "policy": {"p_reward": "total", "p_best_accuracy": "best_is_right", "p_best_credit": "best", "p_top5_hit_rate": "top5_hit",
+                   "p_legal_rate": "legal", "p_format_rate": None},
         "environment": {"a_reward": "total", "a_exact_state_accuracy": "exact_state", "a_format_rate": None},
     }  # fmt: skip
     for task, names in specs.items():
@@ -293,7 +294,11 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
             continue
         for metric, key in names.items():
             def value(record: dict[str, Any], key: str | None = key) -> float:
-                return float(record["malformed"] is None) if key is None else float(record[key])
+                if key is None:
+                    return float(record["malformed"] is None)
+                if key == "best_is_right":  # as the metric p_best_accuracy counts it: full credit (graded) or exact match
+                    return float(record["best"] == 1.0)
+                return float(record[key])
 
             out[metric] = paired_bootstrap_difference(
                 [value(second[p]) for p in shared], [value(first[p]) for p in shared],
@@ -333,7 +338,11 @@ def _paired_distinct_ratio(a: Sequence[str | None], b: Sequence[str | None], con
     alpha = (1 - confidence) / 2
     if not len(samples):
         return Interval(math.nan, math.nan, math.nan, n)
-    return Interval(ratio(range(n)), float(np.quantile(samples, alpha)), float(np.quantile(samples, 1 - alpha)), n)
+    # The basic (reverse-percentile) bootstrap: resampling with replacement drops moves from both sets unequally,
+    # so the percentile interval sits off-centre (on the issue-51 run it excluded its own point estimate).
+    value = ratio(range(n))
+    low, high = float(np.quantile(samples, alpha)), float(np.quantile(samples, 1 - alpha))
+    return Interval(value, 2 * value - high, 2 * value - low, n)
 
 
 def write_result(path: str | Path, payload: dict[str, Any]) -> Path:
