@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -58,6 +57,7 @@ from chessgrpo.data.rookworld_format import (
 from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: the dataset's example type and builders
     RookWorldExample,
     environment_example,
+    environment_move,
     hash_seed,
     illegal_move,
     policy_example,
@@ -190,14 +190,8 @@ def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable
             if not truth.moves:
                 raise RuntimeError(f"the engine returned no line for {fen!r}")
             examples.append(policy_example(truth, config.seed, config.nodes))
-            rng = random.Random(hash_seed(config.seed + 1, fen))
-            draw = rng.random()
-            if draw < config.illegal_fraction:
-                move = illegal_move(board, rng)
-            elif draw < config.illegal_fraction + (1 - config.illegal_fraction) * config.engine_move_fraction:
-                move = truth.best
-            else:
-                move = rng.choice(sorted(truth.legal))
+            move = environment_move(board, truth, seed=config.seed, illegal_fraction=config.illegal_fraction,
+                                    engine_move_fraction=config.engine_move_fraction)  # fmt: skip
             examples.append(environment_example(board, move))
         if progress is not None:
             progress(len(part))

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import chess
 
 from chessgrpo.board.endgames import EndgameStarts, endgame_positions
-from chessgrpo.data.rookworld_examples import environment_example, hash_seed, illegal_move, policy_example
+from chessgrpo.data.rookworld_examples import environment_example, environment_move, hash_seed, policy_example
 from chessgrpo.data.rookworld_truths import PolicyTruth, tablebase_truth
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,14 +134,8 @@ def generate_endgame_examples(config: RookWorldDataConfig, progress: Callable[[i
         for board, truth in zip(split_boards, truths):
             source = f"endgame:{material_name(board)}:{split}"
             examples.append(policy_example(truth, config.seed, 0, source=source))
-            rng = random.Random(hash_seed(config.seed + 1, truth.fen))
-            draw = rng.random()
-            if draw < config.illegal_fraction:
-                move = illegal_move(board, rng)
-            elif draw < config.illegal_fraction + (1 - config.illegal_fraction) * config.engine_move_fraction:
-                move = truth.best
-            else:
-                move = rng.choice(sorted(truth.legal))
+            move = environment_move(board, truth, seed=config.seed, illegal_fraction=config.illegal_fraction,
+                                    engine_move_fraction=config.engine_move_fraction)  # fmt: skip
             examples.append(environment_example(board, move, source=source))
     return examples
 

@@ -78,3 +78,18 @@ def policy_example(truth: PolicyTruth, seed: int, nodes: int, source: str = "ran
 def hash_seed(seed: int, text: str) -> int:
     """A stable 64-bit seed from (seed, text) (Python's hash() of a str changes between processes)."""
     return int.from_bytes(hashlib.sha256(f"{seed}|{text}".encode()).digest()[:8], "big")
+
+
+def environment_move(board: chess.Board, truth: PolicyTruth, *, seed: int, illegal_fraction: float,
+                     engine_move_fraction: float) -> str:  # fmt: skip
+    """The move of a position's A: example, seeded by (seed, FEN): an illegal move with probability
+    `illegal_fraction`, else the truth's best move with probability `engine_move_fraction`, else a uniformly
+    random legal move."""
+    rng = random.Random(hash_seed(seed + 1, truth.fen))
+    draw = rng.random()
+    if draw < illegal_fraction:
+        return illegal_move(board, rng)
+    if draw < illegal_fraction + (1 - illegal_fraction) * engine_move_fraction:
+        return truth.best
+    return rng.choice(sorted(truth.legal))
+
