@@ -56,28 +56,10 @@ def _records(starts: list[Any], result: Any) -> list[dict[str, Any]]:
     return [{"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome} for board, outcome in zip(starts, result.results)]
 
 
-def _checkpoint_player(path: Path, config: EndgameEvalConfig) -> tuple[Any, Any]:
-    """(picker, the `LMPlayer` or None) of an action-policy or chess LM checkpoint."""
-    from chessgrpo.eval.endgame import policy_picker
-    from chessgrpo.eval.lm_player import LMPlayerConfig
-    from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
-
-    if identify_checkpoint(path).kind == LM:
-        from chessgrpo.eval.lm_player import LMPlayer
-
-        lm_player = LMPlayer.from_path(path, device=config.device, config=config.lm)
-        return lm_player.picker(), lm_player
-    if config.lm != LMPlayerConfig():
-        raise ValueError(f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them")
-    from chessgrpo.models.policy import load_policy
-
-    return policy_picker(load_policy(path, device=config.device).eval()), None
-
-
 def run_endgame_eval(args: argparse.Namespace) -> int:
     from chessgrpo.board.endgames import EndgameStarts
     from chessgrpo.engine.tablebase import Tablebase
-    from chessgrpo.eval.endgame import evaluate_endgame, random_picker, tablebase_picker
+    from chessgrpo.eval.endgame import checkpoint_picker, evaluate_endgame, random_picker, tablebase_picker
 
     config = load_config(EndgameEvalConfig, args.config, args.overrides)
     if config.threads:
@@ -94,7 +76,7 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
         lm_player = None
         if args.checkpoint is not None:
             name = str(args.checkpoint)
-            pick, lm_player = _checkpoint_player(args.checkpoint, config)
+            pick, lm_player = checkpoint_picker(args.checkpoint, config)
         else:
             name = args.policy
             pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(tablebase)

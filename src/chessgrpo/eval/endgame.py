@@ -18,6 +18,8 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import chess
 import torch
@@ -73,6 +75,22 @@ def policy_picker(model, *, temperature: float = 0.0, generator: torch.Generator
         return model.predict_moves(boards, temperature=temperature, generator=generator)
 
     return pick
+
+
+def checkpoint_picker(path: Path, config: EndgameEvalConfig) -> tuple[MovePicker, Any]:
+    """(picker, the `LMPlayer` or None) of an action-policy or chess LM checkpoint (`models.checkpoint_kind`);
+    ``lm.*`` settings given with an action policy are an error naming the path."""
+    from chessgrpo.eval.lm_player import LMPlayer
+    from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
+
+    if identify_checkpoint(path).kind == LM:
+        lm_player = LMPlayer.from_path(path, device=config.device, config=config.lm)
+        return lm_player.picker(), lm_player
+    if config.lm != LMPlayerConfig():
+        raise ValueError(f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them")
+    from chessgrpo.models.policy import load_policy
+
+    return policy_picker(load_policy(path, device=config.device).eval()), None
 
 
 def random_picker(seed: int) -> MovePicker:
