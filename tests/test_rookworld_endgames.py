@@ -10,7 +10,7 @@ import chess
 import pytest
 from helpers import SYZYGY_DIR
 
-from chessgrpo.board.endgames import EndgameStarts
+from chessgrpo.board.endgames import EndgameStarts, symmetric_epds
 from chessgrpo.data.rookworld import RookWorldDataConfig, read_rookworld, run_rookworld_data
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_environment_line, parse_policy_completion
 from chessgrpo.data.rookworld_truths import TABLEBASE_WIN_PAWNS, tablebase_pawns, tablebase_truth
@@ -98,6 +98,27 @@ def test_endgame_dataset_holds_out_eval_endgames_starts_and_grades_every_line(tm
             assert query.fen == example.fen and result.fen  # python-chess's answer, parsed back
     # The same command again finds the finished dataset and writes nothing.
     assert run_rookworld_data(config).already_complete
+
+
+def test_symmetric_images_multiply_the_train_positions_with_their_exact_truths_and_spare_the_held_out(tmp_path, tablebase):
+    config = RookWorldDataConfig(out=str(tmp_path / "data"), positions=6, endgames=["KQvK", "KRvK"], held_out=4,
+                                 syzygy_path=str(SYZYGY_DIR), workers=1, seed=0, symmetries=True)  # fmt: skip
+    summary = run_rookworld_data(config)
+    assert 6 * 6 <= summary.counts["train"]["policy"] <= 6 * 8 and summary.counts["test"]["policy"] == 8
+    train = read_rookworld(config.out, "train", task="policy")
+    assert len({chess.Board(e.fen).epd() for e in train}) == len(train)  # each image once
+    held_out_classes = set().union(*(symmetric_epds(chess.Board(e.fen)) for e in read_rookworld(config.out, "test", task="policy")))
+    assert not held_out_classes & {chess.Board(e.fen).epd() for e in train}
+    for example in train:  # the mapped truths are what a fresh probe of the image says
+        answer = parse_policy_completion(example.completion)
+        truth = tablebase_truth(tablebase, chess.Board(example.fen))
+        assert answer and answer.best in truth.optimal and sorted(answer.moves) == sorted(truth.moves)
+        assert dict(zip(answer.moves, answer.evals)) == {m: tablebase_pawns(truth.exact[m]) for m in answer.moves}
+
+
+def test_symmetries_without_endgames_is_refused_by_name(tmp_path):
+    with pytest.raises(Exception, match="symmetries"):
+        RookWorldDataConfig(out=str(tmp_path / "d"), symmetries=True).validate()
 
 
 @pytest.mark.parametrize(("key", "value"), [("endgames", ["KQK"]), ("colours", "red"), ("held_out", -1)])

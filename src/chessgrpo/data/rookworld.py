@@ -119,6 +119,9 @@ class RookWorldDataConfig:
     """Endgames: the strong side's colour: white, black or both."""
     workers: int = 0
     """Endgames: processes probing the tables (0 = one per CPU core)."""
+    symmetries: bool = False
+    """Endgames: also write each train position's rotations and mirror images (pawnless material: up to 8x
+    the train positions at no extra probes; no image of a held-out start is written)."""
     from_text: str | None = None
     """Import this RookWorld text file instead of generating (`--from-text`)."""
     keep_defective: bool = False
@@ -148,6 +151,8 @@ class RookWorldDataConfig:
             require(self.colours in COLOURS, "colours", self.colours, f"must be one of {', '.join(COLOURS)}")
             require(self.held_out >= 0, "held_out", self.held_out, "must be >= 0")
             require(self.workers >= 0, "workers", self.workers, "must be >= 0 (0 = one per CPU core)")
+        else:
+            require(not self.symmetries, "symmetries", self.symmetries, "applies to endgames only (set endgames=[...])")
 
 
 @dataclasses.dataclass

@@ -195,14 +195,18 @@ def exact_move_values(tablebase: Tablebase, board: chess.Board) -> dict[str, Exa
 def tablebase_truth(tablebase: Tablebase, board: chess.Board, *, multipv: int = MAX_LISTED_MOVES) -> PolicyTruth:
     """The exact `PolicyTruth` of a tablebase position: the `multipv` best moves (ties in UCI order) with
     their `tablebase_pawns` values and win scores, and every legal move's value in ``exact``."""
-    fen = board.fen()
-    values = exact_move_values(tablebase, board)
+    return exact_truth(board.fen(), exact_move_values(tablebase, board), multipv=multipv)
+
+
+def exact_truth(fen: str, values: Mapping[str, ExactMoveValue], *, multipv: int = MAX_LISTED_MOVES) -> PolicyTruth:
+    """The `PolicyTruth` of the position `fen` whose legal moves have the exact `values`: the `multipv`
+    best moves (ties in UCI order) with their `tablebase_pawns` values and win scores."""
     if not values:
         raise ValueError(f"position {fen!r} has no legal move: no policy task")
     ranked = sorted(values, key=lambda move: (tuple(-x for x in values[move].key), move))[:multipv]
     return PolicyTruth(
         fen=fen, moves=tuple(ranked), pawns=tuple(tablebase_pawns(values[m]) for m in ranked),
-        legal=frozenset(values), wins=tuple(values[m].score for m in ranked), exact=values,
+        legal=frozenset(values), wins=tuple(values[m].score for m in ranked), exact=dict(values),
     )  # fmt: skip
 
 
