@@ -163,6 +163,52 @@ def test_evaluation_baselines_tablebase_mates_optimally_and_random_does_not(tabl
     assert perfect.mate_rate.low > random.mate_rate.high  # Wilson intervals separate
 
 
+def test_a_king_only_player_is_seen_and_diagnosed_as_the_king_only_optimum(tablebase, tmp_path):
+    """The failure of GRPO from a random network: the policy moves only its king (a king cannot mate). A real
+    king-only player through the real evaluation, its metrics in a run directory, `diagnose` on that run."""
+    import random as random_module
+
+    from chessgrpo.train.metrics import MetricsWriter
+    from chessgrpo.track.diagnose import diagnose
+    from chessgrpo.track.run_data import load_run
+
+    rng = random_module.Random(0)
+
+    def king_only(boards):
+        return [rng.choice([m for m in board.legal_moves if board.piece_type_at(m.from_square) == chess.KING]
+                           or list(board.legal_moves)) for board in boards]  # fmt: skip
+
+    starts = _starts("KQvK", tablebase).hold_out(20, seed=5)
+    start = evaluate_endgame(random_picker(0), starts, tablebase, max_moves=20)
+    stuck = evaluate_endgame(king_only, starts, tablebase, max_moves=20)
+    assert set(start.piece_shares) == {"K", "Q"} and start.piece_shares["Q"] > 0.3
+    assert stuck.piece_shares.get("Q", 0.0) < 0.05 and stuck.mate_rate.value == 0.0
+    assert stuck.metrics()["eval/piece_share/K"] > 0.95
+    assert sum(v for k, v in stuck.metrics().items() if k.startswith("eval/draw_")) == pytest.approx(stuck.win_lost_rate.value)
+    with MetricsWriter(tmp_path / "run" / "metrics.jsonl") as writer:
+        writer.log(0, start.metrics())
+        writer.log(50, stuck.metrics())
+    findings = {f.id: f for f in diagnose(load_run(tmp_path / "run"))}
+    vanished = findings["endgame.piece_vanished"]
+    assert vanished.severity == "warning" and vanished.evidence["vanished"] == ["Q"]
+    assert "king" in vanished.message and "regret" in vanished.advice
+    if stuck.win_lost_rate.value >= 0.1:
+        assert "endgame.win_given_away" in findings
+
+
+def test_a_converting_player_has_no_endgame_warning(tablebase, tmp_path):
+    from chessgrpo.train.metrics import MetricsWriter
+    from chessgrpo.track.diagnose import diagnose
+    from chessgrpo.track.run_data import load_run
+
+    starts = _starts("KQvK", tablebase).hold_out(20, seed=5)
+    perfect = evaluate_endgame(tablebase_picker(tablebase), starts, tablebase, max_moves=20)
+    with MetricsWriter(tmp_path / "run" / "metrics.jsonl") as writer:
+        writer.log(0, perfect.metrics())
+        writer.log(50, perfect.metrics())
+    assert not {f.id for f in diagnose(load_run(tmp_path / "run"))} & {"endgame.piece_vanished", "endgame.win_given_away"}
+
+
 def test_cheap_dtz_optimality_agrees_with_the_exact_check(tablebase):
     """The criterion used in evaluation (mate, or DTZ 2 plies shorter after the perfect reply) = best_moves."""
     for material in ("KQvK", "KRvK"):

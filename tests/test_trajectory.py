@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, decode_tokens, move_to_action
 from chessgrpo.board.endgames import endgame_positions
-from chessgrpo.config import EngineConfig, RunConfig
+from chessgrpo.config import ConfigError, EngineConfig, RunConfig
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs
 from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, PolicyOutputs, compute_advantages, optimize
 from chessgrpo.engine.tablebase import Tablebase
@@ -276,6 +276,32 @@ def test_resume_continues_bitwise_identically(tmp_path):
     for key in ("reward/mean", "rollout/length", "loss/total", "eval/mate_rate"):
         assert [r.get(key) for r in rows] == [r.get(key) for r in rows_straight], key
     assert "eval/mate_rate_low" in rows[-1] and rows[-1]["eval/positions"] == 20
+
+
+def test_adaptive_curriculum_widens_as_the_mate_rate_holds_and_resumes(tmp_path, oracle):
+    """curriculum_widen_at: the DTZ limit grows by curriculum_widen_plies when the rollouts' mate rate over the last
+    curriculum_window steps reaches the threshold; the limit and the window survive a resume bitwise."""
+    adaptive = dict(steps=8, curriculum_start_dtz=1, curriculum_widen_at=0.08, curriculum_widen_plies=2, curriculum_window=2,
+                    checkpoint_every=1, lr=3e-3, task=TrajectoryConfig(group_size=8, positions_per_step=4, horizon=2, opponent="tablebase"))  # fmt: skip
+    with Trainer(_config(tmp_path, "straight", **adaptive)) as trainer:
+        trainer.train()
+    with Trainer(_config(tmp_path, "resumed", stop_at=5, **adaptive)) as trainer:
+        trainer.train()
+    with Trainer(_config(tmp_path, "resumed", **adaptive), resume=True) as trainer:
+        assert trainer.step == 5 and trainer.train().finished
+    rows, resumed = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("straight", "resumed"))
+    limits = [row["rollout/curriculum_max_dtz"] for row in rows]
+    expected, window, limit = [], [], 1  # the rule, recomputed from the logged mate rates
+    for row in rows:
+        expected.append(limit)
+        window = [*window, row["rollout/mate_rate"]][-2:]
+        if len(window) == 2 and sum(window) / 2 >= 0.08:
+            limit, window = limit + 2, []
+    assert limits == expected and limits[-1] > 1, limits  # mate-in-one starts are mated often enough to widen
+    for key in ("rollout/curriculum_max_dtz", "rollout/mate_rate", "loss/total"):
+        assert [r[key] for r in resumed] == [r[key] for r in rows], key
+    with pytest.raises(ConfigError, match="curriculum_start_dtz"):
+        _config(tmp_path, "bad", curriculum_widen_at=0.5)
 
 
 def test_short_endgame_run_learns_to_mate(tmp_path, oracle):

@@ -127,6 +127,21 @@ class EndgameEvalResult:
     results: list[str]
     """Per start position: "mate", "draw:<reason>" or "unfinished"."""
     max_moves: int
+    piece_moves: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The player's moves by the moving piece ("K", "Q", "R", "B", "N"): a piece type whose moves vanish as a
+    class (the king-only optimum of GRPO from a random network) shows here."""
+
+    @property
+    def piece_shares(self) -> dict[str, float]:
+        """Share of the player's moves made by each piece type present in `piece_moves`."""
+        total = sum(self.piece_moves.values())
+        return {piece: count / total for piece, count in self.piece_moves.items()} if total else {}
+
+    @property
+    def outcome_rates(self) -> dict[str, float]:
+        """Share of the games per result ("mate", "unfinished", "mated", "draw:<reason>"), over all games."""
+        n = len(self.results)
+        return {result: self.results.count(result) / n for result in sorted(set(self.results))} if n else {}
 
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
         out: dict[str, float] = {}
@@ -137,6 +152,11 @@ class EndgameEvalResult:
         out[f"{prefix}optimal_moves_to_mate"] = self.optimal_moves_to_mate
         out[f"{prefix}optimal_moves_all"] = self.optimal_moves_all
         out[f"{prefix}positions"] = float(self.mate_rate.n)
+        for piece, share in self.piece_shares.items():
+            out[f"{prefix}piece_share/{piece}"] = share
+        for result, rate in self.outcome_rates.items():
+            if result.startswith("draw:"):  # why wins were given away: repetition, stalemate, insufficient material, ...
+                out[f"{prefix}{result.replace(':', '_')}_rate"] = rate
         return out
 
     def to_json(self) -> dict:
@@ -149,6 +169,7 @@ class EndgameEvalResult:
             "optimal_moves_all": _finite_or_none(self.optimal_moves_all),
             "max_moves": self.max_moves,
             "results": self.results,
+            "piece_moves": self.piece_moves,
         }
 
 
@@ -186,6 +207,7 @@ def evaluate_endgame(
     own_moves = [0] * len(boards)
     optimal_moves = 0
     scored_moves = 0
+    piece_moves: dict[str, int] = {}
     for _ in range(max_moves):
         active = [i for i, result in enumerate(results) if result is None]
         if not active:
@@ -196,6 +218,8 @@ def evaluate_endgame(
             if not board.is_legal(move):
                 raise ValueError(f"player chose illegal move {move.uci()} in {board.fen()!r}")
             scored_moves += 1
+            piece = chess.piece_symbol(board.piece_type_at(move.from_square) or chess.KING).upper()
+            piece_moves[piece] = piece_moves.get(piece, 0) + 1
             before = tablebase.probe_dtz(board)
             if exact_optimality:
                 optimal_moves += move in tablebase.best_moves(board)
@@ -229,4 +253,5 @@ def evaluate_endgame(
         optimal_moves_all=sum(optimal) / n if n else nan,
         results=final,
         max_moves=max_moves,
+        piece_moves=dict(sorted(piece_moves.items(), key=lambda item: "KQRBNP".index(item[0]))),
     )

@@ -119,6 +119,12 @@ class Thresholds:
     """Chess LM: distinct greedy B: moves at the last evaluation / at the first below this is a collapse."""
     lm_share_rise: float = 0.15
     """Chess LM: the most common greedy B: move's share rising by this much (absolute) is a collapse."""
+    endgame_piece_floor: float = 0.05
+    """Endgame runs: a piece type (other than the king) making less than this share of the policy's held-out moves
+    at the last evaluation has vanished as a class (the king-only optimum)."""
+    endgame_win_lost: float = 0.10
+    """Endgame runs: wins given away (drawn by repetition, stalemate, material, 50 moves) in at least this share of
+    the held-out games at the last evaluation is a warning."""
 
 
 Check = Callable[[RunData, Thresholds], list[Finding]]
@@ -1083,6 +1089,53 @@ def check_lm_collapse(run: RunData, t: Thresholds) -> list[Finding]:
     )]  # fmt: skip
 
 
+_DRAW_REASONS = {"threefold_repetition": "repetition", "stalemate": "stalemate", "insufficient_material": "the piece lost",
+                 "fifty_moves": "the 50-move rule"}  # fmt: skip
+
+
+def check_endgame_play(run: RunData, t: Thresholds) -> list[Finding]:
+    """Endgame runs (held-out play against the perfect defender, `eval/piece_share/*`): a piece type's moves
+    vanishing as a class (the king-only optimum: a king cannot mate alone), and wins given away by repetition,
+    stalemate or a lost piece, named by reason."""
+    findings: list[Finding] = []
+    evals = [row for row in run.rows if any(key.startswith("eval/piece_share/") for key in row)]
+    if not evals:
+        return findings
+    first, last = evals[0], evals[-1]
+    span = f"step {int(last['step'])}"
+    shares = {key.rsplit("/", 1)[1]: float(value) for key, value in last.items() if key.startswith("eval/piece_share/")}
+    first_shares = {key.rsplit("/", 1)[1]: float(value) for key, value in first.items() if key.startswith("eval/piece_share/")}
+    pieces = sorted((set(shares) | set(first_shares)) - {"K"}, key="KQRBNP".index)
+    vanished = [p for p in pieces if shares.get(p, 0.0) < t.endgame_piece_floor]
+    if vanished:
+        text = ", ".join(f"{p} {_pct(first_shares.get(p, 0.0))} -> {_pct(shares.get(p, 0.0))}" for p in vanished)
+        findings.append(Finding(
+            "endgame.piece_vanished", "warning",
+            f"the policy stopped moving a piece type on the held-out starts: {text} of its moves "
+            f"(king {_pct(shares.get('K', 0.0))}), {span}",
+            {"steps": [int(first["step"]), int(last["step"])], "first_shares": first_shares, "last_shares": shares,
+             "vanished": vanished, "threshold": t.endgame_piece_floor},
+            "A random network's piece moves hang the piece or stalemate more often than its king moves, so the policy "
+            "gradient removes them as a class before it learns which are good, and a king alone cannot mate. Give every "
+            "position an exact per-move baseline (one-move groups at the positions the policy visits, task.regret: true), "
+            "start from near-mate positions (curriculum_start_dtz) or keep entropy up (docs/diagnose.md, endgame.piece_vanished).",
+        ))  # fmt: skip
+    lost = float(last.get("eval/win_lost_rate", float("nan")))
+    if math.isfinite(lost) and lost >= t.endgame_win_lost:
+        reasons = {key[len("eval/draw_"):-len("_rate")]: float(v) for key, v in last.items()
+                   if key.startswith("eval/draw_") and key.endswith("_rate")}  # fmt: skip
+        named = ", ".join(f"{_DRAW_REASONS.get(r, r)} {_pct(v)}" for r, v in sorted(reasons.items(), key=lambda kv: -kv[1]) if v > 0)
+        findings.append(Finding(
+            "endgame.win_given_away", "warning",
+            f"the policy gave away the win in {_pct(lost)} of the held-out games ({named or 'mated'}), {span}",
+            {"step": int(last["step"]), "win_lost_rate": _round(lost), "reasons": reasons, "threshold": t.endgame_win_lost},
+            "Repetition: the policy shuffles without progress (reward DTZ progress: task.shaping > 0, a longer horizon). "
+            "Stalemate or a lost piece: a blunder the exact reward punishes only if such moves are sampled and "
+            "compared at the same position (task.regret: true, larger groups) (docs/diagnose.md, endgame.win_given_away).",
+        ))  # fmt: skip
+    return findings
+
+
 CHECKS: tuple[Check, ...] = (
     check_first_minibatch,
     check_health_events,
@@ -1095,6 +1148,7 @@ CHECKS: tuple[Check, ...] = (
     check_noise_as_progress,
     check_entropy,
     check_lm_collapse,
+    check_endgame_play,
     check_signal,
     check_grad_spikes,
     check_cache,

@@ -212,6 +212,8 @@ class MixtureKind(GRPOKind):
             for task, task_config in zip(config.tasks, configs):
                 if context.world_size > 1 and getattr(task_config.task, "supervision", None) == "critic":
                     raise ConfigError(f"config key tasks ({task.name}): critic supervision scales by the whole step's rewards; run it on its own in a data-parallel run")
+                if context.world_size > 1 and getattr(task_config, "curriculum_widen_at", None) is not None:
+                    raise ConfigError(f"config key tasks ({task.name}): the adaptive curriculum widens on the whole step's mate rate; run it on its own in a data-parallel run")
                 self.tasks.append(kind_class(task.kind)(task_config, local, shared))
         except BaseException:
             self.close()
@@ -246,6 +248,16 @@ class MixtureKind(GRPOKind):
             task.close()
         if getattr(self, "pool", None) is not None:
             self.pool.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The mixture's KL controller and each task's own state (e.g. an adaptive curriculum), by task name."""
+        return {**super().state_dict(), "tasks": {item.name: task.state_dict() for item, task in zip(self.config.tasks, self.tasks)}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        for item, task in zip(self.config.tasks, self.tasks):
+            if item.name in state.get("tasks", {}):  # checkpoints written before tasks had state hold none
+                task.load_state_dict(state["tasks"][item.name])
 
     # -- the step -----------------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from chessgrpo.tasks.trajectory import (
     StockfishOpponent,
     TablebaseOpponent,
     TrajectoryConfig,
+    Trajectories,
     make_forward,
     outcome_metrics,
     play_trajectories,
@@ -67,6 +68,9 @@ from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollou
 from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
 
 logger = logging.getLogger(__name__)
+
+MAX_CURRICULUM_DTZ = 200
+"""The adaptive curriculum's DTZ limit stops here (above every 3-5-piece win's distance: all won positions)."""
 
 ENDGAME_PREFIX = "endgame:"
 
@@ -124,6 +128,14 @@ class TrajectoryTrainConfig(TrainConfig):
     curriculum_start_dtz + s * curriculum_dtz_per_step plies are drawn (near-mate first); null = uniform over all won."""
     curriculum_dtz_per_step: float = 0.2
     """Endgame positions: growth of the curriculum's DTZ limit in plies per step (KQvK's longest DTZ is 19 plies)."""
+    curriculum_widen_at: float | None = None
+    """Endgame positions: a reverse curriculum that widens as the mate rate holds. With curriculum_start_dtz set, the
+    DTZ limit grows by curriculum_widen_plies each time the rollouts' mate rate over the last curriculum_window steps
+    reaches this share (curriculum_dtz_per_step is then unused); null = the linear schedule."""
+    curriculum_widen_plies: int = 2
+    """(curriculum_widen_at) plies added to the DTZ limit at each widening."""
+    curriculum_window: int = 5
+    """(curriculum_widen_at) steps whose rollout mate rate must reach curriculum_widen_at before the next widening."""
     task: TrajectoryConfig = dataclasses.field(default_factory=TrajectoryConfig)
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
     engine: EngineConfig = dataclasses.field(default_factory=lambda: EngineConfig(nodes=None, cache=False))
@@ -144,6 +156,13 @@ class TrajectoryTrainConfig(TrainConfig):
             raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
             raise ConfigError("config keys curriculum_start_dtz must be >= 1 (or null) and curriculum_dtz_per_step >= 0")
+        if self.curriculum_widen_at is not None:
+            if self.curriculum_start_dtz is None:
+                raise ConfigError("config key curriculum_widen_at needs curriculum_start_dtz (the DTZ limit it widens from)")
+            if not 0.0 < self.curriculum_widen_at <= 1.0:
+                raise ConfigError(f"config key curriculum_widen_at must be a mate rate in (0, 1] or null, got {self.curriculum_widen_at}")
+            if self.curriculum_widen_plies < 1 or self.curriculum_window < 1:
+                raise ConfigError("config keys curriculum_widen_plies and curriculum_window must be >= 1")
         if self.endgame_colours not in COLOURS:
             raise ConfigError(f"config key endgame_colours must be one of {list(COLOURS)}, got {self.endgame_colours!r}")
         if self.debug_learn_temperature is not None and self.debug_learn_temperature <= 0:
@@ -190,6 +209,9 @@ class TrajectoryKind(PolicyGRPOKind):
         # gives the same weights as the old trainer, which built them before.
         self.oracle = Tablebase(config.engine.syzygy_path) if config.needs_tables else None
         self.pool = None
+        # The adaptive curriculum's state (curriculum_widen_at): the DTZ limit and the recent steps' rollout mate rates.
+        self._curriculum_limit = config.curriculum_start_dtz or 0
+        self._curriculum_rates: list[float] = []
         try:
             self.endgame: EndgameStarts | None = None
             self.start_positions: StartPositions | None = None
@@ -248,7 +270,37 @@ class TrajectoryKind(PolicyGRPOKind):
         start = self.config.curriculum_start_dtz
         if start is None:
             return None
+        if self.config.curriculum_widen_at is not None:
+            return self._curriculum_limit
         return int(start + step * self.config.curriculum_dtz_per_step)
+
+    def _update_curriculum(self, trajectories: Trajectories) -> None:
+        """The adaptive curriculum (curriculum_widen_at): record this step's rollout mate rate over all ranks, and
+        widen the DTZ limit when the last curriculum_window steps' rate reached the threshold (then start a new window)."""
+        config = self.config
+        if config.curriculum_widen_at is None or config.curriculum_start_dtz is None:
+            return
+        outcomes = trajectories.outcomes()
+        mates, rows = self.context.parallel.sum([sum(o == "mate" for o in outcomes), len(outcomes)])
+        self._curriculum_rates = [*self._curriculum_rates, mates / max(rows, 1)][-config.curriculum_window :]
+        window = self._curriculum_rates
+        if len(window) == config.curriculum_window and sum(window) / len(window) >= config.curriculum_widen_at:
+            self._curriculum_limit = min(self._curriculum_limit + config.curriculum_widen_plies, MAX_CURRICULUM_DTZ)
+            self._curriculum_rates = []
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.config.curriculum_widen_at is not None:
+            state["curriculum"] = {"limit": self._curriculum_limit, "rates": list(self._curriculum_rates)}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.config.curriculum_widen_at is not None:
+            if "curriculum" not in state:
+                raise ValueError("this checkpoint holds no adaptive curriculum state (curriculum_widen_at was not set when it was written)")
+            self._curriculum_limit = int(state["curriculum"]["limit"])
+            self._curriculum_rates = [float(rate) for rate in state["curriculum"]["rates"]]
 
     def draw_starts(self, step: int, groups: range | None = None, count: int | None = None) -> list:
         """The start positions of step `step` (0-based), a function of (seed, step); `groups` selects this rank's share.
@@ -282,6 +334,8 @@ class TrajectoryKind(PolicyGRPOKind):
             reference=self.reference if self._uses_kl else None, bf16=bf16, prefetch=prefetch,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
+        curriculum_dtz = self.curriculum_max_plies(step)  # the limit these starts were drawn under
+        self._update_curriculum(trajectories)
 
         tick = time.perf_counter()
         sources = RewardSources(tablebase=self.oracle, pool=self.pool, prefetched=prefetch)
@@ -300,7 +354,7 @@ class TrajectoryKind(PolicyGRPOKind):
             "entropy/mean": float(trajectories.entropy[mask].mean()),
             "entropy/ln_legal": float(trajectories.ln_legal[mask].mean()),
             "rollout/positions": float(groups.count),
-            "rollout/curriculum_max_dtz": float(self.curriculum_max_plies(step) or 0),
+            "rollout/curriculum_max_dtz": float(curriculum_dtz or 0),
             "rollout/rows": float(rows),
             "rollout/plies": float(plies),
             "rollout/unique_positions": float(trajectories.tokens.shape[0]),
