@@ -28,7 +28,7 @@ from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments
 from chessgrpo.config import load_config, to_dict
-from chessgrpo.eval.endgame import EndgameEvalConfig
+from chessgrpo.eval.endgame import EndgameEvalConfig, EndgameEvalResult
 from chessgrpo.files import write_json_atomic
 
 ENDGAME_PLAYERS = ("random", "tablebase")
@@ -115,8 +115,18 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
             f"{label[-40:]:<40}  {f'{mate.value:.3f} [{mate.low:.3f}, {mate.high:.3f}]':<24}  "
             f"{f'{optimal.value:.3f} [{optimal.low:.3f}, {optimal.high:.3f}]':<24}  {moves}"
         )
+        print(f"  {outcome_line(result)}")
         if lm_player is not None and label == name:
             print(f"  {lm_player.stats_line()}")
     if config.output:
         print(f"wrote {config.output}", file=sys.stderr)
     return 0
+
+
+def outcome_line(result: EndgameEvalResult) -> str:
+    """How the games ended and which pieces moved: "games: mate 62%, draw by threefold_repetition 30%, ...;
+    moves: K 55%, Q 45%" (a piece type near 0% is the king-only optimum: `chessgrpo diagnose` names it)."""
+    games = ", ".join(f"{'draw by ' + r[5:] if r.startswith('draw:') else r} {100 * v:.0f}%" for r, v in
+                      sorted(result.outcome_rates.items(), key=lambda kv: -kv[1]))  # fmt: skip
+    pieces = ", ".join(f"{p} {100 * v:.0f}%" for p, v in result.piece_shares.items())
+    return f"games: {games}; moves: {pieces}"
