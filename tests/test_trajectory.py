@@ -33,7 +33,9 @@ from chessgrpo.tasks.trajectory import (
     play_trajectories,
     to_rollout_batch,
 )
-from chessgrpo.tasks.trajectory_rewards import engine_step_rewards, tablebase_step_rewards
+from chessgrpo.engine.tablebase_values import game_over
+from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
+from chessgrpo.tasks.trajectory_rewards import engine_step_rewards, move_regret, sibling_baselines, tablebase_step_rewards
 from chessgrpo.train.metrics import read_metrics
 from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
 from chessgrpo.train.loop import Trainer
@@ -302,6 +304,41 @@ def test_adaptive_curriculum_widens_as_the_mate_rate_holds_and_resumes(tmp_path,
         assert [r[key] for r in resumed] == [r[key] for r in rows], key
     with pytest.raises(ConfigError, match="curriculum_start_dtz"):
         _config(tmp_path, "bad", curriculum_widen_at=0.5)
+
+
+def test_sibling_moves_are_valued_as_if_played_against_the_perfect_defender(oracle):
+    """task.sibling_moves: each sibling's regret from one probe (no reply played) equals its regret when it is
+    played and answered by the perfect defender, and a played ply's own regret agrees with the trajectory's."""
+    torch.manual_seed(3)
+    model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
+    starts = endgame_positions("KRvK", 4, seed=4, accept=oracle.is_won)
+    config = TrajectoryConfig(group_size=2, positions_per_step=4, horizon=4, regret=True, supervision="critic", sibling_moves=3,
+                              shaping=0.2)  # fmt: skip
+    trajectories = play_trajectories(model, starts, config, opponent=TablebaseOpponent(oracle), generator=torch.Generator().manual_seed(0))
+    rewards = tablebase_step_rewards(trajectories, oracle, shaping=0.2, regret=True)
+    baselines = sibling_baselines(trajectories, oracle, shaping=0.2)
+    checked = 0
+    for i, (points, siblings) in enumerate(zip(trajectories.points, trajectories.siblings)):
+        assert len(siblings) == int(trajectories.mask[i].sum()) and all(len(s) == 3 for s in siblings)
+        for t, actions in enumerate(siblings):
+            board = points[t].board
+            before = oracle.state(board, chess.WHITE, terminal=None, checked=True)
+            played = [move_regret(oracle, board, chess.Move.from_uci(ACTIONS[a]), before, 0.2) for a in actions]
+            for action, regret in zip(actions, played):
+                after = board.copy(stack=False)
+                after.push(chess.Move.from_uci(ACTIONS[action]))
+                if game_over(after) is None:
+                    after.push(oracle.tablebase_move(after))
+                state = oracle.state(after, chess.WHITE)
+                assert regret == pytest.approx(step_reward(before, state, 0.2) - best_step_reward(before, 0.2)), board.fen()
+                checked += 1
+            assert baselines[i, t] == pytest.approx(sum(played) / 3)
+            own = move_regret(oracle, board, chess.Move.from_uci(ACTIONS[int(trajectories.actions[i, t])]), before, 0.2)
+            if points[t + 1].terminal != "threefold_repetition":
+                assert rewards[i, t] == pytest.approx(own)
+    assert checked >= 30 and (baselines[trajectories.mask] < 0).any()
+    with pytest.raises(ValueError, match="sibling_moves"):
+        TrajectoryConfig(sibling_moves=2, supervision="process", regret=True)
 
 
 def test_short_endgame_run_learns_to_mate(tmp_path, oracle):

@@ -127,6 +127,11 @@ class TrajectoryConfig:
     """outcome (one advantage per row) | process (per-ply step rewards, reward-to-go, DeepSeekMath) |
     step (per-ply step rewards normalised as in process, without the sum) | critic (regret rewards
     scaled, not centred: the tablebase is the baseline). Module docstring."""
+    sibling_moves: int = 0
+    """K > 0 (tablebase rewards with regret, critic supervision, the perfect defender): at every own ply K more
+    moves are drawn from the same distribution and valued exactly (`tasks.trajectory_rewards.move_regret`, one probe
+    each, no reply played); the learner gets the played move's regret minus their mean: a one-move group at every
+    position the policy visits, centred at that position. 0 = off."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -153,6 +158,10 @@ class TrajectoryConfig:
             raise ValueError(f"opponent_temperature is the reference opponent's; opponent is {self.opponent!r}")
         if not (self.shaping >= 0 and math.isfinite(self.shaping)):
             raise ValueError(f"shaping must be a finite number >= 0, got {self.shaping}")
+        if self.sibling_moves < 0:
+            raise ValueError(f"sibling_moves must be >= 0, got {self.sibling_moves}")
+        if self.sibling_moves and not (self.reward == "tablebase" and self.regret and self.supervision == "critic" and self.opponent == "tablebase"):
+            raise ValueError("sibling_moves needs reward: tablebase, regret: true, supervision: critic and opponent: tablebase")
 
     @property
     def self_play(self) -> bool:
@@ -251,6 +260,7 @@ class _Row:
     ref_logp: list[float] = dataclasses.field(default_factory=list)
     kl: list[float] = dataclasses.field(default_factory=list)
     points: list[Point] = dataclasses.field(default_factory=list)
+    siblings: list[list[int]] = dataclasses.field(default_factory=list)
     closed: bool = False
 
 
@@ -286,6 +296,8 @@ class Trajectories:
     """Per row: the position before each own ply, then the final one (plies + 1 points)."""
     ref_logp: torch.Tensor | None = None
     """[N, T] reference log-probs of the sampled actions (rollout temperature)."""
+    siblings: list[list[list[int]]] | None = None
+    """`TrajectoryConfig.sibling_moves`: per row, per own ply, the K other actions drawn at that position."""
     exact_kl: torch.Tensor | None = None
     """[N, T] exact KL(policy || reference) at each ply."""
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -411,7 +423,11 @@ def play_trajectories(
             # Game g belongs to start g // group_size: with per-start generators a group's games do
             # not depend on the other groups (data-parallel ranks play the same games).
             starts_of = [g // group_size for g in learner]
-            actions = multinomial_by_group(logp_full[inverse].exp(), 1, starts_of, generator).squeeze(1)
+            if config.sibling_moves:
+                drawn = multinomial_by_group(logp_full[inverse].exp(), 1 + config.sibling_moves, starts_of, generator, replacement=True)
+                actions, siblings_list = drawn[:, 0], drawn[:, 1:].tolist()
+            else:
+                actions = multinomial_by_group(logp_full[inverse].exp(), 1, starts_of, generator).squeeze(1)
             entropy = categorical_entropy(logp_full)
             ln_legal = legal.sum(dim=-1).float().log()
             chosen_logp = logp_full[inverse].gather(1, actions.unsqueeze(1)).squeeze(1)
@@ -442,6 +458,8 @@ def play_trajectories(
                     row.logp.append(logp_list[j])
                     row.entropy.append(entropy_list[u])
                     row.ln_legal.append(ln_list[u])
+                    if config.sibling_moves:
+                        row.siblings.append(siblings_list[j])
                     if ref_chosen is not None and kl is not None:
                         row.ref_logp.append(ref_chosen[j])
                         row.kl.append(kl[u])
@@ -500,6 +518,7 @@ def play_trajectories(
         entropy=pad([row.entropy for row in rows], torch.float32),
         ln_legal=pad([row.ln_legal for row in rows], torch.float32),
         points=[row.points for row in rows],
+        siblings=[row.siblings for row in rows] if config.sibling_moves else None,
         ref_logp=pad([row.ref_logp for row in rows], torch.float32) if with_reference else None,
         exact_kl=pad([row.kl for row in rows], torch.float32) if with_reference else None,
         timings=timings,

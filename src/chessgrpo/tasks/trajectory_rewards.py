@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import chess
 import torch
 
+from chessgrpo.board.actions import ACTIONS
+from chessgrpo.engine.tablebase_values import TablebaseState, terminal_after_move
 from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
 from chessgrpo.tasks.trajectory import EngineValues, Point, TrajectoryConfig, Trajectories
 
@@ -58,6 +60,46 @@ def tablebase_step_rewards(
             reward = step_reward(states[t], states[t + 1], shaping)
             rewards[i, t] = reward - best_step_reward(states[t], shaping) if regret else reward
     return rewards.to(trajectories.mask.device)
+
+
+def move_regret(oracle: Tablebase, board: chess.Board, move: chess.Move, before: TablebaseState, shaping: float) -> float:
+    """The regret of playing `move` at `board` (the mover's exact state `before`) against the perfect defender,
+    without playing the reply: `step_reward` of the state after the reply minus `best_step_reward`.
+
+    One probe of the position after the move (the defender to move) gives it: the rules first (mate, stalemate,
+    dead draw, 50 moves), else the tables' value, and a win's distance after the defender's best reply is one ply
+    shorter than before it (DTZ). This equals the regret of the same move played in a trajectory
+    (`tablebase_step_rewards`, tests/test_trajectory.py) except for a threefold repetition, which only a game's
+    move stack shows."""
+    mover = board.turn
+    after = board.copy(stack=False)
+    after.push(move)
+    terminal = terminal_after_move(after)
+    if terminal == "checkmate":
+        state = TablebaseState(score=1.0, plies=0, terminal=terminal, delivered_mate=True)
+    elif terminal is not None:
+        state = TablebaseState(score=0.5, plies=0, terminal=terminal)
+    else:
+        value = oracle.state(after, mover, terminal=None, checked=True)
+        plies = max(value.plies - 1, 0) if value.score == 1.0 else value.plies + 1 if value.score == 0.0 else 0
+        state = TablebaseState(score=value.score, plies=plies)
+    return step_reward(before, state, shaping) - best_step_reward(before, shaping)
+
+
+def sibling_baselines(trajectories: Trajectories, oracle: Tablebase, *, shaping: float) -> torch.Tensor:
+    """[N, T] the mean regret of each own ply's sibling moves (`TrajectoryConfig.sibling_moves`, drawn at the same
+    position from the same distribution; 0 where masked): an unbiased per-position baseline for the played move's
+    regret (the siblings do not include it)."""
+    if trajectories.siblings is None:
+        raise ValueError("these trajectories were played without sibling moves (task.sibling_moves: 0)")
+    baselines = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
+    for i, (colour, points, siblings) in enumerate(zip(trajectories.row_colour, trajectories.points, trajectories.siblings)):
+        for t, actions in enumerate(siblings):
+            board = points[t].board
+            before = oracle.state(board, colour, terminal=None, checked=True)
+            regrets = [move_regret(oracle, board, chess.Move.from_uci(ACTIONS[a]), before, shaping) for a in actions]
+            baselines[i, t] = sum(regrets) / len(regrets)
+    return baselines.to(trajectories.mask.device)
 
 
 def point_value(point: Point, pov: chess.Color, engine_value: float | None) -> float:

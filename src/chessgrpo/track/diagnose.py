@@ -1124,7 +1124,8 @@ def check_endgame_play(run: RunData, t: Thresholds) -> list[Finding]:
     if math.isfinite(lost) and lost >= t.endgame_win_lost:
         reasons = {key[len("eval/draw_"):-len("_rate")]: float(v) for key, v in last.items()
                    if key.startswith("eval/draw_") and key.endswith("_rate")}  # fmt: skip
-        named = ", ".join(f"{_DRAW_REASONS.get(r, r)} {_pct(v)}" for r, v in sorted(reasons.items(), key=lambda kv: -kv[1]) if v > 0)
+        named = ", ".join(f"{_DRAW_REASONS.get(r, r)} {_pct(v) if v >= 0.01 else '<1%'}"
+                          for r, v in sorted(reasons.items(), key=lambda kv: -kv[1]) if v > 0)  # fmt: skip
         findings.append(Finding(
             "endgame.win_given_away", "warning",
             f"the policy gave away the win in {_pct(lost)} of the held-out games ({named or 'mated'}), {span}",

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from chessgrpo.board.endgames import COLOURS, EndgameStarts
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused
 from chessgrpo.eval.registry import EVALUATIONS  # result file names
@@ -61,7 +63,7 @@ from chessgrpo.tasks.trajectory import (
     play_trajectories,
     to_rollout_batch,
 )
-from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources
+from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources, sibling_baselines
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
@@ -341,9 +343,14 @@ class TrajectoryKind(PolicyGRPOKind):
         sources = RewardSources(tablebase=self.oracle, pool=self.pool, prefetched=prefetch)
         scored = TRAJECTORY_REWARDS[task.reward].reward(trajectories, sources, task)
         step_rewards, evaluations = scored.rewards, scored.evaluations
+        learner_rewards = step_rewards
+        if task.sibling_moves:  # each ply's regret against its siblings' at the same position (TrajectoryConfig.sibling_moves)
+            assert self.oracle is not None
+            baselines = sibling_baselines(trajectories, self.oracle, shaping=task.shaping)
+            learner_rewards = torch.where(trajectories.mask, step_rewards - baselines, torch.zeros_like(step_rewards))
         reward_s = time.perf_counter() - tick
 
-        batch = to_rollout_batch(trajectories, step_rewards, task.supervision)  # the learner computes its advantages
+        batch = to_rollout_batch(trajectories, learner_rewards, task.supervision)  # the learner computes its advantages
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16)
 
@@ -370,6 +377,9 @@ class TrajectoryKind(PolicyGRPOKind):
                 regret=task.regret,
             )
         )
+        if task.sibling_moves:
+            metrics["reward/sibling_regret"] = float(baselines[mask].mean())
+            metrics["reward/regret_vs_siblings"] = float(learner_rewards[mask].mean())
         if trajectories.exact_kl is not None:
             metrics["kl/exact"] = float(trajectories.exact_kl[mask].mean())
         if self.oracle is not None:
