@@ -194,6 +194,8 @@ def test_a_king_only_player_is_seen_and_diagnosed_as_the_king_only_optimum(table
     assert "king" in vanished.message and "regret" in vanished.advice
     if stuck.win_lost_rate.value >= 0.1:
         assert "endgame.win_given_away" in findings
+    # No mate means no mean length of mates: left out of the metrics, not a NaN that diagnose calls a numeric fault.
+    assert "eval/moves_to_mate" not in stuck.metrics() and "values.non_finite" not in findings
 
 
 def test_a_converting_player_has_no_endgame_warning(tablebase, tmp_path):

@@ -172,11 +172,12 @@ class EndgameStarts:
     def source(self) -> str:
         return f"endgame:{self.material.name}"
 
-    def hold_out(self, count: int, *, seed: int) -> list[chess.Board]:
-        """`count` distinct won positions, excluded from every later `draw`."""
+    def hold_out(self, count: int, *, seed: int, max_plies: int | None = None) -> list[chess.Board]:
+        """`count` distinct won positions, excluded from every later `draw`; only those at most `max_plies` from
+        mate or conversion (`plies`) when it is given."""
         boards = endgame_positions(
             self.material, count, seed=[seed, 1_000_000_007 % (1 << 30)], colours=self.colours,
-            accept=self.is_won, distinct=True,
+            accept=self._accept(max_plies), distinct=True,
         )  # fmt: skip
         self.held_out.update(board.epd() for board in boards)
         return boards
@@ -187,19 +188,23 @@ class EndgameStarts:
         `max_plies` keeps only positions whose distance (`plies`) is at most that many plies (a
         reverse curriculum: near-mate positions first); uniform among those.
         """
-        if max_plies is None:
-            accept = self.is_won
-        else:
-            plies = self.plies
-            if plies is None:
-                raise ValueError("EndgameStarts.draw(max_plies=...) needs the plies callable")
-
-            def accept(board: chess.Board) -> bool:
-                return self.is_won(board) and plies(board) <= max_plies
-
         return endgame_positions(
-            self.material, count, seed=[seed, step, rank], colours=self.colours, accept=accept, exclude=self.held_out,
+            self.material, count, seed=[seed, step, rank], colours=self.colours, accept=self._accept(max_plies),
+            exclude=self.held_out,
         )  # fmt: skip
+
+    def _accept(self, max_plies: int | None) -> Callable[[chess.Board], bool]:
+        """Won, and at most `max_plies` from mate or conversion when it is given."""
+        if max_plies is None:
+            return self.is_won
+        plies = self.plies
+        if plies is None:
+            raise ValueError("EndgameStarts: a max_plies limit needs the plies callable")
+
+        def accept(board: chess.Board) -> bool:
+            return self.is_won(board) and plies(board) <= max_plies
+
+        return accept
 
 
 def _seed_value(seed: int | list[int]) -> int:

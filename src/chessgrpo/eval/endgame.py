@@ -148,9 +148,10 @@ class EndgameEvalResult:
         for name in ("mate_rate", "dtz_optimal_rate", "win_lost_rate"):
             interval = getattr(self, name)
             out.update({f"{prefix}{name}": interval.value, f"{prefix}{name}_low": interval.low, f"{prefix}{name}_high": interval.high})
-        out[f"{prefix}moves_to_mate"] = self.moves_to_mate
-        out[f"{prefix}optimal_moves_to_mate"] = self.optimal_moves_to_mate
-        out[f"{prefix}optimal_moves_all"] = self.optimal_moves_all
+        # Means over the mated games: undefined (left out, not NaN, which `diagnose` reads as a numeric fault) until one mates.
+        for name in ("moves_to_mate", "optimal_moves_to_mate", "optimal_moves_all"):
+            if not math.isnan(getattr(self, name)):
+                out[f"{prefix}{name}"] = getattr(self, name)
         out[f"{prefix}positions"] = float(self.mate_rate.n)
         for piece, share in self.piece_shares.items():
             out[f"{prefix}piece_share/{piece}"] = share

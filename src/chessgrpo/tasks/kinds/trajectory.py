@@ -85,6 +85,9 @@ class TrajectoryEvalConfig:
     """Endgame runs: held-out won start positions (generated once, never drawn for training)."""
     max_moves: int = 50
     """Endgame runs: own moves allowed to mate against the perfect defender."""
+    max_dtz: int | None = None
+    """Endgame runs: hold out only won starts at most this many plies from mate or conversion (DTZ), e.g. 3 for the
+    mate-in-one and mate-in-two starts a curriculum begins with; null = uniform over all won starts."""
     baselines: bool = True
     """Endgame runs: at step 0 also evaluate the random mover on the same positions (eval/random_*)."""
     offline_positions: str | None = None
@@ -101,6 +104,8 @@ class TrajectoryEvalConfig:
             raise ValueError("need positions >= 1, max_moves >= 1, max_offline_positions >= 1, nodes >= 1")
         if self.resamples < 10:
             raise ValueError(f"resamples must be >= 10, got {self.resamples}")
+        if self.max_dtz is not None and self.max_dtz < 1:
+            raise ValueError(f"max_dtz must be >= 1 (plies) or null, got {self.max_dtz}")
 
 
 @dataclasses.dataclass
@@ -173,6 +178,8 @@ class TrajectoryTrainConfig(TrainConfig):
             raise ConfigError("endgame positions and tablebase rewards/opponents need engine.syzygy_path")
         if self.task.supervision == "critic" and not (self.task.reward == "tablebase" and self.task.regret):
             raise ConfigError("task.supervision: critic needs task.reward: tablebase and task.regret: true (rewards relative to the exact value)")
+        if self.eval.max_dtz is not None and not self.is_endgame:
+            raise ConfigError(f"config key eval.max_dtz limits held-out endgame starts; positions {self.positions!r} are not endgame:...")
         if self.task.reward == "tablebase" and not self.is_endgame:
             logger.warning("tablebase rewards with positions %r: every position must be covered by the tables", self.positions)
 
@@ -225,7 +232,7 @@ class TrajectoryKind(PolicyGRPOKind):
                     plies=self.oracle.probe_dtz, colours=config.endgame_colours,
                 )  # fmt: skip
                 # Held out first, so that no training draw can ever contain an evaluation position.
-                self._held_out = self.endgame.hold_out(config.eval.positions, seed=config.run.seed)
+                self._held_out = self.endgame.hold_out(config.eval.positions, seed=config.run.seed, max_plies=config.eval.max_dtz)
             else:
                 self.start_positions = StartPositions.from_source(
                     config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed
