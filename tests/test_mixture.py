@@ -234,6 +234,24 @@ def test_one_move_and_endgame_groups_train_together(tmp_path):
     assert (tmp_path / "both" / "checkpoints" / "latest").exists()
 
 
+def test_each_endgame_material_is_evaluated_on_its_own_held_out_starts(tmp_path):
+    """A network carried to new material keeps being measured on what it knew: every material's held-out mate rate
+    under its own name, its own files; the first material also unprefixed (progress bar, best checkpoint)."""
+    krk = {**ENDGAME, "name": "krk", "config": {**ENDGAME["config"], "positions": "endgame:KRvK"}}
+    kqk_again = {**ENDGAME, "name": "kqk_again"}  # the same material twice: evaluated once
+    config = _mixture(tmp_path, "materials", [ENDGAME, krk, kqk_again], steps=1, eval_at_start=True, eval_every=1)
+    with Trainer(config) as trainer:
+        trainer.train()
+    rows = [row for row in read_metrics(tmp_path / "materials" / "metrics.jsonl") if "eval/mate_rate" in row]
+    assert [row["step"] for row in rows] == [0, 1]
+    for row in rows:
+        assert row["eval/positions"] == row["eval/KQvK/positions"] == row["eval/KRvK/positions"] == 20
+        assert row["eval/mate_rate"] == row["eval/KQvK/mate_rate"] and 0 <= row["eval/KRvK/mate_rate"] <= 1
+    for material in ("KQvK", "KRvK"):
+        saved = json.loads((tmp_path / "materials" / "eval" / material / "step_000001_endgame.json").read_text())
+        assert saved["positions"] == f"endgame:{material}" and len(saved["starts"]) == 20
+
+
 def test_the_shipped_mixture_config_loads():
     config = load_config(MixtureTrainConfig, REPO / "configs" / "grpo_mixture_tiny.yaml")
     names = [task.name for task in config.tasks]

@@ -163,6 +163,11 @@ class MixtureTrainConfig(TrainConfig):
         return None
 
 
+def _endgame_materials(tasks: list[GRPOKind]) -> dict[int, str]:
+    """id(task) -> the material of each task that evaluates held-out endgame starts ('KQvK'), in task order."""
+    return {id(task): task.endgame.material.name for task in tasks if task.evaluates and getattr(task, "endgame", None) is not None}
+
+
 def _offline_source(config: Any) -> str | None:
     """The held-out positions a task's config evaluates on (move_group: eval.positions; trajectory: eval.offline_positions)."""
     if config.kind == "move_group":
@@ -325,11 +330,33 @@ class MixtureKind(GRPOKind):
         return any(task.evaluates for task in self.tasks)
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
-        """Every task's held-out evaluation of the shared policy (at most one evaluates held-out positions)."""
+        """Every task's held-out evaluation of the shared policy (at most one evaluates held-out positions).
+
+        Endgame tasks on several materials (a network carried from KQvK to KBNvK) are each evaluated on their own
+        held-out starts, once per material: metrics `eval/<material>/...` and files in out_dir/<material>/; the
+        first material's also stay unprefixed (`eval/mate_rate`: the progress bar, the best checkpoint)."""
         metrics: dict[str, float] = {}
+        materials = _endgame_materials(self.tasks)
+        several, first = len(set(materials.values())) > 1, next(iter(materials.values()), None)
+        seen: set[str] = set()
         for task in self.tasks:
-            if task.evaluates:
+            if not task.evaluates:
+                continue
+            material = materials.get(id(task))
+            if material is None:
                 metrics.update(task.evaluate(step, out_dir))
+                continue
+            if material in seen:  # the first task of a material evaluates it (the same seed holds out the same starts)
+                continue
+            seen.add(material)
+            if not several:
+                metrics.update(task.evaluate(step, out_dir))
+                continue
+            (out_dir / material).mkdir(parents=True, exist_ok=True)
+            result = task.evaluate(step, out_dir / material)
+            metrics.update({f"eval/{material}/{key.removeprefix('eval/')}": value for key, value in result.items()})
+            if material == first:
+                metrics.update(result)
         return metrics
 
     # -- presentation -------------------------------------------------------------------------------
