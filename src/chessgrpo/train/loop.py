@@ -147,7 +147,7 @@ class Trainer:
             self.kind = kind_cls(config, context)
             self.optimizer, trainable = build_optimizer(self.kind, config)
             if config.compile:  # in place: the module (its mode, its state dict) stays the same object
-                self.kind.model.compile()
+                compile_in_place(self.kind.model)
             # After build_optimizer: DDP registers gradient hooks on the parameters that train.
             self.kind.learner_model = self.parallel.wrap(self.kind.model)
             self.learner = Learner(self.optimizer, trainable, config.max_grad_norm, self.parallel)
@@ -503,3 +503,18 @@ def _window_mean(window: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each metric over the rows of a log window that hold it."""
     keys = dict.fromkeys(key for row in window for key in row)
     return {key: sum(row[key] for row in window if key in row) / sum(key in row for row in window) for key in keys}
+
+
+def compile_in_place(model: torch.nn.Module) -> None:
+    """`torch.compile` the model's forward in place (config key ``compile``).
+
+    The learner's per-term gradient norms (`rl.learner.term_gradient_norms`) take several gradients of one graph
+    (``retain_graph=True``); a compiled backward allows that only when AOTAutograd does not donate the saved
+    tensors' buffers to the backward (torch._functorch.config: "This flag must be set False if a user wants to
+    retain_graph=True"). Keeping them costs a little memory and changes no value.
+    """
+    import torch._functorch.config as functorch_config  # noqa: PLC0415 (only compiled runs need it)
+
+    functorch_config.donated_buffer = False
+    model.compile()
+
