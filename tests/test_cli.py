@@ -76,6 +76,7 @@ def test_engine_eval_random_positions_with_cache(cli, tmp_path):
 def test_bad_inputs_give_one_clear_error(cli, tmp_path):
     unknown = cli.run("engine", "eval", "engine.nodez=5", f"run.out_dir={tmp_path}")
     assert unknown.returncode == 2 and "unknown config key engine.nodez" in unknown.stderr
+    assert "did you mean 'nodes'?" in unknown.stderr  # the closest valid key
     assert "Traceback" not in unknown.stderr
     injected = cli.run("engine", "eval", "--fen", "8/8/8/8/8/8/8/K6k w - - 0 1\nquit", f"run.out_dir={tmp_path}")
     assert injected.returncode == 2 and "malformed FEN" in injected.stderr and "Traceback" not in injected.stderr

@@ -121,3 +121,28 @@ def test_an_engine_limit_that_a_grpo_kind_ignores_is_an_error_naming_the_key_tha
     kind = yaml.safe_load(Path(path).read_text())["kind"]
     with pytest.raises(ConfigError, match=rf"{key.split('=')[0]}: has no effect in this kind \(.*{re.escape(rules)}"):
         load_config(config_class(kind), path, [key])
+
+
+def test_an_unknown_key_names_the_closest_valid_one(tmp_path):
+    """A typo in an override or in the file gets "did you mean" the nearest key; nothing near gets no guess."""
+    with pytest.raises(ConfigError, match=r"unknown config key engine\.nodez .*did you mean 'nodes'\?"):
+        load_config(EngineEvalConfig, None, ["engine.nodez=5"])
+    path = tmp_path / "typo.yaml"
+    path.write_text("engine:\n  hash_mbb: 4\n")
+    with pytest.raises(ConfigError, match=r"engine\.hash_mbb, did you mean 'hash_mb'\?"):
+        load_config(EngineEvalConfig, path)
+    with pytest.raises(ConfigError) as nothing_near:
+        load_config(EngineEvalConfig, None, ["engine.zzzzzz=5"])
+    assert "did you mean" not in str(nothing_near.value)
+
+
+def test_train_help_lists_every_kind():
+    import argparse
+
+    from chessgrpo.commands import train
+    from chessgrpo.tasks.kinds import KINDS
+
+    commands = argparse.ArgumentParser().add_subparsers()
+    train.add_parser(commands)
+    helps = {action.dest: action.help for action in commands._choices_actions}
+    assert all(kind in helps["train"] for kind in KINDS), helps["train"]

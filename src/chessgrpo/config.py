@@ -18,11 +18,13 @@ the single place where defaults and documentation live.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
 import types
 import typing
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -175,7 +177,7 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", ba
     unknown = sorted(set(data) - set(fields), key=str)  # YAML keys may be numbers
     if unknown:
         names = ", ".join(_dotted(prefix, k) for k in unknown)
-        raise ConfigError(f"unknown config key {names}; valid keys here: {', '.join(sorted(fields))}")
+        raise ConfigError(f"unknown config key {names}{_closest(unknown, fields)}; valid keys here: {', '.join(sorted(fields))}")
     if base is None:
         try:
             base = cls()
@@ -332,6 +334,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def _closest(unknown: list[Any], valid: Collection[str]) -> str:
+    """", did you mean 'lr'?" for the valid key nearest to the first unknown one (difflib), or ""."""
+    matches = difflib.get_close_matches(str(unknown[0]), list(valid), n=1, cutoff=0.6) if unknown else []
+    return f", did you mean {matches[0]!r}?" if matches else ""
+
+
 def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: type, text: str) -> None:
     """Set data[parts] = value, using the dataclass tree to resolve types of string-ish values."""
     node = data
@@ -340,7 +348,7 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: typ
         names = {f.name for f in dataclasses.fields(current_cls)}
         if part not in names:
             raise ConfigError(
-                f"unknown config key {'.'.join(parts[: depth + 1])} (in override {text!r}); "
+                f"unknown config key {'.'.join(parts[: depth + 1])} (in override {text!r}){_closest([part], names)}; "
                 f"valid keys here: {', '.join(sorted(names))}"
             )
         field_type = get_type_hints(current_cls)[part]

@@ -4,7 +4,7 @@
     chessgrpo train --resume runs/grpo_tiny [steps=400 ...]
 
 The config's top-level `kind` picks the plug-in (`tasks.kinds.KINDS`): pretrain, sft, move_group,
-trajectory or rookworld. `chessgrpo pretrain` and `chessgrpo sft` are the same command with the
+trajectory, mixture or rookworld. `chessgrpo pretrain` and `chessgrpo sft` are the same command with the
 kind preset. A fresh run refuses a run directory that already has checkpoints; `--resume`
 continues from the newest intact checkpoint with RUN_DIR/config.yaml, changing only the keys marked
 resumable on the config's fields. This module is the one place that handles SIGINT and SIGTERM
@@ -21,6 +21,7 @@ from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments, progress_bar, resolve_run_config
 from chessgrpo.config import ConfigError, read_yaml_file, resumable_keys
+from chessgrpo.tasks.kinds import KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ _EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    train = commands.add_parser("train", help="train any kind of run: pretrain, sft, move_group, trajectory, rookworld")
+    train = commands.add_parser("train", help=f"train any kind of run: {', '.join(KINDS)}")
     _add_arguments(train, default_kind=None)
     pretrain = commands.add_parser("pretrain", help="alias of `train` with kind: pretrain (supervised pretraining of the action policy)")
     _add_arguments(pretrain, default_kind="pretrain")
