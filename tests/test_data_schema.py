@@ -158,3 +158,17 @@ def test_an_old_shard_without_the_game_columns_reads_with_them_null(tmp_path):
         schema.read_positions(tmp_path / "bad")
     with pytest.raises(ValueError, match="unknown dataset columns"):
         schema.read_positions(tmp_path, "train", ["fen", "human_moves"])
+
+
+def test_a_relative_dataset_directory_is_found_from_any_current_directory(tmp_path, monkeypatch):
+    """`value_positions: mydata` (or data/tiny in the shipped configs) resolves like every other data path
+    (`chessgrpo.paths`): from another current directory it is found under $CHESSGRPO_DATA or the checkout."""
+    from chessgrpo.train.dataset import has_split, load_split
+
+    schema.write_shard([make_row(START)] * 3, tmp_path / "shared" / "mydata" / "train" / "shard-00000.parquet")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.setenv("CHESSGRPO_DATA", str(tmp_path / "shared"))
+    assert has_split("mydata", "train") and len(load_split("mydata", "train")) == 3
+    with pytest.raises(FileNotFoundError, match=r"dataset directory 'nodata' does not exist \(looked at .*CHESSGRPO_DATA"):
+        load_split("nodata", "train")

@@ -42,6 +42,7 @@ from chessgrpo.board import NUM_ACTIONS, encode_fens, legal_masks, move_to_actio
 from chessgrpo.board.move_facts import move_facts
 from chessgrpo.data.schema import Split, read_positions, shard_paths
 from chessgrpo.errors import quote
+from chessgrpo.paths import find_data_path, places_looked
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +185,9 @@ def _human_filter(table: pa.Table, human: HumanMoves, where: str) -> pa.Table:
 
 
 def has_split(directory: str | os.PathLike, split: Split) -> bool:
-    """True when the dataset directory has at least one shard of `split`."""
-    return bool(shard_paths(directory, split))
+    """True when the dataset directory (a relative path from any current directory: `paths.find_data_path`) has at least
+    one shard of `split`."""
+    return bool(shard_paths(find_data_path(directory) or directory, split))
 
 
 def load_split(
@@ -201,9 +203,11 @@ def load_split(
         NoRowsLeft: `human` keeps no row of the split.
         ValueError: a row's labels are inconsistent (the message names the row and the FEN).
     """
-    directory = Path(directory)
+    given = directory
+    directory = find_data_path(directory) or Path(directory)  # a relative path, from any current directory
     if not directory.is_dir():
-        raise FileNotFoundError(f"dataset directory {str(directory)!r} does not exist; run `chessgrpo data generate` first")
+        raise FileNotFoundError(f"dataset directory {str(given)!r} does not exist (looked at {places_looked(given)}); "
+                                "run `chessgrpo data generate` first")
     if not has_split(directory, split):
         raise FileNotFoundError(
             f"dataset directory {str(directory)!r} has no {split} shards ({split}/shard-*.parquet); "
