@@ -378,6 +378,25 @@ def test_python_chess_analyse_multipv_scores_with_and_without_a_value_head(value
             engine.quit()
 
 
+def test_multipv_lines_after_a_mate_in_one_and_in_tablebase_positions(value_checkpoint):
+    """A root decided without search (a mate in one, a tablebase move) still gives as many scored lines as asked
+    (python-chess's `analyse(multipv=3)`), the decided move first (issue 54: it gave one line)."""
+    engine = chess.engine.SimpleEngine.popen_uci(command(value_checkpoint, "--nodes", "32"), timeout=STARTUP_TIMEOUT_S)
+    try:
+        scholar = chess.Board("r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - 4 4")
+        infos = engine.analyse(scholar, chess.engine.Limit(nodes=32), multipv=3)
+        assert [info["multipv"] for info in infos] == [1, 2, 3]
+        assert infos[0]["pv"][0] == chess.Move.from_uci("h5f7") and infos[0]["score"].relative == chess.engine.Mate(1)
+        assert len({info["pv"][0] for info in infos}) == 3 and all(info["score"].relative is not None for info in infos)
+        engine.configure({"SyzygyPath": str(SYZYGY_DIR)})
+        kqk = chess.Board("8/8/8/3k4/8/8/8/KQ6 w - - 0 1")
+        infos = engine.analyse(kqk, chess.engine.Limit(nodes=32), multipv=3)
+        assert [info["multipv"] for info in infos] == [1, 2, 3] and len({info["pv"][0] for info in infos}) == 3
+        assert infos[0]["score"].relative.score(mate_score=100000) >= 2000  # a tablebase win (DTZ is no mate distance)
+    finally:
+        engine.quit()
+
+
 def test_policy_only_scores_are_estimates_not_a_fixed_zero(checkpoint):
     # Black to move can take the hanging queen; material and the policy's odds give the scores.
     fen = "4k3/8/8/3q4/8/8/3Q4/4K3 w - - 0 1"

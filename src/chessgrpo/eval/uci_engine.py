@@ -674,9 +674,35 @@ class UciEngine:
             logger.exception("search failed in %s", board.fen())
             self.info(f"error: the search failed ({type(error).__name__}: {error}); playing the policy's move")
             return None, None
+        try:
+            result = self._more_lines(job, result)
+        except Exception:  # noqa: BLE001 - the lines are a courtesy; the best move is already known
+            logger.exception("MultiPV lines after a decided root failed in %s", board.fen())
         self.send(*self.search_info(job, result))
         pv = result.root_moves[0].pv if result.root_moves else []
         return result.move, (pv[1] if len(pv) > 1 else None)
+
+    def _more_lines(self, job: SearchJob, result: SearchResult) -> SearchResult:
+        """`result` with as many lines as MultiPV asks. A root decided without search (a mate in one, a tablebase
+        move: `search.base.decided_root`) has one line; the other allowed moves are then searched for the rest, with the
+        same budget, each further decided move first (several mates in one are each a line), best first."""
+        board, control, searcher = job.board, job.control, job.searcher
+        assert board is not None and searcher is not None
+        lines = list(result.root_moves)
+        nodes = result.nodes
+        while len(lines) < job.multipv and not control.should_stop(nodes):
+            shown = {line.move for line in lines}
+            rest = [move for move in job.allowed if move not in shown]
+            if not rest:
+                break
+            more = searcher.search(board, nodes=MAX_NODES if control.unbounded else control.limits.nodes, root_moves=rest,
+                                   should_stop=control.should_stop)  # fmt: skip
+            new = [line for line in more.root_moves if line.move not in shown]
+            if not new:
+                break
+            lines += new[: job.multipv - len(lines)]
+            nodes += more.nodes
+        return result if len(lines) == len(result.root_moves) else dataclasses.replace(result, root_moves=lines, nodes=nodes)
 
     def search_info(self, job: SearchJob, result: SearchResult) -> list[str]:
         assert job.board is not None and job.searcher is not None
