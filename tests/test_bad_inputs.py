@@ -299,6 +299,23 @@ def test_truncated_lm_weights_name_the_file(tmp_path):
         load_lm(tmp_path / "lm")
 
 
+def test_a_checkpoint_of_the_other_kind_is_named_with_the_commands_that_take_it(tmp_path, cli):
+    """An LM checkpoint given where an action policy is needed (and the reverse) is one line saying what it is and
+    where it goes, not "not a valid policy config" (issue 54)."""
+    from chessgrpo.models.lm import LMModelConfig, build_lm, load_lm, save_lm
+    from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
+
+    save_lm(build_lm(LMModelConfig(n_layer=1, n_embd=32, n_head=2, n_positions=64), seed=0), tmp_path / "lm")
+    save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), tmp_path / "policy")
+    with pytest.raises(ValueError, match=r"is a chess language model checkpoint .* taken by `train` \(sft, rookworld"):
+        load_policy(tmp_path / "lm")
+    with pytest.raises(ValueError, match=r"is an action-policy checkpoint, and this needs a chess language model"):
+        load_lm(tmp_path / "policy")
+    result = cli.run("eval", "puzzles", "--checkpoint", str(tmp_path / "lm"), "--max-puzzles", "2", timeout=120)
+    assert result.returncode != 0 and "is a chess language model checkpoint" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "PolicyConfig" not in result.stderr
+
+
 # ------------------------------------------------------------------------------------------------
 # The evaluation cache
 

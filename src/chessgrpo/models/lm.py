@@ -270,6 +270,12 @@ def resolve_lm_directory(path: str | os.PathLike) -> Path:
 
     found = resolve_model_directory(path, lambda d: (d / "config.json").is_file())
     if found is None:
+        from chessgrpo.models.checkpoint_kind import LM, wrong_kind_error
+
+        policy = resolve_model_directory(path, lambda d: (d / "model.safetensors").is_file() and (d / "model_config.json").is_file())
+        mismatch = wrong_kind_error(path, policy, LM) if policy is not None else None
+        if mismatch is not None:  # an action-policy checkpoint: say so
+            raise mismatch
         raise FileNotFoundError(
             f"no language model at {str(path)!r}: expected a transformers config.json there or an intact "
             "checkpoint in its checkpoints/ (a save_pretrained directory, an SFT run or a checkpoint)"

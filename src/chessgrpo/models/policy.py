@@ -579,7 +579,12 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     A config that is not a JSON object of `PolicyConfig` fields, a truncated or corrupt weights
     file, or weights of another shape raise one `ValueError` naming the file.
     """
+    from chessgrpo.models.checkpoint_kind import POLICY, wrong_kind_error
+
     directory = resolve_checkpoint(path)
+    mismatch = wrong_kind_error(path, directory, POLICY)
+    if mismatch is not None:  # an LM checkpoint: say so, not "not a valid policy config"
+        raise mismatch
     config_path, weights_path = directory / CONFIG_FILE, directory / MODEL_FILE
     try:
         raw = json.loads(config_path.read_bytes())
