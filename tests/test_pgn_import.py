@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import collections
 import gzip
 import io
@@ -96,10 +98,14 @@ def config(pgn, out, **changes) -> ImportPgnConfig:
     return ImportPgnConfig(**settings)
 
 
-def test_every_ply_of_the_games_above_the_elo_filter(pool, pgn_files, tmp_path):
-    summary = import_pgn(config(pgn_files["pgn"], tmp_path / "out"), pool=pool)
+def test_every_ply_of_the_games_above_the_elo_filter(pool, pgn_files, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="chessgrpo.data.pgn_import"):
+        summary = import_pgn(config(pgn_files["pgn"], tmp_path / "out"), pool=pool)
     counts = summary.games
     assert (counts.games_read, counts.games_used, counts.skipped_elo, counts.skipped_malformed) == (4, 2, 1, 1)
+    # The malformed game is named (its number, players, event) with the illegal move, in one warning.
+    [warning] = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert "game 4 (" in warning and "Broken" in warning and "illegal san: 'Ke3'" in warning
     rows = schema.read_positions(tmp_path / "out").to_pylist()
     expected = game_keys(OPERA_GAME) | game_keys(LEGALS_MATE)  # the shared opening counted once
     assert {schema.position_key(row["fen"]) for row in rows} == expected and len(rows) == len(expected) == summary.total

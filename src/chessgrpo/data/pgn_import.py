@@ -249,6 +249,16 @@ def mainline_positions(game: chess.pgn.Game) -> list[tuple[chess.Board, dict[str
         node, ply = following, ply + 1
 
 
+MALFORMED_WARNINGS = 10
+"""Malformed games named in a warning each (a large database may hold thousands; the rest are counted)."""
+
+
+def game_name(game: chess.pgn.Game) -> str:
+    """"White - Black, Event, Date" from the game's headers (what a user finds the game by)."""
+    headers = game.headers
+    return f"{headers.get('White', '?')} - {headers.get('Black', '?')}, {headers.get('Event', '?')}, {headers.get('Date', '?')}"
+
+
 def game_filter_reason(game: chess.pgn.Game, min_elo: int | None) -> str | None:
     """Why a game is skipped ("elo", "malformed", "variant", "empty"), or None to keep it."""
     if game.errors:
@@ -369,6 +379,10 @@ class PgnImporter:
         reason = game_filter_reason(game, self.config.min_elo)
         if reason is not None:
             setattr(counts, f"skipped_{reason}", getattr(counts, f"skipped_{reason}") + 1)
+            if reason == "malformed" and counts.skipped_malformed <= MALFORMED_WARNINGS:
+                logger.warning("PGN file %r: game %d (%s) skipped as malformed: %s%s", self.config.pgn, index + 1, game_name(game),
+                               one_line(game.errors[0]) if game.errors else "an impossible start position",
+                               "; further malformed games are only counted" if counts.skipped_malformed == MALFORMED_WARNINGS else "")  # fmt: skip
             return []
         counts.games_used += 1
         rng = random.Random(f"chessgrpo.data.pgn_import/{self.config.seed}/{index}")
