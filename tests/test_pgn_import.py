@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import collections
 import gzip
 import io
+import logging
 
 import chess
 import chess.pgn
