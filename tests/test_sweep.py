@@ -9,6 +9,7 @@ items, parallel workers divide the cores, and the report draws the study.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -183,6 +184,13 @@ def test_shipped_sweep_config_resolves_against_grpo_tiny():
     path = ROOT / "configs" / "sweep_tiny.yaml"
     sweep = load_sweep(path, ["run.out_dir=/tmp/elsewhere", "sweep.budget.trials=2"])
     assert sweep.kind == "move_group" and sweep.study_name == "sweep_tiny" and sweep.config.budget.trials == 2
+    # The study's own keys need no prefix (no run config has them); a run key still goes to the runs.
+    plain = load_sweep(path, ["run.out_dir=/tmp/elsewhere", "budget.trials=3", "parallel=2"])
+    assert (plain.config.budget.trials, plain.config.parallel) == (3, 2) and plain.study_dir == sweep.study_dir
+    from chessgrpo.sweep.config import SweepConfig
+    from chessgrpo.train.config import TrainConfig
+
+    assert not {f.name for f in dataclasses.fields(SweepConfig)} & {f.name for f in dataclasses.fields(TrainConfig)}
     assert sweep.study_dir == Path("/tmp/elsewhere/sweep_tiny") and sweep.storage == "sqlite:////tmp/elsewhere/sweep_tiny/study.db"
     assert sweep.default_params == {"lr": 3e-4, "grpo.kl_coef": 0.02, "task.temperature": 1.0, "task.group_size": 8}
     assert sweep.base_config.init_checkpoint == "runs/quickstart/pretrain" and sweep.base_config.eval.max_positions == 300

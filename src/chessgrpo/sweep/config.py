@@ -465,9 +465,15 @@ def resolve_sweep(config: SweepConfig, sweep_path: str | Path | None = None, run
 
 
 def load_sweep(path: str | Path | None, overrides: list[str] = ()) -> Sweep:
-    """`chessgrpo sweep --config FILE [overrides]`: ``sweep.<key>=...`` set sweep keys, any other the runs' config."""
-    sweep_overrides = [text[len("sweep.") :] for text in overrides if text.startswith("sweep.")]
-    run_overrides = [text for text in overrides if not text.startswith("sweep.")]
+    """`chessgrpo sweep --config FILE [overrides]`: ``sweep.<key>=...`` and the study's own keys (``budget.trials=2``,
+    ``parallel=2``: `SweepConfig`'s fields, none of which a run config has) set sweep keys, any other the runs' config."""
+    study_keys = {field.name for field in dataclasses.fields(SweepConfig)}
+
+    def is_study_key(text: str) -> bool:
+        return text.startswith("sweep.") or text.partition("=")[0].split(".")[0] in study_keys
+
+    sweep_overrides = [text.removeprefix("sweep.") for text in overrides if is_study_key(text)]
+    run_overrides = [text for text in overrides if not is_study_key(text)]
     try:
         config = load_config(SweepConfig, path, sweep_overrides)
     except ConfigError as error:
