@@ -270,9 +270,9 @@ def resolve_lm_directory(path: str | os.PathLike) -> Path:
 
     found = resolve_model_directory(path, lambda d: (d / "config.json").is_file())
     if found is None:
-        from chessgrpo.models.checkpoint_kind import LM, wrong_kind_error
+        from chessgrpo.models.checkpoint_kind import LM, is_policy_directory, wrong_kind_error
 
-        policy = resolve_model_directory(path, lambda d: (d / "model.safetensors").is_file() and (d / "model_config.json").is_file())
+        policy = resolve_model_directory(path, is_policy_directory)
         mismatch = wrong_kind_error(path, policy, LM) if policy is not None else None
         if mismatch is not None:  # an action-policy checkpoint: say so
             raise mismatch

@@ -338,18 +338,14 @@ class MixtureKind(GRPOKind):
         metrics: dict[str, float] = {}
         materials = _endgame_materials(self.tasks)
         several, first = len(set(materials.values())) > 1, next(iter(materials.values()), None)
-        seen: set[str] = set()
+        seen: set[str | None] = set()
         for task in self.tasks:
-            if not task.evaluates:
-                continue
             material = materials.get(id(task))
-            if material is None:
-                metrics.update(task.evaluate(step, out_dir))
+            if not task.evaluates or material in seen:  # the first task of a material evaluates it (same seed, same starts)
                 continue
-            if material in seen:  # the first task of a material evaluates it (the same seed holds out the same starts)
-                continue
-            seen.add(material)
-            if not several:
+            if material is not None:
+                seen.add(material)
+            if material is None or not several:
                 metrics.update(task.evaluate(step, out_dir))
                 continue
             (out_dir / material).mkdir(parents=True, exist_ok=True)
