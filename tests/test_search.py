@@ -24,6 +24,7 @@ from chessgrpo.search import (
     SearchLimits,
     Searcher,
     SearchSettings,
+    centipawns_to_value,
     rule_value,
     value_to_centipawns,
 )
@@ -211,10 +212,15 @@ def test_adding_a_value_head_keeps_the_seeded_policy_and_old_checkpoints_load(tm
     assert torch.equal(loaded(tokens, with_value=True)[1], with_head(tokens, with_value=True)[1])
 
 
-def test_centipawns_of_a_value():
+def test_centipawns_of_a_value_on_lc0s_scale():
+    """Lc0's convention, cp = 111.714640912 tan(1.5620688421 (2v - 1)): checked at points computed by hand."""
     assert value_to_centipawns(0.5) == 0
     assert value_to_centipawns(0.75) == -value_to_centipawns(0.25) > 0
-    assert value_to_centipawns(1.0) == 2000 and value_to_centipawns(0.0) == -2000
+    # Q = 0.2: 111.714640912 * tan(0.31241376842) = 36.07; Q = 0.468: 100.3 (+1 pawn ~ an expected score of 0.734)
+    assert value_to_centipawns(0.6) == 36 and value_to_centipawns(0.734) == 100
+    assert value_to_centipawns(1.0) == 2000 and value_to_centipawns(0.0) == -2000  # clipped
+    for centipawns in (-900, -100, 0, 37, 300):  # the inverse, which the policy-only estimate uses
+        assert value_to_centipawns(centipawns_to_value(centipawns)) == centipawns
 
 
 # -- the hooks: should_stop, root_moves, report ---------------------------------------------------

@@ -4,12 +4,12 @@
   opponent then has a mate in one, ``cp 0`` for a draw (stalemate, insufficient material, the
   fifty-move rule, a repetition as the search counts it); with Syzygy tables, a tablebase win or
   loss is ``cp +-2000``. Longer mates are not proven by either search, so they are never claimed.
-- With a value head (`estimate_score`): ``cp`` from the expected score v by
-  ``400 log10(v / (1 - v))`` (`chessgrpo.search.value_to_centipawns`, clipped to +-2000); for the
-  searched moves v is the search's, for ``Search none`` the value head's on the position after
-  each move.
-- Without a value head (`policy_estimate`): v = logistic(material after the move, settled by a
-  capture-only quiescence search, in centipawns) + T ln(p(move) / p(best)), with T =
+- With a value head (`estimate_score`): ``cp`` from the expected score v on Lc0's scale,
+  ``111.714640912 tan(1.5620688421 (2v - 1))`` (`chessgrpo.search.value_to_centipawns`, clipped to
+  +-2000); for the searched moves v is the search's, for ``Search none`` the value head's on the
+  position after each move.
+- Without a value head (`policy_estimate`): v = the same scale's expected score of the material
+  after the move (settled by a capture-only quiescence search, in centipawns) + T ln(p(move) / p(best)), with T =
   `POLICY_SCORE_TEMPERATURE` = 0.05: the distillation objective's temperature
   (`tasks.supervised`), under which the policy's log-probability ratios *are* expected-score
   differences in units of T. The policy's favourite scores exactly its material; an
@@ -29,7 +29,7 @@ from typing import Callable
 
 import chess
 
-from chessgrpo.search import value_to_centipawns
+from chessgrpo.search import centipawns_to_value, value_to_centipawns
 from chessgrpo.search.evaluator import mating_move
 
 ExactValue = Callable[[chess.Board, list[chess.Move]], "float | None"]
@@ -76,11 +76,6 @@ def expected_score_wdl(value: float) -> tuple[int, int, int]:
 def estimate_score(value: float) -> Score:
     """An estimated expected score as ``cp`` (`value_to_centipawns`) with its maximum-entropy WDL."""
     return Score("cp", value_to_centipawns(value), expected_score_wdl(value))
-
-
-def centipawns_to_value(centipawns: float) -> float:
-    """The inverse of `value_to_centipawns`: 1 / (1 + 10^(-cp / 400))."""
-    return 1.0 / (1.0 + 10.0 ** (-centipawns / 400.0))
 
 
 def decided_score(board: chess.Board, move: chess.Move, exact_value: ExactValue) -> Score | None:

@@ -106,11 +106,30 @@ class Searcher:
             self.evaluator.tablebase.close()
 
 
+LC0_CP_SCALE = 111.714640912
+LC0_Q_SCALE = 1.5620688421
+"""Lc0's ``centipawn`` score convention: cp = 111.714640912 tan(1.5620688421 Q), Q = W - L = 2v - 1."""
+MAX_ESTIMATE_CP = 2000
+"""Estimates stay within +-2000 cp (a tablebase win is reported as exactly that)."""
+
+
 def value_to_centipawns(value: float) -> int:
-    """A UCI ``score cp`` for an expected score in [0, 1]: the logistic 400 * log10(v / (1 - v)),
-    clipped to +-2000 (the usual Elo-style mapping; a display convention, not a calibration)."""
-    v = min(max(value, 1e-6), 1.0 - 1e-6)
-    return int(round(max(-2000.0, min(2000.0, 400.0 * math.log10(v / (1.0 - v))))))
+    """A UCI ``score cp`` for an expected score v in [0, 1], on Lc0's centipawn scale.
+
+    cp = 111.714640912 tan(1.5620688421 (2v - 1)), clipped to +-2000: the convention of Lc0, the
+    widely used engine that, like this one, scores positions by a value network's expected score
+    (its Q is W - L = 2v - 1). A checkable anchor: +100 cp is an expected score of 0.734, about
+    where Stockfish's normalisation puts it (+100 cp = a 50% chance to win).
+    """
+    q = 2.0 * min(max(float(value), 0.0), 1.0) - 1.0
+    centipawns = LC0_CP_SCALE * math.tan(LC0_Q_SCALE * q)
+    return round(max(-MAX_ESTIMATE_CP, min(MAX_ESTIMATE_CP, centipawns)))
+
+
+def centipawns_to_value(centipawns: float) -> float:
+    """The inverse of `value_to_centipawns` (unclipped): v = (1 + atan(cp / 111.71) / 1.5621) / 2."""
+    q = math.atan(centipawns / LC0_CP_SCALE) / LC0_Q_SCALE
+    return min(max(0.5 * (1.0 + q), 0.0), 1.0)
 
 
 __all__ = [
@@ -129,6 +148,7 @@ __all__ = [
     "SearchSettings",
     "Searcher",
     "StopCheck",
+    "centipawns_to_value",
     "rule_value",
     "value_to_centipawns",
 ]
