@@ -11,6 +11,7 @@
 #      1000 games of the GRPO policy against its pretrained start
 #   7. search: the value head's quality, and puzzles with a 256-node PUCT search on the same network
 #   8. diagnosis and HTML report       chessgrpo diagnose / chessgrpo report -> runs/quickstart/grpo/report.html
+#   9. the summary, read first         chessgrpo summary: did GRPO help, by how much (with intervals), what next
 # Every step resumes or skips finished work, so running it again is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,3 +75,8 @@ echo "== diagnosis of the GRPO run =="
 $CLI diagnose "$GRPO"
 echo
 $CLI report "$GRPO"
+
+# What a newcomer reads first: the last screen. Did GRPO help, by how much, where the files are, what next.
+echo
+echo "== summary =="
+$CLI summary "$GRPO"

@@ -4,4 +4,4 @@ The CLI imports every module listed in `COMMAND_MODULES`; a new command is a new
 entry here. Handlers import heavy packages (torch, engines) lazily so `--help` stays fast.
 """
 
-COMMAND_MODULES = ("doctor", "engine", "data", "train", "evaluate", "uci", "diagnose", "report", "sweep")
+COMMAND_MODULES = ("doctor", "engine", "data", "train", "evaluate", "uci", "diagnose", "report", "summary", "sweep")
