@@ -229,7 +229,8 @@ def format_outcome(outcome: RunOutcome, *, report: Path | None = None, next_step
         )  # fmt: skip
     if outcome.search_puzzles is not None:
         nodes, rate = outcome.search_puzzles
-        lines.append(f"  puzzles with a {nodes}-node search of the same network: {_interval(rate)}")
+        alone = f" (the policy alone: {outcome.puzzles.b.value:.3f})" if outcome.puzzles is not None else ""
+        lines.append(f"  puzzles with a {nodes}-node search of the same network: {_interval(rate)}{alone}")
     if outcome.value is not None and isinstance(outcome.value.get("mae"), dict):
         mae, base = outcome.value["mae"], outcome.value.get("baseline_mae") or {}
         against = f" (a constant guess: {base['value']:.3f})" if "value" in base else ""
