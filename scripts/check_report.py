@@ -8,7 +8,10 @@ It copies the report to a temporary file with one added script that, at the page
 (fired once every image has loaded or failed), writes {images, broken, widths} into the DOM; Chromium
 (`--headless --dump-dom`) prints the DOM and this script reads the result back. It passes when the
 page has at least one image or chart, every <img> has naturalWidth > 0 (a truncated or corrupt base64
-PNG fails) and every plotly chart holds its SVG. `--screenshot` also saves a full-page PNG for a look by eye.
+PNG fails) and every plotly chart holds its SVG. In a 1400x900 window (--window) it also checks the layout: the verdict's
+headline (.headline) ends within the first screen, every PGN link (a.pgn) names an existing file, and no
+table is wider than its panel (each sits in a scrolling .table-wrap inside its section, and the page does
+not scroll sideways). `--screenshot` also saves a full-page PNG for a look by eye.
 
 The browser is $CHROMIUM, --browser, or the first of chromium, chromium-browser, google-chrome,
 google-chrome-stable, chrome on PATH (Debian: `apt-get install chromium`). Nothing else is needed
@@ -26,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -41,8 +45,32 @@ window.addEventListener("load", () => {{
   // Interactive reports: every plotly chart must have drawn its SVG (plotly.js is embedded in the page).
   const charts = Array.from(document.querySelectorAll(".plotly-graph-div"));
   const blank = charts.filter((div) => !div.querySelector("svg.main-svg")).map((div) => div.id);
+  // Layout: every table sits in a scrolling wrapper that stays inside its section (a wide table scrolls, never
+  // clips or widens the page); the verdict's headline is on the first screen; the PGN links' targets.
+  const tables = Array.from(document.querySelectorAll("table"));
+  const overflow = [];
+  let scrolling = 0;
+  tables.forEach((table, index) => {{
+    const wrap = table.parentElement;
+    const name = (table.className || "table") + " #" + index + " (" + (table.rows[0] ? table.rows[0].innerText.slice(0, 40) : "") + ")";
+    const scrolls = wrap.classList.contains("table-wrap") && ["auto", "scroll"].includes(getComputedStyle(wrap).overflowX);
+    if (!scrolls) {{
+      if (table.getBoundingClientRect().width > wrap.clientWidth + 1) overflow.push(name + ": wider than its panel, no scrolling wrapper");
+      return;
+    }}
+    const panel = wrap.parentElement.getBoundingClientRect();
+    if (wrap.getBoundingClientRect().right > panel.right + 1) overflow.push(name + ": its wrapper sticks out of its panel");
+    if (wrap.scrollWidth > wrap.clientWidth + 1) scrolling += 1;
+  }});
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth + 1) overflow.push("the page scrolls sideways: " + page.scrollWidth + " > " + page.clientWidth + " px");
+  const headline = document.querySelector(".headline");
+  const verdict = headline ? {{text: headline.innerText, tone: headline.dataset.tone, top: headline.getBoundingClientRect().top,
+                               bottom: headline.getBoundingClientRect().bottom, screen: window.innerHeight}} : null;
+  const pgn = Array.from(document.querySelectorAll("a.pgn")).map((a) => a.href);
   out.textContent = JSON.stringify({{images: images.length, broken: broken, widths: images.map((img) => img.naturalWidth),
-                                     charts: charts.length, blank: blank}});
+                                     charts: charts.length, blank: blank, tables: tables.length, overflow: overflow,
+                                     scrolling: scrolling, verdict: verdict, pgn: pgn}});
   document.body.appendChild(out);
 }});
 </script>
@@ -95,7 +123,7 @@ def _browser_command(browser: str, *extra: str) -> list[str]:
             "--allow-file-access-from-files", *extra]  # fmt: skip
 
 
-def check(report: Path, browser: str, screenshot: Path | None, timeout: float) -> int:
+def check(report: Path, browser: str, screenshot: Path | None, timeout: float, width: int = 1400, height: int = 900) -> int:
     text = report.read_text(encoding="utf-8")
     counter = _ImgCounter()
     counter.feed(text)
@@ -104,10 +132,14 @@ def check(report: Path, browser: str, screenshot: Path | None, timeout: float) -
         print(f"FAIL: {report} has no <img> element and no plotly chart", file=sys.stderr)
         return 1
     probed = text.replace("</body>", PROBE + "</body>") if "</body>" in text else text + PROBE
+    # The copy resolves its relative links (the PGNs) from the report's own folder, as the original does.
+    base = f'<base href="{report.resolve().parent.as_uri()}/">'
+    probed = probed.replace("<head>", "<head>" + base, 1) if "<head>" in probed else base + probed
     with tempfile.TemporaryDirectory() as directory:
         page = Path(directory) / "report.html"
         page.write_text(probed, encoding="utf-8")
-        command = _browser_command(browser, "--virtual-time-budget=15000", "--dump-dom", page.as_uri())
+        size = f"--window-size={width},{height}"
+        command = _browser_command(browser, size, "--virtual-time-budget=15000", "--dump-dom", page.as_uri())
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
@@ -136,8 +168,40 @@ def check(report: Path, browser: str, screenshot: Path | None, timeout: float) -
     if result.get("blank"):
         print(f"FAIL: {len(result['blank'])} plotly chart(s) drew nothing: {result['blank'][:5]}", file=sys.stderr)
         return 1
+    return _check_layout(result, width, height) or _ok(result)
+
+
+def _ok(result: dict) -> int:
     print(f"OK: every image loaded (naturalWidth > 0); {result.get('charts', 0)} interactive charts drawn")
     return 0
+
+
+def _check_layout(result: dict, width: int, height: int) -> int:
+    """The verdict on the first screen, every PGN link to an existing file, no table wider than its panel; 1 on failure."""
+    verdict = result.get("verdict")
+    if verdict is None:
+        print("FAIL: no verdict (.headline) in the report", file=sys.stderr)
+        return 1
+    print(f"verdict ({verdict['tone']}): {verdict['text']!r}, at {verdict['top']:.0f}-{verdict['bottom']:.0f} px of a "
+          f"{width}x{verdict['screen']} window")  # fmt: skip
+    if verdict["bottom"] > verdict["screen"]:
+        print(f"FAIL: the verdict ends at {verdict['bottom']:.0f} px, below the first screen ({verdict['screen']} px)", file=sys.stderr)
+        return 1
+    missing = [href for href in result.get("pgn", []) if not _file_of(href).is_file()]
+    print(f"PGN links: {len(result.get('pgn', []))}" + (f", {len(missing)} broken" if missing else ", every one to an existing file"))
+    if missing:
+        print(f"FAIL: PGN link(s) to no file: {missing[:5]}", file=sys.stderr)
+        return 1
+    print(f"tables: {result.get('tables', 0)}, {result.get('scrolling', 0)} scrolling inside their panel")
+    if result.get("overflow"):
+        print(f"FAIL: {len(result['overflow'])} table(s) overflow their panel: {result['overflow'][:5]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _file_of(href: str) -> Path:
+    parsed = urllib.parse.urlparse(href)
+    return Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else Path("/nonexistent") / href
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--browser", default=None, help="Chromium/Chrome executable (default: $CHROMIUM or PATH)")
     parser.add_argument("--screenshot", type=Path, default=None, help="also save a full-page screenshot here")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the browser")
+    parser.add_argument("--window", default="1400x900", help="browser window WIDTHxHEIGHT: the first screen the verdict must fit")
     args = parser.parse_args(argv)
     if not args.report.is_file():
         print(f"no report at {args.report}", file=sys.stderr)
@@ -155,7 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         print("no Chromium or Chrome found (tried $CHROMIUM, --browser and " + ", ".join(BROWSERS) + " on PATH); install one, "
               "e.g. `apt-get install chromium` on Debian/Ubuntu, or pass --browser PATH", file=sys.stderr)  # fmt: skip
         return 2
-    return check(args.report, browser, args.screenshot, args.timeout)
+    try:
+        width, height = (int(v) for v in args.window.lower().split("x"))
+    except ValueError:
+        print(f"--window {args.window!r}: expected WIDTHxHEIGHT, e.g. 1400x900", file=sys.stderr)
+        return 2
+    return check(args.report, browser, args.screenshot, args.timeout, width, height)
 
 
 if __name__ == "__main__":

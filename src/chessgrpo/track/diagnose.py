@@ -37,7 +37,7 @@ import numpy as np
 
 from chessgrpo.eval.stats import paired_bootstrap_difference
 from chessgrpo.eval.registry import held_out_metrics
-from chessgrpo.track.run_data import AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run
+from chessgrpo.track.run_data import AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run, resolve_run_path
 
 SEVERITIES = ("critical", "warning", "info")
 _ORDER = {severity: rank for rank, severity in enumerate(SEVERITIES)}
@@ -619,10 +619,11 @@ def games_against_start(run: RunData) -> tuple[GamesEvaluation, AnchorResult] | 
     start = run.setting("init_checkpoint")
     if not start:
         return None
-    start_path = Path(str(start)).resolve()
+    start_path = resolve_run_path(run, str(start)) or Path(str(start)).resolve()  # found from any working directory
     for evaluation in reversed(run.games):
         for anchor in evaluation.anchors:
-            if Path(anchor.anchor).resolve() == start_path or str(start_path) + "/" in anchor.settings:
+            anchor_path = resolve_run_path(run, anchor.anchor) or Path(anchor.anchor).resolve()
+            if anchor_path == start_path or str(start_path) + "/" in anchor.settings:
                 return evaluation, anchor
     return None
 

@@ -52,7 +52,8 @@ class Trace:
 
     kind: str
     """line | band (filled between low and high) | errorbar (points with low/high) | stack (stacked area, in order)
-    | step (post-step line) | barh (horizontal bars: x = lengths, y = names)."""
+    | step (post-step line) | barh (horizontal bars: x = lengths, y = names) | bound (one-sided bounds: a bar at each
+    y with an arrow towards `direction`, "up" for a lower bound, "down" for an upper one)."""
     x: Any
     y: Any
     label: str | None = None
@@ -71,6 +72,8 @@ class Trace:
     """Legend group (the run with several runs): the interactive legend toggles a run's traces together."""
     size: float | None = None
     """Marker size in points (None: the default)."""
+    direction: str = "up"
+    """bound: the open side of the bound ("up": the value is at least y; "down": at most y)."""
 
 
 @dataclasses.dataclass
@@ -106,6 +109,8 @@ class Panel:
     xticks: tuple[list[float], list[str]] | None = None
     """Tick positions and labels (categorical x, e.g. the anchors of one games evaluation)."""
     integer_x: bool = False
+    min_yspan: float | None = None
+    """The y axis spans at least this much (a lone point or bound would otherwise get an absurdly zoomed axis)."""
     droppable: bool = True
     """Whether the panel is left out when every series in it is constant (evaluation panels: no)."""
 
@@ -186,6 +191,34 @@ def _legend_rows(panel: Panel, per_row: int) -> int:
     return math.ceil(panel.legend_entries() / per_row) if panel.legend_entries() else 0
 
 
+def integer_ticks(panel: Panel, most: int = 12) -> list[float] | None:
+    """The distinct integer x values of an integer-x panel (its evaluation steps) when there are at most `most`:
+    ticks at exactly those steps, never a repeated label ("400 400 400") from a narrow automatic range."""
+    if not panel.integer_x:
+        return None
+    xs = {round(float(v)) for t in panel.traces if t.kind != "barh" for v in np.asarray(t.x, dtype=float).ravel() if math.isfinite(v)}
+    return sorted(float(v) for v in xs) if 0 < len(xs) <= most else None
+
+
+def y_range(panel: Panel) -> tuple[float, float] | None:
+    """The y range a panel needs beyond autoscaling: at least `min_yspan` wide, with room for the bounds' arrows.
+    None when autoscaling does (no minimum span hit and no bound drawn) or the panel has its own ylim/log scale."""
+    if panel.ylim is not None or panel.ylog:
+        return None
+    ys = [float(v) for t in panel.traces if t.kind != "barh" for arr in (t.y, t.low, t.high) if arr is not None
+          for v in np.asarray(arr, dtype=float).ravel() if math.isfinite(v)]  # fmt: skip
+    ys += [r.y for r in panel.references] + [r.y1 for r in panel.references if r.y1 is not None]
+    bounds = [t for t in panel.traces if t.kind == "bound"]
+    if not ys or (not bounds and (panel.min_yspan is None or max(ys) - min(ys) >= panel.min_yspan)):
+        return None
+    low, high = min(ys), max(ys)
+    span = max(high - low, panel.min_yspan or 0.0, 1e-9)
+    middle = (low + high) / 2
+    low, high = min(low, middle - span / 2), max(high, middle + span / 2)
+    up, down = any(t.direction == "up" for t in bounds), any(t.direction == "down" for t in bounds)
+    return low - (0.25 if down else 0.08) * span, high + (0.25 if up else 0.08) * span
+
+
 def render_matplotlib(spec: ReportFigure) -> Figure:
     """All panels of `spec` in one matplotlib figure; each panel's legend below its axes (outside the data)."""
     from matplotlib.transforms import ScaledTranslation
@@ -235,6 +268,14 @@ def _draw_panel(ax, panel: Panel) -> None:
             ax.step(trace.x, trace.y, where="post", linewidth=trace.width, **common)
         elif trace.kind == "barh":
             ax.barh(trace.y, trace.x, color=trace.color)
+        elif trace.kind == "bound":  # a bar at the bound, an arrow towards the open side and the bound in words
+            up = trace.direction == "up"
+            ax.plot(trace.x, trace.y, linestyle="none", marker="_", markersize=14, markeredgewidth=2.5, zorder=3, **common)
+            for x, y in zip(np.asarray(trace.x, dtype=float), np.asarray(trace.y, dtype=float)):
+                ax.annotate("", xy=(x, y), xytext=(0, 26 if up else -26), textcoords="offset points",
+                            arrowprops={"arrowstyle": "<-", "color": trace.color, "lw": 1.5})  # fmt: skip
+                ax.annotate(f"{'>=' if up else '<='} {y:+.0f}", xy=(x, y), xytext=(8, 3 if up else -11), textcoords="offset points",
+                            fontsize=7, color=trace.color)  # fmt: skip
     for ref in panel.references:
         if ref.y1 is not None:
             ax.axhspan(ref.y, ref.y1, color=ref.color, alpha=ref.opacity, label=ref.label)
@@ -247,8 +288,13 @@ def _draw_panel(ax, panel: Panel) -> None:
     if panel.xticks is not None:
         ax.set_xticks(panel.xticks[0], panel.xticks[1], fontsize=8)
         ax.set_xlim(min(panel.xticks[0]) - 0.5, max(panel.xticks[0]) + 0.5)
+    elif integer_ticks(panel) is not None:
+        ax.set_xticks(integer_ticks(panel))
     elif panel.integer_x:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    needed = y_range(panel)
+    if needed is not None:
+        ax.set_ylim(*needed)
     ax.set_xlabel(panel.xlabel)
     ax.set_ylabel(panel.ylabel)
     ax.set_title(panel.title + (f"\n{panel.note}" if panel.note else ""), fontsize=10)
@@ -318,6 +364,17 @@ def render_plotly_panel(panel: Panel) -> Any:
             figure.add_trace(go.Scatter(x=_list(trace.x), y=_list(trace.y), mode="lines", line={"color": trace.color, "shape": "hv"}, **legend))
         elif trace.kind == "barh":
             figure.add_trace(go.Bar(x=_list(trace.x), y=list(trace.y), orientation="h", marker={"color": trace.color}, showlegend=False))
+        elif trace.kind == "bound":  # a bar at the bound with its value, an arrow (fixed pixels) towards the open side
+            up = trace.direction == "up"
+            sign = ">=" if up else "<="
+            text = [f"{sign} {v:+.0f}" for v in np.asarray(trace.y, dtype=float)]
+            figure.add_trace(go.Scatter(x=_list(trace.x), y=_list(trace.y), mode="markers+text", text=text, textposition="middle right",
+                                        textfont={"color": trace.color, "size": 10},
+                                        marker={"symbol": "line-ew-open", "size": 18, "color": trace.color, "line": {"width": 3, "color": trace.color}},
+                                        hovertemplate="%{x}: %{text}<extra>" + (trace.label or "") + "</extra>", **legend))  # fmt: skip
+            for x, y in zip(_list(trace.x), _list(trace.y)):
+                figure.add_annotation(x=x, y=y, ax=0, ay=-38 if up else 38, showarrow=True, arrowside="start", arrowhead=2,
+                                      arrowwidth=1.6, arrowcolor=trace.color, text="")  # fmt: skip
     if panel.xticks is not None:
         xs += [min(panel.xticks[0]) - 0.5, max(panel.xticks[0]) + 0.5]
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
@@ -335,8 +392,13 @@ def render_plotly_panel(panel: Panel) -> Any:
     yaxis: dict[str, Any] = {"title": {"text": panel.ylabel}, "zeroline": False}
     if panel.xticks is not None:
         xaxis.update(tickmode="array", tickvals=panel.xticks[0], ticktext=panel.xticks[1], range=[x0, x1])
+    elif integer_ticks(panel) is not None:
+        xaxis.update(tickmode="array", tickvals=integer_ticks(panel), tickformat="d")
     elif panel.integer_x:
         xaxis.update(tickformat="d")
+    needed = y_range(panel)
+    if needed is not None:
+        yaxis["range"] = list(needed)
     if panel.ylog:
         yaxis["type"] = "log"
     if panel.ylim is not None:

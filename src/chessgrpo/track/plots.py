@@ -264,27 +264,47 @@ def _elo_point(estimate: EloValue | None) -> tuple[float, float, float, str | No
     return estimate.value, low, high, estimate.bound
 
 
+def _add_elo(panel: Panel, x: np.ndarray, points: list[tuple[float, float, float, str | None]], label: str, interval: str, *,
+             color: str, marker: str, connect: bool, group: str | None) -> None:
+    """Elo estimates with their intervals as error bars, and one-sided bounds (a perfect or zero score) as bounds:
+    a bar at the bound with an arrow towards the open side, in the legend as a bound, never as an interval."""
+    finite = np.array([math.isfinite(p[0]) for p in points], dtype=bool)
+    estimates = finite & np.array([p[3] is None for p in points], dtype=bool)
+    if estimates.any():
+        panel.traces.append(Trace("errorbar", x[estimates], np.array([p[0] for p in points])[estimates], f"{label} ({interval})",
+                                  color=color, marker=marker, low=np.array([p[1] for p in points])[estimates],
+                                  high=np.array([p[2] for p in points])[estimates], connect=connect, group=group))  # fmt: skip
+    for bound, what in (("lower", "lower bound: every game won"), ("upper", "upper bound: every game lost")):
+        at = [i for i, p in enumerate(points) if finite[i] and p[3] == bound]
+        if at:
+            panel.traces.append(Trace("bound", x[at], np.array([points[i][0] for i in at]), f"{label}: {what}", color=color,
+                                      direction="up" if bound == "lower" else "down", group=group))  # fmt: skip
+
+
 def figure_games(runs: Sequence[RunData]) -> ReportFigure | None:
     """Games against anchors (`chessgrpo eval games ... output=RUN/eval/games*.json`): score and Elo per anchor.
 
-    Over steps when a run has several evaluations with known steps; else one point per anchor.
+    Over steps when a run has evaluations at two or more distinct known steps; else one point per anchor
+    (its newest games), e.g. `make run`'s games against the random mover and against its start, both at the last step.
     """
     evaluated = [(r, run) for r, run in enumerate(runs) if run.games]
     if not evaluated:
         return None
-    over_steps = any(sum(e.step is not None for e in run.games) >= 2 for _, run in evaluated)
+    over_steps = any(len({e.step for e in run.games if e.step is not None}) >= 2 for _, run in evaluated)
     anchors = list(dict.fromkeys(a.anchor for _, run in evaluated for e in run.games for a in e.anchors))
     n_runs = len(runs)
     score = Panel("score against each anchor (1 = every game won)", "score (points per game, 0-1)", droppable=False,
                   ylim=(-0.02, 1.02))  # fmt: skip
-    elo = Panel("Elo difference to each anchor", "Elo difference (player - anchor)", droppable=False)
-    overall = Panel("maximum-likelihood Elo over the rated anchors", "Elo (anchor ratings' scale)", droppable=False)
+    # Elo axes span 200 Elo at least: a single point (or bound) would otherwise fill a 2-Elo-wide axis.
+    elo = Panel("Elo difference to each anchor", "Elo difference (player - anchor)", droppable=False, min_yspan=200.0)
+    overall = Panel("maximum-likelihood Elo over the rated anchors", "Elo (anchor ratings' scale)", droppable=False, min_yspan=200.0)
     score.hline(0.5, "even score", color="#555555", dash="dot")
     elo.hline(0.0, "equal strength", color="#555555", dash="dot")
     skipped: list[str] = []
+    overall_ticks: list[str] = []
     for r, run in evaluated:
         group = _group(run, n_runs)
-        evaluations = [e for e in run.games if e.step is not None] if over_steps else run.games[-1:]
+        evaluations = [e for e in run.games if e.step is not None] if over_steps else list(run.games)
         skipped += [f"{run.name}: {e.path.name}" for e in run.games if e not in evaluations]
         evaluations = sorted(evaluations, key=lambda e: (e.step is None, e.step or 0))
         for a, anchor in enumerate(anchors):
@@ -296,7 +316,8 @@ def figure_games(runs: Sequence[RunData]) -> ReportFigure | None:
                 span = max(1.0, max(float(e.step) for e in evaluations) - min(float(e.step) for e in evaluations))
                 slot = r * len(anchors) + a - (n_runs * len(anchors) - 1) / 2
                 x = x + slot * 0.012 * span
-            else:
+            else:  # one point per anchor: its newest games (run.games is in step, then file-time order)
+                rows = rows[-1:]
                 x = np.array([a + (r - (n_runs - 1) / 2) * 0.12])
             color = PALETTE[r % 10] if n_runs > 1 else PALETTE[a % 10]
             marker = MARKERS[a % len(MARKERS)] if n_runs > 1 else "circle"
@@ -305,40 +326,33 @@ def figure_games(runs: Sequence[RunData]) -> ReportFigure | None:
             score.traces.append(Trace("errorbar", x, values, f"{prefix}{anchor} (95% Wilson)", color=color, marker=marker, low=np.array([row.score.low for _, row in rows]),
                                       high=np.array([row.score.high for _, row in rows]), connect=over_steps, group=group))  # fmt: skip
             score.sources.append((f"{prefix}{anchor}", values))
-            points = [_elo_point(row.elo) for _, row in rows]
-            keep = np.array([math.isfinite(p[0]) for p in points])
-            if keep.any():
-                bounded = any(p[3] for p, k in zip(points, keep) if k)
-                elo.traces.append(Trace("errorbar", x[keep], np.array([p[0] for p in points])[keep], f"{prefix}{anchor} (95%)",
-                                        color=color, marker=marker, low=np.array([p[1] for p in points])[keep],
-                                        high=np.array([p[2] for p in points])[keep], connect=over_steps, group=group))  # fmt: skip
-                for bound, symbol, what in (("lower", "triangle-up", ">= bound: every game won"),
-                                            ("upper", "triangle-down", "<= bound: every game lost")):  # fmt: skip
-                    at = [i for i, p in enumerate(points) if p[3] == bound]
-                    if at:
-                        elo.traces.append(Trace("line", x[at], np.array([points[i][0] for i in at]), f"{prefix}{anchor}: {what}",
-                                                color=color, width=0, marker=symbol, size=12, group=group))  # fmt: skip
+            _add_elo(elo, x, [_elo_point(row.elo) for _, row in rows], f"{prefix}{anchor}", "95%", color=color, marker=marker,
+                     connect=over_steps, group=group)  # fmt: skip
         points = [(e, _elo_point(e.elo)) for e in evaluations]
         points = [(e, p) for e, p in points if math.isfinite(p[0])]
         if points:
-            x = np.array([e.step if over_steps else (r - (n_runs - 1) / 2) * 0.12 for e, _ in points], dtype=float)
-            overall.traces.append(Trace("errorbar", x, np.array([p[0] for _, p in points]), f"{run.name if n_runs > 1 else 'player'} (95% "
-                                        "likelihood-ratio interval)", color=PALETTE[r % 10], marker="circle",
-                                        low=np.array([p[1] for _, p in points]), high=np.array([p[2] for _, p in points]),
-                                        connect=over_steps, group=group))  # fmt: skip
+            if over_steps:
+                x = np.array([e.step for e, _ in points], dtype=float)
+            else:  # one slot per evaluation with a rating, named below the axis
+                x = np.arange(len(overall_ticks), len(overall_ticks) + len(points), dtype=float)
+                overall_ticks += [f"{run.name + ': ' if n_runs > 1 else ''}{e.path.stem}" for e, _ in points]
+            _add_elo(overall, x, [p for _, p in points], run.name if n_runs > 1 else "player", "95% likelihood-ratio interval",
+                     color=PALETTE[r % 10], marker="circle", connect=over_steps, group=group)  # fmt: skip
     if not over_steps:
         ticks = (list(range(len(anchors))), anchors)
         for panel in (score, elo):
             panel.xlabel, panel.xticks = "anchor", ticks
-        overall.xlabel, overall.xticks = "evaluation", ([0.0], [", ".join(_games_label(run.games[-1]) for _, run in evaluated)])
+        if overall_ticks:
+            overall.xlabel, overall.xticks = "evaluation", (list(range(len(overall_ticks))), overall_ticks)
     else:
         for panel in (score, elo, overall):
             panel.integer_x = True
     panels = [p for p in (score, elo, overall) if p.traces]
-    shown = "over the training steps of the evaluated checkpoints" if over_steps else "of the latest evaluation"
+    shown = "over the training steps of the evaluated checkpoints" if over_steps else "each anchor's newest games"
     caption = (f"Games against engine anchors (chessgrpo eval games), {shown}: score with its 95% Wilson interval and the "
                "Elo difference it implies, per anchor; the maximum-likelihood Elo over the rated anchors with its "
-               "likelihood-ratio interval. A perfect (or zero) score gives only a one-sided Elo bound. Anchor ratings are "
+               "likelihood-ratio interval. A perfect (or zero) score gives only a one-sided Elo bound, drawn as a bar with an "
+               "arrow towards the open side (not an interval). Anchor ratings are "
                "conventions (see the evaluation table), not measurements.")  # fmt: skip
     if skipped:
         caption += " Not drawn (step unknown): " + ", ".join(skipped) + "."

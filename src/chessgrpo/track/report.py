@@ -45,7 +45,8 @@ from chessgrpo.track.diagnose import Finding, diagnose
 from chessgrpo.track.figures import DroppedPanel, ReportFigure, panel_height_px, plotly_available
 from chessgrpo.track.plots import figure_study, plan_figures
 from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
-from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, load_run
+from chessgrpo.track.report_verdict import pgn_href, run_verdict, verdict_html
+from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, effective_model_config, load_run
 
 STATIC_ENV = "CHESSGRPO_REPORT_STATIC"
 """Set to 1 (or true/yes) to force the static report (embedded PNGs) even with plotly installed."""
@@ -66,7 +67,15 @@ details summary { cursor: pointer; color: #333; } nav a { margin-right: 1em; }
 .panels { display: grid; gap: 0.8em; margin-top: 0.4em; } .cols-1 { grid-template-columns: minmax(0, 1fr); }
 .cols-2 { grid-template-columns: repeat(2, minmax(0, 1fr)); } .cols-3 { grid-template-columns: repeat(3, minmax(0, 1fr)); }
 .panel { border: 1px solid #eee; min-width: 0; } .panel-title { font-size: 0.95em; padding: 0.4em 0.6em 0; color: #222; } section.figure { margin: 1.2em 0 2.2em; }
-td.unknown { color: #888; font-style: italic; }
+td.unknown, span.unknown { color: #888; font-style: italic; }
+.table-wrap { overflow-x: auto; max-width: 100%; } /* a wide table scrolls inside its section, never past the page */
+td code, td .note { overflow-wrap: anywhere; }
+.headline { font-size: 1.35em; font-weight: 600; padding: 0.5em 0.7em; border-left: 6px solid #888; background: #f6f6f6;
+            margin: 0.4em 0 0.6em; }
+.headline.stronger { border-color: #1a7f37; background: #eef8f0; } .headline.weaker { border-color: #b00020; background: #fcefef; }
+.headline.no-change { border-color: #8a8a8a; } .headline.unmeasured { border-color: #d97a00; background: #fdf6ec; }
+div.verdict ul { margin: 0.3em 0; padding-left: 1.4em; font-size: 0.92em; } .verdict li { margin: 0.15em 0; }
+h2#verdict { margin-top: 0.8em; }
 """
 
 
@@ -168,17 +177,19 @@ def build_report(
     if plan.dropped:
         figure_parts.insert(0, '<p class=note id="dropped">Constant, not drawn: '
                             + "; ".join(_e(d.describe()) for d in plan.dropped) + ".</p>")  # fmt: skip
+    # The verdict first (did it get stronger, against whom), then the warnings; where the run came from last.
     sections = [
-        ("runs", "Runs", _runs_table(runs)),
-        ("metadata", "Run metadata", _metadata_html(runs)),
-        ("findings", "Diagnosis", _findings_html(runs, findings)),
-        ("evaluation", "Evaluation", _evaluation_html(runs)),
-        ("games", "Game strength", _games_html(runs, rendered.get("games"))),
+        ("verdict", "Verdict: did it get stronger?", _verdict_html(runs, out.parent)),
+        ("findings", "Diagnosis", wrap_tables(_findings_html(runs, findings))),
+        ("games", "Game strength", _games_html(runs, rendered.get("games"), out.parent)),
+        ("evaluation", "Evaluation", wrap_tables(_evaluation_html(runs))),
         ("figures", "Figures", "\n".join(figure_parts) or "<p>No metrics to plot yet.</p>"),
-        ("config", "Configuration" if len(runs) == 1 else "Configuration differences", _config_html(runs)),
+        ("runs", "Runs", wrap_tables(_runs_table(runs))),
+        ("metadata", "Run metadata", wrap_tables(_metadata_html(runs))),
+        ("config", "Configuration" if len(runs) == 1 else "Configuration differences", wrap_tables(_config_html(runs))),
     ]
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    body = "\n".join(f'<h2 id="{key}">{_e(name)}</h2>\n{content}' for key, name, content in sections)
+    body = "\n".join(f'<h2 id="{key}">{_e(name)}</h2>\n<div class="{key}">{content}</div>' for key, name, content in sections)
     nav = " ".join(f'<a href="#{key}">{_e(name)}</a>' for key, name, _ in sections)
     script = ""
     mode = "figures are embedded PNGs (static report)"
@@ -261,6 +272,23 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve().relative_to(base.resolve()))
     except ValueError:
         return str(path)
+
+
+def wrap_tables(fragment: str) -> str:
+    """Every <table> of an HTML fragment inside a ``table-wrap`` div: a table wider than its section scrolls there."""
+    return re.sub(r"<table\b", '<div class="table-wrap"><table', fragment).replace("</table>", "</table></div>")
+
+
+def _verdict_html(runs: Sequence[RunData], base: Path) -> str:
+    parts = []
+    for run in runs:
+        if len(runs) > 1:
+            parts.append(f"<h3>{_e(run.name)}</h3>")
+        parts.append(verdict_html(run_verdict(run), base))
+    parts.append("<p class=note>Decided by the games against the run's start (its <code>init_checkpoint</code>): stronger or "
+                 "weaker when the 95% interval of the Elo difference excludes 0. The diagnosis below explains why; the "
+                 "game strength section has every evaluation.</p>")  # fmt: skip
+    return wrap_tables("\n".join(parts))
 
 
 def _runs_table(runs: Sequence[RunData]) -> str:
@@ -435,7 +463,7 @@ def _interval_text(held: HeldOut) -> str:
     return f"{held.value:.3f}"
 
 
-def _games_table(evaluations: Sequence[GamesEvaluation]) -> str:
+def _games_table(evaluations: Sequence[GamesEvaluation], base: Path) -> str:
     parts = ["<table><tr><th>step</th><th>file</th><th>anchor</th><th>rating</th><th>W / D / L</th>"
              "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>ML Elo over rated anchors [95%]</th></tr>"]  # fmt: skip
     for evaluation in evaluations:
@@ -444,9 +472,11 @@ def _games_table(evaluations: Sequence[GamesEvaluation]) -> str:
         elo = evaluation.elo.text(signed=False) if evaluation.elo is not None else "n/a (no rated anchor)"
         speed = f"; {evaluation.games_played} games" + (f", {evaluation.games_per_minute:g}/min" if evaluation.games_per_minute else "")
         for index, row in enumerate(evaluation.anchors):
+            pgn = (f'<br><a class=pgn href="{_e(pgn_href(evaluation.pgn, base))}">{_e(evaluation.pgn.name)}</a>'
+                   if evaluation.pgn is not None else "")  # fmt: skip
             first = (f'<td class=num rowspan={span} title="{_e(evaluation.step_source)}">{_e(step)}</td>'
-                     f'<td rowspan={span}><code>{_e(evaluation.path.name)}</code><br><span class=note>{_e(evaluation.player)}{_e(speed)}'
-                     "</span></td>") if index == 0 else ""  # fmt: skip
+                     f'<td rowspan={span}><code>{_e(evaluation.path.name)}</code>{pgn}<br><span class=note>{_e(evaluation.player)}'
+                     f"{_e(speed)}</span></td>") if index == 0 else ""  # fmt: skip
             last = f"<td class=num rowspan={span}>{_e(elo)}</td>" if index == 0 else ""
             rating = "unrated" if row.rating is None else f"{row.rating:g}"
             parts.append(f'<tr>{first}<td title="{_e(row.settings)}">{_e(row.anchor)}</td><td class=num title="{_e(row.rating_source)}">'
@@ -457,7 +487,7 @@ def _games_table(evaluations: Sequence[GamesEvaluation]) -> str:
     return "\n".join(parts)
 
 
-def _games_html(runs: Sequence[RunData], figure: str | None) -> str:
+def _games_html(runs: Sequence[RunData], figure: str | None, base: Path) -> str:
     parts = []
     for run in runs:
         if len(runs) > 1:
@@ -466,7 +496,7 @@ def _games_html(runs: Sequence[RunData], figure: str | None) -> str:
             parts.append("<p>No game evaluation in this run directory. Play one with <code>chessgrpo eval games --checkpoint "
                          "RUN/checkpoints/step_NNNNNN output=RUN/eval/games_step_NNNNNN.json</code>.</p>")  # fmt: skip
             continue
-        parts.append(_games_table(run.games))
+        parts.append(wrap_tables(_games_table(run.games, base)))
         steps = sorted({e.step_source for e in run.games})
         parts.append("<p class=note>Step of each evaluation from: " + _e("; ".join(steps)) + ".</p>")
     calibration = next((e.calibration for run in runs for e in run.games if e.calibration), "")
@@ -580,13 +610,82 @@ def config_differences(runs: Sequence[RunData]) -> list[tuple[str, list[Any]]]:
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """The policy's shape as the run has it: config.yaml's model section beside the saved checkpoint's config."""
+
+    source: Path
+    """The model_config.json the effective values come from."""
+    configured: dict[str, Any]
+    """The run's config.yaml model section."""
+    effective: dict[str, Any]
+    """The checkpoint's saved policy config."""
+    ignored: bool
+    """Whether the model section is ignored (init_checkpoint is set: the run takes the checkpoint's shape)."""
+
+
+def model_settings(run: RunData) -> ModelSettings | None:
+    """What the run's model actually has (`run_data.effective_model_config`), or None for a run without a policy checkpoint."""
+    found = effective_model_config(run)
+    configured = run.config.get("model")
+    if found is None or not isinstance(configured, dict):
+        return None
+    effective, source = found
+    return ModelSettings(source, configured, effective, bool(run.setting("init_checkpoint")))
+
+
+def _model_table(model: ModelSettings) -> str:
+    why = ("init_checkpoint is set, so the run takes the checkpoint's shape and ignores config.yaml's model section"
+           if model.ignored else "config.yaml's model section as built (sizes resolved)")  # fmt: skip
+    rows = [f"<p>The model as saved with its weights (<code>{_e(model.source)}</code>): {_e(why)}.</p>",
+            "<table class=model-table><tr><th>model key</th><th>the model has</th><th>config.yaml says</th><th></th></tr>"]  # fmt: skip
+    for key in dict.fromkeys([*model.effective, *model.configured]):
+        has, says = model.effective.get(key, ABSENT), model.configured.get(key, ABSENT)
+        if model.ignored:
+            mark = "ignored" + (" (differs)" if has != says and says is not None and says != ABSENT else "")
+        else:
+            mark = "" if has == says or says is None else "resolved"
+        rows.append(f'<tr data-key="{_e(key)}"><td><code>{_e(key)}</code></td><td>{_e(_yaml_value(has))}</td>'
+                    f"<td>{_e(_yaml_value(says))}</td><td>{_e(mark)}</td></tr>")  # fmt: skip
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def _yaml_value(value: Any) -> str:
+    if value is ABSENT:
+        return ABSENT
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _mark_ignored(text: str, model: ModelSettings) -> str:
+    """The YAML dump with a comment on each model-section key that the run does not use (init_checkpoint is set)."""
+    if not model.ignored:
+        return text
+    lines, inside = [], False
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            inside = line.startswith("model:")
+            if inside:
+                line += "  # ignored: init_checkpoint is set (the model is the checkpoint's, table above)"
+        elif inside and re.match(r"^  ([A-Za-z_]\w*):", line):
+            key = line.split(":", 1)[0].strip()
+            if key in model.effective:
+                line += f"  # ignored; the model has {_yaml_value(model.effective[key])}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def _config_html(runs: Sequence[RunData]) -> str:
     if len(runs) == 1:
         run = runs[0]
         if not run.config:
             return "<p>No config.yaml in the run directory.</p>"
+        model = model_settings(run)
         text = yaml.safe_dump(run.config, sort_keys=False)
-        return f"<details open><summary>resolved config (RUN_DIR/config.yaml)</summary><pre>{_e(text)}</pre></details>"
+        if model is None:
+            return f"<details open><summary>resolved config (RUN_DIR/config.yaml)</summary><pre>{_e(text)}</pre></details>"
+        return (_model_table(model) + "<details open><summary>resolved config (RUN_DIR/config.yaml; the model section's "
+                f"ignored keys are marked)</summary><pre>{_e(_mark_ignored(text, model))}</pre></details>")  # fmt: skip
     differences = config_differences(runs)
     if not differences:
         return "<p>The runs' configs are identical.</p>"

@@ -152,6 +152,8 @@ class GamesEvaluation:
     games_per_minute: float | None = None
     calibration: str = ""
     sprt: dict[str, Any] | None = None
+    pgn: Path | None = None
+    """The games' PGN file when it exists on this machine (the summary's "pgn" field, else <file>.pgn beside it)."""
 
 
 @dataclasses.dataclass
@@ -349,11 +351,59 @@ def read_games(run: RunData) -> list[GamesEvaluation]:
             player=str(payload.get("player") or payload.get("checkpoint") or ""), anchors=rows, elo=_elo_value(payload.get("elo")),
             games_played=int(payload.get("games_played") or sum(r.wins + r.draws + r.losses for r in rows)),
             seconds=number("seconds"), games_per_minute=number("games_per_minute"), calibration=str(payload.get("calibration") or ""),
-            sprt=payload.get("sprt") if isinstance(payload.get("sprt"), dict) else None,
+            sprt=payload.get("sprt") if isinstance(payload.get("sprt"), dict) else None, pgn=_games_pgn(run, payload, path),
         )  # fmt: skip
         found.append((path.stat().st_mtime, evaluation))
     found.sort(key=lambda item: (item[1].step is not None, item[1].step or 0, item[0]))
     return [evaluation for _, evaluation in found]
+
+
+def resolve_run_path(run: RunData, text: str) -> Path | None:
+    """An existing path a run's config or evaluation wrote (`init_checkpoint`, a PGN): as written when absolute;
+    else relative to the working directory, then to each folder above the run directory (a config written
+    from the repository root, read from anywhere). None when it exists nowhere."""
+    path = Path(text)
+    if path.is_absolute():
+        return path if path.exists() else None
+    for base in (Path.cwd(), *run.path.resolve().parents):
+        if (base / path).exists():
+            return (base / path).resolve()
+    return None
+
+
+def _games_pgn(run: RunData, payload: dict[str, Any], path: Path) -> Path | None:
+    named = payload.get("pgn")
+    found = resolve_run_path(run, named) if isinstance(named, str) and named else None
+    beside = path.with_suffix(".pgn")
+    return found if found is not None and found.is_file() else beside if beside.is_file() else None
+
+
+def effective_model_config(run: RunData) -> tuple[dict[str, Any], Path] | None:
+    """The action policy's shape as saved with its weights, and the file it came from; None when there is none.
+
+    The run's own newest checkpoint holds the model it trained; before the first one, its ``init_checkpoint``
+    (whose shape a policy run takes, ignoring its ``model`` section). Language models (a transformers
+    config.json beside the weights) have no policy config and give None.
+    """
+    from chessgrpo.models.checkpoint_kind import POLICY, identify_checkpoint
+
+    candidates = [run.path]
+    init = run.setting("init_checkpoint")
+    if isinstance(init, str) and init:
+        start = resolve_run_path(run, init)
+        if start is not None:
+            candidates.append(start)
+    for candidate in candidates:
+        try:
+            found = identify_checkpoint(candidate)
+        except Exception:  # no checkpoint there (yet), or a corrupt one: try the next source
+            continue
+        if found.kind != POLICY:
+            return None
+        payload = _read_json(found.directory / "model_config.json")
+        if payload is not None:
+            return payload, found.directory / "model_config.json"
+    return None
 
 
 def read_metrics_like(path: Path) -> list[dict[str, Any]]:
