@@ -11,7 +11,7 @@ page has at least one image or chart, every <img> has naturalWidth > 0 (a trunca
 PNG fails) and every plotly chart holds its SVG. In a 1400x900 window (--window) it also checks the layout: the verdict's
 headline (.headline) ends within the first screen, every PGN link (a.pgn) names an existing file, and no
 table is wider than its panel (each sits in a scrolling .table-wrap inside its section, and the page does
-not scroll sideways). `--screenshot` also saves a full-page PNG for a look by eye.
+not scroll sideways), also with the page squeezed to 600 px, where the wide tables must scroll. `--screenshot` also saves a full-page PNG for a look by eye.
 
 The browser is $CHROMIUM, --browser, or the first of chromium, chromium-browser, google-chrome,
 google-chrome-stable, chrome on PATH (Debian: `apt-get install chromium`). Nothing else is needed
@@ -48,29 +48,39 @@ window.addEventListener("load", () => {{
   // Layout: every table sits in a scrolling wrapper that stays inside its section (a wide table scrolls, never
   // clips or widens the page); the verdict's headline is on the first screen; the PGN links' targets.
   const tables = Array.from(document.querySelectorAll("table"));
-  const overflow = [];
-  let scrolling = 0;
-  tables.forEach((table, index) => {{
-    const wrap = table.parentElement;
-    const name = (table.className || "table") + " #" + index + " (" + (table.rows[0] ? table.rows[0].innerText.slice(0, 40) : "") + ")";
-    const scrolls = wrap.classList.contains("table-wrap") && ["auto", "scroll"].includes(getComputedStyle(wrap).overflowX);
-    if (!scrolls) {{
-      if (table.getBoundingClientRect().width > wrap.clientWidth + 1) overflow.push(name + ": wider than its panel, no scrolling wrapper");
-      return;
-    }}
-    const panel = wrap.parentElement.getBoundingClientRect();
-    if (wrap.getBoundingClientRect().right > panel.right + 1) overflow.push(name + ": its wrapper sticks out of its panel");
-    if (wrap.scrollWidth > wrap.clientWidth + 1) scrolling += 1;
-  }});
-  const page = document.documentElement;
-  if (page.scrollWidth > page.clientWidth + 1) overflow.push("the page scrolls sideways: " + page.scrollWidth + " > " + page.clientWidth + " px");
+  const measure = (wholePage) => {{
+    const overflow = [];
+    let scrolling = 0;
+    tables.forEach((table, index) => {{
+      const wrap = table.parentElement;
+      const name = (table.className || "table") + " #" + index + " (" + (table.rows[0] ? table.rows[0].innerText.slice(0, 40) : "") + ")";
+      const scrolls = wrap.classList.contains("table-wrap") && ["auto", "scroll"].includes(getComputedStyle(wrap).overflowX);
+      if (!scrolls) {{
+        if (table.getBoundingClientRect().width > wrap.clientWidth + 1) overflow.push(name + ": wider than its panel, no scrolling wrapper");
+        return;
+      }}
+      if (wrap.getBoundingClientRect().right > wrap.parentElement.getBoundingClientRect().right + 1) {{
+        overflow.push(name + ": its wrapper sticks out of its panel");
+      }}
+      if (wrap.scrollWidth > wrap.clientWidth + 1) scrolling += 1;
+    }});
+    const page = document.documentElement;  // (the charts keep their drawn width until a window resize: page check wide only)
+    if (wholePage && page.scrollWidth > page.clientWidth + 1) overflow.push("the page scrolls sideways: " + page.scrollWidth + " > " + page.clientWidth + " px");
+    return {{overflow: overflow, scrolling: scrolling}};
+  }};
+  const wide = measure(true);
+  // The same page squeezed to 600 px: wide tables must scroll inside their wrappers, not stick out.
+  const width = document.body.style.maxWidth;
+  document.body.style.maxWidth = "600px";
+  const narrow = measure(false);
+  document.body.style.maxWidth = width;
   const headline = document.querySelector(".headline");
   const verdict = headline ? {{text: headline.innerText, tone: headline.dataset.tone, top: headline.getBoundingClientRect().top,
                                bottom: headline.getBoundingClientRect().bottom, screen: window.innerHeight}} : null;
   const pgn = Array.from(document.querySelectorAll("a.pgn")).map((a) => a.href);
   out.textContent = JSON.stringify({{images: images.length, broken: broken, widths: images.map((img) => img.naturalWidth),
-                                     charts: charts.length, blank: blank, tables: tables.length, overflow: overflow,
-                                     scrolling: scrolling, verdict: verdict, pgn: pgn}});
+                                     charts: charts.length, blank: blank, tables: tables.length, overflow: wide.overflow,
+                                     scrolling: wide.scrolling, narrow: narrow, verdict: verdict, pgn: pgn}});
   document.body.appendChild(out);
 }});
 </script>
@@ -192,10 +202,13 @@ def _check_layout(result: dict, width: int, height: int) -> int:
     if missing:
         print(f"FAIL: PGN link(s) to no file: {missing[:5]}", file=sys.stderr)
         return 1
-    print(f"tables: {result.get('tables', 0)}, {result.get('scrolling', 0)} scrolling inside their panel")
-    if result.get("overflow"):
-        print(f"FAIL: {len(result['overflow'])} table(s) overflow their panel: {result['overflow'][:5]}", file=sys.stderr)
-        return 1
+    narrow = result.get("narrow") or {}
+    print(f"tables: {result.get('tables', 0)}, {result.get('scrolling', 0)} scrolling inside their panel "
+          f"({narrow.get('scrolling', 0)} when the page is squeezed to 600 px)")  # fmt: skip
+    for overflow, where in ((result.get("overflow"), f"at {width} px"), (narrow.get("overflow"), "squeezed to 600 px")):
+        if overflow:
+            print(f"FAIL: {len(overflow)} table(s) overflow their panel {where}: {overflow[:5]}", file=sys.stderr)
+            return 1
     return 0
 
 
