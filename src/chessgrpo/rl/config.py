@@ -114,6 +114,16 @@ class GRPOConfig:
     """Default True. Raise `InvariantViolation` when the first minibatch's ratio is off or clipped, or
     when a non-negative KL estimator goes negative. (Non-finite losses and gradients always raise.)"""
 
+    # ---------------------------------------------------------------- pipelining
+    pipeline: bool = False
+    """Default False. Pipelined steps (`train.pipeline`): the next step's rollout (sampling and engine searches)
+    runs in a background thread on a snapshot of the weights while the learner updates on the current one,
+    so every step learns from a batch sampled one update earlier (off-policy by one step: the behaviour
+    log-probs are the snapshot's, the clipped ratio corrects for the lag, the first-minibatch ratio check
+    runs on the snapshot and ``ratio/lag_first_max_abs_dev`` logs the live weights' deviation). move_group
+    and trajectory kinds, one process; a mixture, rookworld and data-parallel runs refuse it. false = the
+    serial step, bitwise as before (docs/scaling.md, "Pipelined steps")."""
+
     # ---------------------------------------------------------------- diagnostics
     term_gradient_every: int = dataclasses.field(default=10, metadata={"resumable": True})  # a measurement, not math
     """Default 10 (0 = never). Every this many steps (and at the first), measure the gradient norm of

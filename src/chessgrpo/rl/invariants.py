@@ -3,7 +3,9 @@
 The first minibatch after a rollout is learned with the very weights that sampled it, so the
 recomputed log-probs must equal the behaviour log-probs: ratio = 1 and nothing clipped
 (docs/architecture.md, invariant 1). A predecessor system sampled at temperature 1.3 and learned at 1.0 and
-ran for days with a 55% clip fraction at step 0; this check turns that into an exception.
+ran for days with a 55% clip fraction at step 0; this check turns that into an exception. A
+pipelined step (``grpo.pipeline``) learns one update after sampling: there the check runs on the
+snapshot of the weights that sampled (`rl.optimize`'s behaviour_forward), for which it still holds.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ def check_first_minibatch(ratio_max_abs_dev: float, clip_frac: float, tolerance:
             f"clip fraction = {clip_frac:.3g} (must be 0). The weights have not changed since sampling, so "
             f"the ratio must be exactly 1 up to numerical noise; {_RATIO_CAUSES}"
         )
+
+
+def ratio_max_abs_dev(logp: Tensor, behaviour_logp: Tensor, mask: Tensor) -> float:
+    """max |exp(logp - behaviour_logp) - 1| over the valid (`mask`) tokens, as `policy_loss` logs
+    ``ratio/max_abs_dev`` (0 when no token is valid)."""
+    log_ratio = logp.detach().float() - behaviour_logp.detach().float()
+    deviation = (log_ratio.exp() - 1.0).abs()[mask]
+    return float(deviation.max()) if deviation.numel() else 0.0
 
 
 def check_finite(name: str, value: float | Tensor) -> None:

@@ -18,7 +18,10 @@ reference log-probs), and the `update` that backpropagates a minibatch loss and 
    the micro-batch, the optimisation does not change;
 4. the very first minibatch runs with the weights that sampled the batch, so the ratio must be 1:
    `check_first_minibatch` raises otherwise, checked on each of its micro-batches
-   (docs/architecture.md, invariant 1);
+   (docs/architecture.md, invariant 1). A pipelined step (``grpo.pipeline``) learns from a batch sampled
+   one update earlier: `behaviour_forward` recomputes the first minibatch on the snapshot that sampled
+   it, which is what the check holds to 1; the live weights' deviation is logged as
+   ``ratio/lag_first_max_abs_dev`` and clipped like any off-policy PPO ratio;
 5. the KL controller is updated once with the mean observed KL.
 """
 
@@ -42,7 +45,7 @@ from chessgrpo.rl.advantages import (
 )
 from chessgrpo.rl.batch import RolloutBatch
 from chessgrpo.rl.config import GRPOConfig
-from chessgrpo.rl.invariants import check_first_minibatch, check_kl_nonnegative
+from chessgrpo.rl.invariants import check_first_minibatch, check_kl_nonnegative, ratio_max_abs_dev
 from chessgrpo.rl.kl_control import KLController
 from chessgrpo.rl.loss import policy_loss
 
@@ -141,6 +144,7 @@ def optimize(
     parallel: DataParallel | None = None,
     shuffle_seed: int | None = None,
     step: int | None = None,
+    behaviour_forward: Forward | None = None,
 ) -> dict[str, float]:
     """One GRPO training step on `batch`; returns its metrics as plain floats.
 
@@ -165,12 +169,16 @@ def optimize(
             single-process, on steps 0, k, 2k, ... for k = config.term_gradient_every, each loss
             term's gradient norm is measured on the first micro-batch (``grad_norm/{policy,kl,
             entropy,aux}``, `term_gradient_norms`).
+        behaviour_forward: the same forward on the weights that sampled `batch`, when they are not the
+            current ones (a pipelined step); the first minibatch's ratio invariant is then checked on it
+            (no gradient), and the current weights' first-minibatch deviation is only logged.
 
     Metrics: the per-minibatch `policy_loss` metrics reduced over minibatches (``*/min*`` by min,
     ``*/max*`` by max, the rest by mean), plus ``grad_norm`` (mean, before clipping),
     ``reward/{mean,std,min,max}`` (per row; the row's sum of valid step rewards for step rewards),
     ``adv/{mean,std}`` (per row, or per valid token for [N, L] advantages), ``rollout/frac_reward_zero_std``,
-    ``ratio/first_max_abs_dev``, ``kl/coef`` (used in this step), ``kl/frac_at_min``,
+    ``ratio/first_max_abs_dev`` (of the weights that sampled: `behaviour_forward`'s when given, and then
+    also ``ratio/lag_first_max_abs_dev``, the current weights'), ``kl/coef`` (used in this step), ``kl/frac_at_min``,
     ``kl/frac_at_max``, ``learn/minibatches``, ``learn/rows`` and ``loss/skipped``. In a
     data-parallel run the metrics are this rank's (the training spine averages them over ranks).
 
@@ -213,7 +221,7 @@ def optimize(
     shuffler = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else generator
 
     collected: list[dict[str, float]] = []
-    first_dev = math.nan
+    first_dev = lag_dev = math.nan
     minibatches = 0
     for iteration in range(config.num_iterations):
         order = _permutation(n, shuffler)
@@ -234,19 +242,25 @@ def optimize(
                     continue
                 minibatch = learn_batch.select(local.to(learn_batch.actions.device))
                 outputs = forward(minibatch)
+                context = f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}"
+                lagged = first and behaviour_forward is not None
                 loss, step_metrics, terms = _micro_batch_loss(
                     minibatch, outputs, config, kl_controller, kl_coef,
-                    check=first and config.check_invariants, check_clipping=check_clipping, tolerance=tolerance,
-                    context=f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}",
+                    check=first and config.check_invariants and not lagged, check_clipping=check_clipping, tolerance=tolerance,
+                    context=context,
                 )  # fmt: skip
+                checked_dev = step_metrics.get("ratio/max_abs_dev", math.nan)
+                if lagged:  # the invariant holds for the sampling snapshot; the live weights are one update on
+                    assert behaviour_forward is not None
+                    lag_dev = checked_dev if math.isnan(lag_dev) else max(lag_dev, checked_dev)
+                    checked_dev = _sampler_deviation(behaviour_forward, minibatch, config, tolerance, context)
                 weighted = loss if weight == 1.0 else loss * weight
                 if outputs.aux_row_loss is not None:
                     # The rows' sum over the whole minibatch's row count (x world size: DDP averages over ranks).
                     weighted = weighted + outputs.aux_row_loss.sum() * (world_size / rows.numel())
                     step_metrics["loss/aux"] = step_metrics.get("loss/aux", 0.0) + float(outputs.aux_row_loss.detach().mean())
                 if first:  # the largest deviation over the first minibatch's micro-batches
-                    dev = step_metrics["ratio/max_abs_dev"]
-                    first_dev = dev if math.isnan(first_dev) else max(first_dev, dev)
+                    first_dev = checked_dev if math.isnan(first_dev) else max(first_dev, checked_dev)
                 if first and index == 0 and measure_terms:
                     metrics.update(term_gradient_norms(terms, params))
                 grad_norm = _update(update, weighted, last)
@@ -276,6 +290,8 @@ def optimize(
     )
     if world_size == 1 or not math.isnan(first_dev):  # a rank without the first minibatch has nothing to say
         metrics["ratio/first_max_abs_dev"] = first_dev
+    if behaviour_forward is not None and not math.isnan(lag_dev):
+        metrics["ratio/lag_first_max_abs_dev"] = lag_dev
     return metrics
 
 
@@ -355,6 +371,20 @@ def _all_outputs(outputs: PolicyOutputs) -> Tensor:
         if extra is not None:
             total = total + extra.sum()
     return total
+
+
+def _sampler_deviation(behaviour_forward: Forward, minibatch: RolloutBatch, config: GRPOConfig, tolerance: float, context: str) -> float:
+    """max |ratio - 1| of the sampling weights' recomputed log-probs on `minibatch` (no gradient); with
+    config.check_invariants, `check_first_minibatch` on it: the learner's forward must reproduce the sampler."""
+    with torch.no_grad():
+        logp = behaviour_forward(minibatch).logp
+    if tuple(logp.shape) != tuple(minibatch.actions.shape):
+        raise ValueError(f"behaviour_forward returned logp of shape {list(logp.shape)} for actions {list(minibatch.actions.shape)}")
+    deviation = ratio_max_abs_dev(logp, minibatch.behaviour_logp, minibatch.mask)
+    if config.check_invariants:
+        # Within tolerance the sampler's ratio cannot clip (the tolerance is below the clip range, or the bound alone is the check).
+        check_first_minibatch(deviation, 0.0, tolerance, context=f"{context}, on the sampling snapshot")
+    return deviation
 
 
 def _check_outputs(outputs: PolicyOutputs, minibatch: RolloutBatch) -> None:

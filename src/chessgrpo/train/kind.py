@@ -201,6 +201,9 @@ class TaskRollout:
     """A loss added once to every minibatch's forward (`PolicyOutputs.aux_loss`), whatever its rows: e.g.
     the value and bc losses on labelled positions drawn per call (`tasks.move_group.labelled_loss`). Every
     rank calls it once per forward, so ranks draw the same positions."""
+    behaviour_forward: Forward | None = None
+    """A pipelined step (``grpo.pipeline``): the same forward on the weights that sampled the batch (the
+    snapshot, `train.pipeline`), on which `rl.optimize` checks the first minibatch's ratio; None = `forward`."""
 
 
 @dataclasses.dataclass
@@ -231,6 +234,9 @@ class GRPOKind(Kind):
     """
 
     kl_controller: Any
+    _pipeline: Any = None
+    supports_pipeline: ClassVar[bool] = False
+    """Whether `rollout` takes a `sampler` (the weights to sample from), which a pipelined step needs."""
     group_count_key: ClassVar[str] = "task.positions_per_step"
     """The config key of the number of groups per step (what the ranks split)."""
     family: ClassVar[str] = ""
@@ -247,6 +253,16 @@ class GRPOKind(Kind):
 
         self.kl_controller = KLController.from_config(grpo_config)
         self.shard_groups(self.group_count(), self.group_count_key)  # an uneven split is an error before anything runs
+        if getattr(grpo_config, "pipeline", False):
+            from chessgrpo.config import ConfigError
+            from chessgrpo.train.pipeline import RolloutPipeline
+
+            if not self.supports_pipeline:
+                raise ConfigError(f"config key grpo.pipeline: kind {self.name} cannot pipeline its steps (set grpo.pipeline: false)")
+            if self.context.world_size > 1:
+                # The rollout thread would run collectives beside the learner's (DDP's all-reduces): their order would differ by rank.
+                raise ConfigError("config key grpo.pipeline: a data-parallel run cannot pipeline its steps (set grpo.pipeline: false)")
+            self._pipeline = RolloutPipeline(self.model)
 
     def shard_groups(self, count: int, what: str) -> range:
         """This rank's groups (global indices) of the step's `count` groups; `what` names the config key."""
@@ -266,8 +282,15 @@ class GRPOKind(Kind):
 
     def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
         """Sample and reward the groups `groups.mine` of step `step` (each seeded by its `groups.seeds`
-        entry); the rows of group i come out together and `row_groups` says which group each row is."""
+        entry); the rows of group i come out together and `row_groups` says which group each row is.
+        A kind that `supports_pipeline` takes a third argument, `sampler`: the module to sample from
+        (None = `model`), and then returns the `TaskRollout.behaviour_forward` on it."""
         raise NotImplementedError
+
+    def rollout_state(self) -> dict[str, Any]:
+        """The part of `state_dict` that a rollout changes (e.g. an adaptive curriculum): a pipelined step saves
+        it as it was before the next step's rollout started, which a resumed run then re-runs."""
+        return {}
 
     def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
         """Step `step`'s losses added once to every minibatch whatever its rows (`TaskRollout.minibatch_terms`),
@@ -276,8 +299,38 @@ class GRPOKind(Kind):
         return None
 
     def train_step(self, step: int, learner: Learner) -> dict[str, float]:
-        """One GRPO step: roll out this rank's share of the step's groups, then learn from them."""
-        return self.learn(step, learner, self.rollout(step, self.step_groups(self.group_count(), step)))
+        """One GRPO step: roll out this rank's share of the step's groups, then learn from them.
+
+        Pipelined (``grpo.pipeline``, `train.pipeline`): take step `step`'s rollout (started during the
+        previous step on a snapshot of the weights), start the next step's on a snapshot of the current
+        weights, then learn while it runs."""
+        if self._pipeline is None:
+            return self.learn(step, learner, self.rollout(step, self.step_groups(self.group_count(), step)))
+        tick = time.perf_counter()
+
+        def rollout_of(at: int) -> Callable[[torch.nn.Module], TaskRollout]:
+            return lambda sampler: self.rollout(at, self.step_groups(self.group_count(), at), sampler)  # type: ignore[call-arg]
+
+        rollout, sampler, wait_s = self._pipeline.take(step, rollout_of(step))
+        following = step + 1
+        if following < self.config.steps:  # the snapshot is recorded even when this process stops here (resume needs it)
+            stop_at = self.config.stop_at
+            self._pipeline.start(following, rollout_of(following), self.rollout_state(), busy=sampler,
+                                 launch=stop_at is None or following < stop_at)  # fmt: skip
+        metrics = self.learn(step, learner, rollout)
+        step_s = time.perf_counter() - tick
+        metrics.update({"perf/rollout_wait_s": wait_s, "perf/step_s": step_s, "perf/samples_per_s": rollout.samples / max(step_s, 1e-9)})
+        return metrics
+
+    def wait_for_rollout(self) -> None:
+        """Wait until a pipelined step's rollout in flight has finished (before the pool is used for evaluation)."""
+        if self._pipeline is not None:
+            self._pipeline.wait()
+
+    def stop_pipeline(self) -> None:
+        """Wait for a pipelined step's rollout in flight, drop it and stop its thread (before the pool closes)."""
+        if self._pipeline is not None:
+            self._pipeline.close()
 
     def learn(self, step: int, learner: Learner, rollout: TaskRollout) -> dict[str, float]:
         """`rl.optimize` on the rollout (one `learner.update` per minibatch); the step's metrics."""
@@ -290,6 +343,7 @@ class GRPOKind(Kind):
             rollout.batch, forward, learner.update, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
             parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
             step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
+            behaviour_forward=rollout.behaviour_forward,
         )  # fmt: skip
         learn_s = time.perf_counter() - tick
         metrics.update(rollout.metrics)
@@ -306,11 +360,18 @@ class GRPOKind(Kind):
         return derived_seed(self.context.seed, step, 0x5B)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"kl_controller": self.kl_controller.state_dict()}
+        state = {"kl_controller": self.kl_controller.state_dict()}
+        held = self._pipeline.held_rollout_state if self._pipeline is not None else None
+        if held is None:
+            return {**state, **self.rollout_state()}
+        # Pipelined: the next step's rollout is (or may be) under way; a resume re-runs it from the state before it.
+        return {**state, **held, "pipeline": self._pipeline.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # Checkpoints of earlier versions also hold a "generator": sampling no longer carries state.
         self.kl_controller.load_state_dict(state["kl_controller"])
+        if self._pipeline is not None:  # a checkpoint of a serial run holds none: the next rollout samples the live weights
+            self._pipeline.load_state_dict(state.get("pipeline"))
 
 
 def postfix(row: dict[str, Any], fields: tuple[tuple[str, str, str], ...]) -> dict[str, str]:

@@ -99,6 +99,8 @@ class MixtureTrainConfig(TrainConfig):
         engine_limits_unused(self.engine, "each task's own limit keys")
         if self.groups_per_step < 1:
             raise ConfigError(f"config key groups_per_step must be >= 1, got {self.groups_per_step}")
+        if self.grpo.pipeline:  # its step joins several tasks' rollouts (train_step), which the pipelined step does not
+            raise ConfigError("config key grpo.pipeline: a mixture cannot pipeline its steps (set grpo.pipeline: false)")
         if not self.tasks:
             return  # the defaults alone (the base a config file is read onto); `task_configs` refuses to run without tasks
         names = [task.name for task in self.tasks]

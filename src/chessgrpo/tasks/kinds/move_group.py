@@ -168,6 +168,7 @@ class MoveGroupKind(PolicyGRPOKind):
 
     name = "move_group"
     config_class = MoveGroupTrainConfig
+    supports_pipeline = True  # grpo.pipeline: `rollout` samples from a given snapshot
 
     def __init__(self, config: MoveGroupTrainConfig, context: RunContext, shared: SharedParts | None = None):
         super().__init__(config, context, shared)
@@ -225,14 +226,16 @@ class MoveGroupKind(PolicyGRPOKind):
         return StartPositions(boards, item.positions)
 
     def close(self) -> None:
+        self.stop_pipeline()  # a pipelined step's rollout may still be searching with the pool
         self.close_pool(self.pool)
         if self.tablebase is not None:
             self.tablebase.close()
 
     # -- the step -----------------------------------------------------------------------------------
 
-    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
-        """Sample and reward step `step`'s one-move groups `groups`; the learner's batch and forward."""
+    def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
+        """Sample and reward step `step`'s one-move groups `groups`; the learner's batch and forward.
+        `sampler`: the weights to sample from (a pipelined step's snapshot, `GRPOKind.train_step`); None = `model`."""
         config, task, bf16 = self.config, self.config.task, self.context.bf16
         stats_before = dataclasses.replace(self.pool.stats)
 
@@ -242,7 +245,7 @@ class MoveGroupKind(PolicyGRPOKind):
         boards = [drawn[i] for i in groups.mine]
         # The reference forward always runs (one forward of B positions): KL is logged even at kl_coef = 0.
         groups_ = sample_groups(
-            self.model, boards, task.group_size, temperature=task.temperature,
+            self.model if sampler is None else sampler, boards, task.group_size, temperature=task.temperature,
             generator=group_generators(self.context.seed, step, groups.seeds, self.context.device), reference=self.reference, bf16=bf16,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
@@ -260,6 +263,8 @@ class MoveGroupKind(PolicyGRPOKind):
             self.learner_model, groups_, temperature=learn_temperature, bf16=bf16,
             value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
         )  # fmt: skip
+        # Pipelined: the first-minibatch ratio check runs on the weights that sampled (`rl.optimize`'s behaviour_forward).
+        behaviour = None if sampler is None else make_forward(sampler, groups_, temperature=learn_temperature, bf16=bf16)
 
         stats = self.pool.stats
         lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)
@@ -290,7 +295,8 @@ class MoveGroupKind(PolicyGRPOKind):
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
         # every rank's samples: the ranks step together
         return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s,
-                           row_groups=batch.inputs["position"], minibatch_terms=self.minibatch_terms(step))  # fmt: skip
+                           row_groups=batch.inputs["position"], minibatch_terms=self.minibatch_terms(step),
+                           behaviour_forward=behaviour)  # fmt: skip
 
     def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
         """The value and bc losses on labelled positions (`value_positions`, `bc_positions`), drawn per call from
@@ -355,6 +361,7 @@ class MoveGroupKind(PolicyGRPOKind):
         from chessgrpo.eval.players import PolicyPlayer
         from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
 
+        self.wait_for_rollout()  # a pipelined next rollout uses the pool: let it finish first
         config = self.config.eval
         metrics: dict[str, float] = {}
         if config.positions:

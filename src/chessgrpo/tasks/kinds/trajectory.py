@@ -210,6 +210,7 @@ class TrajectoryKind(PolicyGRPOKind):
 
     name = "trajectory"
     config_class = TrajectoryTrainConfig
+    supports_pipeline = True  # grpo.pipeline: `rollout` samples from a given snapshot
 
     def __init__(self, config: TrajectoryTrainConfig, context: RunContext, shared: SharedParts | None = None):
         super().__init__(config, context, shared)
@@ -263,6 +264,7 @@ class TrajectoryKind(PolicyGRPOKind):
         return TablebaseOpponent(self.oracle)
 
     def close(self) -> None:
+        self.stop_pipeline()  # a pipelined step's rollout may still be playing against the pool
         self.close_pool(self.pool)
         if self.oracle is not None:
             self.oracle.close()
@@ -297,11 +299,11 @@ class TrajectoryKind(PolicyGRPOKind):
             self._curriculum_limit = min(self._curriculum_limit + config.curriculum_widen_plies, MAX_CURRICULUM_DTZ)
             self._curriculum_rates = []
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self.config.curriculum_widen_at is not None:
-            state["curriculum"] = {"limit": self._curriculum_limit, "rates": list(self._curriculum_rates)}
-        return state
+    def rollout_state(self) -> dict[str, Any]:
+        """The adaptive curriculum (each rollout records its mate rate): part of `state_dict`."""
+        if self.config.curriculum_widen_at is None:
+            return {}
+        return {"curriculum": {"limit": self._curriculum_limit, "rates": list(self._curriculum_rates)}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -324,8 +326,9 @@ class TrajectoryKind(PolicyGRPOKind):
             starts = self.start_positions.draw(count, seed=seed, step=step)
         return starts if groups is None else [starts[i] for i in groups]
 
-    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
-        """Play and reward step `step`'s trajectory groups `groups`; the learner's batch and forward."""
+    def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
+        """Play and reward step `step`'s trajectory groups `groups`; the learner's batch and forward.
+        `sampler`: the weights that play (a pipelined step's snapshot, `GRPOKind.train_step`); None = `model`."""
         config, task, bf16 = self.config, self.config.task, self.context.bf16
         probes_before = self.oracle.probes if self.oracle is not None else 0
         searches_before = self.pool.stats.searches if self.pool is not None else 0
@@ -339,7 +342,7 @@ class TrajectoryKind(PolicyGRPOKind):
         overlap = task.overlap_rewards and task.reward == "engine" and self.pool is not None
         prefetch = EngineValues(self.pool, task.reward_nodes) if overlap else None
         trajectories = play_trajectories(
-            self.model, starts, task, opponent=self.opponent, generator=generators,
+            self.model if sampler is None else sampler, starts, task, opponent=self.opponent, generator=generators,
             reference=self.reference if self._uses_kl else None, bf16=bf16, prefetch=prefetch,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
@@ -360,6 +363,8 @@ class TrajectoryKind(PolicyGRPOKind):
         batch = to_rollout_batch(trajectories, learner_rewards, task.supervision)  # the learner computes its advantages
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16)
+        # Pipelined: the first-minibatch ratio check runs on the weights that sampled (`rl.optimize`'s behaviour_forward).
+        behaviour = None if sampler is None else make_forward(sampler, trajectories, temperature=learn_temperature, bf16=bf16)
 
         mask = trajectories.mask
         # The step's rows and plies over every rank (the ranks step together).
@@ -397,7 +402,7 @@ class TrajectoryKind(PolicyGRPOKind):
             metrics["perf/engine_retries"] = float(self.pool.stats.retries)
             metrics["perf/engine_failures"] = float(self.pool.stats.failures)
         return TaskRollout(batch, forward, metrics, samples=int(plies), rollout_s=sample_s + reward_s,
-                           row_groups=trajectories.row_start)
+                           row_groups=trajectories.row_start, behaviour_forward=behaviour)
 
     # -- evaluation ---------------------------------------------------------------------------------
 
@@ -408,6 +413,7 @@ class TrajectoryKind(PolicyGRPOKind):
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
         """Held-out evaluation of the current policy at argmax (module docstring); writes out_dir/step_NNNNNN_*.json."""
         config, seed = self.config.eval, self.config.run.seed
+        self.wait_for_rollout()  # a pipelined next rollout uses the pool and the tables: let it finish first
         metrics: dict[str, float] = {}
         if self._held_out is not None:
             assert self.oracle is not None
