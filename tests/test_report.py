@@ -24,20 +24,24 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import matplotlib.image
 import numpy as np
 import torch
 import pytest
+import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 
 from chessgrpo import cli
-from chessgrpo.track.figures import plotly_available
-from chessgrpo.track.plots import build_figures, is_constant, plan_figures
-from chessgrpo.track.report import STATIC_ENV, build_report, config_differences, png_directory, run_metadata
-from chessgrpo.track.run_data import load_run
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from chessgrpo.track.figures import integer_ticks, plotly_available, y_range
+from chessgrpo.track.plots import build_figures, figure_games, is_constant, plan_figures
+from chessgrpo.track.report import STATIC_ENV, build_report, config_differences, model_settings, png_directory, run_metadata
+from chessgrpo.track.report_verdict import NO_CHANGE, STRONGER, UNMEASURED, WEAKER, run_verdict, start_headline
+from chessgrpo.track.run_data import EloValue, load_run
 
 from test_diagnose import build_lab
 
@@ -99,6 +103,145 @@ def games_run(lab, tmp_path_factory):
         ])  # fmt: skip
         assert code == 0
     return run
+
+
+def _games_against_start(lab, run: Path, name: str, *extra: str, anchors: str = "") -> Path:
+    """Real games of the healthy run's last checkpoint (step 16) against its start (lab.pretrain, its init_checkpoint)
+    and `anchors`, 4 games each, the summary and PGN in run/eval/NAME.json|.pgn (what `make run` writes)."""
+    openings = run.parent / "openings.epd"
+    openings.write_text("\n".join(OPENINGS) + "\n")
+    summary = run / "eval" / f"{name}.json"
+    code = cli.main([
+        "eval", "games", "--checkpoint", str(lab.healthy / "checkpoints" / "step_000016"), "--anchors",
+        ",".join([str(lab.pretrain), *filter(None, [anchors])]), "--games", "4", "--openings", str(openings), "--workers", "1",
+        "--pgn", str(run / "eval" / f"{name}.pgn"), "engine.syzygy_path=null", *extra, f"output={summary}",
+    ])  # fmt: skip
+    assert code == 0 and summary.is_file()
+    return summary
+
+
+@pytest.fixture(scope="module")
+def verdict_run(lab, games_run, tmp_path_factory):
+    """The healthy run with games against its start: 4 won (by the engine's resignation adjudication, so the Elo
+    difference is a lower bound), Stockfish at 200 nodes (4 lost: an upper bound), and games_run's games at step 16
+    against the random mover and sf-nodes:1 (two evaluations at one step, as make run's)."""
+    run = _copy(lab.healthy, tmp_path_factory.mktemp("verdict"))
+    _games_against_start(lab, run, "games_vs_pretrain", "max_plies=200", "resign_cp=500", "resign_plies=2", "resign_nodes=200",
+                         anchors="sf-nodes:200")  # fmt: skip
+    shutil.copy(games_run / "eval" / "games_b.json", run / "eval" / "games_b.json")
+    return run
+
+
+@pytest.fixture(scope="module")
+def no_change_run(lab, tmp_path_factory):
+    """The healthy run with 4 games against its start capped at 60 plies: every one a draw by the move cap."""
+    run = _copy(lab.healthy, tmp_path_factory.mktemp("no_change"))
+    _games_against_start(lab, run, "games_vs_start", "max_plies=60")
+    return run
+
+
+# ------------------------------------------------------------------------------------------------
+# The verdict: did it get stronger, against whom, with intervals
+
+
+def test_verdict_leads_with_the_games_against_its_start(verdict_run, tmp_path):
+    summary = json.loads((verdict_run / "eval" / "games_vs_pretrain.json").read_text())
+    start, engine = summary["anchors"]
+    assert (start["wins"], start["elo_difference"]["bound"]) == (4, "lower")  # every game won: only a lower bound
+    assert (engine["losses"], engine["elo_difference"]["bound"]) == (4, "upper")
+    verdict = run_verdict(load_run(verdict_run))
+    bound = start["elo_difference"]["value"]
+    assert verdict.tone == STRONGER
+    assert verdict.headline == f"Stronger than its start: won all 4 games, so the Elo difference is only a lower bound: >= {bound:+.0f}."
+    assert [o.label for o in verdict.opponents] == ["its start", "sf-nodes:200", "random mover", "sf-nodes:1"]
+    assert verdict.opponents[0].is_start and verdict.opponents[0].evaluation.step == 16
+    assert any(line.startswith("esl: ") and "paired" in line for line in verdict.secondary)  # held-out: first vs last
+    assert any("reward/mean" in line for line in verdict.secondary)
+    assert verdict.rating is not None and "sf-nodes:1 = 1000" in verdict.rating  # the rated anchor's scale
+
+    out = tmp_path / "elsewhere" / "report.html"  # the PGN links are relative to wherever the report is
+    text = build_report([verdict_run], out, pngs=False, interactive=plotly_available()).html.read_text()  # no PNGs: faster
+    assert text.index('class="headline stronger"') < text.index('<h2 id="findings">') < text.index('<h2 id="runs">')
+    block = text[text.index('<h2 id="verdict">') : text.index('<h2 id="findings">')]
+    assert "4 / 0 / 0" in block and "0 / 0 / 4" in block
+    assert f"&gt;= {bound:+.0f} (lower bound: every game won)" in block and "(upper bound: every game lost)" in block
+    links = re.findall(r'<a class=pgn href="([^"]+)">([^<]+)</a>', block)
+    assert ("games_vs_pretrain.pgn" in {name for _, name in links}) and len(links) == 4
+    for href, name in links:
+        target = (out.parent / urllib.parse.unquote(href)).resolve()
+        assert target.is_file() and target.name == name and not href.startswith("/")
+    assert (out.parent / urllib.parse.unquote(links[0][0])).resolve() == (verdict_run / "eval" / "games_vs_pretrain.pgn").resolve()
+    assert "strength against Stockfish" not in block  # rated anchors were played: nothing to suggest
+    assert text.count("<table") == text.count('<div class="table-wrap"><table')  # every table scrolls inside its panel
+
+
+def test_verdict_no_measurable_change_and_without_games(no_change_run, healthy_report):
+    verdict = run_verdict(load_run(no_change_run))
+    start = verdict.opponents[0].result
+    assert (start.draws, verdict.tone) == (4, NO_CHANGE) and start.elo.bound is None
+    assert verdict.headline.startswith("No measurable change against its start: +0 Elo [")
+    assert verdict.headline.endswith("over 4 games (the 95% interval contains 0).")
+    assert [o.label for o in verdict.opponents] == ["its start"]
+    assert verdict.missing[0][0] == "strength against Stockfish (rated anchors)"
+    # No games at all: the verdict says so, what it can instead (held-out, training trend) and how to measure it.
+    run, result = healthy_report
+    verdict = run_verdict(load_run(run))
+    assert verdict.tone == UNMEASURED and verdict.headline.startswith("Strength in games not measured")
+    assert [what for what, _ in verdict.missing] == ["games against its start", "strength against Stockfish (rated anchors)"]
+    assert "--anchors " + str(load_run(run).setting("init_checkpoint")) in verdict.missing[0][1]
+    text = result.html.read_text()
+    assert 'class="headline unmeasured"' in text and "Strength in games not measured" in text
+    assert text.index('<h2 id="verdict">') < text.index('<h2 id="findings">')
+
+
+def test_headline_decided_by_the_interval():
+    assert start_headline(EloValue(48.0, 26.0, 70.0, 1000), 1000) == (STRONGER, "Stronger than its start: +48 Elo [+26, +70] over 1000 games.")
+    assert start_headline(EloValue(-48.0, -70.0, -26.0, 1000), 1000) == (WEAKER, "Weaker than its start: -48 Elo [-70, -26] over 1000 games.")
+    tone, text = start_headline(EloValue(10.0, -12.0, 32.0, 400), 400)
+    assert tone == NO_CHANGE and text.startswith("No measurable change against its start: +10 Elo [-12, +32] over 400 games")
+    tone, text = start_headline(EloValue(-7.0, None, -7.0, 4, "upper"), 4)
+    assert tone == WEAKER and text == "Weaker than its start: lost all 4 games, so the Elo difference is only an upper bound: <= -7."
+
+
+def test_games_plot_draws_bounds_as_bounds_with_distinct_ticks(verdict_run, games_run):
+    figure = figure_games([load_run(verdict_run)])  # two evaluations at step 16: one point per anchor, not "16 16 16"
+    score, elo, overall = figure.panels
+    assert score.xticks == ([0, 1, 2, 3], [str(load_run(verdict_run).setting("init_checkpoint")), "sf-nodes:200", "random", "sf-nodes:1"])
+    bounds = {t.label: t.direction for t in elo.traces if t.kind == "bound"}
+    start = str(load_run(verdict_run).setting("init_checkpoint"))
+    assert bounds == {f"{start}: lower bound: every game won": "up", "sf-nodes:200: upper bound: every game lost": "down",
+                      "sf-nodes:1: upper bound: every game lost": "down"}  # games_b lost both games to sf-nodes:1 too
+    assert [t.label for t in elo.traces if t.kind == "errorbar"] == ["random (95%)"]  # a bound is never called an interval
+    low, high = y_range(elo)
+    assert high - low >= 200
+    layout = json.loads(figure.plotly()[1].to_json())["layout"]
+    arrows = [a for a in layout["annotations"] if a.get("showarrow")]
+    assert sorted(a["ay"] for a in arrows) == [-38, 38, 38]  # up from the lower bound, down from the upper ones
+    assert layout["yaxis"]["range"][1] - layout["yaxis"]["range"][0] >= 200
+    FigureCanvasAgg(figure.figure).draw()  # the static drawing draws the bounds too
+    # Evaluations at steps 0, 8 and 16: ticks at exactly those steps.
+    steps = figure_games([load_run(games_run)])
+    assert all(integer_ticks(panel) == [0.0, 8.0, 16.0] for panel in steps.panels)
+    assert json.loads(steps.plotly()[0].to_json())["layout"]["xaxis"]["tickvals"] == [0.0, 8.0, 16.0]
+
+
+def test_config_panel_shows_the_model_the_checkpoint_has(lab, tmp_path):
+    """config.yaml says value_head: false, but the run starts from a checkpoint with a value head: the panel says what it has."""
+    start = save_policy(ActionPolicy(PolicyConfig(value_head=True, move_facts=True)), tmp_path / "start_with_value_head")
+    run = _copy(lab.healthy, tmp_path)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["model"]["value_head"] is False
+    config["init_checkpoint"] = str(start)
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    model = model_settings(load_run(run))
+    assert model.ignored and model.effective["value_head"] is True and model.source == start / "model_config.json"
+    text = build_report([run], pngs=False, interactive=plotly_available()).html.read_text()
+    config_part = text[text.index('<h2 id="config">') :]
+    row = re.search(r'<tr data-key="value_head">(.*?)</tr>', config_part).group(1)
+    assert re.findall(r"<td>(.*?)</td>", row) == ["<code>value_head</code>", "true", "false", "ignored (differs)"]
+    assert "value_head: false  # ignored; the model has true" in config_part
+    # The run's own checkpoint wins once it has one (the model it trained): the healthy run has no value head.
+    assert model_settings(load_run(lab.healthy)).effective["value_head"] is False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,23 +467,32 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
 
 @needs_plotly
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium installed (apt-get install chromium)")
-def test_interactive_report_screenshot_in_headless_chromium(games_run, tmp_path):
+def test_interactive_report_screenshot_in_headless_chromium(verdict_run, tmp_path):
+    """The report's first screen (1400x900) answers "did it get stronger"; its PGN links open; no table overflows."""
     from PIL import Image
 
-    result = build_report([games_run], tmp_path / "report.html", pngs=False)
+    result = build_report([verdict_run], tmp_path / "report.html", pngs=False)
     text = result.html.read_text()
     divs = PLOT_DIV.findall(text)
     assert 'id="fig-games"' in text and "plot-games-0" in divs and len(divs) > 10
     shot = tmp_path / "report.png"
-    done = _chromium(f"--screenshot={shot}", "--window-size=1400,3000", result.html.as_uri())
-    assert shot.is_file() and shot.stat().st_size > 50_000, done.stderr[-2000:]
+    done = _chromium(f"--screenshot={shot}", "--window-size=1400,900", result.html.as_uri())
+    assert shot.is_file() and shot.stat().st_size > 20_000, done.stderr[-2000:]
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
-    assert pixels.shape == (3000, 1400)
-    assert pixels.std() > 10 and len(np.unique(pixels)) > 50  # text, tables and charts: not one colour
-    # plotly.js (embedded, no network) drew every chart: each div holds its SVG once the page has run.
-    dom = _chromium("--window-size=1400,3000", "--dump-dom", result.html.as_uri()).stdout
-    assert dom.count('class="main-svg"') >= len(divs), dom.count('class="main-svg"')
-    for div in divs:
-        after = dom[dom.index(f'id="{div}"') :]
-        assert 'class="plot-container plotly"' in after[:2000], div
+    assert pixels.shape == (900, 1400)
+    assert pixels.std() > 10 and len(np.unique(pixels)) > 50  # text and tables: not one colour
+    # In the browser (scripts/check_report.py, at 1400x900): every plotly chart drew its SVG (plotly.js embedded,
+    # offline), the verdict's headline ends on the first screen, every PGN link opens a file, no table overflows its panel.
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "check_report.py"), str(result.html), "--window", "1400x900"],
+                          capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = re.search(r"verdict \((\w+)\): '(.*)', at (\d+)-(\d+) px", done.stdout)
+    assert verdict and verdict.group(1) == "stronger" and verdict.group(2).startswith("Stronger than its start: won all 4 games")
+    assert int(verdict.group(4)) <= 900
+    links = text.count("<a class=pgn ")
+    assert links == 6  # the verdict's 4 opponents and the game-strength table's 2 files
+    assert f"PGN links: {links}, every one to an existing file" in done.stdout and f"{len(divs)} interactive charts drawn" in done.stdout
+    # Squeezed narrower than the tables (600 px), they scroll inside their wrappers instead of sticking out.
+    scrolling = re.search(r"tables: (\d+), \d+ scrolling inside their panel \((\d+) when the page is squeezed", done.stdout)
+    assert scrolling and int(scrolling.group(1)) == text.count("<table") and int(scrolling.group(2)) > 0
     print(f"screenshot: {shot}")
