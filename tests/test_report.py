@@ -205,7 +205,7 @@ def test_headline_decided_by_the_interval():
 
 def test_games_plot_draws_bounds_as_bounds_with_distinct_ticks(verdict_run, games_run):
     figure = figure_games([load_run(verdict_run)])  # two evaluations at step 16: one point per anchor, not "16 16 16"
-    score, elo, overall = figure.panels
+    score, elo, _ = figure.panels
     assert score.xticks == ([0, 1, 2, 3], [str(load_run(verdict_run).setting("init_checkpoint")), "sf-nodes:200", "random", "sf-nodes:1"])
     bounds = {t.label: t.direction for t in elo.traces if t.kind == "bound"}
     start = str(load_run(verdict_run).setting("init_checkpoint"))
@@ -342,6 +342,7 @@ def test_comparison_overlays_runs_on_shared_axes(lab, tmp_path, capsys):
     assert cli.main(["report", str(lab.healthy), str(lab.entropy), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"report: {out}" in printed and "healthy:" in printed and "entropy:" in printed and "interactive (plotly)" in printed
+    assert "healthy: Strength in games not measured" in printed  # each run's verdict headline
     text = out.read_text()
     assert "Configuration differences" in text and "grpo.entropy_coef" in text
     differences = dict(config_differences([load_run(lab.healthy), load_run(lab.entropy)]))

@@ -11,8 +11,10 @@ the figures as embedded PNGs. The PNGs are also written beside it (RUN_DIR/repor
 beside --out NAME.html; --no-png skips them for the interactive report). Works on finished runs,
 runs still in progress and pretraining runs (figures of metrics a run does not log are left out;
 panels whose series are all constant are listed, not drawn). Shows game evaluations found in
-RUN_DIR/eval/ (`chessgrpo eval games ... output=RUN_DIR/eval/games_step_N.json`). Prints the
-report's path and a one-line summary of each run's diagnosis. docs/report.md describes it all.
+RUN_DIR/eval/ (`chessgrpo eval games ... output=RUN_DIR/eval/games_step_N.json`). The report opens
+with its verdict: did the run get stronger than its start (games, Elo with its interval), against
+which opponents, with links to the games' PGN. Prints each run's verdict headline, a one-line
+summary of each run's diagnosis and the report's path. docs/report.md describes it all.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def run_report(args: argparse.Namespace) -> int:
     from chessgrpo.track.report import build_report
 
     result = build_report(args.run_dirs, args.out, interactive=False if args.static else None, pngs=not args.no_png)
+    for name, verdict in result.verdicts.items():
+        print(f"{name}: {verdict.headline}")
     for name, findings in result.findings.items():
         counts = {s: sum(f.severity == s for f in findings) for s in ("critical", "warning", "info")}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"

@@ -1,12 +1,15 @@
 """`build_report`: one self-contained HTML file (interactive plotly figures, or embedded PNGs) plus the PNGs.
 
-Sections: the runs (kind, steps, status), their metadata (git commit, package versions, hardware,
-wall time: what the run directory records, and what generated the report), the diagnosis
-(`track.diagnose`), the evaluation tables (``eval/step_*.json`` or the eval rows, and any
-standalone ``eval offline|puzzles`` result in ``eval/``), game strength (``eval games`` summaries
-in ``eval/``: W/D/L, score and Elo per anchor with intervals, over steps), the figures
-(`track.plots`, drawn by `track.figures`), and the configuration: the differences between the runs when several are
-compared, the whole resolved config for one. Several runs share the axes of every figure.
+Sections, in order: the verdict (`track.report_verdict`: did the run get stronger than its start, by
+how much, against which opponents, with intervals and links to the games' PGN), the diagnosis
+(`track.diagnose`), game strength (``eval games`` summaries in ``eval/``: W/D/L, score and Elo per
+anchor with intervals, over steps), the evaluation tables (``eval/step_*.json`` or the eval rows, and
+any standalone ``eval offline|puzzles`` result in ``eval/``), the figures (`track.plots`, drawn by
+`track.figures`), the runs (kind, steps, status), their metadata (git commit, package versions,
+hardware, wall time: what the run directory records, and what generated the report), and the
+configuration: the model as saved with its weights beside config.yaml's model section, and the whole
+resolved config for one run, the differences between the runs when several are compared. Every
+table scrolls inside its section when it is wider. Several runs share the axes of every figure.
 
 Interactive or static: with plotly installed the figures are interactive plotly charts (zoom,
 hover, a legend that toggles a run) and plotly.js is embedded once in the HTML, so the file opens
@@ -45,7 +48,7 @@ from chessgrpo.track.diagnose import Finding, diagnose
 from chessgrpo.track.figures import DroppedPanel, ReportFigure, panel_height_px, plotly_available
 from chessgrpo.track.plots import figure_study, plan_figures
 from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
-from chessgrpo.track.report_verdict import pgn_href, run_verdict, verdict_html
+from chessgrpo.track.report_verdict import Verdict, pgn_href, run_verdict, verdict_html
 from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, effective_model_config, load_run
 
 STATIC_ENV = "CHESSGRPO_REPORT_STATIC"
@@ -97,6 +100,8 @@ class ReportResult:
     """Names of the figures in the report, in order."""
     dropped: list[DroppedPanel] = dataclasses.field(default_factory=list)
     """Panels left out because every series in them was constant."""
+    verdicts: dict[str, Verdict] = dataclasses.field(default_factory=dict)
+    """Run label -> the verdict the report opens with (`track.report_verdict`)."""
 
 
 def default_output(run_dirs: Sequence[Path]) -> Path:
@@ -160,6 +165,7 @@ def build_report(
         images.mkdir(parents=True, exist_ok=True)
 
     findings = {run.name: diagnose(run) for run in runs}
+    verdicts = {run.name: run_verdict(run) for run in runs}
     plan = plan_figures(runs)
     figures = [figure_study(study) for study in studies] + plan.figures
     png_paths: list[Path] = []
@@ -179,7 +185,7 @@ def build_report(
                             + "; ".join(_e(d.describe()) for d in plan.dropped) + ".</p>")  # fmt: skip
     # The verdict first (did it get stronger, against whom), then the warnings; where the run came from last.
     sections = [
-        ("verdict", "Verdict: did it get stronger?", _verdict_html(runs, out.parent)),
+        ("verdict", "Verdict: did it get stronger?", _verdict_html(runs, verdicts, out.parent)),
         ("findings", "Diagnosis", wrap_tables(_findings_html(runs, findings))),
         ("games", "Game strength", _games_html(runs, rendered.get("games"), out.parent)),
         ("evaluation", "Evaluation", wrap_tables(_evaluation_html(runs))),
@@ -210,7 +216,7 @@ def build_report(
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(document, encoding="utf-8")
     tmp.replace(out)
-    return ReportResult(out, png_paths, findings, interactive, [f.name for f in figures], plan.dropped)
+    return ReportResult(out, png_paths, findings, interactive, [f.name for f in figures], plan.dropped, verdicts)
 
 
 def _figure_html(figure: ReportFigure, png: bytes, path: Path | None, out: Path, interactive: bool) -> str:
@@ -279,12 +285,12 @@ def wrap_tables(fragment: str) -> str:
     return re.sub(r"<table\b", '<div class="table-wrap"><table', fragment).replace("</table>", "</table></div>")
 
 
-def _verdict_html(runs: Sequence[RunData], base: Path) -> str:
+def _verdict_html(runs: Sequence[RunData], verdicts: dict[str, Verdict], base: Path) -> str:
     parts = []
     for run in runs:
         if len(runs) > 1:
             parts.append(f"<h3>{_e(run.name)}</h3>")
-        parts.append(verdict_html(run_verdict(run), base))
+        parts.append(verdict_html(verdicts[run.name], base))
     parts.append("<p class=note>Decided by the games against the run's start (its <code>init_checkpoint</code>): stronger or "
                  "weaker when the 95% interval of the Elo difference excludes 0. The diagnosis below explains why; the "
                  "game strength section has every evaluation.</p>")  # fmt: skip

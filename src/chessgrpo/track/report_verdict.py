@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from chessgrpo.eval.registry import held_out_metrics
-from chessgrpo.track.diagnose import Thresholds, games_against_start, heldout_change, linear_trend
+from chessgrpo.track.diagnose import (
+    Thresholds,
+    games_against_start,
+    heldout_change,
+    linear_trend,
+)
 from chessgrpo.track.run_data import AnchorResult, EloValue, GamesEvaluation, RunData
 
 STRONGER, NO_CHANGE, WEAKER, UNMEASURED = "stronger", "no change", "weaker", "unmeasured"
@@ -205,11 +210,13 @@ def _missing(run: RunData, opponents: list[Opponent], start: Opponent | None) ->
     init = run.setting("init_checkpoint")
     out = f"{run.path}/eval"
     if start is None and isinstance(init, str) and init:
-        missing.append(("games against its start", f"chessgrpo eval games --checkpoint {run.path} --anchors {init} --games 200 "
-                        f"output={out}/games_vs_start.json pgn={out}/games_vs_start.pgn"))  # fmt: skip
+        command = (f"chessgrpo eval games --checkpoint {run.path} --anchors {init} --games 200 "
+                   f"output={out}/games_vs_start.json pgn={out}/games_vs_start.pgn")  # fmt: skip
+        missing.append(("games against its start", command))
     if not any(o.result.rating is not None and o.result.anchor != "random" for o in opponents):
-        missing.append(("strength against Stockfish (rated anchors)", f"chessgrpo eval games --checkpoint {run.path} --anchors "
-                        f"sf-skill:0 --games 100 output={out}/games_stockfish.json pgn={out}/games_stockfish.pgn"))  # fmt: skip
+        command = (f"chessgrpo eval games --checkpoint {run.path} --anchors sf-skill:0 --games 100 "
+                   f"output={out}/games_stockfish.json pgn={out}/games_stockfish.pgn")  # fmt: skip
+        missing.append(("strength against Stockfish (rated anchors)", command))
     if len(run.evals) < 2 and run.kind == "grpo":
         missing.append(("held-out changes", "evaluations at two steps at least (config eval_every, eval_at_start)"))
     return missing
@@ -268,8 +275,8 @@ def verdict_html(verdict: Verdict, base: Path) -> str:
     """The verdict block: headline, the opponents' table (PGN links relative to `base`), the secondary lines."""
     parts = [f'<p class="headline {verdict.tone.replace(" ", "-")}" data-tone="{_e(verdict.tone)}">{_e(verdict.headline)}</p>']
     if verdict.opponents:
-        rows = ["<table class=verdict-table><tr><th>opponent</th><th>played by</th><th>games</th><th>W / D / L</th>"
-                "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>games (PGN)</th></tr>"]  # fmt: skip
+        rows = [("<table class=verdict-table><tr><th>opponent</th><th>played by</th><th>games</th><th>W / D / L</th>"
+                 "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>games (PGN)</th></tr>")]  # fmt: skip
         for o in verdict.opponents:
             r = o.result
             score = f"{r.score.value:.3f} [{r.score.low:.3f}, {r.score.high:.3f}]" if r.score.has_interval else f"{r.score.value:.3f}"

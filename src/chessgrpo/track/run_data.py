@@ -385,6 +385,7 @@ def effective_model_config(run: RunData) -> tuple[dict[str, Any], Path] | None:
     (whose shape a policy run takes, ignoring its ``model`` section). Language models (a transformers
     config.json beside the weights) have no policy config and give None.
     """
+    from chessgrpo.errors import ChessGRPOError
     from chessgrpo.models.checkpoint_kind import POLICY, identify_checkpoint
 
     candidates = [run.path]
@@ -396,7 +397,7 @@ def effective_model_config(run: RunData) -> tuple[dict[str, Any], Path] | None:
     for candidate in candidates:
         try:
             found = identify_checkpoint(candidate)
-        except Exception:  # no checkpoint there (yet), or a corrupt one: try the next source
+        except (OSError, ChessGRPOError):  # no checkpoint there (yet), or a corrupt one: try the next source
             continue
         if found.kind != POLICY:
             return None
