@@ -22,7 +22,7 @@ from chessgrpo.models.policy import ModelConfig, load_policy, log_probs
 from chessgrpo.tasks.supervised import best_move_nll, distill_targets, soft_cross_entropy
 from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from chessgrpo.train.checkpoint import best_checkpoint, latest_checkpoint, list_checkpoints
-from chessgrpo.train.dataset import EpochSampler, load_split
+from chessgrpo.train.dataset import BatchPrefetcher, EpochSampler, load_split
 from chessgrpo.tasks.kinds import config_class
 from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
 from chessgrpo.train.loop import Trainer
@@ -286,6 +286,100 @@ def test_resume_is_bitwise_exact_across_processes(cli, dataset, tmp_path):
     assert code == 2
     assert "cannot change lr" in err
     assert (halves / "checkpoints" / "step_000012").is_dir()
+
+
+def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {name: param.detach().clone() for name, param in trainer.kind.model.state_dict().items()}
+
+
+def test_prefetched_batches_train_bitwise_like_batches_built_in_the_step(dataset, tmp_path):
+    """prefetch_batches 2 (a background thread, uint8 inputs) against 0 (built in the step, int64 inputs): the same
+    weights after 6 steps, bit for bit, and the same sampler position (batches of 48 from 64 rows cross epochs);
+    a run stopped at step 3 and resumed (its prefetch thread had drawn ahead) ends bitwise equal too; a rollback
+    (3 poisoned steps in a row) restarts the prefetching from the checkpoint and stays equal."""
+    model = ModelConfig(move_facts=True, en_prise=True, value_head=True, dropout=0.1)  # dropout: the RNG must stay in step
+    common = dict(steps=6, batch_size=48, eval_every=0, checkpoint_every=0, model=model)
+    finals = {}
+    for prefetch in (0, 2):
+        with Trainer(_config(dataset, tmp_path, name=f"straight{prefetch}", prefetch_batches=prefetch, **common)) as trainer:
+            trainer.train()
+            finals[prefetch] = (_weights(trainer), trainer.kind.state_dict())
+            assert (trainer.kind._prefetcher is not None) == (prefetch > 0)
+        assert trainer.kind._prefetcher is None  # closed with the trainer
+    (plain, plain_state), (ahead, ahead_state) = finals[0], finals[2]
+    assert plain_state == ahead_state and plain_state["sampler"]["epoch"] > 0
+    assert all(torch.equal(plain[name], ahead[name]) for name in plain), "prefetching changed the training"
+
+    config = _config(dataset, tmp_path, name="halves", prefetch_batches=2, stop_at=3, **common)
+    with Trainer(config) as trainer:
+        trainer.train()
+        assert trainer.step == 3 and trainer.kind.sampler.state_dict() != trainer.kind._prefetcher._sampler.state_dict()
+    with Trainer(dataclasses.replace(config, stop_at=None), resume=True) as trainer:
+        assert trainer.step == 3
+        trainer.train()
+        resumed = _weights(trainer)
+    assert all(torch.equal(plain[name], resumed[name]) for name in plain), "a resume with prefetching is not exact"
+
+    rolled = {}
+    for prefetch in (0, 2):
+        config = _config(dataset, tmp_path, name=f"rollback{prefetch}", prefetch_batches=prefetch, **{**common, "checkpoint_every": 2})
+        config.debug.nonfinite_at_step, config.debug.nonfinite_steps = 4, 3
+        with Trainer(config) as trainer:
+            trainer.train()
+            assert trainer.rollbacks == 1
+            rolled[prefetch] = _weights(trainer)
+    assert all(torch.equal(rolled[0][name], rolled[2][name]) for name in plain), "a rollback with prefetching is not exact"
+
+
+def test_batch_prefetcher_follows_the_sampler_and_reports_a_failed_batch(dataset):
+    """The prefetcher yields the sampler's batches in its order (across epochs) without moving the caller's
+    sampler; uint8 inputs are the int64 ones; an error while building comes out of `next`; `close` stops it."""
+    data = load_split(dataset, "train", move_facts=True, extra_facts=("en_prise",))
+    sampler = EpochSampler(len(data), 24, seed=5)
+    sampler.next_indices()  # start mid-epoch
+    expected = EpochSampler.from_state(sampler.state_dict(), len(data), 24, seed=5)
+    prefetcher = BatchPrefetcher(sampler, lambda indices: data.batch(indices, token_dtype=torch.uint8), depth=3)
+    try:
+        for _ in range(8):  # 8 x 24 rows: three epochs of 64
+            indices, batch = prefetcher.next()
+            assert torch.equal(indices, expected.next_indices())
+            wide = data.batch(indices)
+            assert batch.tokens.dtype == torch.uint8 and wide.tokens.dtype == torch.long
+            assert torch.equal(batch.tokens.long(), wide.tokens) and torch.equal(batch.legal_mask, wide.legal_mask)
+            assert torch.equal(batch.best_action, wide.best_action) and torch.equal(batch.win_probs, wide.win_probs)
+        assert sampler.state_dict()["offset"] == 24  # the caller's sampler did not move
+    finally:
+        prefetcher.close()
+    assert not prefetcher._thread.is_alive()
+
+    def build(indices: torch.Tensor):
+        if len(seen) == 2:
+            raise ValueError("bad row 3")
+        seen.append(indices)
+        return indices
+
+    seen: list[torch.Tensor] = []
+    failing = BatchPrefetcher(EpochSampler(len(data), 8, seed=0), build, depth=1)
+    failing.next(), failing.next()
+    with pytest.raises(ValueError, match="bad row 3"):
+        failing.next()
+    assert not failing._thread.is_alive()
+
+
+def test_sparse_move_facts_dense_equals_a_row_by_row_fill(dataset):
+    """The vectorised `SparseMoveFacts.dense` against the plain per-row fill, for repeated, empty and single rows."""
+    import numpy as np
+
+    facts = load_split(dataset, "train", move_facts=True, extra_facts=("en_prise",)).facts
+    rng = np.random.default_rng(0)
+    for rows in (np.array([], dtype=np.int64), np.array([3]), rng.integers(0, 64, 200)):
+        expected = np.zeros((len(rows), NUM_ACTIONS), dtype=np.int64)
+        for i, row in enumerate(rows):
+            start, stop = facts.offsets[row], facts.offsets[row + 1]
+            expected[i, facts.actions[start:stop]] = facts.bits[start:stop]
+        assert np.array_equal(facts.dense(rows), expected) and facts.dense(rows).dtype == np.int64
+        assert np.array_equal(facts.dense(rows, dtype=np.uint8), expected.astype(np.uint8))
+    assert facts.dense(np.arange(64)).any()
 
 
 def test_missing_dataset_is_a_clear_error(cli, tmp_path):

@@ -22,6 +22,8 @@ perspective) fails loudly instead of training silently on garbage.
 
 `EpochSampler` draws batches from a seeded permutation per epoch; its state is (epoch, offset),
 which the checkpoint stores, so a resumed run sees exactly the batches a straight run would.
+`BatchPrefetcher` builds a sampler's next batches ahead in a background thread (pretraining's
+``prefetch_batches``), in the same order, so a GPU does not wait for the host between steps.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Collection
+import queue
+import threading
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import chess
 import numpy as np
@@ -66,20 +71,32 @@ class PositionTensors:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
-    def batch(self, indices: torch.Tensor) -> Batch:
-        """The rows at `indices` (CPU tensors; legal masks unpacked; move facts appended to the tokens)."""
+    def batch(self, indices: torch.Tensor, *, token_dtype: torch.dtype = torch.long) -> Batch:
+        """The rows at `indices` (CPU tensors; legal masks unpacked; move facts appended to the tokens).
+
+        `token_dtype=torch.uint8` keeps the inputs in their storage type (every token and fact byte fits):
+        an eighth of the bytes to build, pin and copy to a GPU, and `ActionPolicy.forward` casts them there
+        itself (the same embedding rows and fact gathers, so the same results, bit for bit).
+        """
         index = indices.numpy()
         masks = np.unpackbits(self.legal_bits[index], axis=1, count=NUM_ACTIONS).view(bool)
-        tokens = self.tokens[indices].long()
+        # Gathered in numpy, single-threaded: torch's indexing and cat spread these small copies over its
+        # thread pool, which cost more than they saved (up to 10x on a busy 2-core machine) and competes with
+        # the model's step when batches are prepared in the background.
+        inputs = self.tokens.numpy()[index]
         if self.facts is not None:
-            tokens = torch.cat([tokens, torch.from_numpy(self.facts.dense(index))], dim=1)
+            inputs = np.concatenate([inputs, self.facts.dense(index, dtype=np.uint8)], axis=1)
+        if token_dtype == torch.long:
+            inputs = inputs.astype(np.int64)
+        tokens = torch.from_numpy(inputs).to(token_dtype)
+        rows = lambda column: torch.from_numpy(column.numpy()[index])  # the same numpy gather
         return Batch(
             tokens=tokens,
             legal_mask=torch.from_numpy(masks),
-            best_action=self.best_action[indices],
-            actions=self.actions[indices],
-            win_probs=self.win_probs[indices],
-            human_action=self.human_action[indices] if self.human_action is not None else None,
+            best_action=rows(self.best_action),
+            actions=rows(self.actions),
+            win_probs=rows(self.win_probs),
+            human_action=rows(self.human_action) if self.human_action is not None else None,
         )
 
 
@@ -110,12 +127,20 @@ class SparseMoveFacts:
             base += int(part.offsets[-1])
         return cls(np.concatenate(offsets), np.concatenate([p.actions for p in parts]), np.concatenate([p.bits for p in parts]))
 
-    def dense(self, rows: np.ndarray) -> np.ndarray:
-        """int64 [len(rows), 1968]: the fact byte of every action of the given rows."""
-        out = np.zeros((len(rows), NUM_ACTIONS), dtype=np.int64)
-        for i, row in enumerate(rows):
-            start, stop = self.offsets[row], self.offsets[row + 1]
-            out[i, self.actions[start:stop]] = self.bits[start:stop]
+    def dense(self, rows: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+        """[len(rows), 1968] of `dtype` (int64 by default): the fact byte of every action of the given rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros((len(rows), NUM_ACTIONS), dtype=dtype)
+        starts, stops = self.offsets[rows], self.offsets[rows + 1]
+        counts = stops - starts
+        total = int(counts.sum())
+        if total:
+            # One scatter for the whole batch (a per-row Python loop held the GIL for ~1.4 ms per 256 rows):
+            # entry j of output row i is fact starts[i] + j.
+            row_of = np.repeat(np.arange(len(rows)), counts)
+            first = np.repeat(np.cumsum(counts) - counts, counts)
+            source = np.repeat(starts, counts) + (np.arange(total) - first)
+            out[row_of, self.actions[source]] = self.bits[source]
         return out
 
 
@@ -131,8 +156,13 @@ class Batch:
     win_probs: torch.Tensor
     human_action: torch.Tensor | None = None
 
+    def pin_memory(self) -> Batch:
+        """The batch in page-locked host memory (what an asynchronous host-to-GPU copy reads from)."""
+        return Batch(**{f.name: t.pin_memory() if (t := getattr(self, f.name)) is not None else None for f in dataclasses.fields(self)})
+
     def to(self, device: torch.device | str) -> Batch:
-        """The batch on `device`; host-to-GPU copies go through pinned memory, asynchronously."""
+        """The batch on `device`; host-to-GPU copies go through pinned memory, asynchronously
+        (a batch already pinned, `pin_memory`, is not copied again on the host)."""
         device = torch.device(device)
 
         def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -349,3 +379,81 @@ class EpochSampler:
                 f"now {(size, batch_size, seed)}; did the dataset change?"
             )
         return cls(size, batch_size, seed, epoch=state["epoch"], offset=state["offset"])
+
+
+T = TypeVar("T")
+
+
+class _Failed:
+    """What the prefetch thread leaves in the queue when building a batch raised."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+class BatchPrefetcher(Generic[T]):
+    """The next `depth` batches of an `EpochSampler`, built ahead in a background thread.
+
+    The thread draws from its own copy of the sampler (the caller's is left alone), so it yields the
+    index batches the caller's sampler will draw, in the same order, with ``build(indices)`` of each.
+    The caller keeps advancing its own sampler by one batch per `next` and checkpoints that one: a
+    checkpoint then holds the batches consumed, not the ones prepared, and a resume is exact.
+
+    A thread, not worker processes: building a batch (`PositionTensors.batch` with uint8 tokens) is
+    numpy gathers that mostly release the GIL (measured: a busy builder costs a pure-Python main
+    thread ~35% on the 2-core VM, at 60 batches of 1024 a second; a training step consumes one batch),
+    and processes would add a copy of every batch through shared memory.
+    """
+
+    def __init__(self, sampler: EpochSampler, build: Callable[[torch.Tensor], T], depth: int):
+        if depth < 1:
+            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
+        self._sampler = EpochSampler.from_state(sampler.state_dict(), sampler.size, sampler.batch_size, sampler.seed)
+        self._build = build
+        self._queue: queue.Queue[tuple[torch.Tensor, T] | _Failed] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: tuple[torch.Tensor, T] | _Failed) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                indices = self._sampler.next_indices()
+                if not self._put((indices, self._build(indices))):
+                    return
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            self._put(_Failed(error))
+
+    def next(self) -> tuple[torch.Tensor, T]:
+        """The next (indices, built batch), in the sampler's order; re-raises what building it raised."""
+        while True:
+            try:
+                item = self._queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    raise RuntimeError("the batch prefetch thread stopped without a batch") from None
+        if isinstance(item, _Failed):
+            self.close()
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (it finishes the batch it is building) and drop the prepared batches."""
+        self._stop.set()
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)

@@ -19,15 +19,19 @@ A model with a value head (`model.value_head`) also learns each position's label
 One step (`PretrainKind.train_step`): the next `batch_size` positions of the shuffled train split
 (`train.dataset.EpochSampler`: one seeded permutation per epoch), the forward in train mode
 (dropout on, bf16 autocast when asked; the log-probs and the loss stay fp32), one optimizer update
-through the loop's `Learner` (backward, clipping to `max_grad_norm`, AdamW step).
+through the loop's `Learner` (backward, clipping to `max_grad_norm`, AdamW step). With
+`prefetch_batches` > 0 (the default, 2) a background thread builds the next batches while the model
+steps (`train.dataset.BatchPrefetcher`; pinned memory and an asynchronous copy on CUDA); the batches,
+and so the run, are the same as built in the step, bit for bit.
 
 Evaluation runs on the dataset's test split in eval mode and fp32 (eval/loss, eval/top1,
 eval/top5, eval/nll, eval/perplexity, eval/in_multipv); a dataset without a test split is trained
 without held-out evaluation. `checkpoints/best` follows eval/nll (the best-move cross-entropy,
 comparable across objectives) unless `checkpoint_best_metric` says otherwise.
 
-The kind's resumable state is the sampler's position; with the loop's optimizer and RNG state a
-resumed run is bitwise identical to a straight one on the same device and thread count.
+The kind's resumable state is the sampler's position (of the batches trained on, not of those
+prefetched); with the loop's optimizer and RNG state a resumed run is bitwise identical to a straight
+one on the same device and thread count.
 """
 
 from __future__ import annotations
@@ -64,7 +68,16 @@ from chessgrpo.tasks.supervised import (
     value_targets,
 )
 from chessgrpo.train.config import TrainConfig
-from chessgrpo.train.dataset import Batch, EpochSampler, HumanMoves, NoRowsLeft, PositionTensors, has_split, load_split
+from chessgrpo.train.dataset import (
+    Batch,
+    BatchPrefetcher,
+    EpochSampler,
+    HumanMoves,
+    NoRowsLeft,
+    PositionTensors,
+    has_split,
+    load_split,
+)
 from chessgrpo.train.kind import Kind, RunContext
 
 logger = logging.getLogger(__name__)
@@ -124,6 +137,10 @@ class PretrainTrainConfig(TrainConfig):
     """Positions per optimizer step."""
     eval_batch_size: int = resumable(1024)
     """Positions per forward pass during evaluation (does not change the metrics beyond float rounding)."""
+    prefetch_batches: int = resumable(2)
+    """Build this many training batches ahead in a background thread (pinned for an asynchronous copy on CUDA),
+    so the GPU does not wait for the host between steps; 0 = build each batch in the step. The batches and the
+    results are the same either way, bit for bit (`train.dataset.BatchPrefetcher`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -132,6 +149,8 @@ class PretrainTrainConfig(TrainConfig):
         for name in ("batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
+        if isinstance(self.prefetch_batches, bool) or not isinstance(self.prefetch_batches, int) or self.prefetch_batches < 0:
+            raise ConfigError(f"config key prefetch_batches must be an integer >= 0 (0 = no prefetching), got {self.prefetch_batches!r}")
         if self.objective not in PRETRAIN_OBJECTIVES:
             raise ConfigError(f"config key objective must be one of {', '.join(PRETRAIN_OBJECTIVES)}, got {self.objective!r}")
         for name in ("human_min_rating", "human_max_rating"):
@@ -204,6 +223,7 @@ class PretrainKind(Kind):
         self.model = start if start is not None else ActionPolicy(config.model.policy_config()).to(context.device)
         self.model.train()  # dropout during the steps; evaluation switches to eval mode and back
         self.sampler = EpochSampler(len(self.train_data), config.batch_size, config.run.seed)
+        self._prefetcher: BatchPrefetcher[Batch] | None = None  # started at the first step, from the sampler's state then
         self.last_eval: dict[str, float] | None = None
         self._samples, self._seconds = 0, 0.0  # this invocation's training throughput (the summary)
         logger.info("model: %s, %.2fM parameters", self.model.config, self.model.num_parameters() / 1e6)
@@ -225,10 +245,9 @@ class PretrainKind(Kind):
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         config, device = self.config, self.context.device
         tick = time.perf_counter()
-        indices = self.sampler.next_indices()  # the global batch; a data-parallel rank learns from its share
+        indices, batch = self.next_batch()
         parallel = self.context.parallel
         mine = parallel.split(len(indices))
-        batch = self.train_data.batch(indices[mine.start : mine.stop]).to(device)
         with self.context.autocast():
             output = self.learner_model(batch.tokens, with_value=self.trains_value)
         logits, value_logits = output if self.trains_value else (output, None)
@@ -268,6 +287,35 @@ class PretrainKind(Kind):
         self._seconds += seconds
         metrics["perf/step_s"] = seconds  # batch, forward, update: what perf/samples_per_s divides by
         return metrics
+
+    def next_batch(self) -> tuple[torch.Tensor, Batch]:
+        """The step's global indices (the sampler advances by one batch) and this rank's share of them as a
+        batch on the device: built here, or taken from the prefetch thread (`prefetch_batches`)."""
+        if self.config.prefetch_batches and self._prefetcher is None:  # it copies the sampler's position now
+            self._prefetcher = BatchPrefetcher(self.sampler, self._build_batch, self.config.prefetch_batches)
+        indices = self.sampler.next_indices()  # the global batch; a data-parallel rank learns from its share
+        if self._prefetcher is None:
+            mine = self.context.parallel.split(len(indices))
+            return indices, self.train_data.batch(indices[mine.start : mine.stop]).to(self.context.device)
+        ahead, batch = self._prefetcher.next()
+        if not torch.equal(ahead, indices):  # the thread's copy of the sampler must draw what the checkpointed one draws
+            raise RuntimeError("the prefetched batch is not the sampler's next batch (prefetch out of step)")
+        return indices, batch.to(self.context.device)  # pinned already on CUDA: an asynchronous copy
+
+    def _build_batch(self, indices: torch.Tensor) -> Batch:
+        """This rank's share of a global batch on the host (prefetch thread): uint8 inputs, pinned for CUDA."""
+        mine = self.context.parallel.split(len(indices))
+        batch = self.train_data.batch(indices[mine.start : mine.stop], token_dtype=torch.uint8)
+        return batch.pin_memory() if self.context.device.type == "cuda" else batch
+
+    def _stop_prefetch(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        self._stop_prefetch()
 
     def finish_window(self, values: dict[str, float]) -> dict[str, float]:
         """train/nll (a mean over the window) becomes train/perplexity; perf/samples_per_s from the mean step time."""
@@ -321,6 +369,7 @@ class PretrainKind(Kind):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         config = self.config
+        self._stop_prefetch()  # its batches follow the old position (a resume, or a rollback to a checkpoint)
         self.sampler = EpochSampler.from_state(state["sampler"], len(self.train_data), config.batch_size, config.run.seed)
 
     # -- presentation -------------------------------------------------------------------------------
