@@ -2,9 +2,10 @@
 
     chessgrpo summary runs/quickstart/grpo    # what `make run` prints last
 
-It reads the evaluations already written under RUN_DIR/eval/ (`track.outcome`): games against the
-run's start and other anchors, the in-run puzzle evaluations (first against last, paired), the value
-head, puzzles through a search. Nothing is played or searched again, so it takes a second.
+It prints the HTML report's verdict (`track.report_verdict`) as text, from the evaluations already written
+under RUN_DIR/eval/: games against the run's start and every other anchor, the in-run held-out evaluations
+(first against last, paired), the training trend, puzzles through a search, the value head, what was not
+measured. Nothing is played or searched again, so it takes a second.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ def next_steps(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def run_summary(args: argparse.Namespace) -> int:
-    from chessgrpo.track.outcome import format_outcome, run_outcome
+    from chessgrpo.track.report_verdict import run_verdict, verdict_text
+    from chessgrpo.track.run_data import load_run
 
-    outcome = run_outcome(args.run_dir)
-    report = args.run_dir / "report.html"
-    print(format_outcome(outcome, report=report if report.exists() else None, next_steps=next_steps(args.run_dir)))
+    if not args.run_dir.is_dir():
+        raise FileNotFoundError(f"no run directory at {str(args.run_dir)!r}")
+    run = load_run(args.run_dir)
+    print(verdict_text(run, run_verdict(run), next_steps(args.run_dir)))
     return 0

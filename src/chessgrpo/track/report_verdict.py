@@ -1,7 +1,7 @@
 """The report's verdict: did the run get stronger, by how much, against whom, with intervals.
 
 `run_verdict` reads what the run directory already holds (`track.run_data.load_run`: the `eval games`
-summaries, the held-out evaluations, the metrics rows; `track.outcome` for the value head) and decides
+summaries, the held-out evaluations, the metrics rows; `eval/value.json` for the value head) and decides
 one headline from the games against the run's start (`track.diagnose.games_against_start`):
 
 - "Stronger than its start" when the 95% interval of the Elo difference lies above 0,
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import json
 import math
 import os
 import urllib.parse
@@ -190,12 +191,7 @@ def _standalone_lines(run: RunData) -> list[str]:
                  for name, held in evaluation.player.items() if math.isfinite(held.value)]  # fmt: skip
         if parts:
             lines.append(f"{evaluation.path.name} ({evaluation.kind}): " + ", ".join(parts))
-    try:  # the value head's error (`eval value`), read by the summary's reader
-        from chessgrpo.track.outcome import run_outcome
-
-        value = run_outcome(run.path).value
-    except (OSError, ValueError):
-        value = None
+    value = _read_json(run.path / "eval" / "value.json")  # the value head's error (`chessgrpo eval value`)
     mae = value.get("mae") if isinstance(value, dict) else None
     if isinstance(mae, dict) and all(isinstance(mae.get(k), (int, float)) for k in ("value", "low", "high")):
         base = (value or {}).get("baseline_mae") or {}
@@ -203,6 +199,14 @@ def _standalone_lines(run: RunData) -> list[str]:
         lines.append(f"value head error (mean absolute, expected score, {value.get('n', '?')} positions): "
                      f"{mae['value']:.3f} [{mae['low']:.3f}, {mae['high']:.3f}]{against}")  # fmt: skip
     return lines
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def _missing(run: RunData, opponents: list[Opponent], start: Opponent | None) -> list[tuple[str, str]]:
@@ -299,3 +303,56 @@ def verdict_html(verdict: Verdict, base: Path) -> str:
         parts.append("<p class=note>Not measured:</p><ul class=missing>"
                      + "".join(f"<li>{_e(what)}: <code>{_e(how)}</code></li>" for what, how in verdict.missing) + "</ul>")  # fmt: skip
     return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# Text (`chessgrpo summary`)
+
+GRPO_KINDS = ("move_group", "trajectory", "mixture", "rookworld")
+
+
+def trained_text(run: RunData) -> str:
+    """What the run trained: "runs/quickstart/grpo: 400 GRPO steps (move_group) from runs/quickstart/pretrain"."""
+    kind = str(run.setting("kind") or run.kind)
+    what = "GRPO" if kind in GRPO_KINDS else kind
+    steps = run.setting("steps")
+    init = run.setting("init_checkpoint")
+    start = f" from {init}" if isinstance(init, str) and init else " from a random network"
+    return f"{run.path}: {f'{steps} {what} steps' if steps else f'{what} training'} ({kind}){start}"
+
+
+def _shown_path(path: Path) -> str:
+    """`path` relative to the current directory when it lies under it (what a terminal user can paste)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def verdict_text(run: RunData, verdict: Verdict, next_steps: list[tuple[str, str]] = ()) -> str:
+    """The verdict as the few lines a terminal shows last: the headline, each opponent, the secondary lines,
+    what was not measured, the report, then `next_steps` ((what, command) pairs)."""
+    kind = str(run.setting("kind") or run.kind)
+    lines = [f"Trained: {trained_text(run)}", f"Did {'GRPO' if kind in GRPO_KINDS else 'training'} help?  {verdict.headline}"]
+    if verdict.opponents:
+        lines += ["", "Games (score [95% Wilson], Elo difference [95%], PGN):"]
+        rows = []
+        for o in verdict.opponents:
+            r = o.result
+            score = f"{r.score.value:.3f} [{r.score.low:.3f}, {r.score.high:.3f}]" if r.score.has_interval else f"{r.score.value:.3f}"
+            pgn = _shown_path(o.evaluation.pgn) if o.evaluation.pgn is not None else "no PGN found"
+            rows.append((o.label, f"{o.games} games", score, _elo_cell(r.elo), pgn))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
+    if verdict.secondary:
+        lines += ["", "Held-out, first evaluation -> last (paired 95% intervals), training trend, standalone evaluations:"]
+        lines += [f"  {line}" for line in verdict.secondary]
+    if verdict.missing:
+        lines += ["", "Not measured:"] + [f"  {what}: {how}" for what, how in verdict.missing]
+    report = run.path / "report.html"
+    if report.exists():
+        lines += ["", f"Report (every plot, the diagnosis): {report}"]
+    if next_steps:
+        width = max(len(what) for what, _ in next_steps)
+        lines += ["", "Next:"] + [f"  {what:<{width}}  {command}" for what, command in next_steps]
+    return "\n".join(lines)
