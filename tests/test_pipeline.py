@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO_ROOT
 from safetensors.torch import load_file
+from test_move_group import _config as move_group_config
+from test_trajectory import _config as trajectory_config
 
 from chessgrpo.config import ConfigError, load_config
 from chessgrpo.rl import InvariantViolation
@@ -22,10 +25,6 @@ from chessgrpo.train.distributed import Parallel
 from chessgrpo.train.kind import RunContext
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-
-from helpers import REPO_ROOT
-from test_move_group import _config as move_group_config
-from test_trajectory import _config as trajectory_config
 
 
 def _pipelined(config, on: bool = True):
@@ -71,9 +70,10 @@ def test_next_rollout_samples_the_weights_before_the_update(tmp_path):
 
 def test_ratio_check_still_fires_on_the_snapshot(tmp_path):
     """A learning temperature that differs from the sampling one is caught at every pipelined step, not only the first."""
-    with Trainer(_pipelined(move_group_config(tmp_path, "mismatch", debug_learn_temperature=1.3))) as trainer:
-        with pytest.raises(InvariantViolation, match="sampling snapshot"):
-            trainer.train_step()
+    with Trainer(_pipelined(move_group_config(tmp_path, "mismatch", debug_learn_temperature=1.3))) as trainer, pytest.raises(
+        InvariantViolation, match="sampling snapshot"
+    ):
+        trainer.train_step()
 
 
 def test_pipelined_move_group_resumes_bitwise(tmp_path):
@@ -93,9 +93,9 @@ def test_pipelined_move_group_resumes_bitwise(tmp_path):
 def test_pipelined_trajectory_resumes_bitwise_with_its_curriculum_and_evaluations(tmp_path):
     """Endgame trajectories against the tablebase with the adaptive curriculum (a state each rollout changes) and an
     evaluation every 2 steps (which waits for the rollout in flight): a resumed run is the straight run."""
-    adaptive = dict(steps=6, curriculum_start_dtz=1, curriculum_widen_at=0.08, curriculum_widen_plies=2, curriculum_window=2,
-                    checkpoint_every=1, eval_every=2, lr=3e-3,
-                    task=TrajectoryConfig(group_size=4, positions_per_step=4, horizon=2, opponent="tablebase"))  # fmt: skip
+    adaptive = {"steps": 6, "curriculum_start_dtz": 1, "curriculum_widen_at": 0.08, "curriculum_widen_plies": 2, "curriculum_window": 2,
+                "checkpoint_every": 1, "eval_every": 2, "lr": 3e-3,
+                "task": TrajectoryConfig(group_size=4, positions_per_step=4, horizon=2, opponent="tablebase")}  # fmt: skip
     with Trainer(_pipelined(trajectory_config(tmp_path, "straight", **adaptive))) as trainer:
         assert trainer.train().finished
     with Trainer(_pipelined(trajectory_config(tmp_path, "resumed", **adaptive))) as trainer:
