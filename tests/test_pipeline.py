@@ -119,3 +119,21 @@ def test_kinds_that_cannot_pipeline_refuse_the_switch(tmp_path):
     two_ranks = RunContext(tmp_path / "ranks", torch.device("cpu"), 0, parallel=Parallel(rank=0, world_size=2))
     with pytest.raises(ConfigError, match="data-parallel"):
         MoveGroupKind(config, two_ranks)
+
+
+def test_a_rollback_drops_the_rollout_in_flight_and_replays_the_checkpoints(tmp_path):
+    """Non-finite updates force a rollback to the step-2 checkpoint: the rollout in flight (sampled from weights the
+    rollback discards) is dropped, step 2's rollout re-runs from the checkpoint's snapshot, and the run finishes."""
+    from chessgrpo.train.config import DebugConfig, DivergenceConfig
+
+    config = _pipelined(move_group_config(tmp_path, "rollback", steps=8, checkpoint_every=2, min_lr_ratio=1.0,
+                                          debug=DebugConfig(nonfinite_at_step=4, nonfinite_steps=3),
+                                          divergence=DivergenceConfig(max_consecutive_skips=3, lr_backoff=0.5)))  # fmt: skip
+    with Trainer(config) as trainer:
+        result = trainer.train()
+        assert trainer.rollbacks == 1 and trainer.lr_scale == 0.5
+    assert result.finished and result.step == 8
+    rows = [row for row in read_metrics(tmp_path / "rollback" / "metrics.jsonl") if "loss/total" in row]
+    assert rows[-1]["step"] == 8 and all(row["ratio/first_max_abs_dev"] < 1e-4 for row in rows)
+    # The first step after the rollback learned from the checkpoint's snapshot (one update behind), not the live weights.
+    assert [row["ratio/lag_first_max_abs_dev"] > 1e-4 for row in rows if row["step"] == 3] == [True]
