@@ -33,6 +33,12 @@ Supported commands (https://backscattering.de/chess/uci/):
     `chessgrpo.eval.uci_chess960`.
   - ``UCI_ShowWDL`` (check, default false): ``wdl W D L`` after every score.
   - ``Ponder`` (check): announced so GUIs offer pondering; ``go ponder`` works either way.
+  - ``Move Overhead`` (spin, ms, default 50, at most 5000): kept back from every clock and
+    ``movetime`` budget (bots raise it when they flag on a slow network).
+  - ``Threads`` (spin, default: torch's threads): torch's intra-op threads for the network's
+    forwards; values above the machine's CPUs are clamped (bots set what their machine has).
+  - ``Hash`` (spin, MiB, default 391): bounds the search tree: a search stops growing at
+    Hash * 256 nodes (~4 kB a node), at most `MAX_NODES`.
 
 - ``isready`` -> ``readyok`` (also while a search runs); ``ucinewgame``; ``setoption name N value V``.
 - ``position startpos|fen <FEN> [moves m1 m2 ...]``: the game history is kept, so the search
@@ -45,7 +51,7 @@ Supported commands (https://backscattering.de/chess/uci/):
   nodes; ``movetime MS`` = a time limit; ``wtime/btime/winc/binc [movestogo]`` = simple time
   management (`clock_seconds`); with both a node and a time limit, whichever comes first. ``depth``, ``mate`` and a plain ``go``
   search the ``Nodes`` budget (the network search has no meaningful depth).
-  ``infinite`` searches until ``stop`` (growing the tree up to `MAX_NODES`, then waiting);
+  ``infinite`` searches until ``stop`` (growing the tree up to `MAX_NODES` or ``Hash``'s bound, then waiting);
   ``ponder`` searches the same way until ``stop`` (answered with the current best move) or
   ``ponderhit``, after which the ``go`` command's own limits apply, the clock counting from the
   ``ponderhit``. ``searchmoves m1 m2 ...`` restricts the root to those moves (illegal ones are
@@ -73,6 +79,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import sys
 import threading
 import time
@@ -81,10 +88,20 @@ from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 import chess
 import numpy as np
+import torch
 
 from chessgrpo.board.validation import parse_board
 from chessgrpo.eval.uci_chess960 import Chess960Evaluator, parse_board_960, parse_uci_move, policy_logits, softmax, standard_view
-from chessgrpo.eval.uci_go import MAX_NODES, SearchControl, parse_go, parse_go_flags
+from chessgrpo.eval.uci_go import (
+    DEFAULT_HASH_MB,
+    MAX_MOVE_OVERHEAD_MS,
+    MAX_NODES,
+    MOVE_OVERHEAD_MS,
+    SearchControl,
+    hash_nodes,
+    parse_go,
+    parse_go_flags,
+)
 from chessgrpo.eval.uci_scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
 from chessgrpo.search.base import SearchResult
 
@@ -100,6 +117,10 @@ MAX_LINE = 10_000
 SEARCH_CHOICES = ("puct", "alphabeta", "none")
 DEFAULT_NODES = 256
 MAX_MULTIPV = 16
+MAX_THREADS = 1024
+"""``Threads`` takes any value up to this (bots set what their machine has); it is clamped to the CPUs."""
+MAX_HASH_MB = 1 << 20
+"""``Hash`` takes any value up to this; above `DEFAULT_HASH_MB` it changes nothing (the tree stops at `MAX_NODES`)."""
 INFO_INTERVAL_S = 1.0
 """A long search (``infinite``, ``ponder``, long clocks) sends its ``info`` lines this often."""
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
@@ -272,6 +293,9 @@ class UciEngine:
         self.chess960 = False
         self.show_wdl = False
         self.ponder = False
+        self.move_overhead_ms = MOVE_OVERHEAD_MS
+        self.hash_mb = DEFAULT_HASH_MB
+        self.threads = torch.get_num_threads()
         self.input = input or sys.stdin
         self.output = output or sys.stdout
         self.policy = self.load(device)
@@ -398,6 +422,9 @@ class UciEngine:
             f"option name UCI_Chess960 type check default {check[self.chess960]}",
             f"option name UCI_ShowWDL type check default {check[self.show_wdl]}",
             f"option name Ponder type check default {check[self.ponder]}",
+            f"option name Move Overhead type spin default {self.move_overhead_ms} min 0 max {MAX_MOVE_OVERHEAD_MS}",
+            f"option name Threads type spin default {self.threads} min 1 max {MAX_THREADS}",
+            f"option name Hash type spin default {self.hash_mb} min 1 max {MAX_HASH_MB}",
         ]
 
     # ---------------------------------------------------------------------------------- options
@@ -429,6 +456,9 @@ class UciEngine:
             "uci_chess960": self.set_chess960,
             "uci_showwdl": self.set_show_wdl,
             "ponder": self.set_ponder,
+            "move overhead": self.set_move_overhead,
+            "threads": self.set_threads,
+            "hash": self.set_hash,
         }
 
     def set_search(self, value: str) -> None:
@@ -543,6 +573,42 @@ class UciEngine:
             return
         self.ponder = flag  # `go ponder` works either way; the option only tells the GUI it may ponder
 
+    def set_move_overhead(self, value: str) -> None:
+        overhead = parse_spin(value, 0, MAX_MOVE_OVERHEAD_MS)
+        if overhead is None:
+            self.info(f"error: Move Overhead must be an integer in [0, {MAX_MOVE_OVERHEAD_MS}] ms, got {value[:50]!r}; "
+                      f"keeping {self.move_overhead_ms}")  # fmt: skip
+            return
+        self.move_overhead_ms = overhead
+
+    def set_threads(self, value: str) -> None:
+        """Torch's intra-op threads for the network's forwards (the search itself is one thread: its
+        batches are small, so more threads help only a large network); more than the CPUs is clamped."""
+        threads = parse_spin(value, 1, MAX_THREADS)
+        if threads is None:
+            self.info(f"error: Threads must be an integer in [1, {MAX_THREADS}], got {value[:50]!r}; keeping {self.threads}")
+            return
+        usable = min(threads, os.cpu_count() or 1)
+        if usable < threads:
+            self.info(f"Threads {threads}: this machine has {usable} CPUs; using {usable}")
+        torch.set_num_threads(usable)
+        self.threads = usable
+
+    def set_hash(self, value: str) -> None:
+        """The search tree's memory bound in MiB: a search stops growing at `hash_nodes` nodes (~4 kB each)."""
+        hash_mb = parse_spin(value, 1, MAX_HASH_MB)
+        if hash_mb is None:
+            self.info(f"error: Hash must be an integer in [1, {MAX_HASH_MB}] MiB, got {value[:50]!r}; keeping {self.hash_mb}")
+            return
+        self.hash_mb = hash_mb
+        if hash_nodes(hash_mb) < self.nodes:
+            self.info(f"Hash {hash_mb} MiB holds {hash_nodes(hash_mb)} nodes: searches stop there (Nodes is {self.nodes})")
+
+    @property
+    def max_nodes(self) -> int:
+        """The most nodes one search may grow: `MAX_NODES`, or fewer under a small ``Hash``."""
+        return hash_nodes(self.hash_mb)
+
     # --------------------------------------------------------------------------------- position
 
     def set_position(self, arguments: list[str]) -> None:
@@ -582,7 +648,10 @@ class UciEngine:
         started = time.perf_counter()
         arguments = arguments or []
         board = self.board.copy() if self.board is not None else None
-        limits, problems = parse_go(arguments, board.turn if board is not None else chess.WHITE, self.nodes)
+        limits, problems = parse_go(
+            arguments, board.turn if board is not None else chess.WHITE, min(self.nodes, self.max_nodes),
+            overhead_ms=self.move_overhead_ms, max_nodes=self.max_nodes,
+        )  # fmt: skip
         flags = parse_go_flags(arguments)
         for problem in problems:
             self.info(f"error: {problem}")
@@ -664,7 +733,7 @@ class UciEngine:
         try:
             result = searcher.search(
                 board,
-                nodes=MAX_NODES if control.unbounded else control.limits.nodes,
+                nodes=self.max_nodes if control.unbounded else control.limits.nodes,
                 root_moves=job.allowed if job.restricted else None,
                 should_stop=control.should_stop,  # stop, ponderhit's node limit and deadline
                 report=report,
@@ -695,7 +764,7 @@ class UciEngine:
             rest = [move for move in job.allowed if move not in shown]
             if not rest:
                 break
-            more = searcher.search(board, nodes=MAX_NODES if control.unbounded else control.limits.nodes, root_moves=rest,
+            more = searcher.search(board, nodes=self.max_nodes if control.unbounded else control.limits.nodes, root_moves=rest,
                                    should_stop=control.should_stop)  # fmt: skip
             new = [line for line in more.root_moves if line.move not in shown]
             if not new:

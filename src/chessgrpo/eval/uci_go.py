@@ -17,7 +17,18 @@ import chess
 MAX_NODES = 100_000
 """The most nodes one ``go`` searches, also when only time limits it or ``infinite`` (bounds the tree's memory: ~4 kB a node)."""
 MOVE_OVERHEAD_MS = 50
-"""Kept back from every time limit: the pipe, the GUI and the batch the search finishes."""
+"""Kept back from every time limit by default (the UCI option ``Move Overhead``): the pipe, the GUI and the batch
+the search finishes."""
+MAX_MOVE_OVERHEAD_MS = 5000
+NODE_BYTES = 4096
+"""The search tree's memory per node (about 4 kB): ``Hash`` MiB hold ``Hash * 2**20 / NODE_BYTES`` nodes."""
+DEFAULT_HASH_MB = -(-MAX_NODES * NODE_BYTES // 2**20)
+"""The default ``Hash``: what `MAX_NODES` nodes take (391 MiB); a larger Hash changes nothing."""
+
+
+def hash_nodes(hash_mb: int) -> int:
+    """The most nodes a tree of `hash_mb` MiB holds (at least 1, at most `MAX_NODES`)."""
+    return max(1, min(MAX_NODES, hash_mb * 2**20 // NODE_BYTES))
 DEFAULT_MOVES_TO_GO = 30
 """Moves the remaining clock time is spread over when the GUI gives no ``movestogo``."""
 INCREMENT_SHARE = 0.75
@@ -47,14 +58,16 @@ INTEGER_ARGUMENTS = ("wtime", "btime", "winc", "binc", "movestogo", "movetime", 
 GO_KEYWORDS = frozenset(INTEGER_ARGUMENTS) | {"infinite", "ponder", "searchmoves"}
 
 
-def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tuple[GoLimits, list[str]]:
+def parse_go(
+    arguments: list[str], turn: chess.Color, default_nodes: int, *, overhead_ms: int = MOVE_OVERHEAD_MS, max_nodes: int = MAX_NODES
+) -> tuple[GoLimits, list[str]]:
     """The limits of ``go <arguments>`` for the side `turn`, and a description of every argument
     that was malformed and ignored.
 
-    ``nodes`` caps the nodes (at most `MAX_NODES`); ``movetime`` or else the clock
-    (`clock_seconds`) sets the time. A time limit without ``nodes`` searches up to `MAX_NODES`;
-    neither (``depth``, ``mate``, ``infinite``, nothing) searches `default_nodes`. ``infinite``,
-    ``ponder`` and ``searchmoves`` are `parse_go_flags`'s.
+    ``nodes`` caps the nodes (at most `max_nodes`: `MAX_NODES`, or fewer under a small ``Hash``);
+    ``movetime`` or else the clock (`clock_seconds`, less `overhead_ms`) sets the time. A time limit
+    without ``nodes`` searches up to `max_nodes`; neither (``depth``, ``mate``, ``infinite``, nothing)
+    searches `default_nodes`. ``infinite``, ``ponder`` and ``searchmoves`` are `parse_go_flags`'s.
     """
     values: dict[str, int] = {}
     problems: list[str] = []
@@ -71,16 +84,16 @@ def parse_go(arguments: list[str], turn: chess.Color, default_nodes: int) -> tup
         index += 1  # other tokens (infinite, ponder, searchmoves and its moves): parse_go_flags
     seconds = None
     if "movetime" in values:
-        seconds = movetime_seconds(values["movetime"])
+        seconds = movetime_seconds(values["movetime"], overhead_ms)
     else:
         clock, increment = ("wtime", "winc") if turn == chess.WHITE else ("btime", "binc")
         if clock in values:
-            seconds = clock_seconds(values[clock], values.get(increment, 0), values.get("movestogo", 0))
+            seconds = clock_seconds(values[clock], values.get(increment, 0), values.get("movestogo", 0), overhead_ms)
     if "nodes" in values:
         nodes = values["nodes"]
     else:
-        nodes = MAX_NODES if seconds is not None else default_nodes
-    return GoLimits(nodes=min(max(nodes, 1), MAX_NODES), seconds=seconds), problems
+        nodes = max_nodes if seconds is not None else default_nodes
+    return GoLimits(nodes=min(max(nodes, 1), max_nodes), seconds=seconds), problems
 
 
 def parse_go_flags(arguments: list[str]) -> GoFlags:
@@ -98,21 +111,21 @@ def parse_go_flags(arguments: list[str]) -> GoFlags:
     return GoFlags(infinite="infinite" in arguments, ponder="ponder" in arguments, searchmoves=tuple(searchmoves))
 
 
-def movetime_seconds(movetime_ms: int) -> float:
-    """``go movetime MS``: MS less the overhead (`MOVE_OVERHEAD_MS`, at most half of MS)."""
+def movetime_seconds(movetime_ms: int, overhead_ms: int = MOVE_OVERHEAD_MS) -> float:
+    """``go movetime MS``: MS less the overhead (``Move Overhead``, at most half of MS)."""
     movetime_ms = max(movetime_ms, 0)
-    return max((movetime_ms - min(MOVE_OVERHEAD_MS, movetime_ms / 2)) / 1000, MIN_SEARCH_SECONDS)
+    return max((movetime_ms - min(overhead_ms, movetime_ms / 2)) / 1000, MIN_SEARCH_SECONDS)
 
 
-def clock_seconds(remaining_ms: int, increment_ms: int = 0, moves_to_go: int = 0) -> float:
-    """The time for one move from the clock: with ``usable = remaining - MOVE_OVERHEAD_MS``,
+def clock_seconds(remaining_ms: int, increment_ms: int = 0, moves_to_go: int = 0, overhead_ms: int = MOVE_OVERHEAD_MS) -> float:
+    """The time for one move from the clock: with ``usable = remaining - overhead_ms`` (``Move Overhead``),
 
         min(usable / (movestogo or 30) + 0.75 * increment, usable / 5)
 
     so the clock is spread over the moves still to play, the increment is mostly spent, and no
     move takes more than a fifth of what is left (at least `MIN_SEARCH_SECONDS`).
     """
-    usable = max(remaining_ms - MOVE_OVERHEAD_MS, 0)
+    usable = max(remaining_ms - overhead_ms, 0)
     moves = moves_to_go if moves_to_go > 0 else DEFAULT_MOVES_TO_GO
     target = usable / moves + INCREMENT_SHARE * max(increment_ms, 0)
     return max(min(target, MAX_CLOCK_FRACTION * usable) / 1000, MIN_SEARCH_SECONDS)
