@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,26 @@ def test_grpo_run_logs_to_wandb_offline(tmp_path, monkeypatch):
     for key in ("entropy_coef", "reward_nodes", "chessgrpo-test"):  # the resolved config and the project
         assert key.encode() in data, key
     assert dataclasses.asdict(config.tracking)["wandb_mode"] == "offline"
+
+
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
+    """`--resume` keeps the W&B run id (RUN_DIR/wandb_run_id): one run, its steps continuing, not a second run."""
+    pytest.importorskip("wandb")
+    for variable in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID", "WANDB_RESUME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracking = TrackingConfig(backends=["jsonl", "wandb"], wandb_project="chessgrpo-test")
+    config = dataclasses.replace(_grpo(tmp_path, "wbr", tracking, steps=2), checkpoint_every=2)
+    with Trainer(config) as trainer:
+        trainer.train()
+    run = tmp_path / "wbr"
+    run_id = (run / "wandb_run_id").read_text().strip()
+    resumed = load_config(MoveGroupTrainConfig, run / "config.yaml", ["steps=3"])
+    with Trainer(resumed, resume=True) as trainer:
+        assert trainer.step == 2
+        trainer.train()
+    assert (run / "wandb_run_id").read_text().strip() == run_id
+    runs = sorted((run / "wandb").glob("offline-run-*"))
+    # One W&B run written twice (W&B adds "-1" to the second folder when both start in the same second).
+    assert len(runs) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", path.name) for path in runs), runs
+    assert b"reward/mean" in next(runs[-1].glob("run-*.wandb")).read_bytes()

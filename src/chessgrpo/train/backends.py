@@ -9,7 +9,8 @@ resolved config once at the start:
   `tensorboard_dir`); the config as a text summary named ``config`` (YAML). A resumed run purges
   the events after the resumed step, as `MetricsWriter` does with the JSONL rows.
 - ``wandb``: ``wandb.init(mode=wandb_mode, config=<resolved config>)``; offline by default, so it
-  needs no account and no network (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads later).
+  needs no account and no network (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads later). The
+  run's W&B id is kept in ``RUN_DIR/wandb_run_id``, so ``--resume`` continues the same W&B run.
 
 Both packages are optional (``pip install 'chessgrpo[tracking]'``). A listed backend whose package
 is missing is a `BackendUnavailable` error when the config is built, before any work is done.
@@ -18,9 +19,10 @@ is missing is a `BackendUnavailable` error when the config is built, before any 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import importlib.util
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -124,6 +126,27 @@ class TensorBoardSink(Sink):
         self._writer.close()
 
 
+WANDB_ID_FILE = "wandb_run_id"
+"""RUN_DIR/wandb_run_id: the W&B run id, written at the first start, read back by every ``--resume``."""
+
+
+def wandb_run_id(run_dir: Path, generate: Callable[[], str]) -> str:
+    """The run's W&B id: the one its directory holds, or a new one (`generate`) written there atomically."""
+    path = run_dir / WANDB_ID_FILE
+    try:
+        existing = path.read_text().strip()
+    except FileNotFoundError:
+        existing = ""
+    if existing:
+        return existing
+    run_id = generate()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(run_id + "\n")
+    temporary.replace(path)
+    return run_id
+
+
 class WandbSink(Sink):
     """A W&B run (offline by default) with the resolved config and the rows at their steps."""
 
@@ -136,7 +159,10 @@ class WandbSink(Sink):
             raise BackendUnavailable(f"{_missing('wandb', 'wandb')} ({error})") from None
         directory = Path(config.wandb_dir) if config.wandb_dir else run_dir
         directory.mkdir(parents=True, exist_ok=True)
+        self.run_id = wandb_run_id(run_dir, lambda: secrets.token_hex(4))  # W&B's own ids are 8 lowercase alphanumerics
         self._run = wandb.init(
+            id=self.run_id,
+            resume="allow",  # a resumed training run continues its W&B run: one run, one history
             project=config.wandb_project,
             entity=config.wandb_entity,
             mode=config.wandb_mode,
