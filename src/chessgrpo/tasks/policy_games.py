@@ -6,7 +6,9 @@ far ahead. `policy_game_positions` plays the policy (argmax, avoiding threefold 
 ahead, exactly as `chessgrpo eval games` plays it) against a uniformly random mover from seeded
 random openings and returns every position where the policy is to move. A move-group source
 ``policy_games:N`` (N games) trains on them; the games are played by the frozen starting policy
-(the reference), so a resumed run rebuilds exactly the same positions.
+(the reference), so a resumed run rebuilds exactly the same positions. They are cached on disk by
+the policy's weights and the settings (`cached_policy_game_positions`, beside the engine cache), so
+a run from the same start does not play them again.
 
 The openings are random plies from the initial position, seeded separately from the balanced
 suite of `chessgrpo eval games` (which checks each opening with Stockfish): training positions
@@ -15,12 +17,19 @@ and evaluation games do not share openings beyond chance transpositions in the f
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 import random
+from pathlib import Path
 from typing import Any
 
 import chess
 
 from chessgrpo.eval.movers import PolicyMover, RandomMover
+
+logger = logging.getLogger(__name__)
 
 SOURCE_PREFIX = "policy_games:"
 
@@ -81,3 +90,42 @@ def policy_game_positions(
         if progress is not None:
             progress(game + 1)
     return positions
+
+
+CACHE_VERSION = 1
+"""Bumped when `policy_game_positions` would play different games for the same inputs."""
+
+
+def policy_games_key(policy: Any, games: int, *, seed: int, opening_plies: tuple[int, int] = (4, 8), max_plies: int = 300) -> str:
+    """What decides the games: the policy's weights and config and every setting of `policy_game_positions` (sha256)."""
+    digest = hashlib.sha256()
+    settings = {"version": CACHE_VERSION, "games": games, "seed": seed, "opening_plies": list(opening_plies), "max_plies": max_plies,
+                "config": repr(getattr(policy, "config", None))}  # fmt: skip
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    for name, tensor in sorted(policy.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def cached_policy_game_positions(policy: Any, games: int, cache_dir: Path | None, *, seed: int, **settings: Any) -> tuple[list[chess.Board], str]:
+    """`policy_game_positions`, read from `cache_dir` when the same policy and settings played them before.
+
+    Returns (positions, where they came from: "cache FILE" or "played"). The FENs are written atomically
+    (a temporary file, then a rename); an unreadable cache file is reported and the games are replayed.
+    `cache_dir` None plays them without a cache.
+    """
+    if cache_dir is None:
+        return policy_game_positions(policy, games, seed=seed, **settings), "played"
+    path = Path(cache_dir) / f"policy_games_{policy_games_key(policy, games, seed=seed, **settings)[:24]}.fens"
+    if path.exists():
+        try:
+            return [chess.Board(line) for line in path.read_text().splitlines() if line], f"cache {path}"
+        except (OSError, ValueError) as error:
+            logger.warning("policy games cache %s is unreadable (%s): playing the games again", path, error)
+    boards = policy_game_positions(policy, games, seed=seed, **settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_text("".join(board.fen() + "\n" for board in boards))
+    temporary.replace(path)
+    return boards, "played"

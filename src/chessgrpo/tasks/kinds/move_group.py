@@ -37,7 +37,7 @@ from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
-from chessgrpo.tasks.policy_games import SOURCE_PREFIX, parse_policy_games, policy_game_positions
+from chessgrpo.tasks.policy_games import SOURCE_PREFIX, cached_policy_game_positions, parse_policy_games
 from chessgrpo.tasks.move_group import MoveGroupConfig, labelled_loss, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
@@ -216,13 +216,18 @@ class MoveGroupKind(PolicyGRPOKind):
             return None
         games = parse_policy_games(item.positions)
         tick = time.perf_counter()
+        source = "the games of an earlier source"
         if item.positions not in self._policy_games:  # two sources may filter the same games differently
-            self._policy_games[item.positions] = policy_game_positions(self.reference, games, seed=self.config.run.seed + 7919)
+            engine = self.config.engine
+            cache_dir = Path(engine.cache_path).parent if engine.cache and engine.cache_path else None
+            self._policy_games[item.positions], source = cached_policy_game_positions(
+                self.reference, games, cache_dir, seed=self.config.run.seed + 7919
+            )
         boards = self._policy_games[item.positions]
         if item.max_positions is not None and len(boards) > item.max_positions:
             boards = StartPositions(boards, item.positions).draw(item.max_positions, seed=self.config.run.seed, step=0, stream=99)
-        logger.info("%s: %d positions from %d games against a random mover (%.1f s)", item.positions, len(boards), games,
-                    time.perf_counter() - tick)  # fmt: skip
+        logger.info("%s: %d positions from %d games against a random mover (%s, %.1f s)", item.positions, len(boards), games,
+                    source, time.perf_counter() - tick)  # fmt: skip
         return StartPositions(boards, item.positions)
 
     def close(self) -> None:
