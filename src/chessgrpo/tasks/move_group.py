@@ -67,6 +67,9 @@ class MoveGroupConfig:
     """Stockfish node limit for valuing moves (and the best move)."""
     best_move_values: bool = True
     """Also value the engine's best move, to log reward/esl (one more search per position)."""
+    reward_fn: str | None = None
+    """A reward you write, ``module:function`` (importable; `tasks.user_rewards.MoveReward`: (board, move,
+    win_probability) -> float): it replaces `reward` for training. Checked when the config is built."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -81,6 +84,10 @@ class MoveGroupConfig:
             raise ValueError("reward 'regret' needs best_move_values: true")
         if self.reward_nodes < 1:
             raise ValueError(f"reward_nodes must be >= 1, got {self.reward_nodes}")
+        if self.reward_fn is not None:
+            from chessgrpo.tasks.user_rewards import load_reward_function
+
+            load_reward_function(self.reward_fn)
 
 
 # ------------------------------------------------------------------------------------------------

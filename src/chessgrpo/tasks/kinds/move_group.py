@@ -38,6 +38,7 @@ from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, cached_policy_game_positions, parse_policy_games
+from chessgrpo.tasks.user_rewards import load_reward_function, user_rewards
 from chessgrpo.tasks.move_group import MoveGroupConfig, labelled_loss, make_forward, sample_groups, score_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
@@ -209,6 +210,7 @@ class MoveGroupKind(PolicyGRPOKind):
 
             self.tablebase = Tablebase(config.engine.syzygy_path)
         self._puzzles: list | None = None
+        self._reward_fn: Any = None
 
     def _policy_games_source(self, item: PositionSource) -> StartPositions | None:
         """``policy_games:N``: positions from N games of the starting (reference) policy against a random mover."""
@@ -259,7 +261,12 @@ class MoveGroupKind(PolicyGRPOKind):
         scored = score_groups(
             self.pool, groups_, nodes=task.reward_nodes, best_move_values=task.best_move_values, tablebase=self.tablebase
         )
-        rewards = scored.rewards(task.reward)
+        if task.reward_fn is None:
+            rewards = scored.rewards(task.reward)
+        else:  # the user's reward function (tasks/user_rewards.py), on the engine's values of the sampled moves
+            if self._reward_fn is None:
+                self._reward_fn = load_reward_function(task.reward_fn)
+            rewards = user_rewards(self._reward_fn, groups_.boards, groups_.moves(), scored.values, task.reward_fn)
         reward_s = time.perf_counter() - tick
 
         batch = to_rollout_batch(groups_, rewards.to(self.context.device))

@@ -1,0 +1,68 @@
+"""Reward functions users write (`task.reward_fn: "module:function"`), as TRL users pass `reward_funcs`.
+
+A one-move reward function has the signature of `MoveReward`: it gets the position, the sampled move and
+the engine's expected score for the mover after it (what the built-in ``win_prob`` reward returns), and
+returns the move's reward (any finite float; the group baseline centres it). The built-in ``win_prob``
+reward is ``lambda board, move, win_probability: win_probability``. The function is imported and its
+signature checked when the config is built, so a typo fails before any engine starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import chess
+import torch
+
+
+class MoveReward(Protocol):
+    def __call__(self, board: chess.Board, move: chess.Move, win_probability: float) -> float:
+        """The reward of playing `move` in `board` (`win_probability`: the mover's expected score after it, by the engine)."""
+        ...
+
+
+def load_reward_function(spec: str, key: str = "task.reward_fn") -> MoveReward:
+    """The callable ``module:function`` names (a dotted attribute path after the colon is allowed).
+
+    One `ValueError` naming `key` and `spec` when it has no colon, the module does not import, the
+    attribute is missing, it is not callable, or it cannot take (board, move, win_probability).
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{key} {spec!r}: expected 'module:function' (an importable module, a colon, the function's name)")
+    try:
+        target: object = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - any import failure is the user's module's: say which
+        raise ValueError(f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error})") from None
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"{key} {spec!r}: module {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{key} {spec!r}: {attribute!r} is a {type(target).__name__}, not a function")
+    try:
+        inspect.signature(target).bind(chess.Board(), chess.Move.null(), 0.5)
+    except TypeError as error:
+        raise ValueError(f"{key} {spec!r}: it must take (board, move, win_probability): {error}") from None
+    except ValueError:  # builtins without a signature: trust them
+        pass
+    return target  # type: ignore[return-value]
+
+
+def user_rewards(function: MoveReward, boards: Sequence[chess.Board], moves: Sequence[Sequence[chess.Move]],
+                 win_probabilities: torch.Tensor, spec: str) -> torch.Tensor:  # fmt: skip
+    """[B, G] rewards of `function` for each position's sampled moves; a non-finite or non-numeric answer is an error naming it."""
+    rows = []
+    for board, row, values in zip(boards, moves, win_probabilities.tolist()):
+        out = []
+        for move, value in zip(row, values):
+            reward = function(board.copy(stack=False), move, float(value))  # a copy: the function may push moves
+            if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+                raise ValueError(f"task.reward_fn {spec!r} returned {reward!r} for {move.uci()} in {board.fen()!r}: expected a finite number")
+            out.append(float(reward))
+        rows.append(out)
+    return torch.tensor(rows, dtype=torch.float32)
