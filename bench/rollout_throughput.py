@@ -8,7 +8,7 @@ Settings (each a real `chessgrpo train` step loop, built in a fresh process, eng
 
 - ``one_move``: configs/grpo_tiny.yaml's shape (B=32 positions x G=8 moves, 2000 reward nodes, 2 epochs of
   2 minibatches), start positions from the init's dataset (``--positions``) instead of the policy-game mixture
-  (whose start-up games cost ~20 s and nothing per step);
+  (whose start-up games cost ~20 s and nothing per step); the value and bc anchors' positions from it too;
 - ``trajectory``: configs/trajectory_stockfish_tiny.yaml (B=8 x G=8 games, T=4 own plies against Stockfish at
   100 nodes, engine rewards at 2000 nodes, process supervision, 2 epochs of 2 minibatches);
 - ``trajectory_overlap``: ``trajectory`` with ``task.overlap_rewards: true`` (rewards searched while the rollout plays);
@@ -82,7 +82,9 @@ def worker(setting: str, init: str, positions: str, steps: int, warmup: int, ext
     checkout = Path(chessgrpo.__file__).resolve().parents[2]  # the configs of the code under test
     with tempfile.TemporaryDirectory() as out:
         kind = "move_group" if setting == "one_move" else "trajectory"
-        options = [f"kind={kind}", f"init_checkpoint={init}", f"positions={positions}", f"run.out_dir={out}", "run.name=bench",
+        # one_move's value and bc anchors read labelled positions too: the same dataset (the config's data/tiny by default)
+        anchors = [f"value_positions={positions}"] if kind == "move_group" else []
+        options = [f"kind={kind}", f"init_checkpoint={init}", f"positions={positions}", *anchors, f"run.out_dir={out}", "run.name=bench",
                    f"steps={warmup + steps}", *COMMON, *overrides, *extra]  # fmt: skip
         config = load_config(config_class(kind), checkout / config_path, options)
         rows = []

@@ -7,8 +7,12 @@
 
 Each stage leaves WORK/stages/NAME.json (its exit status, wall seconds and what it measured); `summary` reads
 them, the GRPO run's metrics.jsonl (perf/step_s, perf/sample_s, perf/reward_s, perf/learn_s,
-perf/samples_per_s, written by `train.kind.GRPOKind.learn` and `tasks.kinds.rookworld`) and the `eval lm`
-results, and prints a compact summary (also written to OUT/gpu_check_summary.{txt,json} when --out is given).
+perf/samples_per_s, written by `train.kind.GRPOKind.learn` and `tasks.kinds.rookworld`), the `eval lm`
+results and the benches' JSON (WORK/bench/rollout_{cuda,cpu}.json of bench/rollout_throughput.py,
+WORK/bench/pretrain_{cuda,cpu}.json of bench/pretrain_pipeline.py), and prints a compact summary. With --out
+it writes OUT/gpu_check_summary.txt (that text), OUT/gpu_check.json (`build_report`: the machine, every figure
+on cuda and on the CPU threads with their ratio, each target and pass/fail, the stages, the raw numbers) and
+OUT/gpu_check.md (`report_markdown`: the same figures as one Markdown table).
 
 `cli` runs the `chessgrpo` command in this process (`chessgrpo.cli.main`), so it can report the CUDA
 allocator's peak (`torch.cuda.max_memory_allocated`) and bound a training run's wall time: after
@@ -34,6 +38,12 @@ from typing import Any
 
 TARGET_COMPLETIONS_PER_S = 100.0
 """The GPU config's goal: completions/s end to end in GRPO on one H100/H200."""
+TARGET_ONE_MOVE = 2000.0
+"""Issue 53: one-move GRPO samples/s on cuda (bench/rollout_throughput.py, configs/grpo_tiny.yaml's shape)."""
+TARGET_TRAJECTORY = 1200.0
+"""Issue 53: trajectory GRPO own plies/s on cuda (configs/trajectory_stockfish_tiny.yaml's shape)."""
+TARGET_PRETRAIN_RATIO = 0.9
+"""Issue 53: pretraining through the real input pipeline / the model alone, on cuda (bench/pretrain_pipeline.py)."""
 
 
 def stage_path(work: Path, stage: str) -> Path:
@@ -76,9 +86,12 @@ def preflight(args: argparse.Namespace) -> int:
 
     info["cuda_available"] = bool(torch.cuda.is_available())
     info["torch_cuda"] = torch.version.cuda
+    info["cpu_count"] = os.cpu_count()
+    info["cpu"] = _cpu_model()
     if info["cuda_available"]:
         props = torch.cuda.get_device_properties(0)
         info["device"] = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, {torch.cuda.device_count()} device(s)"
+        info["gpu"] = props.name
         info["gpu_memory_gib"] = props.total_memory / 2**30
     else:
         info["device"] = f"cpu ({os.cpu_count()} cores)"
@@ -95,6 +108,17 @@ def preflight(args: argparse.Namespace) -> int:
               "machine run `bash scripts/gpu_check.sh --dry-run` (the same pipeline, tiny sizes, on CPU).", file=sys.stderr)  # fmt: skip
         return 3
     return 0
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
 
 
 def _pinned(name: str) -> str | None:
@@ -382,14 +406,184 @@ def summary(args: argparse.Namespace) -> int:
         lines.append("[--] SFT + GRPO + eval lm of a >= 20M chess LM: not run (add --full)")
 
     lines.append(f"total {fmt(meta.get('total_s', float('nan')), '.0f')} s")
-    text = "\n".join(lines)
+    report = build_report(work, result)
+    markdown = report_markdown(report)
+    text = "\n".join(lines) + "\n\n" + markdown
     print(text)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_check_summary.txt").write_text(text + "\n")
-        (out / "gpu_check_summary.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
+        (out / "gpu_check_summary.txt").write_text(text)
+        (out / "gpu_check.json").write_text(json.dumps(report, indent=1, sort_keys=True, default=str))
+        (out / "gpu_check.md").write_text(markdown)
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def rollout_figures(path: Path) -> dict[str, dict[str, float]] | None:
+    """Per setting of a `bench/rollout_throughput.py --json` file: the median samples (own plies) per second
+    over its timed steps, the median step seconds, the steps timed."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        return None
+    out = {}
+    for setting, rows in data.items():
+        rows = [r for r in rows if r.get("wall_s", 0) > 0]
+        if rows:
+            out[setting] = {
+                "samples_per_s": statistics.median(r["samples"] / r["wall_s"] for r in rows),
+                "step_s": statistics.median(r["wall_s"] for r in rows),
+                "samples_per_step": statistics.median(r["samples"] for r in rows),
+                "steps": len(rows),
+            }
+    return out or None
+
+
+def pretrain_figures(path: Path) -> dict[str, Any] | None:
+    """A `bench/pretrain_pipeline.py --json` file: samples/s of the model alone, the pipeline without and with
+    prefetching, their ratios to the model alone, the host costs and the bench's settings."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not data.get("rows"):
+        return None
+    rates = {row["variant"]: row["samples_per_s"] for row in data["rows"]}
+    prefetch = data.get("prefetch", 2)
+    model_only, off, on = rates.get("model_only"), rates.get("pipeline_prefetch0"), rates.get(f"pipeline_prefetch{prefetch}")
+    if not model_only:
+        return None
+    return {"model_only": model_only, "prefetch0": off, "prefetch": on, "prefetch_batches": prefetch,
+            "ratio": on / model_only if on else None, "ratio_prefetch0": off / model_only if off else None,
+            "host": data.get("host", {}), "meta": data.get("meta", {}),
+            "windows": {row["variant"]: row.get("windows") for row in data["rows"]}}  # fmt: skip
+
+
+def _figure(key: str, name: str, cuda: Any, cpu: Any, target: float | None = None, *, ran: bool = True) -> dict[str, Any]:
+    """One row of the report: the cuda and CPU figures, their ratio, the target on cuda and whether it is met."""
+    number = lambda v: float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None
+    cuda, cpu = number(cuda), number(cpu)
+    row: dict[str, Any] = {"key": key, "name": name, "cuda": cuda, "cpu": cpu,
+                           "cuda_over_cpu": cuda / cpu if cuda is not None and cpu else None}  # fmt: skip
+    if target is not None:
+        row["target"] = target
+        row["pass"] = None if cuda is None else cuda >= target
+        row["verdict"] = "not run" if not ran else "no figure" if cuda is None else "PASS" if cuda >= target else "FAIL"
+    return row
+
+
+def build_report(work: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """gpu_check.json: the machine, every figure (cuda and CPU threads, their ratio, the target and pass/fail),
+    the benches' settings and raw numbers, the stages' status, and the LM summary."""
+    meta = read_stage(work, "meta") or {}
+    pre = read_stage(work, "preflight") or {}
+    bench = Path(meta.get("bench_dir", work / "bench"))
+    dry = meta.get("mode") == "dry-run"
+    rollout = {column: rollout_figures(bench / f"rollout_{column}.json") for column in ("cuda", "cpu")}
+    pretrain = {column: pretrain_figures(bench / f"pretrain_{column}.json") for column in ("cuda", "cpu")}
+    stages = {name: read_stage(work, name) for name in ("pretrain_data", "rollout_init", "rollout_cuda", "rollout_cpu",
+                                                        "pretrain_cuda", "pretrain_cpu", "grpo_throughput", "tests")}  # fmt: skip
+    ran = lambda *names: any(stages[n] is not None for n in names)
+    roll = lambda column, setting: ((rollout[column] or {}).get(setting) or {}).get("samples_per_s")
+    pre_fig = lambda column, key: (pretrain[column] or {}).get(key)
+    size = meta.get("pretrain_size", "small")
+    prefetch = meta.get("prefetch", 2)
+    figures = [
+        _figure("one_move_samples_per_s", "GRPO one-move groups (grpo_tiny shape), samples/s", roll("cuda", "one_move"),
+                roll("cpu", "one_move"), TARGET_ONE_MOVE, ran=ran("rollout_cuda")),
+        _figure("trajectory_plies_per_s", "GRPO trajectories vs Stockfish (trajectory_stockfish_tiny), own plies/s",
+                roll("cuda", "trajectory"), roll("cpu", "trajectory"), TARGET_TRAJECTORY, ran=ran("rollout_cuda")),
+        _figure("pretrain_model_only_samples_per_s", f"pretraining {size}, model only (one batch reused), samples/s",
+                pre_fig("cuda", "model_only"), pre_fig("cpu", "model_only")),
+        _figure("pretrain_prefetch0_samples_per_s", f"pretraining {size}, real pipeline, batch built in the step, samples/s",
+                pre_fig("cuda", "prefetch0"), pre_fig("cpu", "prefetch0")),
+        _figure("pretrain_pipeline_samples_per_s", f"pretraining {size}, real pipeline, prefetch_batches {prefetch}, samples/s",
+                pre_fig("cuda", "prefetch"), pre_fig("cpu", "prefetch")),
+        _figure("pretrain_pipeline_over_model_only", f"pretraining {size}: real pipeline (prefetch {prefetch}) / model only",
+                pre_fig("cuda", "ratio"), pre_fig("cpu", "ratio"), TARGET_PRETRAIN_RATIO, ran=ran("pretrain_cuda")),
+        _figure("pretrain_prefetch0_over_model_only", f"pretraining {size}: real pipeline without prefetching / model only",
+                pre_fig("cuda", "ratio_prefetch0"), pre_fig("cpu", "ratio_prefetch0")),
+    ]  # fmt: skip
+    grpo = summary.get("grpo_throughput") or {}
+    figures.append(_figure("lm_grpo_completions_per_s", "LM GRPO (rookworld_124m_gpu.yaml, random GPT-2 124M), completions/s",
+                           grpo.get("completions_per_s"), None, TARGET_COMPLETIONS_PER_S, ran=ran("grpo_throughput")))  # fmt: skip
+    tests = stages["tests"]
+    test_row = {"key": "test_cuda", "name": "tests/test_cuda.py", "result": (tests or {}).get("result"),
+                "pass": None if tests is None else tests.get("rc") == 0 and not tests.get("timed_out"),
+                "verdict": "not run" if tests is None else status(tests).strip("[]").replace("ok", "PASS")}  # fmt: skip
+    targets = [f for f in figures if "target" in f] + [test_row]
+    machine = {
+        "gpu": pre.get("gpu"), "gpu_memory_gib": pre.get("gpu_memory_gib"), "device": pre.get("device"),
+        "cpu_count": pre.get("cpu_count"), "cpu": pre.get("cpu"), "torch": pre.get("torch"), "torch_cuda": pre.get("torch_cuda"),
+        "python": pre.get("python"), "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }  # fmt: skip
+    return {
+        "mode": meta.get("mode"),
+        "dry_run": dry,
+        "machine": machine,
+        "figures": figures,
+        "tests": test_row,
+        "all_targets_met": all(t.get("pass") for t in targets if t["verdict"] != "not run") and any(t["verdict"] != "not run" for t in targets),
+        "settings": {k: meta.get(k) for k in ("accel", "accel_threads", "prefetch", "pretrain_size", "pretrain_batch",
+                                              "pretrain_cpu_batch", "rollout_steps", "grpo_config", "budget_s")},
+        "total_s": meta.get("total_s"),
+        "rollout": rollout,
+        "pretrain": pretrain,
+        "stages": stages,
+        "summary": summary,
+    }  # fmt: skip
+
+
+def _commit() -> str | None:
+    """The checkout's commit (short), when the tree is a git checkout."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                              text=True, timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def _number(value: float | None, ratio: bool = False) -> str:
+    if value is None:
+        return "—"
+    if ratio:
+        return f"{value:.2f}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """gpu_check.md: the machine, then one table of every figure with its target and verdict."""
+    m, settings = report["machine"], report["settings"]
+    threads = f"{m['cpu_count']} threads" if m.get("cpu_count") else "all threads"
+    gpu = m.get("gpu") or ("none: the cuda column ran on the CPU, one thread" if report["dry_run"] else "none")
+    where = (f"Machine: GPU {gpu}; CPU {m.get('cpu_count', '?')} x {m.get('cpu', '?')}; torch {m.get('torch', '?')} (CUDA "
+             f"{m.get('torch_cuda')}), Python {m.get('python', '?')}; commit {m.get('commit') or '?'}; {m.get('date')}; "
+             f"{_number(report.get('total_s'))} s of a {_number(settings.get('budget_s'))} s budget.")  # fmt: skip
+    lines = [f"# gpu_check ({report['mode']})", "", where]
+    if report["dry_run"]:
+        lines.append("Dry run: tiny sizes on the CPU; the figures and verdicts exercise the pipeline, they are not measurements.")
+    lines += ["", f"| figure | cuda | CPU ({threads}) | cuda / CPU | target (cuda) | verdict |", "|---|---|---|---|---|---|"]
+    for f in report["figures"]:
+        ratio = f["key"].endswith("_over_model_only")
+        target = f"≥ {_number(f['target'], ratio)}" if "target" in f else ""
+        cross = "" if ratio or f["cuda_over_cpu"] is None else f"{f['cuda_over_cpu']:.2f}x"
+        lines.append(f"| {f['name']} | {_number(f['cuda'], ratio)} | {_number(f['cpu'], ratio)} | {cross} | {target} | {f.get('verdict', '')} |")
+    tests = report["tests"]
+    lines.append(f"| {tests['name']} | {tests.get('result') or '—'} | | | all pass | {tests['verdict']} |")
+    sizes = (f"Settings: rollouts {settings.get('rollout_steps')} timed steps per setting and column (one round); pretraining "
+             f"{settings.get('pretrain_size')} at batch {settings.get('pretrain_batch')} on cuda, {settings.get('pretrain_cpu_batch')} "
+             f"on the CPU threads, prefetch_batches {settings.get('prefetch')}; the cuda column's device: {settings.get('accel')}.")  # fmt: skip
+    lines += ["", sizes, f"All targets met: {'yes' if report['all_targets_met'] else 'no'}."]
+    return "\n".join(lines) + "\n"
 
 
 def meta(args: argparse.Namespace) -> int:

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# One command for a GPU machine (one H100/H200): does the GPU path work, and how fast is LM GRPO there?
+# One command for a GPU machine (one H100/H200): does the GPU path work, and how fast is it there?
+#   (d) the issue-53 figures, each on cuda AND on the machine's CPU threads in the same run (ratios of one run):
+#       rollout throughput (bench/rollout_throughput.py: one-move groups and trajectories against Stockfish at the
+#       shipped shapes; targets on cuda >= 2,000 samples/s and >= 1,200 own plies/s) from a tiny policy pretrained
+#       here on a small labelled dataset (`chessgrpo data generate`, PRETRAIN_DATA_POSITIONS positions), and
+#       pretraining through the real input pipeline against the model alone (bench/pretrain_pipeline.py: `small`,
+#       prefetch on and off; target on cuda: real / model-only >= 0.9)
 #   (b) GRPO throughput of configs/rookworld_124m_gpu.yaml on a random-init GPT-2 124M (scripts/make_gpt2_124m.py)
 #       for GRPO_STEPS steps (default 5): completions/s, sampling vs rewards vs learning seconds per step (from the
 #       run's metrics.jsonl: perf/step_s, perf/sample_s, perf/reward_s, perf/learn_s), the CUDA allocator's peak;
@@ -8,17 +14,20 @@
 #   (c) only with --full (or GPU_CHECK_FULL=1): SFT of a ~27.6M llama chess LM (configs/rookworld_sft_gpu.yaml) for
 #       SFT_MINUTES (default 8), then LM_GRPO_MINUTES (default 3) of GRPO from it (configs/rookworld_124m_gpu.yaml,
 #       chess-tokenizer lengths), then `chessgrpo eval lm` of both and their paired comparison (--compare).
-# (b) runs before (a) so the measurement comes back even if the tests run long. The default run (a + b + set-up)
-# fits in ~8 minutes; --full adds ~13 minutes (more than one device-tool call's 10 minutes: run it as its own call,
-# e.g. `--full --no-tests --no-throughput`, with SFT_MINUTES/LM_GRPO_MINUTES lowered to fit).
-# It prints a compact summary and writes it, with the logs and metrics, under $OUT when OUT is set (else WORK).
+# (d) and (b) run before (a) so the measurements come back even if the tests run long; the default run (set-up, d, b,
+# a) keeps to GPU_CHECK_BUDGET seconds (default 470: under 8 minutes): the tests get what is left of it (at most
+# TESTS_TIMEOUT). --full adds ~13 minutes (more than one device-tool call's 10 minutes: run it as its own call,
+# e.g. `--full --no-tests --no-throughput --no-benches`, with SFT_MINUTES/LM_GRPO_MINUTES lowered to fit).
+# It prints a compact summary and writes gpu_check.json (the machine, every figure, its target, pass/fail) and
+# gpu_check.md (the same as one Markdown table), with the logs and metrics, under $OUT when OUT is set (else WORK).
 #
 # Usage:
 #   bash scripts/gpu_check.sh --prepare    # here (network, the project's .venv): fill runs/gpu_carry/ (see below)
-#   bash scripts/gpu_check.sh              # on the GPU machine: set-up, (b), (a)
+#   bash scripts/gpu_check.sh              # on the GPU machine: set-up, (d), (b), (a)
 #   bash scripts/gpu_check.sh --full       # ... and (c)
 #   bash scripts/gpu_check.sh --dry-run    # the same pipeline with tiny sizes on CPU (< 2 min); also DEVICE=cpu
-#   options: --no-tests, --no-throughput, --keep (reuse WORK's data and model)
+#                                          # (its "cuda" column runs on the CPU with one thread: not a measurement)
+#   options: --no-tests, --no-throughput (b), --no-benches (d), --keep (reuse WORK's data and model)
 #
 # The GPU machine (docs: the device tool's README) runs its own Python 3.12 + CUDA PyTorch and has no network.
 # `--prepare` puts what else it needs into runs/gpu_carry/ (ignored by git, ~45 MB):
@@ -32,13 +41,21 @@
 # and decompresses Stockfish unless one is found ($CHESSGRPO_STOCKFISH, PATH, /usr/games).
 # Environment: PYTHON (interpreter; default .venv/bin/python if present, else python3), WORK (default
 # runs/gpu_check, or runs/gpu_check_dry), OUT, GRPO_STEPS, DATA_POSITIONS, TESTS_TIMEOUT, SFT_MINUTES,
-# GRPO_TIMEOUT (default 300 s), LM_GRPO_MINUTES, LM_GRPO_LR (default 1e-5), EVAL_P / EVAL_A (held-out prompts per task, default 200 / 100).
+# GRPO_TIMEOUT (default 300 s), LM_GRPO_MINUTES, LM_GRPO_LR (default 1e-5), EVAL_P / EVAL_A (held-out prompts per task, default 200 / 100),
+# GPU_CHECK_BUDGET (seconds, default 470), and the sizes of (d), defaults on a GPU (dry run):
+#   PRETRAIN_DATA_POSITIONS 4096 (256), PRETRAIN_DATA_NODES 200 (50): the labelled set both benches read;
+#   INIT_STEPS 30 (1): pretraining steps of the tiny policy the rollouts start from;
+#   ROLLOUT_STEPS 5 (1), ROLLOUT_WARMUP 2 (0): timed and untimed steps per setting and device (one round);
+#   ROLLOUT_REWARD_NODES (dry run only) 200: set it empty for the shipped 2000;
+#   PRETRAIN_SIZE small (tiny), PRETRAIN_BATCH 1024 (64) on cuda, PRETRAIN_CPU_BATCH 128 (64) on the CPU threads,
+#   PRETRAIN_STEPS 10 (2) and PRETRAIN_CPU_STEPS 2 (2) per window, PRETRAIN_REPEATS 3 (2), PRETRAIN_WARMUP 3 (1),
+#   PREFETCH 2; BENCH_TIMEOUT 180 s per bench run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 START=$SECONDS
 
-DRY=0; FULL=${GPU_CHECK_FULL:-0}; TESTS=1; THROUGHPUT=1; PREPARE=0; KEEP=0
+DRY=0; FULL=${GPU_CHECK_FULL:-0}; TESTS=1; THROUGHPUT=1; BENCHES=1; PREPARE=0; KEEP=0
 [ "${DEVICE:-cuda}" = "cpu" ] && DRY=1
 for arg in "$@"; do
   case "$arg" in
@@ -46,6 +63,7 @@ for arg in "$@"; do
     --full) FULL=1 ;;
     --no-tests) TESTS=0 ;;
     --no-throughput) THROUGHPUT=0 ;;
+    --no-benches) BENCHES=0 ;;
     --prepare) PREPARE=1 ;;
     --keep) KEEP=1 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -173,6 +191,17 @@ if [ "$DRY" = 1 ]; then
   LM_GRPO_SIZE=(device=cpu bf16=false threads=1 engine.processes=1 task.prompts_per_step=4 task.group_size=2
                 task.logprob_chunk_rows=4 grpo.minibatch_size=8 grpo.micro_batch_size=4 task.max_new_tokens=16)
   EVAL_P=${EVAL_P:-4}; EVAL_A=${EVAL_A:-4}; EVAL_SIZE=(max_new_tokens=16 batch_size=8 device=cpu threads=1 resamples=200)
+  BUDGET=${GPU_CHECK_BUDGET:-100000}
+  PDATA_POSITIONS=${PRETRAIN_DATA_POSITIONS:-256}; PDATA_EXTRA=(nodes="${PRETRAIN_DATA_NODES:-50}" engine.processes=2 concurrent_games=8)
+  INIT_STEPS=${INIT_STEPS:-1}; INIT_SIZE=(batch_size=64 threads=1)
+  ROLLOUT_STEPS=${ROLLOUT_STEPS:-1}; ROLLOUT_WARMUP=${ROLLOUT_WARMUP:-0}
+  ROLLOUT_EXTRA=(--set engine.processes=2)
+  # 10x fewer reward nodes than the shipped shapes: a dry run (ROLLOUT_REWARD_NODES= keeps the shipped 2000)
+  [ -n "${ROLLOUT_REWARD_NODES-200}" ] && ROLLOUT_EXTRA+=(--set task.reward_nodes="${ROLLOUT_REWARD_NODES-200}")
+  PT_SIZE=${PRETRAIN_SIZE:-tiny}; PT_BATCH=${PRETRAIN_BATCH:-64}; PT_CPU_BATCH=${PRETRAIN_CPU_BATCH:-64}
+  PT_STEPS=${PRETRAIN_STEPS:-2}; PT_CPU_STEPS=${PRETRAIN_CPU_STEPS:-2}; PT_REPEATS=${PRETRAIN_REPEATS:-2}; PT_WARMUP=${PRETRAIN_WARMUP:-1}
+  # The "cuda" column of a dry run: the same commands on the CPU, one thread (the "cpu" column: every thread).
+  ACCEL=cpu; ACCEL_THREADS=1
 else
   POSITIONS=${DATA_POSITIONS:-$([ "$FULL" = 1 ] && echo 20000 || echo 2000)}
   DATA_EXTRA=()
@@ -184,10 +213,25 @@ else
   SFT_SIZE=()
   LM_GRPO_SIZE=(task.max_new_tokens=96)
   EVAL_P=${EVAL_P:-200}; EVAL_A=${EVAL_A:-100}; EVAL_SIZE=(max_new_tokens=96 batch_size=256 device=cuda)
+  BUDGET=${GPU_CHECK_BUDGET:-470}
+  PDATA_POSITIONS=${PRETRAIN_DATA_POSITIONS:-4096}; PDATA_EXTRA=(nodes="${PRETRAIN_DATA_NODES:-200}")
+  INIT_STEPS=${INIT_STEPS:-30}; INIT_SIZE=()
+  ROLLOUT_STEPS=${ROLLOUT_STEPS:-5}; ROLLOUT_WARMUP=${ROLLOUT_WARMUP:-2}; ROLLOUT_EXTRA=()
+  PT_SIZE=${PRETRAIN_SIZE:-small}; PT_BATCH=${PRETRAIN_BATCH:-1024}; PT_CPU_BATCH=${PRETRAIN_CPU_BATCH:-128}
+  PT_STEPS=${PRETRAIN_STEPS:-10}; PT_CPU_STEPS=${PRETRAIN_CPU_STEPS:-2}; PT_REPEATS=${PRETRAIN_REPEATS:-3}; PT_WARMUP=${PRETRAIN_WARMUP:-3}
+  ACCEL=cuda; ACCEL_THREADS=0
 fi
+PREFETCH=${PREFETCH:-2}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
+PDATA=$WORK/pretrain_data
+INIT=$WORK/rollout_init
+BENCH=$WORK/bench
+left() { echo $((BUDGET - (SECONDS - START))); }  # seconds of GPU_CHECK_BUDGET still left
 
 # Data (Stockfish labels at 1000 nodes: the GRPO reward's budget, so P: labels are cache hits) and the model.
-if [ "$KEEP" = 1 ] && [ -f "$DATA/manifest.json" ]; then
+if [ "$THROUGHPUT" = 0 ] && [ "$FULL" = 0 ]; then
+  :  # the RookWorld data serves (b) and (c) only
+elif [ "$KEEP" = 1 ] && [ -f "$DATA/manifest.json" ]; then
   say "data: keeping $DATA"
 else
   say "data: $POSITIONS positions -> $DATA"
@@ -213,6 +257,52 @@ if [ "$THROUGHPUT" = 1 ]; then
   fi
 fi
 
+# ------------------------------------------------------------------------------------------------ (d) benches
+# bench_run NAME TIMEOUT COMMAND...: run a bench (its log in $BENCH/NAME.log), record its stage, show a failure's end.
+bench_run() {
+  local name=$1 limit=$2; shift 2
+  local tick=$SECONDS
+  timeout -k 15 "$limit" "$@" >"$BENCH/$name.log" 2>&1
+  local rc=$?
+  extra=(); [ $rc = 124 ] || [ $rc = 137 ] && extra=(--timed-out)
+  "${HELPER[@]}" record --work "$WORK" --stage "$name" --rc $rc --seconds $((SECONDS - tick)) "${extra[@]}"
+  [ $rc = 0 ] || { say "$name failed (rc $rc); its log's end:"; tail -15 "$BENCH/$name.log"; }
+  return $rc
+}
+if [ "$BENCHES" = 1 ]; then
+  mkdir -p "$BENCH"; rm -f "$BENCH"/*.json
+  "${HELPER[@]}" meta --work "$WORK" bench_dir="$BENCH" accel="$ACCEL" accel_threads=$ACCEL_THREADS prefetch=$PREFETCH \
+    pretrain_size=$PT_SIZE pretrain_batch=$PT_BATCH pretrain_cpu_batch=$PT_CPU_BATCH rollout_steps=$ROLLOUT_STEPS
+  if [ "$KEEP" = 1 ] && [ -f "$PDATA/manifest.json" ]; then
+    say "(d) labelled positions: keeping $PDATA"
+  else
+    say "(d) labelled positions: $PDATA_POSITIONS -> $PDATA"
+    rm -rf "$PDATA"
+    bench_run pretrain_data 300 "$PYTHON" -m chessgrpo data generate --config configs/data_tiny.yaml out="$PDATA" \
+      positions="$PDATA_POSITIONS" shard_size="$PDATA_POSITIONS" "${PDATA_EXTRA[@]}"
+  fi
+  if [ -f "$PDATA/manifest.json" ]; then
+    say "(d) the rollouts' starting policy: configs/pretrain_tiny.yaml, $INIT_STEPS steps -> $INIT"
+    rm -rf "$INIT"
+    bench_run rollout_init 300 "$PYTHON" -m chessgrpo pretrain --config configs/pretrain_tiny.yaml data="$PDATA" run.out_dir="$WORK" \
+      run.name=rollout_init steps="$INIT_STEPS" warmup_steps=0 eval_every=0 checkpoint_every=0 device="$ACCEL" "${INIT_SIZE[@]}"
+    for column in cuda cpu; do
+      dev=cpu; threads=0; [ $column = cuda ] && { dev=$ACCEL; threads=$ACCEL_THREADS; }
+      if [ -d "$INIT/checkpoints" ]; then
+        say "(d) rollout throughput ($column column: device $dev, threads $threads): one_move, trajectory"
+        bench_run rollout_$column "$BENCH_TIMEOUT" "$PYTHON" bench/rollout_throughput.py --init "$INIT" --positions "$PDATA" \
+          --settings one_move,trajectory --steps "$ROLLOUT_STEPS" --warmup "$ROLLOUT_WARMUP" --repeats 1 --set device=$dev \
+          --set threads=$threads "${ROLLOUT_EXTRA[@]}" --json "$BENCH/rollout_$column.json"
+      fi
+      batch=$PT_CPU_BATCH; steps=$PT_CPU_STEPS; [ $column = cuda ] && { batch=$PT_BATCH; steps=$PT_STEPS; }
+      say "(d) pretraining pipeline ($column column: $PT_SIZE, batch $batch, device $dev, threads $threads)"
+      bench_run pretrain_$column "$BENCH_TIMEOUT" "$PYTHON" bench/pretrain_pipeline.py --data "$PDATA" --size "$PT_SIZE" \
+        --batch "$batch" --device $dev --threads $threads --prefetch "$PREFETCH" --steps "$steps" --warmup "$PT_WARMUP" \
+        --repeats "$PT_REPEATS" --json "$BENCH/pretrain_$column.json"
+    done
+  fi
+fi
+
 # ------------------------------------------------------------------------------------------------ (b) throughput
 if [ "$THROUGHPUT" = 1 ]; then
   say "(b) GRPO throughput: $GRPO_CONFIG, $GRPO_STEPS steps"
@@ -230,6 +320,8 @@ fi
 
 # ------------------------------------------------------------------------------------------------ (a) CUDA tests
 if [ "$TESTS" = 1 ]; then
+  # What is left of the budget, less ~20 s for the summary (never under a minute: a started suite gets a chance).
+  budget_left=$(( $(left) - 20 )); [ "$budget_left" -lt "$TESTS_TIMEOUT" ] && TESTS_TIMEOUT=$(( budget_left > 60 ? budget_left : 60 ))
   say "(a) tests/test_cuda.py (at most $TESTS_TIMEOUT s)"
   tick=$SECONDS
   timeout -k 15 "$TESTS_TIMEOUT" "$PYTHON" -m pytest -q -p no:cacheprovider -m "slow or not slow" tests/test_cuda.py \
@@ -275,9 +367,9 @@ if [ "$FULL" = 1 ]; then
 fi
 
 # ------------------------------------------------------------------------------------------------ summary
-"${HELPER[@]}" meta --work "$WORK" total_s=$((SECONDS - START))
+"${HELPER[@]}" meta --work "$WORK" total_s=$((SECONDS - START)) budget_s=$BUDGET
 echo
-"${HELPER[@]}" summary --work "$WORK" --out "$LOGS"
+"${HELPER[@]}" summary --work "$WORK" --out "$LOGS"  # also gpu_check.json and gpu_check.md
 GRPO_RC=$("$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['rc'])" "$WORK/stages/grpo_throughput.json" 2>/dev/null || echo 0)
 [ "$THROUGHPUT" = 0 ] || [ "$GRPO_RC" = 0 ] || exit 1
 exit 0

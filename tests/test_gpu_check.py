@@ -93,7 +93,67 @@ def test_the_summary_reads_a_gpu_run(tmp_path):
     text = (out / "gpu_check_summary.txt").read_text()
     assert "128.0 completions/s" in text and "sampling 3.00 + rewards 0.20 + learning 0.80" in text
     assert "31.5 GiB allocated" in text and ": MET" in text and "first step (warm-up) 9.00 s" in text
-    assert json.loads((out / "gpu_check_summary.json").read_text())["grpo_throughput"]["completions_per_step"] == 512
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["summary"]["grpo_throughput"]["completions_per_step"] == 512
+    lm = next(f for f in report["figures"] if f["key"] == "lm_grpo_completions_per_s")
+    assert lm["cuda"] == pytest.approx(128.0) and lm["pass"] and lm["verdict"] == "PASS"
+
+
+def _run_summary(gpu_check, work: Path, out: Path) -> dict:
+    sys_argv = sys.argv
+    try:
+        sys.argv = ["gpu_check.py", "summary", "--work", str(work), "--out", str(out)]
+        assert gpu_check.main() == 0
+    finally:
+        sys.argv = sys_argv
+    return json.loads((out / "gpu_check.json").read_text())
+
+
+def test_the_report_reads_gpu_shaped_bench_results(tmp_path):
+    """The benches' JSON as bench/rollout_throughput.py and bench/pretrain_pipeline.py write them, with GPU-shaped
+    numbers: each figure on cuda and on the CPU threads, their ratio, the issue-53 targets with pass and fail, the
+    machine; the Markdown table says the same."""
+    gpu_check = helper_module()
+    work, bench = tmp_path / "work", tmp_path / "work" / "bench"
+    bench.mkdir(parents=True)
+
+    def rollout(one_move: float, trajectory: float) -> dict:  # 3 timed steps each; the median is the middle one
+        steps = lambda rate, samples: [{"setting": "x", "step": i, "wall_s": samples / (rate * f), "samples": samples} for i, f in
+                                       enumerate((0.5, 1.0, 2.0))]  # fmt: skip
+        return {"one_move": steps(one_move, 256.0), "trajectory": steps(trajectory, 250.0)}
+
+    def pretrain(model_only: float, off: float, on: float) -> dict:
+        rows = [{"variant": v, "samples_per_s": r, "windows": [r], "step_ms": 1024e3 / r}
+                for v, r in (("model_only", model_only), ("pipeline_prefetch0", off), ("pipeline_prefetch2", on))]  # fmt: skip
+        return {"meta": {"size": "small", "batch": 1024}, "rows": rows, "ratios": {}, "host": {"build_uint8_ms": 2.0}, "prefetch": 2}
+
+    for name, data in (("rollout_cuda", rollout(2500.0, 1000.0)), ("rollout_cpu", rollout(500.0, 250.0)),
+                       ("pretrain_cuda", pretrain(27700.0, 14200.0, 26000.0)), ("pretrain_cpu", pretrain(400.0, 380.0, 396.0))):  # fmt: skip
+        (bench / f"{name}.json").write_text(json.dumps(data))
+        gpu_check.write_stage(work, name, {"rc": 0, "seconds": 30.0})
+    gpu_check.write_stage(work, "meta", {"mode": "gpu", "full": 0, "bench_dir": str(bench), "accel": "cuda", "prefetch": 2,
+                                         "pretrain_size": "small", "pretrain_batch": 1024, "pretrain_cpu_batch": 128,
+                                         "rollout_steps": 5, "total_s": 455, "budget_s": 470})  # fmt: skip
+    gpu_check.write_stage(work, "preflight", {"rc": 0, "device": "NVIDIA H200, 140 GiB, 1 device(s)", "gpu": "NVIDIA H200",
+                                              "cpu_count": 16, "cpu": "AMD EPYC", "torch": "2.11.0", "torch_cuda": "13.0"})  # fmt: skip
+    gpu_check.write_stage(work, "tests", {"rc": 0, "seconds": 190.0, "result": "9 passed in 190.00s"})
+    report = _run_summary(gpu_check, work, tmp_path / "out")
+    figures = {f["key"]: f for f in report["figures"]}
+    one_move, trajectory = figures["one_move_samples_per_s"], figures["trajectory_plies_per_s"]
+    assert one_move["cuda"] == pytest.approx(2500.0) and one_move["cpu"] == pytest.approx(500.0)
+    assert one_move["cuda_over_cpu"] == pytest.approx(5.0) and one_move["verdict"] == "PASS" and one_move["target"] == 2000.0
+    assert trajectory["cuda"] == pytest.approx(1000.0) and trajectory["verdict"] == "FAIL" and trajectory["pass"] is False
+    ratio = figures["pretrain_pipeline_over_model_only"]
+    assert ratio["cuda"] == pytest.approx(26000 / 27700) and ratio["cpu"] == pytest.approx(0.99) and ratio["verdict"] == "PASS"
+    assert figures["pretrain_prefetch0_over_model_only"]["cuda"] == pytest.approx(14200 / 27700)
+    assert figures["lm_grpo_completions_per_s"]["verdict"] == "not run"  # no LM GRPO stage in this run
+    assert report["tests"]["verdict"] == "PASS" and report["all_targets_met"] is False  # the trajectory target fails
+    assert report["machine"]["gpu"] == "NVIDIA H200" and report["machine"]["cpu_count"] == 16 and not report["dry_run"]
+    markdown = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "| GRPO one-move groups (grpo_tiny shape), samples/s | 2,500 | 500 | 5.00x | ≥ 2,000 | PASS |" in markdown
+    assert "| 1,000 | 250 | 4.00x | ≥ 1,200 | FAIL |" in markdown and "| 0.94 | 0.99 |  | ≥ 0.90 | PASS |" in markdown
+    assert "Machine: GPU NVIDIA H200; CPU 16 x AMD EPYC; torch 2.11.0" in markdown and "All targets met: no." in markdown
+    assert "| tests/test_cuda.py | 9 passed in 190.00s |" in markdown
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
@@ -116,23 +176,47 @@ def dry_run(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, s
 
 @pytest.mark.slow
 def test_the_dry_run_runs_the_gpu_pipeline_on_cpu(tmp_path):
-    """`scripts/gpu_check.sh --dry-run`: data, the model directory, a GRPO run of the GPU config (CPU-sized)
-    whose timings the summary reads, and the CUDA tests (all skipped here); ~35-50 s on 2 busy cores."""
+    """`scripts/gpu_check.sh --dry-run`: (d) a labelled set, a starting policy, the rollout and pretraining benches
+    in both columns; data, the model directory, a GRPO run of the GPU config (CPU-sized) whose timings the summary
+    reads, and the CUDA tests (all skipped here); gpu_check.json and gpu_check.md with every figure. ~100 s on 2 busy cores."""
     done, summary = dry_run(tmp_path)
     assert "[ok] GRPO throughput (configs/rookworld_124m_gpu.yaml" in summary and "completions/s" in summary
     assert "steps 2-3:" in summary and "sampling" in summary and "learning" in summary
     assert "[ok] tests/test_cuda.py:" in summary and "not run (add --full)" in summary
     files = {p.name for p in (tmp_path / "out").iterdir()}
-    assert {"gpu_check_summary.txt", "gpu_check_summary.json", "grpo_metrics.jsonl", "test_cuda.log"} <= files
+    assert {"gpu_check_summary.txt", "gpu_check.json", "gpu_check.md", "grpo_metrics.jsonl", "test_cuda.log"} <= files
     assert len(files) <= 8  # the device tool brings back at most 8 files from $OUT
     assert summary in done.stdout
+
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert report["mode"] == "dry-run" and report["dry_run"] is True
+    machine = report["machine"]
+    assert machine["cpu_count"] >= 1 and machine["torch"] == torch.__version__ and "gpu" in machine and machine["date"]
+    figures = {f["key"]: f for f in report["figures"]}
+    assert set(figures) == {"one_move_samples_per_s", "trajectory_plies_per_s", "pretrain_model_only_samples_per_s",
+                            "pretrain_prefetch0_samples_per_s", "pretrain_pipeline_samples_per_s", "pretrain_pipeline_over_model_only",
+                            "pretrain_prefetch0_over_model_only", "lm_grpo_completions_per_s"}  # fmt: skip
+    for key, figure in figures.items():  # every figure measured in both columns (the LM GRPO run: on the device only)
+        assert figure["cuda"] > 0 and (key == "lm_grpo_completions_per_s" or figure["cpu"] > 0), figure
+    for key in ("one_move_samples_per_s", "trajectory_plies_per_s", "pretrain_pipeline_over_model_only", "lm_grpo_completions_per_s"):
+        assert figures[key]["verdict"] in ("PASS", "FAIL") and figures[key]["target"] > 0
+    assert report["tests"]["verdict"] == "PASS" and report["total_s"] > 0
+    assert all(report["stages"][s]["rc"] == 0 for s in ("pretrain_data", "rollout_init", "rollout_cuda", "rollout_cpu", "pretrain_cuda",
+                                                        "pretrain_cpu"))  # fmt: skip
+    pretrain = report["pretrain"]["cuda"]
+    assert pretrain["host"]["build_uint8_ms"] > 0 and pretrain["meta"]["device"] == "cpu"  # a dry run's "cuda" column
+    markdown = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert markdown.startswith("# gpu_check (dry-run)") and "Dry run:" in markdown
+    assert markdown.count("\n| ") == 10  # the header and 9 figure rows
+    for figure in figures.values():
+        assert f"| {figure['name']} |" in markdown
 
 
 @pytest.mark.slow
 def test_the_full_dry_run_adds_sft_time_bounded_grpo_and_the_paired_eval(tmp_path):
     """--full: SFT of the (shrunk) GPU SFT config, GRPO from it stopped by its time budget (checkpointed, then
     evaluated), `eval lm` of both and the paired comparison; ~85 s on 2 busy cores."""
-    _, summary = dry_run(tmp_path, "--full", "--no-tests")
+    _, summary = dry_run(tmp_path, "--full", "--no-tests", "--no-benches")  # (d) is checked by the default dry run
     assert "[ok] SFT: 6 steps" in summary
     assert "[ok] GRPO of the SFT model:" in summary and "stopped by the time budget" in summary
     assert "[ok][ok] eval lm (SFT -> GRPO):" in summary and "p_format_rate" in summary
