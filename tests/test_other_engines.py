@@ -519,3 +519,30 @@ def test_eval_games_with_a_broken_engine_is_one_line_before_any_game(cli, tmp_pa
     [line] = completed.stderr.strip().splitlines()
     assert "FakeEngine 1.0" in line and "bestmove xyzzy" in line and "before any game" in line
     assert not pgn.exists()
+
+
+def test_the_table_says_what_an_engine_anchor_ran_and_warns_when_it_ignored_its_limit(cli, tmp_path, checkpoint, debian_engine):
+    """Ethereal 12 answers `go nodes 200` after depth 1 and a handful of nodes: the match says so (the
+    row's `ran`, a WARNING line) instead of reporting a result against "Ethereal 12.00" as if at 200 nodes."""
+    from chessgrpo.commands.games import format_summary
+
+    openings = tmp_path / "openings.epd"
+    openings.write_text(OPENINGS[0] + "\n")
+    completed = cli.run(
+        "eval", "games", "--checkpoint", str(checkpoint), "--games", "2", "--openings", str(openings), "--workers", "1",
+        "--anchors", f"sf-nodes:50,uci:{DEBIAN_PACKAGE}:nodes=200,uci:{DEBIAN_PACKAGE}:depth=2", "--json", "max_plies=40",
+        f"engine.syzygy_path={SYZYGY_DIR}", "--pgn", str(tmp_path / "games.pgn"), cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    summary = json.loads(completed.stdout)
+    stockfish, by_nodes, by_depth = (row["ran"] for row in summary["anchors"])
+    assert [row["anchor"] for row in summary["anchors"]] == ["sf-nodes:50", f"{DEBIAN_ENGINE_NAME} nodes=200", f"{DEBIAN_ENGINE_NAME} depth=2"]
+    assert stockfish["kept"] is True and stockfish["asked"] == "nodes=50" and 25 <= stockfish["nodes_median"] <= 400
+    assert by_nodes["kept"] is False and by_nodes["depth_median"] == 1 and by_nodes["nodes_median"] < 50
+    assert by_nodes["line"].startswith(f"{DEBIAN_ENGINE_NAME} nodes=200 (asked nodes=200; ran depth 1, ~")
+    assert "limit ignored: stopped far below it" in by_nodes["line"] and by_nodes["warning"].startswith("WARNING: ")
+    assert by_depth["kept"] is True and by_depth["depth_median"] == 2 and by_depth["warning"] is None
+    assert by_nodes["moves"] > 0 and by_nodes["nodes_reported"] == 1.0
+    text = format_summary(summary)
+    assert text.count("WARNING:") == 1 and "LIMIT IGNORED" in text
+    assert f"ran: {DEBIAN_ENGINE_NAME} depth=2 (asked depth=2; ran depth 2" in text

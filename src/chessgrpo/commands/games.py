@@ -5,7 +5,8 @@
     chessgrpo eval games --checkpoint CKPT [--anchors random,sf-skill:0,uci:PATH,NAME] [--games N]
                          [--engines FILE] [--openings FILE] [--workers K] [--temperature T]
                          [--search-nodes N] [--search-algorithm puct|alphabeta]
-                         [--anchor-nodes N | --anchor-depth D] [--pgn FILE] [--json]
+                         [--anchor-nodes N | --anchor-depth D] [--tc MOVES/SECONDS+INC [--anchor-tc TC]]
+                         [--pgn FILE] [--json]
                          [--sprt ELO0,ELO1 --opponent CKPT2] [--config F] [key=value ...]
 
 Plays N games (N/2 colour-swapped pairs, one opening per pair) against every anchor
@@ -18,6 +19,11 @@ plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N g
 With ``--search-nodes N`` CKPT plays the move of a search with its value head (`chessgrpo.search`)
 at N nodes per move instead of its policy's argmax; the PGN's PlayerSettings and the JSON record
 the search settings. Checkpoint anchors (and the SPRT opponent) play without search.
+With ``--tc 40/10+0.1`` (cutechess syntax) both sides play on clocks (``--anchor-tc`` gives the
+anchors another): losses on time are counted per side and the PGN has TimeControl tags and
+``%clk`` comments (`chessgrpo.eval.game_clock`). Every engine anchor's line says what it ran (depth
+and nodes per move from its ``info`` lines) against what it was asked, with a WARNING when it did not
+keep its limit (`chessgrpo.eval.anchor_runs`).
 A chess LM checkpoint plays its greedy B: answer (`chessgrpo.eval.lm_player`; settings ``lm.*``;
 ``--search-nodes`` and ``--temperature`` are refused for it); the summary adds its ill-formed,
 illegal, re-sampled and fallback rates (``lm_player``).
@@ -59,6 +65,9 @@ def add_games_parser(sub: argparse._SubParsersAction) -> None:
     add_search_arguments(games)
     games.add_argument("--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors and UCI engines without one")
     games.add_argument("--anchor-depth", type=int, help="depth limit per move of those anchors (instead of nodes)")
+    games.add_argument("--tc", metavar="MOVES/SECONDS+INC",
+                       help="clocks for both sides, cutechess syntax: 40/10+0.1, 30+0.3 or 60 (default: none, per-move limits)")
+    games.add_argument("--anchor-tc", metavar="TC", help="the anchors' clock when it differs from --tc")
     games.add_argument("--sprt", metavar="ELO0,ELO1", help="SPRT of --checkpoint against --opponent; stops when decided")
     games.add_argument("--opponent", help="the checkpoint to play in SPRT mode")
     games.add_argument("--pgn", help="PGN output file")
@@ -81,6 +90,8 @@ def _load(args: argparse.Namespace) -> GamesConfig:
         "opponent": args.opponent,
         "pgn": args.pgn,
         "engines": args.engines,
+        "tc": args.tc,
+        "anchor_tc": args.anchor_tc,
     }
     if args.anchors is not None:
         if args.sprt is not None:
@@ -135,7 +146,12 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         lines.append(f"resumed: {summary['games_resumed']} of the games were played by an earlier, interrupted run (its journal)")
     if summary["stopped_early"]:
         lines.append("stopped early: the SPRT decided")
-    lines.extend(_anchor_table(summary["anchors"], level))
+    if summary.get("tc"):
+        clocks = summary["tc"] if not summary.get("anchor_tc") else f"policy {summary['tc']}, anchors {summary['anchor_tc']}"
+        losses = summary["time_losses"]
+        lines.append(f"time control {clocks}: time losses: policy {losses['player']}, anchors {losses['anchor']}")
+        lines.append(summary["clock_note"])
+    lines.extend(_anchor_table(summary["anchors"], level, clocks=bool(summary.get("tc"))))
     if "lm_player" in summary:  # a chess LM played: how its moves were made (eval.lm_player)
         lines.append(summary["lm_player"]["line"])
     lines.append("")
@@ -145,6 +161,11 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         terminations = ", ".join(f"{name} {count}" for name, count in row["terminations"].items())
         lines.append(f"  {row['anchor']}: {row['settings']}; {rating} ({row['rating_source']})")
         lines.append(f"    terminations: {terminations or 'none'}; mean length {row['mean_plies']} plies")
+        if summary.get("tc"):
+            losses = row["time_losses"]
+            lines.append(f"    time losses: policy {losses['player']}, {row['anchor']} {losses['anchor']}")
+        if "ran" in row:
+            lines.append(f"    ran: {row['ran']['line']}")
         if "lm_player" in row:
             lines.append(f"    {row['lm_player']['line']}")
     lines.append("")
@@ -154,6 +175,8 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         lines.append("maximum-likelihood Elo: n/a (no rated anchor; give ratings with anchor_ratings=[NAME=RATING])")
     else:
         lines.append(f"maximum-likelihood Elo: {_elo_text(summary['elo'], signed=False)} ({level}; {summary['elo_method']})")
+    warnings = [row["ran"]["warning"] for row in summary["anchors"] if row.get("ran", {}).get("warning")]
+    lines.extend(warnings)
     lines.append(f"note: {summary['calibration']}")
     if "sprt" in summary:
         from chessgrpo.eval.elo import SprtResult
@@ -168,9 +191,21 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
     return "\n".join(lines)
 
 
-def _anchor_table(anchors: list[dict], level: str) -> list[str]:
-    """One row per anchor: rating, W/D/L, score with its Wilson interval, pentanomial pairs, Elo difference."""
-    header = ["anchor", "rating", "W", "D", "L", f"score [{level} Wilson]", "pairs 0/½/1/1½/2", f"Elo diff [{level}]"]
+def _ran_cell(row: dict) -> str:
+    """What an engine anchor ran, short: "d1 ~6n LIMIT IGNORED", "d3 ~60n"; "-" for other anchors."""
+    ran = row.get("ran")
+    if not ran or not ran["moves"]:
+        return "-"
+    depth = "d?" if ran["depth_median"] is None else f"d{ran['depth_median']:g}"
+    nodes = "n?" if ran["nodes_median"] is None else f"~{ran['nodes_median']:.0f}n"
+    return f"{depth} {nodes}" + (" LIMIT IGNORED" if ran["kept"] is False else "")
+
+
+def _anchor_table(anchors: list[dict], level: str, clocks: bool = False) -> list[str]:
+    """One row per anchor: rating, W/D/L, time losses (policy/anchor, under clocks), score with its Wilson
+    interval, pentanomial pairs, Elo difference, and what an engine anchor ran (median depth and nodes per move)."""
+    header = ["anchor", "rating", "W", "D", "L", *(["time losses P/A"] if clocks else []), f"score [{level} Wilson]",
+              "pairs 0/½/1/1½/2", f"Elo diff [{level}]", "ran/move"]  # fmt: skip
     table = []
     for row in anchors:
         score = row["score"]
@@ -183,9 +218,11 @@ def _anchor_table(anchors: list[dict], level: str) -> list[str]:
                 str(row["wins"]),
                 str(row["draws"]),
                 str(row["losses"]),
+                *([f"{row['time_losses']['player']}/{row['time_losses']['anchor']}"] if clocks else []),
                 score_text,
                 "/".join(str(c) for c in row["pentanomial"]),
                 _elo_text(row["elo_difference"]),
+                _ran_cell(row),
             ]
         )
     widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]

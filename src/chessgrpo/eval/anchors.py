@@ -20,6 +20,10 @@ Anchors on the command line (`parse_anchor`):
   engines, each with a name, a command (+ args), UCI options, a limit and an optional Elo rating.
 - a checkpoint path: another policy (a checkpoint or run directory, `resolve_checkpoint`).
 
+Under a clock (``eval games --tc``, `AnchorSpec.clock`) an engine plays on it, keeping only a limit
+given for it (``sf-nodes:N``, ``uci:...:nodes=N``, an engines file's limit); `AnchorSpec.asked` is
+what it is asked, which `eval.anchor_runs` holds against what it ran.
+
 ``sf-*`` anchors need Stockfish at ``engine.path``; ``uci:`` and engines-file anchors play
 whatever engine they name. Their engines are checked before any game in
 `chessgrpo.eval.anchor_checks`, and the players that make their moves are in
@@ -111,6 +115,9 @@ class EngineSpec:
     applied: tuple[tuple[str, str], ...] = ()
     """The options actually set (Threads/Hash where the engine has them, then `options`), filled
     in by `prepare_anchors`."""
+    default_limit: bool = False
+    """The limit is the anchor default (anchor_nodes / anchor_depth), not given for this engine: under
+    a clock (`AnchorSpec.clock`) the engine then plays on the clock alone."""
 
     def __post_init__(self) -> None:
         limits = [v for v in (self.nodes, self.depth, self.movetime_ms) if v is not None]
@@ -154,6 +161,10 @@ class AnchorSpec:
     """The engine of a "uci" anchor."""
     given: str = ""
     """The anchor as given, when `text` is another name (a renamed ``uci:`` anchor)."""
+    clock: str | None = None
+    """The time control it plays on (`eval.game_clock`, e.g. "40/10+0.1"); None = per-move limits only.
+    Under a clock an engine keeps only a limit given for it (sf-nodes:N, ``uci:...:nodes=N``, an
+    engines file's limit); the default anchor_nodes / anchor_depth give way to the clock."""
 
     @property
     def is_engine(self) -> bool:
@@ -188,20 +199,38 @@ class AnchorSpec:
             return chess.engine.Limit(nodes=self.value)
         return chess.engine.Limit(nodes=self.nodes) if self.depth is None else chess.engine.Limit(depth=self.depth)
 
+    def asked(self) -> tuple[str, int | None]:
+        """The per-move limit the engine is asked to keep: ("nodes" | "depth" | "movetime", value), or
+        ("clock", None) on a clock without a limit of its own (see `clock`)."""
+        if self.clock is not None and (self.engine.default_limit if self.engine is not None else self.kind != "sf-nodes"):
+            return "clock", None
+        limit = self.limit()
+        if limit.nodes is not None:
+            return "nodes", limit.nodes
+        if limit.depth is not None:
+            return "depth", limit.depth
+        return "movetime", round((limit.time or 0) * 1000)
+
+    def asked_text(self) -> str:
+        """What the engine was asked, e.g. "nodes=200", "depth=3", "movetime=50ms", "tc=40/10+0.1", "tc=40/10+0.1, nodes=200"."""
+        kind, value = self.asked()
+        limit = "" if kind == "clock" else (f"movetime={value}ms" if kind == "movetime" else f"{kind}={value}")
+        return ", ".join(part for part in (f"tc={self.clock}" if self.clock else "", limit) if part)
+
     def describe(self, engine_name: str = "Stockfish") -> str:
         """A reproducible description: engine id name, options, limit (or the policy's path)."""
+        clock = f"; tc={self.clock}" if self.clock else ""
         if self.kind == "random":
-            return "uniform random legal mover"
+            return "uniform random legal mover" + clock
         if self.kind == "checkpoint":
-            return f"policy {self.path}"
+            return f"policy {self.path}{clock}"
+        bound = self.asked_text().replace(", ", "; ")
         if self.engine is not None:
             engine = self.engine
             options = engine.applied or tuple((name, _uci_value(value)) for name, value in self.engine_options().items())
-            parts = [engine.id_name or "UCI engine", " ".join(engine.command), *(f"{n}={v}" for n, v in options), engine.limit_text()]
+            parts = [engine.id_name or "UCI engine", " ".join(engine.command), *(f"{n}={v}" for n, v in options), bound]
             return "; ".join(parts)
         options = "; ".join(f"{name}={_uci_value(value)}" for name, value in self.engine_options().items())
-        limit = self.limit()
-        bound = f"nodes={limit.nodes}" if limit.nodes is not None else f"depth={limit.depth}"
         return f"{engine_name}; {options}; {bound}"
 
 
@@ -243,20 +272,22 @@ def _option_pair(name: Any, value: Any, where: str) -> tuple[str, str]:
     return name, text
 
 
-def _engine_limit(limit: Mapping[str, Any], nodes: int | None, depth: int | None, where: str) -> dict[str, int | None]:
-    """One of nodes/depth/movetime from `limit`, else the default (`depth` if set, else `nodes`)."""
+def _engine_limit(limit: Mapping[str, Any], nodes: int | None, depth: int | None, where: str) -> dict[str, Any]:
+    """One of nodes/depth/movetime from `limit`, else the default (`depth` if set, else `nodes`;
+    ``default_limit`` says which)."""
     given = {key: value for key, value in limit.items() if value is not None}
     unknown = sorted(set(given) - set(LIMIT_KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown limit {unknown[0]!r}; use one of nodes, depth, movetime (milliseconds)")
     if len(given) > 1:
         raise ValueError(f"{where}: give one limit, not {' and '.join(sorted(given))}")
-    if not given:
+    default = not given
+    if default:
         given = {"depth": depth} if depth is not None else {"nodes": nodes}
     key, value = next(iter(given.items()))
     number = _positive_int(value, f"{where}: {key}")
     return {"nodes": number if key == "nodes" else None, "depth": number if key == "depth" else None,
-            "movetime_ms": number if key == "movetime" else None}  # fmt: skip
+            "movetime_ms": number if key == "movetime" else None, "default_limit": default}  # fmt: skip
 
 
 def parse_uci_anchor(

@@ -30,6 +30,15 @@ Adjudication (`Adjudicator`), checked before every move, in this order:
    plies, the losing side resigns. Off by default because it replaces play by an engine's
    opinion; useful to save time against strong anchors.
 
+Clocks (`GameSettings.tc`, `anchor_tc`; `eval.game_clock`): each side has a clock. Before each
+move the mover is told both clocks, increments and its moves to go (`ClockView`); the wall time
+the move really took (measured here, around the mover's call: engine pipes included, as
+cutechess-cli measures) is taken off its clock and the increment added, and at each ``MOVES``
+boundary the period's time is added again. A side whose clock goes below zero loses on time
+("time forfeit"), or draws when the opponent has insufficient material to mate; the late move is
+not played. Engines are started before the game, so start-up is not on the clock. Without a clock
+every side plays by its per-move limit, as before.
+
 PGN (`_pgn`): the seven-tag roster, SetUp/FEN for the opening and PlyCount, with the standard
 `Termination` values of the PGN specification: "normal" for an end by the rules (checkmate,
 stalemate, insufficient material, repetition, the fifty/seventy-five-move rules) and
@@ -40,6 +49,9 @@ name (`checkpoint_name`: ``run.name`` of the run directory's config.yaml, else t
 directory's name, plus the step) and its directory goes to ``WhiteSource``/``BlackSource``;
 engines and the random mover play under their anchor name. ``Anchor``, ``AnchorSettings``,
 ``PlayerSettings``, ``OpeningSource`` and ``OpeningMoves`` say how each side played and from where.
+Under a clock: ``TimeControl`` (cutechess's form, e.g. ``40/10+0.1``; ``WhiteTimeControl`` and
+``BlackTimeControl`` instead when the sides' clocks differ) and a ``[%clk H:MM:SS]`` comment after
+every move (the mover's clock after it, increment included).
 """
 
 from __future__ import annotations
@@ -62,7 +74,14 @@ import chess
 import chess.pgn
 
 from chessgrpo.board.openings import Opening
+from chessgrpo.eval.anchor_runs import pack
 from chessgrpo.eval.anchors import AnchorSpec
+from chessgrpo.eval.game_clock import (
+    GameClock,
+    TimeControl,
+    parse_time_control,
+    time_forfeit,
+)
 from chessgrpo.eval.lm_player import LMMover, LMPlayerConfig
 from chessgrpo.eval.movers import Mover, PolicyMover, make_mover
 from chessgrpo.eval.players import describe_search
@@ -159,6 +178,16 @@ class GameSettings:
     """The evaluated policy's search (None or 0 nodes = its argmax); checkpoint anchors never search."""
     lm_player: LMPlayerConfig | None = None
     """Set when the checkpoint is a chess LM: how it plays (`eval.lm_player`); None for an action policy."""
+    tc: str | None = None
+    """The evaluated player's time control (``MOVES/SECONDS+INC``, `eval.game_clock`); None = no clocks."""
+    anchor_tc: str | None = None
+    """The anchors' time control when it differs from `tc` (None = `tc`)."""
+
+    def time_controls(self) -> tuple[TimeControl, TimeControl] | None:
+        """(the player's, the anchors') time controls; None without clocks."""
+        if self.tc is None:
+            return None
+        return parse_time_control(self.tc), parse_time_control(self.anchor_tc or self.tc, "anchor_tc")
 
     def player_settings(self) -> str:
         """How the evaluated policy plays, for the PGN's PlayerSettings header and the JSON summary."""
@@ -216,6 +245,10 @@ class GameResult:
     """FEN of the game's opening position: with anchor and pair, what pairs two players' games."""
     player_stats: dict[str, int] | None = None
     """A chess LM player's counts of this game (`eval.lm_player.LMPlayerStats.counts`); None for a policy."""
+    flagged: str | None = None
+    """Under a clock: "player" or "anchor", the side that ran out of time (termination "time forfeit"); else None."""
+    anchor_search: dict[str, list] | None = None
+    """An engine anchor's moves in this game: reported depth, nodes and wall time (`eval.anchor_runs.pack`)."""
 
     @property
     def player_points(self) -> float:
@@ -370,6 +403,17 @@ def play_game(
     anchor.new_game(game_id, task.seed ^ 0x5DEECE66D)
     adjudicator.new_game()
     white, black = (player, anchor) if task.player_white else (anchor, player)
+    controls = settings.time_controls()
+    clock = None
+    if controls is not None:
+        player_tc, anchor_tc = controls
+        clock = GameClock(*((player_tc, anchor_tc) if task.player_white else (anchor_tc, player_tc)))
+        for side in (player, anchor):  # start engines now: start-up is not on the clock
+            warm_up = getattr(side, "warm_up", None)
+            if callable(warm_up):
+                warm_up()
+    clocks: list[float] = []  # the mover's clock after each move (PGN %clk)
+    flagged: str | None = None
     plies = 0
     while True:
         verdict = adjudicator.check(board, plies)
@@ -378,15 +422,27 @@ def play_game(
         if abandon is not None and abandon():
             raise GameAbandoned(f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} abandoned after {plies} plies")
         mover = white if board.turn == chess.WHITE else black
-        move = mover.move(board)
+        if clock is None:
+            move = mover.move(board)
+        else:
+            view = clock.view(board.turn)
+            on_clock = getattr(mover, "plays_on_clock", False)
+            move_started = time.perf_counter()
+            move = mover.move(board, clock=view) if on_clock else mover.move(board)  # type: ignore[call-arg]
+            if clock.spend(board.turn, time.perf_counter() - move_started):
+                flagged = "player" if mover is player else "anchor"
+                verdict = (time_forfeit(board, board.turn), "time forfeit")
+                break
+            clocks.append(clock.left[board.turn])
         if not board.is_legal(move):
             raise RuntimeError(f"{'player' if mover is player else task.anchor.text} played illegal {move} in {board.fen()!r}")
         board.push(move)
         plies += 1
     result, termination = verdict
-    pgn = _pgn(task, board, result, termination, plies, settings)
+    pgn = _pgn(task, board, result, termination, plies, settings, clocks if clock is not None else None)
     # A player that counts how its moves were made (the chess LM, `LMMover`) reports this game's counts.
     game_stats = getattr(player, "game_stats", None)
+    searches = getattr(anchor, "game_searches", None)
     return GameResult(
         anchor_index=task.anchor_index,
         anchor=task.anchor.text,
@@ -400,11 +456,19 @@ def play_game(
         pgn=pgn,
         opening=task.opening.fen,
         player_stats=game_stats() if callable(game_stats) else None,
+        flagged=flagged,
+        anchor_search=pack(searches()) if callable(searches) else None,
     )
 
 
-def _pgn(task: GameTask, board: chess.Board, result: str, termination: str, plies: int, settings: GameSettings) -> str:
+def _pgn(
+    task: GameTask, board: chess.Board, result: str, termination: str, plies: int, settings: GameSettings,
+    clocks: list[float] | None = None,
+) -> str:
     game = chess.pgn.Game.from_board(board)  # SetUp/FEN tags when the opening is not the start
+    if clocks is not None:
+        for node, left in zip(game.mainline(), clocks):
+            node.set_clock(max(left, 0.0))
     headers = game.headers
     headers["Event"] = settings.event
     headers["Site"] = "?"
@@ -429,6 +493,14 @@ def _pgn(task: GameTask, board: chess.Board, result: str, termination: str, plie
     headers["Anchor"] = task.anchor.text
     headers["AnchorSettings"] = task.anchor_settings
     headers["PlayerSettings"] = settings.player_settings()
+    controls = settings.time_controls()
+    if controls is not None:
+        player_tc, anchor_tc = (control.text for control in controls)
+        if player_tc == anchor_tc:
+            headers["TimeControl"] = player_tc
+        else:
+            white_tc, black_tc = (player_tc, anchor_tc) if task.player_white else (anchor_tc, player_tc)
+            headers["WhiteTimeControl"], headers["BlackTimeControl"] = white_tc, black_tc
     headers["OpeningSource"] = task.opening.source or "?"
     if task.opening.moves:
         headers["OpeningMoves"] = " ".join(task.opening.moves)

@@ -15,7 +15,8 @@
    SPRT (`eval.elo.sprt`) sees the finished pairs in the order they first finished and stops the
    match as soon as it decides;
 5. the PGN of every game, the summary (`summarise`: per-anchor W/D/L, Wilson score, pentanomial,
-   Elo difference; the maximum-likelihood Elo over rated anchors; the SPRT; a chess LM's
+   Elo difference, losses on time per side under a clock (``time_losses``), and what each engine
+   anchor actually ran against the limit it was asked (``ran``, `eval.anchor_runs`); the maximum-likelihood Elo over rated anchors; the SPRT; a chess LM's
    ill-formed, illegal, re-sampled and fallback rates, ``lm_player``, per anchor and in all), with
    the per-pair records `eval compare` pairs, written to ``output`` when set.
 
@@ -122,6 +123,13 @@ class GamesConfig:
     """Keep each finished game in a journal beside the PGN (`chessgrpo.eval.game_journal`) and, when
     the same command is run again after an interruption, play only the games it does not hold yet.
     false = ignore any journal and play every game (a journal is still written)."""
+    tc: str | None = None
+    """Time control of both sides, cutechess syntax MOVES/SECONDS+INC, SECONDS+INC or SECONDS (e.g.
+    40/10+0.1); null = no clocks, per-move limits only. Under a clock engine anchors keep only a limit
+    given for them (sf-nodes:N, uci:...:nodes=N), and the policy's search stops at its budget or its
+    clock's share, whichever first (`eval.game_clock`, docs/engines.md)."""
+    anchor_tc: str | None = None
+    """The anchors' time control when it differs from the policy's (cutechess's per-engine tc); null = tc."""
     lm: LMPlayerConfig = dataclasses.field(default_factory=LMPlayerConfig)
     """How a chess LM checkpoint plays (`eval.lm_player`: re-samples, fallback, answer length, BOS);
     unused for an action policy."""
@@ -183,6 +191,14 @@ def validate_games_config(config: GamesConfig) -> None:
             raise ValueError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
     elif config.opponent is not None:
         raise ValueError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
+    from chessgrpo.eval.game_clock import parse_time_control
+
+    if config.tc is not None:
+        parse_time_control(config.tc, "tc")
+    if config.anchor_tc is not None:
+        if config.tc is None:
+            raise ValueError(f"anchor_tc {config.anchor_tc!r} needs tc (the policy's clock) too: give --tc")
+        parse_time_control(config.anchor_tc, "anchor_tc")
 
 
 def _check_lm_player(config: GamesConfig, checkpoint: Path) -> LMPlayerConfig:
@@ -352,6 +368,8 @@ def _game_settings(config: GamesConfig, checkpoint: Path, search: Any, engine_na
         resign_nodes=config.resign_nodes,
         search=search,
         lm_player=lm_player,
+        tc=config.tc,
+        anchor_tc=config.anchor_tc,
     )
 
 
@@ -416,13 +434,16 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     )
     _check_search(checkpoint, search, config.device)
     sprt_mode = config.sprt_elo0 is not None
+    workers = config.workers or available_cores()
+    clock_note = _clock_note(config, workers, available_cores())  # before the engines start and the openings are made
     lineup = _lineup(config, sprt_mode)
     pairs = config.games // 2
     openings, opening_note = _openings(config, pairs)
     settings = _game_settings(config, checkpoint, search, lineup.engine_name, lm_player)
+    if config.tc is not None:  # every anchor plays on its clock (`AnchorSpec.clock`)
+        lineup.anchors = [dataclasses.replace(anchor, clock=config.anchor_tc or config.tc) for anchor in lineup.anchors]
     described = [anchor.describe(lineup.engine_name or "Stockfish") for anchor in lineup.anchors]
     tasks = make_tasks(lineup.anchors, described, openings, pairs, seed=config.seed)
-    workers = config.workers or available_cores()
 
     bar = progress(len(tasks))  # in a log file: a line every 30 s
     watch = _SprtWatch(config, bar, sprt_mode)
@@ -476,6 +497,9 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
         pgn=str(pgn_path),
         calibration=CALIBRATION_NOTE,
         records={"player": pair_records(results)},  # for `eval compare`
+        tc=config.tc,
+        anchor_tc=config.anchor_tc,
+        clock_note=clock_note,
     )
     if config.output:
         _write_atomic(Path(config.output), json.dumps({"config": to_dict(config), **summary}, indent=1))
@@ -483,8 +507,25 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     return summary
 
 
+def _clock_note(config: GamesConfig, workers: int, cores: int) -> str | None:
+    """How the clocks share the machine (None without clocks); `ValueError` when games would share cores."""
+    if config.tc is None:
+        return None
+    if workers > cores:
+        raise ValueError(
+            f"tc: {workers} game workers on {cores} CPU cores would share cores between running clocks and distort "
+            f"them; use --workers {cores} or fewer"
+        )
+    return (
+        f"clocks: {workers} game{'s' if workers != 1 else ''} at a time on {cores} CPU core{'s' if cores != 1 else ''}; "
+        "the two sides of a game alternate (no pondering; engines Threads=1, torch 1 thread), so each running game has "
+        "a core, but other load on the machine is on the clocks too"
+    )
+
+
 def summarise(results, anchors, described, ratings, *, confidence: float = 0.95, sprt_result=None) -> dict:
-    """Per-anchor W/D/L, Wilson score, pentanomial, Elo difference; ML Elo over rated anchors."""
+    """Per-anchor W/D/L, Wilson score, pentanomial, Elo difference, losses on time per side, what an engine
+    anchor ran (`eval.anchor_runs`); ML Elo over rated anchors."""
     from chessgrpo.eval.elo import AnchorGames, elo_from_score, maximum_likelihood_elo, pentanomial, score_interval
 
     rows = []
@@ -515,6 +556,8 @@ def summarise(results, anchors, described, ratings, *, confidence: float = 0.95,
                 "terminations": dict(collections.Counter(r.termination for r in games).most_common()),
                 "mean_plies": round(sum(r.plies for r in games) / len(games), 1) if games else None,
                 **({"lm_player": _lm_stats(games).to_json()} if any(r.player_stats for r in games) else {}),
+                "time_losses": {side: sum(r.flagged == side for r in games) for side in ("player", "anchor")},
+                **({"ran": _anchor_ran(anchor, games)} if anchor.is_engine else {}),
             }
         )
         if rating.value is not None and games:
@@ -525,11 +568,19 @@ def summarise(results, anchors, described, ratings, *, confidence: float = 0.95,
         "elo": elo,
         "elo_method": "maximum likelihood over rated anchors (logistic, draws = half points), likelihood-ratio interval",
     }
+    summary["time_losses"] = {side: sum(r.flagged == side for r in results) for side in ("player", "anchor")}
     if any(r.player_stats for r in results):  # a chess LM played: how its moves were made, over every game
         summary["lm_player"] = _lm_stats(results).to_json()
     if sprt_result is not None:
         summary["sprt"] = sprt_result.to_json()
     return summary
+
+
+def _anchor_ran(anchor: Any, games: list[Any]) -> dict[str, Any]:
+    """What an engine anchor ran over its `games` against what it was asked (`eval.anchor_runs.anchor_run`)."""
+    from chessgrpo.eval.anchor_runs import anchor_run, unpack
+
+    return anchor_run(anchor.text, anchor.asked(), anchor.asked_text(), [m for r in games for m in unpack(r.anchor_search)])
 
 
 def _lm_stats(results: list[Any]) -> Any:

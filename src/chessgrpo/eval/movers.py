@@ -7,6 +7,14 @@ repetitions are visible: `RandomMover`, `EngineMover` (any UCI engine, python-ch
 moves that allow a threefold repetition, see `PolicyMover`; or, with `SearchSettings`, the move
 of a search with its value head, which scores repeated positions as draws).
 
+Under a clock (`eval.game_clock`), `play_game` calls ``move(board, clock=ClockView)`` on the
+players that take one (``plays_on_clock``): `EngineMover` sends the clocks with ``go wtime btime
+winc binc movestogo`` (plus a limit given for the engine itself, `AnchorSpec.asked`), and
+`PolicyMover` with a search budgets its time as ``chessgrpo uci`` does (`eval.uci_go.clock_seconds`,
+its deadline kept by `uci_go.SearchControl`); without a search it plays its argmax at once.
+`EngineMover` also keeps the depth and nodes each move reported (`eval.anchor_runs`), so the
+match can say what the anchor ran.
+
 `make_mover` builds an anchor's player.
 """
 
@@ -25,7 +33,9 @@ import chess.engine
 from chessgrpo.engine.locate import EngineError, find_stockfish
 from chessgrpo.engine.pool import RetryPolicy
 from chessgrpo.engine.uci import EngineTimeout, EngineUnsupported, UciOption, choose_settings
+from chessgrpo.eval.anchor_runs import MoveSearch
 from chessgrpo.eval.anchors import ENGINE_HASH_MB, AnchorSpec
+from chessgrpo.eval.game_clock import ClockView
 from chessgrpo.eval.players import build_searcher
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,13 +65,15 @@ class Mover(Protocol):
 class RandomMover:
     """A uniformly random legal move, reproducible per game seed."""
 
+    plays_on_clock = True
+
     def __init__(self) -> None:
         self._rng = random.Random(0)
 
     def new_game(self, game_id: object, seed: int) -> None:
         self._rng = random.Random(seed)
 
-    def move(self, board: chess.Board) -> chess.Move:
+    def move(self, board: chess.Board, clock: ClockView | None = None) -> chess.Move:
         return self._rng.choice(list(board.legal_moves))
 
     def close(self) -> None:
@@ -81,7 +93,14 @@ class EngineMover:
     process is replaced after a backoff with jitter and the move asked again, within the same
     budgets as the reward pool (`RetryPolicy`); past them `EngineError` names the anchor, the
     engine, the position and the last fault (never a silent fallback move).
+
+    Each move's reported depth and nodes (its last ``info`` values) and wall time are kept in
+    `searches` for the current game (`eval.anchor_runs`). Under a clock (``move(board, clock=...)``)
+    the engine gets both clocks, increments and moves to go, plus its own limit when one was given
+    for it (`AnchorSpec.asked`), and the deadline is its remaining time plus `timeout_s`.
     """
+
+    plays_on_clock = True
 
     def __init__(
         self, spec: AnchorSpec, path: str | None = None, timeout_s: float | None = None, retry: RetryPolicy | None = None
@@ -103,6 +122,8 @@ class EngineMover:
         self._jitter = random.Random()  # retry delays only
         self._engine: chess.engine.SimpleEngine | None = None
         self._game: object = None
+        self.searches: list[MoveSearch] = []
+        """This game's moves: reported depth, nodes and wall time of each (`eval.anchor_runs`)."""
 
     @property
     def label(self) -> str:
@@ -150,16 +171,54 @@ class EngineMover:
 
     def new_game(self, game_id: object, seed: int) -> None:
         self._game = game_id
+        self.searches = []
 
-    def _play(self, engine: chess.engine.SimpleEngine, board: chess.Board) -> chess.Move:
+    def warm_up(self) -> None:
+        """Start the engine and send ``ucinewgame`` now, before the clocks run (as cutechess-cli does):
+        not on the clock of its first move (python-chess would send it there; ~12 ms for Stockfish)."""
+        if self._engine is None:
+            self._engine = self._start()
+        protocol = self._engine.protocol
+        new_game = getattr(protocol, "_ucinewgame", None)  # python-chess's own step; absent: it stays on the first move
+        if new_game is None or (protocol.game == self._game and not protocol.first_game):
+            return
+
+        async def fresh_game() -> None:
+            protocol.game = self._game  # `play` sees the same game and sends no second ucinewgame
+            new_game()
+            await protocol.ping()  # isready / readyok: the engine has finished clearing
+
+        try:
+            asyncio.run_coroutine_threadsafe(asyncio.wait_for(fresh_game(), self.timeout_s), protocol.loop).result()
+        except (RuntimeError, TimeoutError, asyncio.TimeoutError, chess.engine.EngineError, chess.engine.EngineTerminatedError):
+            self._kill()  # a broken engine: `move` replaces it, with its retries
+
+    def game_searches(self) -> list[MoveSearch]:
+        """This game's moves (`searches`), for `play_game`."""
+        return list(self.searches)
+
+    def _limit(self, clock: ClockView | None) -> chess.engine.Limit:
+        """The move's limit: the anchor's own, or on a clock the clocks plus any limit given for the engine."""
+        if clock is None:
+            return self.spec.limit()
+        kind, value = self.spec.asked()
+        return chess.engine.Limit(
+            white_clock=clock.white, black_clock=clock.black, white_inc=clock.white_increment, black_inc=clock.black_increment,
+            remaining_moves=clock.moves_to_go or None,
+            nodes=value if kind == "nodes" else None, depth=value if kind == "depth" else None,
+            time=value / 1000 if kind == "movetime" and value else None,
+        )  # fmt: skip
+
+    def _play(self, engine: chess.engine.SimpleEngine, board: chess.Board, clock: ClockView | None = None) -> chess.Move:
         """One move from `engine` within the deadline; `EngineError` for any answer that is not
         a legal move of `board`."""
-        limit = self.spec.limit()
-        timeout = self.timeout_s + (limit.time or 0.0)
+        limit = self._limit(clock)
+        timeout = self.timeout_s + (limit.time or 0.0) + (clock.remaining(board.turn) if clock is not None else 0.0)
         protocol = engine.protocol
+        started = time.perf_counter()
         try:
             future = asyncio.run_coroutine_threadsafe(
-                asyncio.wait_for(protocol.play(board, limit, game=self._game), timeout), protocol.loop
+                asyncio.wait_for(protocol.play(board, limit, game=self._game, info=chess.engine.INFO_BASIC), timeout), protocol.loop
             )
         except RuntimeError as error:  # python-chess closes the client's event loop when the process dies
             raise EngineError(f"the engine process has ended ({error})") from None
@@ -172,6 +231,7 @@ class EngineMover:
             raise EngineError(f"answered `bestmove {text}` in a position with legal moves")
         if not board.is_legal(result.move):  # python-chess already refuses these; kept as the contract
             raise EngineError(f"answered `bestmove {result.move.uci()}`, an illegal move")
+        self.searches.append(MoveSearch(result.info.get("depth"), result.info.get("nodes"), time.perf_counter() - started))
         return result.move
 
     def _limit_text(self) -> str:
@@ -180,13 +240,13 @@ class EngineMover:
         limit = self.spec.limit()
         return f"nodes={limit.nodes}" if limit.nodes is not None else f"depth={limit.depth}"
 
-    def move(self, board: chess.Board) -> chess.Move:
+    def move(self, board: chess.Board, clock: ClockView | None = None) -> chess.Move:
         failures = 0
         while True:
             if self._engine is None:
                 self._engine = self._start()
             try:
-                return self._play(self._engine, board)
+                return self._play(self._engine, board, clock)
             except (chess.engine.EngineError, chess.engine.EngineTerminatedError, EngineError) as error:
                 failures += 1
                 logger.warning("%s failed in %s (%s); replacing it", self.label, board.fen(), error)
@@ -273,7 +333,13 @@ class PolicyMover:
     position as a draw, so the material rule above is not applied on that path. A search is
     deterministic, so `temperature` must be 0 (`ValueError` otherwise), and it needs a policy with
     a value head (`ValueError` from `search.NetworkEvaluator` otherwise).
+
+    Under a clock (``move(board, clock=...)``) a search stops at its node budget or at the time
+    ``chessgrpo uci`` would give the move (`uci_go.clock_seconds` of the remaining time, increment
+    and moves to go), whichever comes first; the argmax (no search) ignores the clock.
     """
+
+    plays_on_clock = True
 
     def __init__(
         self,
@@ -343,9 +409,9 @@ class PolicyMover:
                 board.pop()
         return repeats, allows
 
-    def move(self, board: chess.Board) -> chess.Move:
+    def move(self, board: chess.Board, clock: ClockView | None = None) -> chess.Move:
         if self.searcher is not None:
-            return self._searched_move(board)
+            return self._searched_move(board, clock)
         import torch
 
         from chessgrpo.board import ACTIONS, move_to_action
@@ -373,9 +439,19 @@ class PolicyMover:
             raise RuntimeError(f"policy chose illegal move {move.uci()} in {board.fen()!r}")
         return move
 
-    def _searched_move(self, board: chess.Board) -> chess.Move:
-        """The search's move in `board` (searched with the game's move stack, so repetitions count)."""
-        result = self.searcher.search(board)  # type: ignore[union-attr]
+    def _searched_move(self, board: chess.Board, clock: ClockView | None = None) -> chess.Move:
+        """The search's move in `board` (searched with the game's move stack, so repetitions count),
+        within the clock's budget for it when there is a clock."""
+        should_stop = None
+        if clock is not None:
+            from chessgrpo.eval.uci_go import GoLimits, SearchControl, clock_seconds
+
+            seconds = clock_seconds(
+                round(1000 * clock.remaining(board.turn)), round(1000 * clock.increment(board.turn)), clock.moves_to_go
+            )
+            control = SearchControl(GoLimits(nodes=self.searcher.settings.nodes, seconds=seconds))  # type: ignore[union-attr]
+            should_stop = control.should_stop
+        result = self.searcher.search(board, should_stop=should_stop)  # type: ignore[union-attr]
         self.last_search = result
         self.last_probability = None  # the move is the search's, not a draw from the policy
         if not board.is_legal(result.move):
