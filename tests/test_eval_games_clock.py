@@ -171,3 +171,18 @@ def test_a_searching_policy_budgets_its_move_from_the_clock_like_chessgrpo_uci(t
     elapsed = time.perf_counter() - started
     assert board.is_legal(move) and budget < 0.02
     assert mover.last_search.nodes < 50_000 and elapsed < 0.5  # stopped by the clock, far below its node budget
+
+
+def test_the_verdict_on_a_limit_beside_a_clock():
+    """Beside a clock, stopping below a node limit is the clock's doing (no warning); searching beyond it is not."""
+    from chessgrpo.eval.anchor_runs import MoveSearch, anchor_run
+
+    shallow = [MoveSearch(1, 5, 0.001)] * 9
+    deep = [MoveSearch(12, 80_000, 0.2)] * 9
+    assert anchor_run("sf", ("nodes", 2000), "nodes=2000", shallow)["kept"] is False
+    clocked = anchor_run("sf", ("nodes", 2000), "tc=0.05+0, nodes=2000", shallow, clocked=True)
+    assert clocked["kept"] is None and clocked["warning"] is None and clocked["line"].endswith("1 ms/move: the clock came first)")
+    beyond = anchor_run("Ethereal", ("nodes", 200), "tc=40/2+0.05, nodes=200", deep, clocked=True)
+    assert beyond["kept"] is False and "searched far beyond it" in beyond["warning"]
+    assert anchor_run("sf", ("clock", None), "tc=60", deep, clocked=True)["line"] == "sf (asked tc=60; ran depth 12, ~80000 nodes/move, 200 ms/move)"
+    assert anchor_run("x", ("nodes", 100), "nodes=100", [MoveSearch(3, None, 0.01)] * 3)["verdict"] == "did not report nodes"

@@ -13,7 +13,9 @@ time) and judges the asked limit (`judge`):
   no nodes reported on most moves is "not reported", also a warning;
 - ``depth=D``: kept when the median depth reported is D;
 - ``movetime=MS``: kept when the median wall time per move is within MS/4 .. 2 MS + 100 ms;
-- a clock alone: nothing to judge per move (a clock is kept or the side loses on time).
+- a clock alone: nothing to judge per move (a clock is kept or the side loses on time);
+- a clock and a limit: searching beyond the limit is ignoring it; stopping below it is not (the
+  clock came first, as it should: "the clock came first", no warning).
 
 The result's ``line`` is what the table prints, e.g.
 "Ethereal 12.00 (asked nodes=200; ran depth 1, ~6 nodes/move: limit ignored)".
@@ -58,8 +60,18 @@ def unpack(columns: dict[str, list] | None) -> list[MoveSearch]:
     return [MoveSearch(d, n, s) for d, n, s in zip(columns["depth"], columns["nodes"], columns["seconds"])]
 
 
-def judge(kind: str, value: int | None, depth: float | None, nodes: float | None, seconds: float | None) -> tuple[bool | None, str]:
-    """(kept, why) for the asked limit (`kind`, `value`) given the medians; kept None = nothing to judge."""
+def judge(
+    kind: str, value: int | None, depth: float | None, nodes: float | None, seconds: float | None, clocked: bool = False
+) -> tuple[bool | None, str]:
+    """(kept, why) for the asked limit (`kind`, `value`) given the medians; kept None = nothing to judge.
+    `clocked`: the engine also had a clock, which may stop it below its limit."""
+    kept, why = _judge_limit(kind, value, depth, nodes, seconds)
+    if clocked and kept is False and ("below" in why or (kind == "depth" and depth is not None and depth < (value or 0))):
+        return None, "the clock came first"
+    return kept, why
+
+
+def _judge_limit(kind: str, value: int | None, depth: float | None, nodes: float | None, seconds: float | None) -> tuple[bool | None, str]:
     if kind == "nodes" and value is not None:
         if nodes is None:
             return False, "did not report nodes"
@@ -74,14 +86,19 @@ def judge(kind: str, value: int | None, depth: float | None, nodes: float | None
         return (True, "limit kept") if depth == value else (False, "limit ignored: another depth")
     if kind == "movetime" and value is not None and seconds is not None:
         asked_s = value / 1000
-        if seconds < NODES_LOW_SHARE * asked_s or seconds > 2 * asked_s + MOVETIME_HIGH_SLACK_S:
-            return False, "limit ignored: another time per move"
+        if seconds < NODES_LOW_SHARE * asked_s:
+            return False, "limit ignored: moved far below it"
+        if seconds > 2 * asked_s + MOVETIME_HIGH_SLACK_S:
+            return False, "limit ignored: took far beyond it"
         return True, "limit kept"
     return None, "on the clock"
 
 
-def anchor_run(name: str, asked: tuple[str, int | None], asked_text: str, moves: list[MoveSearch]) -> dict[str, Any]:
-    """The summary of `moves` (every move the anchor made in a match) against what it was `asked`."""
+def anchor_run(
+    name: str, asked: tuple[str, int | None], asked_text: str, moves: list[MoveSearch], clocked: bool = False
+) -> dict[str, Any]:
+    """The summary of `moves` (every move the anchor made in a match) against what it was `asked`
+    (`clocked`: on a clock too, see `judge`)."""
     depths = [m.depth for m in moves if m.depth is not None]
     nodes = [m.nodes for m in moves if m.nodes is not None]
     seconds = [m.seconds for m in moves]
@@ -89,14 +106,15 @@ def anchor_run(name: str, asked: tuple[str, int | None], asked_text: str, moves:
     depth_median = statistics.median(depths) if depths else None
     nodes_median = statistics.median(nodes) if nodes and reported >= 0.5 else None
     seconds_median = statistics.median(seconds) if seconds else None
-    kept, why = judge(*asked, depth_median, nodes_median, seconds_median) if moves else (None, "no moves")
+    kept, why = judge(*asked, depth_median, nodes_median, seconds_median, clocked) if moves else (None, "no moves")
     ran = []
     if depth_median is not None:
         ran.append(f"depth {depth_median:g}")
     ran.append(f"~{nodes_median:.0f} nodes/move" if nodes_median is not None else "nodes not reported")
     if seconds_median is not None:
         ran.append(f"{1000 * seconds_median:.0f} ms/move")
-    line = f"{name} (asked {asked_text}; ran {', '.join(ran)}" + ("" if kept is None else f": {why}") + ")"
+    verdict = f": {why}" if kept is not None or why == "the clock came first" else ""
+    line = f"{name} (asked {asked_text}; ran {', '.join(ran)}{verdict})"
     return {
         "asked": asked_text,
         "moves": len(moves),

@@ -580,7 +580,8 @@ def _anchor_ran(anchor: Any, games: list[Any]) -> dict[str, Any]:
     """What an engine anchor ran over its `games` against what it was asked (`eval.anchor_runs.anchor_run`)."""
     from chessgrpo.eval.anchor_runs import anchor_run, unpack
 
-    return anchor_run(anchor.text, anchor.asked(), anchor.asked_text(), [m for r in games for m in unpack(r.anchor_search)])
+    moves = [m for r in games for m in unpack(r.anchor_search)]
+    return anchor_run(anchor.text, anchor.asked(), anchor.asked_text(), moves, clocked=anchor.clock is not None)
 
 
 def _lm_stats(results: list[Any]) -> Any:
