@@ -1,9 +1,12 @@
 """The UCI options bots and GUIs set (eval/uci_engine.py, eval/uci_go.py): ``Move Overhead``, ``Threads``, ``Hash``, with
-lichess-bot's default engine options, driven through python-chess's engine client against a real checkpoint."""
+lichess-bot's default engine options, driven through python-chess's engine client against a real checkpoint; and the
+deadline that never starts a search step it cannot finish."""
 
 from __future__ import annotations
 
+import io
 import sys
+import threading
 import time
 
 import chess
@@ -11,13 +14,16 @@ import chess.engine
 import pytest
 import torch
 
-from chessgrpo.eval.uci_go import MOVE_OVERHEAD_MS, clock_seconds, hash_nodes, movetime_seconds, parse_go
+from chessgrpo.engine.pool import available_cores
+from chessgrpo.eval.uci_engine import UciEngine
+from chessgrpo.eval.uci_go import MOVE_OVERHEAD_MS, GoLimits, SearchControl, clock_seconds, hash_nodes, movetime_seconds, parse_go
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from helpers import SYZYGY_DIR
 
 STARTUP_TIMEOUT_S = 60.0
-LICHESS_BOT_OPTIONS = {"Move Overhead": 100, "Threads": 4, "Hash": 512, "SyzygyPath": str(SYZYGY_DIR), "UCI_ShowWDL": True}
-"""lichess-bot's default `engine.uci_options` (its config.yml.default), with this machine's Syzygy directory."""
+LICHESS_BOT_DEFAULTS = {"Move Overhead": 100, "Threads": 4, "Hash": 512, "SyzygyPath": "./syzygy/", "UCI_ShowWDL": True}
+"""lichess-bot's `engine.uci_options` as its config.yml.default has them (checked against lichess-bot-devs/lichess-bot
+at bedd1d9, 2026-08); its `engine.ponder: true` makes python-chess ponder too. ./syzygy/ does not exist here."""
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +32,41 @@ def value_checkpoint(tmp_path_factory):
     return save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), tmp_path_factory.mktemp("uci_opts") / "ckpt")
 
 
+@pytest.fixture
+def torch_threads():
+    """In-process engines set torch's threads: give the test process its own back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def engine(checkpoint) -> chess.engine.SimpleEngine:
     return chess.engine.SimpleEngine.popen_uci([sys.executable, "-m", "chessgrpo.cli", "uci", "--checkpoint", str(checkpoint)],
                                                timeout=STARTUP_TIMEOUT_S)  # fmt: skip
+
+
+def play_clocked(engines: dict[chess.Color, chess.engine.SimpleEngine], plies: int, *, ponder: bool) -> tuple[chess.Board, float]:
+    """Play up to `plies` under a 30 s + 0.3 s clock the test keeps itself (each side loses the wall time its `play`
+    took, then gains the increment); fails when a move takes longer than its side has. Returns the board and the
+    lowest clock seen. `game` stays the same object, so python-chess sends ``ponderhit`` when a ponder move is played."""
+    board, clocks, increment, game = chess.Board(), {chess.WHITE: 30.0, chess.BLACK: 30.0}, 0.3, object()
+    lowest = 30.0
+    for _ in range(plies):
+        side = board.turn
+        limit = chess.engine.Limit(white_clock=clocks[chess.WHITE], black_clock=clocks[chess.BLACK], white_inc=increment,
+                                   black_inc=increment)  # fmt: skip
+        started = time.perf_counter()
+        result = engines[side].play(board, limit, ponder=ponder, game=game)
+        spent = time.perf_counter() - started
+        assert spent < clocks[side], f"flagged at ply {board.ply()}: {spent:.2f} s with {clocks[side]:.2f} s left"
+        # its budget (Move Overhead 100 kept back), plus this busy machine's latency
+        assert spent <= clock_seconds(int(clocks[side] * 1000), 300, overhead_ms=100) + 0.5
+        clocks[side] += increment - spent
+        lowest = min(lowest, clocks[side])
+        board.push(result.move)
+        if board.is_game_over(claim_draw=True):
+            break
+    return board, lowest
 
 
 def test_overhead_and_hash_set_the_budgets():
@@ -39,30 +77,74 @@ def test_overhead_and_hash_set_the_budgets():
     assert limits.nodes == 300 and limits.seconds == pytest.approx(0.1 / 30)  # what the overhead leaves, over 30 moves
 
 
+def steps_until_stopped(control: SearchControl, step_s: float) -> tuple[int, float]:
+    """A search loop as `search.puct` runs one: ask, then take a step of `step_s` (a real sleep); the steps taken and
+    when the loop ended, in seconds after the control's start."""
+    steps = 0
+    while not control.should_stop(steps + 1):
+        time.sleep(step_s)
+        steps += 1
+    return steps, time.perf_counter() - control.started
+
+
+def test_the_deadline_never_starts_a_step_it_cannot_finish():
+    """A step (a PUCT batch of a larger network on a CPU) can take longer than a bullet increment: the search must stop
+    before a step that would end past the deadline, not at the first question after it."""
+    control = SearchControl(GoLimits(nodes=10**6, seconds=0.35))
+    steps, ended = steps_until_stopped(control, 0.1)
+    assert 1 <= steps <= 3 and ended < 0.35 + 0.03  # asking only "is the deadline past?" ends at ~0.4 s
+    assert control.step_seconds >= 0.1
+    # The next search starts with that guess: a step longer than its whole budget is never begun.
+    seeded = SearchControl(GoLimits(nodes=10**6, seconds=0.08), step_seconds=control.next_step_seed())
+    assert steps_until_stopped(seeded, 0.1)[0] == 0
+    # A guess that no step could check fades (a faster device since must not stop every search for ever).
+    assert seeded.next_step_seed() < control.next_step_seed()
+    # While pondering, a step longer than the go's own budget waits for ponderhit or stop instead: a missed ponder
+    # would otherwise spend that step on the engine's clock.
+    pondering = SearchControl(GoLimits(nodes=10**6, seconds=0.05), ponder=True, step_seconds=0.1)
+    started = time.perf_counter()
+    taken: list[int] = []  # the search thread's steps
+    thread = threading.Thread(target=lambda: taken.append(steps_until_stopped(pondering, 0.1)[0]))
+    thread.start()
+    time.sleep(0.3)
+    assert thread.is_alive()  # no step while pondering, yet no answer either
+    pondering.stop()
+    thread.join(2)
+    assert taken == [0] and time.perf_counter() - started < 0.3 + 0.1  # stop answered with nothing in flight
+
+
 def test_lichess_bot_options_configure_and_a_30_plus_03_game_never_flags(value_checkpoint):
-    """python-chess refuses an option the engine does not offer: lichess-bot's defaults must all be offered. Then a game
-    under a 30 s + 0.3 s clock kept by the client (the wall time of each move): no move ever exceeds the clock."""
+    """python-chess refuses an option the engine does not offer: the issue's options and lichess-bot's defaults must
+    all be offered (a missing ./syzygy/ is refused by the engine with an info string, not by python-chess). Then a game
+    under a 30 s + 0.3 s clock, pondering as lichess-bot does: no move ever exceeds the clock."""
     client = engine(value_checkpoint)
     try:
-        for name in ("Move Overhead", "Threads", "Hash"):
+        for name in ("Move Overhead", "Threads", "Hash", "SyzygyPath", "UCI_ShowWDL", "Ponder"):
             assert name in client.options
         client.configure({"Threads": 2, "Hash": 64, "Move Overhead": 100})
-        client.configure(LICHESS_BOT_OPTIONS)
-        board, clocks, increment = chess.Board(), {chess.WHITE: 30.0, chess.BLACK: 30.0}, 0.3
-        for _ in range(10):  # 10 plies at ~1 s a move: the budget is what matters, not the game's length
-            limit = chess.engine.Limit(white_clock=clocks[chess.WHITE], black_clock=clocks[chess.BLACK], white_inc=increment,
-                                       black_inc=increment)  # fmt: skip
-            started = time.perf_counter()
-            result = client.play(board, limit)
-            spent = time.perf_counter() - started
-            assert spent < clocks[board.turn], f"flagged: {spent:.2f} s with {clocks[board.turn]:.2f} s left"
-            assert spent <= clock_seconds(int(clocks[board.turn] * 1000), 300, overhead_ms=100) + 0.5  # its budget, plus latency
-            clocks[board.turn] += increment - spent
-            board.push(result.move)
-            if board.is_game_over():
-                break
+        client.configure(LICHESS_BOT_DEFAULTS)
+        client.configure({"SyzygyPath": str(SYZYGY_DIR)})
+        board, lowest = play_clocked({chess.WHITE: client, chess.BLACK: client}, 6, ponder=True)
+        assert board.ply() >= 6 or board.is_game_over(claim_draw=True)
+        assert lowest > 20  # ~1 s a move of 30 s, and the increment back
     finally:
         client.quit()
+
+
+def test_options_with_spaces_threads_and_unknown_options_in_process(value_checkpoint, torch_threads):
+    output = io.StringIO()
+    commands = ["setoption name Move Overhead value 250", "setoption name Threads value 1024", "setoption name Hash value 2",
+                "setoption name No Such Option value 3", "setoption name Move Overhead value -1"]  # fmt: skip
+    uci = UciEngine(value_checkpoint, input=io.StringIO("\n".join(commands) + "\n"), output=output)
+    assert uci.run() == 0
+    lines = output.getvalue().splitlines()
+    assert uci.move_overhead_ms == 250  # a name with a space; the refused -1 kept it
+    assert any("Move Overhead must be an integer in [0, 5000]" in line and "keeping 250" in line for line in lines)
+    assert 1 <= uci.threads <= available_cores() and torch.get_num_threads() == uci.threads
+    assert any(f"Threads 1024: this process may use {available_cores()} CPUs" in line for line in lines)
+    assert uci.max_nodes == hash_nodes(2) == 512
+    assert "info string unknown option ignored: No Such Option" in lines  # today's behaviour for unknown options
+    assert uci.step_seconds > 0  # measured at startup (and again for Threads): the first deadline knows a step's time
 
 
 def test_hash_bounds_the_search_tree(value_checkpoint):
@@ -71,8 +153,24 @@ def test_hash_bounds_the_search_tree(value_checkpoint):
         client.configure({"Hash": 1})  # 256 nodes of ~4 kB
         info = client.analyse(chess.Board(), chess.engine.Limit(nodes=5000))
         assert 0 < info["nodes"] <= hash_nodes(1)
+        assert client.play(chess.Board(), chess.engine.Limit(nodes=5000)).move in chess.Board().legal_moves
         client.configure({"Hash": 64})
         info = client.analyse(chess.Board(), chess.engine.Limit(nodes=1000))
         assert info["nodes"] > hash_nodes(1)
     finally:
         client.quit()
+
+
+@pytest.mark.slow
+def test_a_whole_30_plus_03_game_with_pondering_never_flags(value_checkpoint):
+    """Two engines with lichess-bot's options, White pondering (so ``ponderhit`` when Black plays the expected move, a
+    ``stop`` otherwise), to the end of the game or 300 plies: neither side ever flags."""
+    engines = {chess.WHITE: engine(value_checkpoint), chess.BLACK: engine(value_checkpoint)}
+    try:
+        for client in engines.values():
+            client.configure({**LICHESS_BOT_DEFAULTS, "SyzygyPath": str(SYZYGY_DIR)})
+        board, lowest = play_clocked(engines, 300, ponder=True)
+        assert board.ply() >= 40 and lowest > 0
+    finally:
+        for client in engines.values():
+            client.quit()

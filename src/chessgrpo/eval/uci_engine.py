@@ -36,9 +36,13 @@ Supported commands (https://backscattering.de/chess/uci/):
   - ``Move Overhead`` (spin, ms, default 50, at most 5000): kept back from every clock and
     ``movetime`` budget (bots raise it when they flag on a slow network).
   - ``Threads`` (spin, default: torch's threads): torch's intra-op threads for the network's
-    forwards; values above the machine's CPUs are clamped (bots set what their machine has).
+    forwards; values above the machine's CPUs are clamped (bots set what their machine has), and
+    more than 1 is kept only when a search step is measured faster with them (`set_threads`).
   - ``Hash`` (spin, MiB, default 391): bounds the search tree: a search stops growing at
     Hash * 256 nodes (~4 kB a node), at most `MAX_NODES`.
+
+  A time limit is kept by never starting a search step that would end past it
+  (`chessgrpo.eval.uci_go.SearchControl`; the first step's time is measured at startup, `warm_up`).
 
 - ``isready`` -> ``readyok`` (also while a search runs); ``ucinewgame``; ``setoption name N value V``.
 - ``position startpos|fen <FEN> [moves m1 m2 ...]``: the game history is kept, so the search
@@ -79,7 +83,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 import sys
 import threading
 import time
@@ -296,6 +299,10 @@ class UciEngine:
         self.move_overhead_ms = MOVE_OVERHEAD_MS
         self.hash_mb = DEFAULT_HASH_MB
         self.threads = torch.get_num_threads()
+        self.step_seconds = 0.0
+        """The last search's guess of one search step's time (`SearchControl.next_step_seed`): the next deadline keeps it."""
+        self.stale_clock_s = 0.0
+        """How long the last ``stop`` of a ``ponder`` took: kept back, beside Move Overhead, from the next go's budget."""
         self.input = input or sys.stdin
         self.output = output or sys.stdout
         self.policy = self.load(device)
@@ -306,6 +313,7 @@ class UciEngine:
         self._output_lock = threading.Lock()
         self._output_closed = False
         self.board: chess.Board | None = chess.Board()
+        self.warm_up()
 
     def resolve(self, checkpoint: str | Path) -> Path:
         """The model directory of `checkpoint` (a subclass playing another kind of model resolves its own)."""
@@ -386,7 +394,12 @@ class UciEngine:
         if command in ("debug", "register"):
             return True
         if command == "stop":
+            pondering = self._job is not None and self._job.control.pondering
+            asked = time.perf_counter()
             self.finish_search(stop=True)
+            # A missed ponder: python-chess (so lichess-bot) read the clock it sends with the next go before this
+            # stop, so the step the search had in flight is spent from that clock too.
+            self.stale_clock_s = time.perf_counter() - asked if pondering else 0.0
             return True
         if command == "ponderhit":
             if self._job is not None:
@@ -582,17 +595,36 @@ class UciEngine:
         self.move_overhead_ms = overhead
 
     def set_threads(self, value: str) -> None:
-        """Torch's intra-op threads for the network's forwards (the search itself is one thread: its
-        batches are small, so more threads help only a large network); more than the CPUs is clamped."""
+        """Torch's intra-op threads for the network's forwards (the search itself is one thread). More than
+        the CPUs is clamped; more than one is kept only when a search step is measured faster with them than
+        with one (on busy cores, threads that wait for each other make a small batch many times slower)."""
         threads = parse_spin(value, 1, MAX_THREADS)
         if threads is None:
             self.info(f"error: Threads must be an integer in [1, {MAX_THREADS}], got {value[:50]!r}; keeping {self.threads}")
             return
-        usable = min(threads, os.cpu_count() or 1)
+        from chessgrpo.engine.pool import available_cores  # affinity masks and containers, not the host's count
+
+        usable = min(threads, available_cores())
         if usable < threads:
-            self.info(f"Threads {threads}: this machine has {usable} CPUs; using {usable}")
+            self.info(f"Threads {threads}: this process may use {usable} CPUs; using {usable}")
         torch.set_num_threads(usable)
         self.threads = usable
+        if usable == 1:
+            return
+        torch.set_num_threads(1)
+        one = self.measure_step()  # warm: the startup's threads (1 under chessgrpo uci)
+        torch.set_num_threads(usable)
+        # one call, with the new threads' start-up in it: it is several seconds on busy cores, and errs towards 1
+        many = self.measure_step(warm=False)
+        if one is None or many is None:  # no search to measure (policy-only play: one position per call)
+            return
+        if one < many:
+            self.info(f"Threads {usable}: a search step takes {1000 * many:.0f} ms with {usable} threads and "
+                      f"{1000 * one:.0f} ms with 1 (busy cores?); using 1")  # fmt: skip
+            torch.set_num_threads(1)
+            self.threads, self.step_seconds = 1, one
+        else:
+            self.step_seconds = many
 
     def set_hash(self, value: str) -> None:
         """The search tree's memory bound in MiB: a search stops growing at `hash_nodes` nodes (~4 kB each)."""
@@ -619,6 +651,32 @@ class UciEngine:
             self.info(f"error: {error}; no valid position until the next valid position command")
 
     # ----------------------------------------------------------------------------------- search
+
+    def warm_up(self) -> None:
+        """A search step's network calls at startup: the first `go` does not pay torch's first call (allocations,
+        a few hundred ms on a CPU), and its deadline knows a step's time (`step_seconds`) instead of guessing 0."""
+        seconds = self.measure_step()
+        if seconds is not None:
+            self.step_seconds = seconds
+
+    def measure_step(self, *, warm: bool = True) -> float | None:
+        """The time of one search step's network call (a PUCT batch of the start position), after one untimed
+        call when `warm`; None without a search (policy-only play) or when the network fails (the next go says why)."""
+        if self.search_algorithm == "none" or not self.has_value_head:
+            return None
+        try:
+            searcher = self.searcher()
+            if searcher is None:
+                return None
+            boards = [chess.Board()] * searcher.settings.batch_size
+            if warm:
+                searcher.evaluator.evaluate(boards, exact=False)
+            started = time.perf_counter()
+            searcher.evaluator.evaluate(boards, exact=False)
+            return time.perf_counter() - started
+        except Exception:  # noqa: BLE001 - a failing network fails the first go, with its own message
+            logger.exception("measuring a search step failed")
+            return None
 
     def reset_searcher(self) -> None:
         """Drop the searcher (closing its tablebases); the next `go` builds one from the options."""
@@ -650,12 +708,13 @@ class UciEngine:
         board = self.board.copy() if self.board is not None else None
         limits, problems = parse_go(
             arguments, board.turn if board is not None else chess.WHITE, min(self.nodes, self.max_nodes),
-            overhead_ms=self.move_overhead_ms, max_nodes=self.max_nodes,
+            overhead_ms=self.move_overhead_ms + round(1000 * self.stale_clock_s), max_nodes=self.max_nodes,
         )  # fmt: skip
+        self.stale_clock_s = 0.0
         flags = parse_go_flags(arguments)
         for problem in problems:
             self.info(f"error: {problem}")
-        control = SearchControl(limits, infinite=flags.infinite, ponder=flags.ponder, started=started)
+        control = SearchControl(limits, infinite=flags.infinite, ponder=flags.ponder, started=started, step_seconds=self.step_seconds)
         allowed: list[chess.Move] = []
         restricted = False
         searcher = None
@@ -710,6 +769,7 @@ class UciEngine:
             logger.exception("go failed in %s", board.fen() if board is not None else None)
             move = min(job.allowed, key=lambda m: m.uci()) if job.allowed else None
             self.info(f"error: {type(error).__name__}: {error}")
+        self.step_seconds = job.control.next_step_seed()  # before bestmove: the next go comes after it
         job.control.wait_for_release()
         if move is None or board is None:
             self.send("bestmove 0000")

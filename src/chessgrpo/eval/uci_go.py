@@ -25,16 +25,21 @@ NODE_BYTES = 4096
 DEFAULT_HASH_MB = -(-MAX_NODES * NODE_BYTES // 2**20)
 """The default ``Hash``: what `MAX_NODES` nodes take (391 MiB); a larger Hash changes nothing."""
 
-
-def hash_nodes(hash_mb: int) -> int:
-    """The most nodes a tree of `hash_mb` MiB holds (at least 1, at most `MAX_NODES`)."""
-    return max(1, min(MAX_NODES, hash_mb * 2**20 // NODE_BYTES))
 DEFAULT_MOVES_TO_GO = 30
 """Moves the remaining clock time is spread over when the GUI gives no ``movestogo``."""
 INCREMENT_SHARE = 0.75
 MAX_CLOCK_FRACTION = 0.2
 """One move never takes more than this share of the remaining clock time."""
 MIN_SEARCH_SECONDS = 0.001
+STEP_DECAY = 0.9
+"""The guess of one search step's time is the longest recent gap between two ``should_stop`` questions: each
+question it shrinks by this factor, so it follows the last network call (a PUCT batch asks 16 questions, one
+of them after the call) and forgets a one-off stall within a batch or two."""
+
+
+def hash_nodes(hash_mb: int) -> int:
+    """The most nodes a tree of `hash_mb` MiB holds (at least 1, at most `MAX_NODES`)."""
+    return max(1, min(MAX_NODES, hash_mb * 2**20 // NODE_BYTES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,11 +143,28 @@ class SearchControl:
     are *unbounded*: the search grows up to `MAX_NODES`, then `wait_for_release` holds the
     ``bestmove`` back until ``stop`` (or, for ``ponder``, ``ponderhit``, which starts the
     ``go`` limits' clock).
+
+    The deadline is kept by never *starting* a step that would end past it: the search asks
+    `should_stop` between its steps (a PUCT batch, an alpha-beta network call), and one step of a
+    larger network on a CPU takes a few hundred ms, more than a bullet increment. The guess of the
+    next step's time (`step_seconds`) is the longest recent gap between two questions (fading by
+    `STEP_DECAY` a question); the first question, after the root's evaluation and the first call's
+    warm-up, uses the last search's guess (`next_step_seed`).
+
+    A ``ponder`` search that misses (``stop``) still finishes its step in flight, on the engine's
+    clock. So while pondering it takes no step longer than the ``go``'s own time budget: it waits
+    between steps for ``ponderhit`` or ``stop`` instead (`should_stop`).
     """
 
-    def __init__(self, limits: GoLimits, *, infinite: bool = False, ponder: bool = False, started: float | None = None):
+    def __init__(
+        self, limits: GoLimits, *, infinite: bool = False, ponder: bool = False, started: float | None = None, step_seconds: float = 0.0
+    ):
         self.limits = limits
         self.started = time.perf_counter() if started is None else started
+        self.step_seconds = max(step_seconds, 0.0)
+        """The guess of one search step's time: the last search's (`next_step_seed`) until a step is seen."""
+        self._last_question: float | None = None
+        self._saw_step = False
         self.infinite = infinite
         self._pondering = ponder
         self._stopped = False
@@ -182,11 +204,28 @@ class SearchControl:
 
     def should_stop(self, nodes: int) -> bool:
         """The search's ``should_stop`` hook (`chessgrpo.search.base`): True when it must not grow
-        to `nodes` nodes: after ``stop``, beyond the node limit or past the deadline."""
+        to `nodes` nodes: after ``stop``, beyond the node limit, or when a step begun now would end
+        past the deadline (a step's time guessed as `step_seconds`)."""
+        now = time.perf_counter()
+        if self._last_question is not None:  # before the first question: the root and warm-up, not a step
+            self.step_seconds = max(now - self._last_question, STEP_DECAY * self.step_seconds)
+            self._saw_step = True
+        self._last_question = now
+        seconds = self.limits.seconds
+        if self._pondering and seconds is not None and self.step_seconds >= seconds:
+            with self._condition:  # a missed ponder would wait out this step: wait here, with nothing in flight
+                self._condition.wait_for(lambda: self._stopped or not self._pondering)
+            now = self._last_question = time.perf_counter()  # the wait is no step
         if self._stopped or nodes > self.node_limit():
             return True
         deadline = self.deadline
-        return deadline is not None and time.perf_counter() >= deadline
+        return deadline is not None and now + self.step_seconds >= deadline
+
+    def next_step_seed(self) -> float:
+        """`step_seconds` for the next search: this one's last guess; faded by `STEP_DECAY` when this search saw no
+        step (it stopped before one): an unchecked guess, say from before a faster device, must not stop every
+        search for ever."""
+        return self.step_seconds if self._saw_step else STEP_DECAY * self.step_seconds
 
     def wait_for_release(self) -> None:
         """Block while the search is unbounded and not stopped (an answer ready early waits for ``stop``)."""
