@@ -124,6 +124,7 @@ def test_lichess_bot_options_configure_and_a_30_plus_03_game_never_flags(value_c
         client.configure({"Threads": 2, "Hash": 64, "Move Overhead": 100})
         client.configure(LICHESS_BOT_DEFAULTS)
         client.configure({"SyzygyPath": str(SYZYGY_DIR)})
+        client.ping()  # options take effect (tables opened, threads measured) before the clock runs, as at a bot's start
         board, lowest = play_clocked({chess.WHITE: client, chess.BLACK: client}, 6, ponder=True)
         assert board.ply() >= 6 or board.is_game_over(claim_draw=True)
         assert lowest > 20  # ~1 s a move of 30 s, and the increment back
@@ -164,12 +165,13 @@ def test_hash_bounds_the_search_tree(value_checkpoint):
 @pytest.mark.slow
 def test_a_whole_30_plus_03_game_with_pondering_never_flags(value_checkpoint):
     """Two engines with lichess-bot's options, White pondering (so ``ponderhit`` when Black plays the expected move, a
-    ``stop`` otherwise), to the end of the game or 300 plies: neither side ever flags."""
+    ``stop`` otherwise), to the end of the game or 200 plies (~90 s): neither side ever flags."""
     engines = {chess.WHITE: engine(value_checkpoint), chess.BLACK: engine(value_checkpoint)}
     try:
         for client in engines.values():
             client.configure({**LICHESS_BOT_DEFAULTS, "SyzygyPath": str(SYZYGY_DIR)})
-        board, lowest = play_clocked(engines, 300, ponder=True)
+            client.ping()
+        board, lowest = play_clocked(engines, 200, ponder=True)
         assert board.ply() >= 40 and lowest > 0
     finally:
         for client in engines.values():
