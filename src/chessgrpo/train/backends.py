@@ -10,7 +10,10 @@ resolved config once at the start:
   the events after the resumed step, as `MetricsWriter` does with the JSONL rows.
 - ``wandb``: ``wandb.init(mode=wandb_mode, config=<resolved config>)``; offline by default, so it
   needs no account and no network (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads later). The
-  run's W&B id is kept in ``RUN_DIR/wandb_run_id``, so ``--resume`` continues the same W&B run.
+  run's W&B id is kept in ``RUN_DIR/wandb_run_id``, so ``--resume`` continues the same W&B run (a
+  fresh run in the same directory takes a new id). Offline, each invocation writes its own
+  ``offline-run-<time>-<id>`` folder of that one run; ``wandb sync`` takes a run's folders in
+  order of start time.
 
 Both packages are optional (``pip install 'chessgrpo[tracking]'``). A listed backend whose package
 is missing is a `BackendUnavailable` error when the config is built, before any work is done.
@@ -19,9 +22,9 @@ is missing is a `BackendUnavailable` error when the config is built, before any 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import importlib.util
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -130,13 +133,17 @@ WANDB_ID_FILE = "wandb_run_id"
 """RUN_DIR/wandb_run_id: the W&B run id, written at the first start, read back by every ``--resume``."""
 
 
-def wandb_run_id(run_dir: Path, generate: Callable[[], str]) -> str:
-    """The run's W&B id: the one its directory holds, or a new one (`generate`) written there atomically."""
+def wandb_run_id(run_dir: Path, generate: Callable[[], str], *, resume: bool) -> str:
+    """The run's W&B id. A resumed run reuses the one its directory holds (a new one if it has none, e.g. W&B
+    was added at the resume); a fresh run always takes a new one, written there atomically: a fresh run
+    replaces metrics.jsonl, so it must not append to the W&B history of the run it replaces."""
     path = run_dir / WANDB_ID_FILE
-    try:
-        existing = path.read_text().strip()
-    except FileNotFoundError:
-        existing = ""
+    existing = ""
+    if resume:
+        try:
+            existing = path.read_text().strip()
+        except FileNotFoundError:
+            pass
     if existing:
         return existing
     run_id = generate()
@@ -152,14 +159,14 @@ class WandbSink(Sink):
 
     name = "wandb"
 
-    def __init__(self, config: TrackingConfig, run_dir: Path, run_name: str, run_config: Mapping[str, Any] | None):
+    def __init__(self, config: TrackingConfig, run_dir: Path, run_name: str, run_config: Mapping[str, Any] | None, *, resume: bool = False):
         try:
             import wandb
         except ImportError as error:
             raise BackendUnavailable(f"{_missing('wandb', 'wandb')} ({error})") from None
         directory = Path(config.wandb_dir) if config.wandb_dir else run_dir
         directory.mkdir(parents=True, exist_ok=True)
-        self.run_id = wandb_run_id(run_dir, lambda: secrets.token_hex(4))  # W&B's own ids are 8 lowercase alphanumerics
+        self.run_id = wandb_run_id(run_dir, lambda: secrets.token_hex(4), resume=resume)  # W&B's own ids are 8 lowercase alphanumerics
         self._run = wandb.init(
             id=self.run_id,
             resume="allow",  # a resumed training run continues its W&B run: one run, one history
@@ -202,7 +209,7 @@ def open_sinks(
                 if run_config is not None:
                     sinks[-1].log_config(run_config)
             elif backend == "wandb":
-                sinks.append(WandbSink(config, run_dir, run_dir.name, run_config))
+                sinks.append(WandbSink(config, run_dir, run_dir.name, run_config, resume=resume_step is not None))
     except BaseException:
         for sink in sinks:
             sink.close()
