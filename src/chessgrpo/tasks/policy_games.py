@@ -111,21 +111,47 @@ def policy_games_key(policy: Any, games: int, *, seed: int, opening_plies: tuple
 def cached_policy_game_positions(policy: Any, games: int, cache_dir: Path | None, *, seed: int, **settings: Any) -> tuple[list[chess.Board], str]:
     """`policy_game_positions`, read from `cache_dir` when the same policy and settings played them before.
 
-    Returns (positions, where they came from: "cache FILE" or "played"). The FENs are written atomically
-    (a temporary file, then a rename); an unreadable cache file is reported and the games are replayed.
-    `cache_dir` None plays them without a cache.
+    Returns (positions, where they came from: "cache FILE" or "played"). The file (``policy_games_<key>.fens``)
+    starts with a header naming its full key and position count, then one FEN a line; it is written
+    atomically (a temporary file, then a rename). A file that does not read back whole (bad header, wrong
+    count, a bad FEN) is named in a warning and the games are played again. `cache_dir` None plays them
+    without a cache.
     """
     if cache_dir is None:
+        logger.info("policy games: playing %d games of the starting policy (no cache)", games)
         return policy_game_positions(policy, games, seed=seed, **settings), "played"
-    path = Path(cache_dir) / f"policy_games_{policy_games_key(policy, games, seed=seed, **settings)[:24]}.fens"
+    key = policy_games_key(policy, games, seed=seed, **settings)
+    path = Path(cache_dir) / f"policy_games_{key[:24]}.fens"
     if path.exists():
         try:
-            return [chess.Board(line) for line in path.read_text().splitlines() if line], f"cache {path}"
+            boards = _read_cache(path, key)
         except (OSError, ValueError) as error:
             logger.warning("policy games cache %s is unreadable (%s): playing the games again", path, error)
+        else:
+            logger.info("policy games: loaded %d positions from cache (key %s, %s)", len(boards), key[:24], path)
+            return boards, f"cache {path}"
+    logger.info("policy games: playing %d games of the starting policy (key %s, cached in %s)", games, key[:24], path)
     boards = policy_game_positions(policy, games, seed=seed, **settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".tmp{os.getpid()}")
-    temporary.write_text("".join(board.fen() + "\n" for board in boards))
+    temporary.write_text(f"{_HEADER} {key} {len(boards)}\n" + "".join(board.fen() + "\n" for board in boards))
     temporary.replace(path)
     return boards, "played"
+
+
+_HEADER = f"# chessgrpo policy games v{CACHE_VERSION}"
+"""A cache file's first line: this, the full key and the number of FENs that follow."""
+
+
+def _read_cache(path: Path, key: str) -> list[chess.Board]:
+    """The boards of a cache file; ValueError naming what is wrong when it is not whole or not this key's."""
+    text = path.read_text()
+    if not text:
+        raise ValueError("the file is empty")
+    header, *lines = text.splitlines()
+    fields = header.rsplit(" ", 2)
+    if len(fields) != 3 or fields[0] != _HEADER or fields[1] != key or not fields[2].isdigit():
+        raise ValueError(f"header {header[:80]!r} is not {_HEADER!r} with this key and a count")
+    if len(lines) != int(fields[2]):
+        raise ValueError(f"{len(lines)} positions, the header says {fields[2]}")
+    return [chess.Board(line) for line in lines]
