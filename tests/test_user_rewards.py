@@ -11,9 +11,9 @@ import chess
 import pytest
 
 from chessgrpo.config import ConfigError, load_config
-from chessgrpo.train.metrics import read_metrics
-from chessgrpo.train.loop import Trainer
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
+from chessgrpo.train.loop import Trainer
+from chessgrpo.train.metrics import read_metrics
 
 REWARD_MODULE = '''
 import chess
@@ -67,6 +67,16 @@ def test_a_user_reward_function_trains_a_three_step_run(reward_module, tmp_path)
     for row, step_calls in zip(rows, (calls[0:16], calls[16:32], calls[32:48])):
         expected = sum(value + chess.Board(fen).is_capture(chess.Move.from_uci(uci)) for fen, uci, value in step_calls) / 16
         assert row["reward/mean"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_constant_user_reward_gives_zero_advantages(reward_module, tmp_path):
+    """The function is what GRPO learns from: equal rewards in every group leave nothing to learn (the KL term aside)."""
+    config = load_config(MoveGroupTrainConfig, None, [*OVERRIDES, f"run.out_dir={tmp_path}", "run.name=flat", "steps=1", "task.reward_fn=my_rewards:constant"])
+    with Trainer(config) as trainer:
+        trainer.train()
+    [row] = read_metrics(tmp_path / "flat" / "metrics.jsonl")
+    assert row["reward/mean"] == pytest.approx(0.25) and row["adv/mean"] == 0.0 and row["adv/std"] == 0.0
+    assert row["loss/policy"] == pytest.approx(0.0, abs=1e-7) and 0.0 < row["reward/win_prob"] < 1.0  # the engine still values the moves
 
 
 def test_a_bad_reward_function_fails_when_the_config_is_built(reward_module, tmp_path):

@@ -37,13 +37,16 @@ def load_reward_function(spec: str, key: str = "task.reward_fn") -> MoveReward:
     try:
         target: object = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import failure is the user's module's: say which
-        raise ValueError(f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error})") from None
+        # The `chessgrpo` script does not put the working directory on sys.path (python -m does): say so.
+        hint = " (is its folder on PYTHONPATH? e.g. PYTHONPATH=. chessgrpo train ...)" if isinstance(error, ModuleNotFoundError) else ""
+        raise ValueError(f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error}){hint}") from None
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise ValueError(f"{key} {spec!r}: module {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise ValueError(f"{key} {spec!r}: {attribute!r} is a {type(target).__name__}, not a function")
+        # ValueError, not TypeError: config checks raise ValueError, which load_config turns into a ConfigError.
+        raise ValueError(f"{key} {spec!r}: {attribute!r} is a {type(target).__name__}, not a function")  # noqa: TRY004
     try:
         inspect.signature(target).bind(chess.Board(), chess.Move.null(), 0.5)
     except TypeError as error:
