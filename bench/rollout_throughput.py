@@ -70,6 +70,41 @@ def _engine_cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+class ModelComputeClock:
+    """CPU seconds of this process spent inside the policy's forwards and the backward passes.
+
+    The rest of a step's main-process CPU is the host's work around the network (encoding, move facts,
+    FENs, legal lists, reward bookkeeping, the learner's Python): what a GPU does not take off the CPU.
+    Installed by wrapping `ActionPolicy.forward` and `torch.autograd.backward` in this bench process only.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        from chessgrpo.models.policy import ActionPolicy
+
+        self.seconds = 0.0
+        self._depth = 0
+        forward, backward = ActionPolicy.forward, torch.autograd.backward
+
+        def timed(function):
+            def call(*args, **kwargs):
+                if self._depth:  # nested (a forward inside a backward's hook): counted once, by the outer call
+                    return function(*args, **kwargs)
+                self._depth += 1
+                started = time.process_time()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    self.seconds += time.process_time() - started
+                    self._depth -= 1
+
+            return call
+
+        ActionPolicy.forward = timed(forward)  # type: ignore[method-assign]
+        torch.autograd.backward = timed(backward)
+
+
 def worker(setting: str, init: str, positions: str, steps: int, warmup: int, extra: list[str]) -> list[dict]:
     """Run one setting in this process; one dict per timed step."""
     from chessgrpo.config import load_config
@@ -88,30 +123,34 @@ def worker(setting: str, init: str, positions: str, steps: int, warmup: int, ext
                    f"steps={warmup + steps}", *COMMON, *overrides, *extra]  # fmt: skip
         config = load_config(config_class(kind), checkout / config_path, options)
         rows = []
+        clock = ModelComputeClock()
         with Trainer(config) as trainer:
             pool = trainer.kind.pool
             for step in range(warmup + steps):
-                wall, cpu = time.perf_counter(), time.process_time()
+                wall, cpu, compute = time.perf_counter(), time.process_time(), clock.seconds
                 engine = _engine_cpu_seconds(pool.pids) if pool is not None else 0.0
                 metrics = trainer.train_step()
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                wall, cpu, compute = time.perf_counter() - wall, time.process_time() - cpu, clock.seconds - compute
                 engine = (_engine_cpu_seconds(pool.pids) if pool is not None else 0.0) - engine
                 if step < warmup:
                     continue
                 samples = metrics.get("rollout/plies", metrics.get("rollout/samples", float(config.task.positions_per_step * config.task.group_size)))
                 rows.append({
-                    "setting": setting, "step": step, "wall_s": wall, "samples": samples, "main_cpu_s": cpu, "engine_cpu_s": engine,
+                    "setting": setting, "step": step, "wall_s": wall, "samples": samples, "main_cpu_s": cpu, "model_cpu_s": compute, "host_cpu_s": cpu - compute,
+                    "engine_cpu_s": engine,
                     **{k: v for k, v in metrics.items() if k.startswith("perf/")},
                 })  # fmt: skip
         return rows
 
 
-def run_setting(setting: str, args: argparse.Namespace, src: Path) -> list[dict]:
-    """`worker` in a fresh Python process importing chessgrpo from `src` (this checkout or --baseline-src)."""
+def run_setting(setting: str, args: argparse.Namespace, src: Path, env_extra: dict[str, str] | None = None) -> list[dict]:
+    """`worker` in a fresh Python process importing chessgrpo from `src` (this checkout or --baseline-src),
+    with `env_extra` added to its environment (a --compare-env variant)."""
     command = [sys.executable, __file__, "--worker", setting, "--init", args.init, "--positions", args.positions,
                "--steps", str(args.steps), "--warmup", str(args.warmup), *(f"--set={o}" for o in args.set)]  # fmt: skip
     # src first; what was on PYTHONPATH (e.g. packages installed to a --target directory) stays after it.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**os.environ, **(env_extra or {}),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{setting} ({src}) failed:\n{done.stderr[-3000:]}")
@@ -123,10 +162,28 @@ def _median(rows: list[dict], key: str, per_sample: bool = False) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def cpu_ratio(rows: list[dict], baseline: list[dict], key: str, resamples: int = 2000) -> tuple[float, float, float]:
+    """Median per-sample `key` of `rows` over that of `baseline`, with a percentile bootstrap 95% interval
+    (steps resampled within each code)."""
+    import random
+
+    ours = [row[key] / row["samples"] for row in rows if key in row]
+    theirs = [row[key] / row["samples"] for row in baseline if key in row]
+    if not ours or not theirs:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(0)
+    ratios = sorted(
+        statistics.median(rng.choices(ours, k=len(ours))) / statistics.median(rng.choices(theirs, k=len(theirs)))
+        for _ in range(resamples)
+    )
+    return statistics.median(ours) / statistics.median(theirs), ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
 def table(results: dict[str, list[dict]]) -> str:
     """Markdown: one line per (setting, code)."""
     head = ("| setting | samples/s | step s | policy s | opponent wait s | reward wait s | learn s | "
-            "engine wait ms/sample | other ms/sample | main CPU ms/sample | engine CPU ms/sample |")  # fmt: skip
+            "engine wait ms/sample | other ms/sample | main CPU ms/sample | of it model ms/sample | of it host ms/sample | "
+            "engine CPU ms/sample |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name, rows in results.items():
         per_s = statistics.median(row["samples"] / row["wall_s"] for row in rows)
@@ -136,6 +193,7 @@ def table(results: dict[str, list[dict]]) -> str:
             f"| {name} | {per_s:.0f} | {_median(rows, 'wall_s'):.3f} | {_median(rows, 'perf/policy_s'):.3f} | "
             f"{_median(rows, 'perf/opponent_s'):.3f} | {_median(rows, 'perf/reward_s'):.3f} | {_median(rows, 'perf/learn_s'):.3f} | "
             f"{1000 * wait:.2f} | {1000 * other:.2f} | {1000 * _median(rows, 'main_cpu_s', True):.2f} | "
+            f"{1000 * _median(rows, 'model_cpu_s', True):.2f} | {1000 * _median(rows, 'host_cpu_s', True):.2f} | "
             f"{1000 * _median(rows, 'engine_cpu_s', True):.2f} |"
         )
     return "\n".join(lines)
@@ -151,6 +209,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the settings alternate within each")
     parser.add_argument("--baseline-src", type=Path, help="also run every setting on the chessgrpo in this src/ directory")
     parser.add_argument("--set", action="append", default=[], help="an extra config override for every setting (key=value)")
+    parser.add_argument("--compare-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="also run every setting of this code with KEY=VALUE in its environment, alternated "
+                             "(e.g. OMP_WAIT_POLICY=ACTIVE: OpenMP threads that spin; repeat for several variants)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write every timed step here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -161,13 +222,20 @@ def main() -> int:
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown settings {unknown}; choose from {list(SETTINGS)}")
-    codes = {"": ROOT / "src"} | ({" (baseline)": args.baseline_src.resolve()} if args.baseline_src else {})
+    codes: dict[str, tuple[Path, dict[str, str]]] = {"": (ROOT / "src", {})}
+    if args.baseline_src:
+        codes[" (baseline)"] = (args.baseline_src.resolve(), {})
+    for assignment in args.compare_env:
+        key, _, value = assignment.partition("=")
+        if not key or not _:
+            parser.error(f"--compare-env takes KEY=VALUE, got {assignment!r}")
+        codes[f" ({assignment})"] = (ROOT / "src", {key: value})
     results: dict[str, list[dict]] = {}
     for round_ in range(args.repeats):
         for setting in settings:
-            for suffix, src in codes.items():
+            for suffix, (src, env_extra) in codes.items():
                 started = time.perf_counter()
-                rows = run_setting(setting, args, src)
+                rows = run_setting(setting, args, src, env_extra)
                 results.setdefault(setting + suffix, []).extend(rows)
                 print(f"round {round_ + 1}/{args.repeats} {setting}{suffix}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     print(table(results))
@@ -176,8 +244,15 @@ def main() -> int:
         if "one_move" + suffix in medians and "trajectory" + suffix in medians:
             print(f"\ntrajectory / one-move samples/s{suffix}: {medians['trajectory' + suffix] / medians['one_move' + suffix]:.2f}")
     for setting in settings:
-        if setting + " (baseline)" in medians:
-            print(f"{setting}: this code / baseline samples/s: {medians[setting] / medians[setting + ' (baseline)']:.2f}")
+        for suffix in codes:
+            if not suffix:
+                continue
+            other = setting + suffix
+            print(f"{setting}: this code / {other} samples/s: {medians[setting] / medians[other]:.2f}")
+            for key in ("main_cpu_s", "host_cpu_s", "model_cpu_s"):
+                ratio, low, high = cpu_ratio(results[setting], results[other], key)
+                print(f"{setting}: this code / {other} {key.removesuffix('_s').replace('_', ' ')} per sample: "
+                      f"{ratio:.2f} [{low:.2f}, {high:.2f}]")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -112,6 +112,20 @@ def test_pipelined_trajectory_resumes_bitwise_with_its_curriculum_and_evaluation
     assert straight[-1]["rollout/curriculum_max_dtz"] > 1  # the curriculum widened: its state mattered
 
 
+def test_pipelined_trajectory_searches_engine_rewards_as_it_plays_with_the_serial_rewards(tmp_path):
+    """Against Stockfish with engine rewards, a pipelined rollout hands each position to the pool as it is reached
+    (`task.overlap_rewards`' path, without the key): its first step, sampled from the same weights, has the serial
+    step's rewards and loss exactly."""
+    engine_rewards = {"steps": 2, "positions": "random:16", "task": TrajectoryConfig(
+        group_size=2, positions_per_step=2, horizon=2, opponent="stockfish", opponent_nodes=50, reward="engine", reward_nodes=100)}
+    for name, on in (("serial", False), ("piped", True)):
+        with Trainer(_pipelined(trajectory_config(tmp_path, name, **engine_rewards), on)) as trainer:
+            assert not trainer.config.task.overlap_rewards
+            assert trainer.train().finished
+    serial, piped = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("serial", "piped"))
+    assert serial[0]["reward/mean"] == piped[0]["reward/mean"] and serial[0]["loss/total"] == piped[0]["loss/total"]
+
+
 def test_kinds_that_cannot_pipeline_refuse_the_switch(tmp_path):
     with pytest.raises(ConfigError, match="grpo.pipeline"):
         load_config(config_class("mixture"), REPO_ROOT / "configs" / "grpo_mixture_tiny.yaml", ["grpo.pipeline=true"])

@@ -327,13 +327,15 @@ class EnginePool:
         nodes: int | None = None,
         depth: int | None = None,
         progress: Progress | None = None,
+        fens: Sequence[str] | None = None,
     ) -> list[Evaluation]:
         """One `Evaluation` per position, in order, from the side to move's point of view.
 
         `positions` are FEN strings or boards; all are validated before any search starts
         (`ValueError` names the first bad one). `progress(n)` is called as n more are done.
+        `fens`: the positions' FENs when they are boards whose FENs the caller computed already.
         """
-        return self.submit(positions, nodes=nodes, depth=depth, priority=URGENT).result(progress)
+        return self.submit(positions, nodes=nodes, depth=depth, priority=URGENT, fens=fens).result(progress)
 
     def submit(
         self,

@@ -115,6 +115,8 @@ class MoveGroups:
     """[B, G] reference log-probs of the sampled actions (rollout temperature)."""
     exact_kl: torch.Tensor | None = None
     """[B] exact KL(policy || reference) over all legal moves."""
+    fens: list[str] | None = None
+    """The boards' FENs, computed once by `sample_groups` for everything downstream (None: compute them)."""
 
     @property
     def group_size(self) -> int:
@@ -138,7 +140,8 @@ def sample_groups(
     """Sample `group_size` moves per board from `model` (eval mode: no dropout) with `log_probs`."""
     if model.training or (reference is not None and reference.training):
         raise RuntimeError("sample_groups needs models in eval mode (no dropout in RL forwards)")
-    tokens, legal = model.inputs(boards)
+    fens = [board.fen() for board in boards]  # once: the encoding, the move facts and the engine all read them
+    tokens, legal = model.inputs(boards, fens=fens)
     with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(tokens)
     logp_full = log_probs(logits, legal, temperature)
@@ -152,6 +155,7 @@ def sample_groups(
         behaviour_logp=logp_full.gather(1, actions),
         entropy=categorical_entropy(logp_full),
         ln_legal=legal.sum(dim=-1).float().log(),
+        fens=fens,
     )
     if reference is not None:
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -223,23 +227,35 @@ MOVE_GROUP_REWARDS: dict[str, MoveGroupReward] = {
 }
 
 
-def move_value_positions(boards: Sequence[chess.Board], moves: Sequence[Sequence[chess.Move]]) -> tuple[list[chess.Board], list[list[int]]]:
-    """The distinct positions after each (board, move) and, per board, each move's index into them."""
+def move_value_positions(
+    boards: Sequence[chess.Board], moves: Sequence[Sequence[chess.Move]]
+) -> tuple[list[chess.Board], list[list[int]], list[str]]:
+    """The distinct positions after each (board, move), per board each move's index into them, and their FENs.
+
+    A group samples with replacement, so a row repeats moves: each (board, move) is played and
+    written as FEN once (the FEN is what the engine and its cache read), and positions reached from
+    two boards are merged by FEN. The order is that of first appearance, row by row.
+    """
     distinct: dict[str, int] = {}
     after_boards: list[chess.Board] = []
+    after_fens: list[str] = []
     indices: list[list[int]] = []
     for board, row in zip(boards, moves):
+        played: dict[chess.Move, int] = {}
         row_indices = []
         for move in row:
-            after = board.copy(stack=False)
-            after.push(move)
-            key = after.fen()
-            if key not in distinct:
-                distinct[key] = len(after_boards)
-                after_boards.append(after)
-            row_indices.append(distinct[key])
+            if move not in played:
+                after = board.copy(stack=False)
+                after.push(move)
+                key = after.fen()
+                if key not in distinct:
+                    distinct[key] = len(after_boards)
+                    after_boards.append(after)
+                    after_fens.append(key)
+                played[move] = distinct[key]
+            row_indices.append(played[move])
         indices.append(row_indices)
-    return after_boards, indices
+    return after_boards, indices, after_fens
 
 
 def score_groups(
@@ -256,17 +272,18 @@ def score_groups(
     moves = groups.moves()
     best_moves: list[chess.Move] = []
     if best_move_values:
-        for board, evaluation in zip(groups.boards, pool.evaluate(groups.boards, nodes=nodes)):
+        for board, evaluation in zip(groups.boards, pool.evaluate(groups.boards, nodes=nodes, fens=groups.fens)):
             if evaluation.best_move is None:
                 raise RuntimeError(f"the engine returned no best move for {board.fen()!r}")
             best_moves.append(chess.Move.from_uci(evaluation.best_move))
         rows = [[*row, best] for row, best in zip(moves, best_moves)]
     else:
         rows = moves
-    after_boards, indices = move_value_positions(groups.boards, rows)
+    after_boards, indices, after_fens = move_value_positions(groups.boards, rows)
     # Positions the tables cover need no search: their values are exact, probed once for both rewards.
     probes = [probe_tablebase(board, tablebase) for board in after_boards]
-    searched = iter(pool.evaluate([b for b, p in zip(after_boards, probes) if p is None], nodes=nodes))
+    unprobed = [i for i, probe in enumerate(probes) if probe is None]
+    searched = iter(pool.evaluate([after_boards[i] for i in unprobed], nodes=nodes, fens=[after_fens[i] for i in unprobed]))
     evaluations = [tablebase_evaluation(b, p) if p is not None else next(searched) for b, p in zip(after_boards, probes)]
     mover_value = torch.tensor([1.0 - e.win_probability for e in evaluations], dtype=torch.float32)
     mover_shaped = torch.tensor([shaped_value(e, p) for e, p in zip(evaluations, probes)], dtype=torch.float32)
