@@ -431,7 +431,8 @@ def read_json(path: Path) -> Any:
 
 def rollout_figures(path: Path) -> dict[str, dict[str, float]] | None:
     """Per setting of a `bench/rollout_throughput.py --json` file: the median samples (own plies) per second
-    over its timed steps, the median step seconds, the steps timed."""
+    over its timed steps, the median step seconds, the steps timed, and the trainer process's CPU ms per sample
+    (all of it, the network's forwards and backwards, the host work around them) where the bench measured it."""
     data = read_json(path)
     if not isinstance(data, dict):
         return None
@@ -445,6 +446,10 @@ def rollout_figures(path: Path) -> dict[str, dict[str, float]] | None:
                 "samples_per_step": statistics.median(r["samples"] for r in rows),
                 "steps": len(rows),
             }
+            for key in ("main_cpu_s", "model_cpu_s", "host_cpu_s"):
+                values = [1000 * r[key] / r["samples"] for r in rows if key in r and r["samples"]]
+                if values:
+                    out[setting][key.removesuffix("_s") + "_ms_per_sample"] = statistics.median(values)
     return out or None
 
 
@@ -490,7 +495,7 @@ def build_report(work: Path, summary: dict[str, Any]) -> dict[str, Any]:
     stages = {name: read_stage(work, name) for name in ("pretrain_data", "rollout_init", "rollout_cuda", "rollout_cpu",
                                                         "pretrain_cuda", "pretrain_cpu", "grpo_throughput", "tests")}  # fmt: skip
     ran = lambda *names: any(stages[n] is not None for n in names)
-    roll = lambda column, setting: ((rollout[column] or {}).get(setting) or {}).get("samples_per_s")
+    roll = lambda column, setting, key="samples_per_s": ((rollout[column] or {}).get(setting) or {}).get(key)
     pre_fig = lambda column, key: (pretrain[column] or {}).get(key)
     size = meta.get("pretrain_size", "small")
     prefetch = meta.get("prefetch", 2)
@@ -499,6 +504,10 @@ def build_report(work: Path, summary: dict[str, Any]) -> dict[str, Any]:
                 roll("cpu", "one_move"), TARGET_ONE_MOVE, ran=ran("rollout_cuda")),
         _figure("trajectory_plies_per_s", "GRPO trajectories vs Stockfish (trajectory_stockfish_tiny), own plies/s",
                 roll("cuda", "trajectory"), roll("cpu", "trajectory"), TARGET_TRAJECTORY, ran=ran("rollout_cuda")),
+        # Issue 53: the trainer's CPU per one-move sample (the issue measured 2.8 ms on an H200 before its cuts).
+        *(_figure(f"one_move_{part}_cpu_ms_per_sample", f"GRPO one-move: trainer CPU ms per sample, {words}",
+                  roll("cuda", "one_move", f"{part}_cpu_ms_per_sample"), roll("cpu", "one_move", f"{part}_cpu_ms_per_sample"))
+          for part, words in (("main", "all"), ("model", "of it the network"), ("host", "of it host work"))),
         _figure("pretrain_model_only_samples_per_s", f"pretraining {size}, model only (one batch reused), samples/s",
                 pre_fig("cuda", "model_only"), pre_fig("cpu", "model_only")),
         _figure("pretrain_prefetch0_samples_per_s", f"pretraining {size}, real pipeline, batch built in the step, samples/s",
@@ -576,7 +585,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         ratio = f["key"].endswith("_over_model_only")
         target = f"≥ {_number(f['target'], ratio)}" if "target" in f else ""
         cross = "" if ratio or f["cuda_over_cpu"] is None else f"{f['cuda_over_cpu']:.2f}x"
-        lines.append(f"| {f['name']} | {_number(f['cuda'], ratio)} | {_number(f['cpu'], ratio)} | {cross} | {target} | {f.get('verdict', '')} |")
+        exact = ratio or f["key"].endswith("_ms_per_sample")  # two decimals
+        lines.append(f"| {f['name']} | {_number(f['cuda'], exact)} | {_number(f['cpu'], exact)} | {cross} | {target} | {f.get('verdict', '')} |")
     tests = report["tests"]
     lines.append(f"| {tests['name']} | {tests.get('result') or '—'} | | | all pass | {tests['verdict']} |")
     sizes = (f"Settings: rollouts {settings.get('rollout_steps')} timed steps per setting and column (one round); pretraining "

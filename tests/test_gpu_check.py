@@ -118,8 +118,10 @@ def test_the_report_reads_gpu_shaped_bench_results(tmp_path):
     bench.mkdir(parents=True)
 
     def rollout(one_move: float, trajectory: float) -> dict:  # 3 timed steps each; the median is the middle one
-        steps = lambda rate, samples: [{"setting": "x", "step": i, "wall_s": samples / (rate * f), "samples": samples} for i, f in
-                                       enumerate((0.5, 1.0, 2.0))]  # fmt: skip
+        # The trainer's CPU split as the bench measures it: 1.4 ms a sample of which the network 0.4 (the median step's).
+        steps = lambda rate, samples: [{"setting": "x", "step": i, "wall_s": samples / (rate * f), "samples": samples,
+                                        "main_cpu_s": samples * 1.4e-3 * f, "model_cpu_s": samples * 0.4e-3 * f,
+                                        "host_cpu_s": samples * 1.0e-3 * f} for i, f in enumerate((0.5, 1.0, 2.0))]  # fmt: skip
         return {"one_move": steps(one_move, 256.0), "trajectory": steps(trajectory, 250.0)}
 
     def pretrain(model_only: float, off: float, on: float) -> dict:
@@ -154,6 +156,9 @@ def test_the_report_reads_gpu_shaped_bench_results(tmp_path):
     assert "| 1,000 | 250 | 4.00x | ≥ 1,200 | FAIL |" in markdown and "| 0.94 | 0.99 |  | ≥ 0.90 | PASS |" in markdown
     assert "Machine: GPU NVIDIA H200; CPU 16 x AMD EPYC; torch 2.11.0" in markdown and "All targets met: no." in markdown
     assert "| tests/test_cuda.py | 9 passed in 190.00s |" in markdown
+    host = figures["one_move_host_cpu_ms_per_sample"]
+    assert host["cuda"] == pytest.approx(1.0) and figures["one_move_main_cpu_ms_per_sample"]["cpu"] == pytest.approx(1.4)
+    assert "| GRPO one-move: trainer CPU ms per sample, of it the network | 0.40 | 0.40 |" in markdown
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
@@ -195,7 +200,8 @@ def test_the_dry_run_runs_the_gpu_pipeline_on_cpu(tmp_path):
     figures = {f["key"]: f for f in report["figures"]}
     assert set(figures) == {"one_move_samples_per_s", "trajectory_plies_per_s", "pretrain_model_only_samples_per_s",
                             "pretrain_prefetch0_samples_per_s", "pretrain_pipeline_samples_per_s", "pretrain_pipeline_over_model_only",
-                            "pretrain_prefetch0_over_model_only", "lm_grpo_completions_per_s"}  # fmt: skip
+                            "pretrain_prefetch0_over_model_only", "lm_grpo_completions_per_s",
+                            *(f"one_move_{part}_cpu_ms_per_sample" for part in ("main", "model", "host"))}  # fmt: skip
     for key, figure in figures.items():  # every figure measured in both columns (the LM GRPO run: on the device only)
         assert figure["cuda"] > 0 and (key == "lm_grpo_completions_per_s" or figure["cpu"] > 0), figure
     for key in ("one_move_samples_per_s", "trajectory_plies_per_s", "pretrain_pipeline_over_model_only", "lm_grpo_completions_per_s"):
@@ -207,7 +213,7 @@ def test_the_dry_run_runs_the_gpu_pipeline_on_cpu(tmp_path):
     assert pretrain["host"]["build_uint8_ms"] > 0 and pretrain["meta"]["device"] == "cpu"  # a dry run's "cuda" column
     markdown = (tmp_path / "out" / "gpu_check.md").read_text()
     assert markdown.startswith("# gpu_check (dry-run)") and "Dry run:" in markdown
-    assert markdown.count("\n| ") == 10  # the header and 9 figure rows
+    assert markdown.count("\n| ") == 13  # the header and 12 figure rows
     for figure in figures.values():
         assert f"| {figure['name']} |" in markdown
 

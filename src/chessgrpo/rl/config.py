@@ -120,8 +120,9 @@ class GRPOConfig:
     runs in a background thread on a snapshot of the weights while the learner updates on the current one,
     so every step learns from a batch sampled one update earlier (off-policy by one step: the behaviour
     log-probs are the snapshot's, the clipped ratio corrects for the lag, the first-minibatch ratio check
-    runs on the snapshot and ``ratio/lag_first_max_abs_dev`` logs the live weights' deviation). move_group
-    and trajectory kinds, one process; a mixture, rookworld and data-parallel runs refuse it. false = the
+    runs on the snapshot and ``ratio/lag_first_max_abs_dev`` logs the live weights' deviation); a trajectory
+    rollout then also hands each position to the engine pool as it is reached (``task.overlap_rewards``' path,
+    the same rewards). move_group and trajectory kinds, one process; a mixture, rookworld and data-parallel runs refuse it. false = the
     serial step, bitwise as before (docs/scaling.md, "Pipelined steps")."""
 
     # ---------------------------------------------------------------- diagnostics

@@ -122,7 +122,7 @@ class TrajectoryConfig:
     engine values it while the policy plays on (`EngineValues`; identical rewards). Off by default: it only
     pays with cores to spare beside the pool's processes; on 2 cores, where the pool has one process per
     core, the two compete and a step got slower (docs/benchmarks.md, "GRPO steps: `bench/rollout_throughput.py`";
-    docs/results.md, "Design choices")."""
+    docs/results.md, "Design choices"). A pipelined step (``grpo.pipeline``) always overlaps its rewards."""
     supervision: str = "process"
     """outcome (one advantage per row) | process (per-ply step rewards, reward-to-go, DeepSeekMath) |
     step (per-ply step rewards normalised as in process, without the sum) | critic (regret rewards
