@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import csv
-import random
 
 import chess
 import numpy as np
 import pytest
-from helpers import shared_file
+from helpers import random_playout_positions, shared_file
 
 from chessgrpo.board import (
     ACTION_INDEX,
@@ -20,7 +19,6 @@ from chessgrpo.board import (
     legal_masks,
     move_to_action,
 )
-
 
 # Hand-written positions covering the special move kinds.
 SPECIAL_FENS = {
@@ -45,23 +43,6 @@ def _expected_indices(board: chess.Board) -> set[int]:
     return {ACTION_INDEX[move.uci()] for move in board.legal_moves}
 
 
-def _random_positions(count: int, seed: int = 0) -> list[chess.Board]:
-    """Positions sampled from seeded random playouts (long games reach promotions)."""
-    rng = random.Random(seed)
-    boards: list[chess.Board] = []
-    while len(boards) < count:
-        board = chess.Board()
-        for _ in range(rng.randrange(20, 300)):
-            moves = list(board.legal_moves)
-            if not moves:
-                break
-            board.push(rng.choice(moves))
-            if rng.random() < 0.06:
-                boards.append(board.copy(stack=False))
-        boards.append(board.copy(stack=False))
-    return boards[:count]
-
-
 def _puzzle_boards() -> list[chess.Board]:
     path = shared_file("lichess_puzzles_dev.csv")
     with path.open(newline="") as handle:
@@ -70,7 +51,7 @@ def _puzzle_boards() -> list[chess.Board]:
     return [chess.Board(fen) for fen in fens]
 
 
-RANDOM_BOARDS = _random_positions(300)
+RANDOM_BOARDS = random_playout_positions(300)
 
 
 # --- table layout -----------------------------------------------------------------

@@ -84,16 +84,10 @@ def test_the_summary_reads_a_gpu_run(tmp_path):
     assert numbers["completions_per_s"] == pytest.approx(128.0) and numbers["first_step_s"] == 9.0
     assert numbers["measured_steps"] == [2, 3, 4] and numbers["sampled_tokens_per_s"] == pytest.approx(512 * 128 / 3.0)
     out = tmp_path / "out"
-    sys_argv = sys.argv
-    try:
-        sys.argv = ["gpu_check.py", "summary", "--work", str(work), "--out", str(out)]
-        assert gpu_check.main() == 0
-    finally:
-        sys.argv = sys_argv
+    report = _run_summary(gpu_check, work, out)
     text = (out / "gpu_check_summary.txt").read_text()
     assert "128.0 completions/s" in text and "sampling 3.00 + rewards 0.20 + learning 0.80" in text
     assert "31.5 GiB allocated" in text and ": MET" in text and "first step (warm-up) 9.00 s" in text
-    report = json.loads((out / "gpu_check.json").read_text())
     assert report["summary"]["grpo_throughput"]["completions_per_step"] == 512
     lm = next(f for f in report["figures"] if f["key"] == "lm_grpo_completions_per_s")
     assert lm["cuda"] == pytest.approx(128.0) and lm["pass"] and lm["verdict"] == "PASS"

@@ -13,9 +13,14 @@ from collections.abc import Sequence
 
 import chess
 import torch
+from helpers import random_playout_positions
 
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
-from chessgrpo.tasks.move_group import StartPositions, move_value_positions, sample_groups
+from chessgrpo.tasks.move_group import (
+    StartPositions,
+    move_value_positions,
+    sample_groups,
+)
 
 
 def move_value_positions_reference(
@@ -39,25 +44,9 @@ def move_value_positions_reference(
     return after_boards, indices
 
 
-def _random_positions(count: int, seed: int) -> list[chess.Board]:
-    """Positions from random playouts (captures, promotions, castling, en passant on the way)."""
-    rng = random.Random(seed)
-    boards = []
-    while len(boards) < count:
-        board = chess.Board()
-        for _ in range(rng.randrange(0, 120)):
-            moves = list(board.legal_moves)
-            if not moves:
-                break
-            board.push(rng.choice(moves))
-        if any(board.legal_moves):
-            boards.append(board.copy(stack=False))
-    return boards
-
-
 def test_move_value_positions_equal_the_reference_with_repeats_and_transpositions():
     rng = random.Random(3)
-    boards = _random_positions(300, seed=1)
+    boards = [board for board in random_playout_positions(340, seed=1) if any(board.legal_moves)]
     boards += [chess.Board(), chess.Board()]  # the same position twice: one set of searches
     moves = []
     for board in boards:
