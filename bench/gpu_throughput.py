@@ -181,7 +181,7 @@ def gpt2_124m_with_offline_bpe(device: torch.device, n_layer: int, n_embd: int, 
 
     from chessgrpo.paths import resolve_data_path
 
-    samples = Path(resolve_data_path("../shared/data/rookworld_samples.txt")).read_text().splitlines()
+    samples = Path(resolve_data_path("data/rookworld_samples.txt")).read_text().splitlines()
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

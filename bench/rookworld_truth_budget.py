@@ -1,6 +1,6 @@
 """How many Stockfish nodes the P: reward's truth needs: stability and agreement with upstream labels.
 
-For the P: lines of ``../shared/data/rookworld_samples.txt`` (real upstream RookWorld lines) and
+For the P: lines of ``data/rookworld_samples.txt`` (real upstream RookWorld lines) and
 each node budget N, the truth is `policy_truths` at N nodes (multipv 5, one process, no cache, 1 MB
 hash cleared per search: deterministic). Columns:
 

@@ -34,7 +34,7 @@
 #   whl/          wheels of the pinned packages it lacks or has at other versions (transformers, tokenizers,
 #                 huggingface_hub, python-chess, rust-chess), for CPython 3.12 x86-64
 #   stockfish.xz  this machine's Stockfish binary, xz-compressed
-#   shared_data/  a copy of ../shared/data (RookWorld samples for the BPE, puzzles, Syzygy tables for the tests)
+# The data (RookWorld samples for the BPE, puzzles, Syzygy tables) is in the repository's data/ and travels with the tree.
 # Then, with the device tool: run(command="bash scripts/gpu_check.sh", carry=["runs/gpu_carry"], timeout_s=600).
 # On the GPU machine the script installs the wheels with `pip --target` into GPU_CHECK_SITE (default
 # /tmp/chessgrpo_site) when the interpreter lacks the pinned transformers, runs the package from src/ (PYTHONPATH),
@@ -86,10 +86,9 @@ find_stockfish() {
   for p in /usr/games/stockfish /usr/local/bin/stockfish; do [ -x "$p" ] && { echo "$p"; return 0; }; done
   return 1
 }
-shared_data_dir() {
-  if [ -n "${CHESSGRPO_DATA:-}" ] && [ -d "$CHESSGRPO_DATA" ]; then echo "$CHESSGRPO_DATA"
-  elif [ -f ../shared/data/rookworld_samples.txt ]; then (cd ../shared/data && pwd)
-  elif [ -f "$CARRY/shared_data/rookworld_samples.txt" ]; then echo "$CARRY/shared_data"
+data_dir() {  # the repository's shipped data, or $CHESSGRPO_DATA when it holds the RookWorld samples
+  if [ -n "${CHESSGRPO_DATA:-}" ] && [ -f "$CHESSGRPO_DATA/rookworld_samples.txt" ]; then echo "$CHESSGRPO_DATA"
+  elif [ -f data/rookworld_samples.txt ]; then (cd data && pwd)
   else return 1; fi
 }
 
@@ -114,10 +113,6 @@ if [ "$PREPARE" = 1 ]; then
   if command -v xz >/dev/null 2>&1; then xz -6 -T0 -c "$fish" >"$CARRY/stockfish.xz"
   else "$PYTHON" -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.compress(open(sys.argv[1], 'rb').read(), preset=6))" \
     "$fish" "$CARRY/stockfish.xz"; fi || die "could not compress $fish"
-  data=$(shared_data_dir) || die "no ../shared/data (or CHESSGRPO_DATA) to carry"
-  if [ "$(cd "$data" && pwd)" != "$CARRY/shared_data" ]; then
-    rm -rf "$CARRY/shared_data" && cp -r "$data" "$CARRY/shared_data"
-  fi
   say "ready: $(du -sh "$CARRY" | cut -f1) in $CARRY; with the tree ($(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked) it must stay under 64 MiB"
   say "device tool: run(command=\"bash scripts/gpu_check.sh\", carry=[\"${CARRY#$ROOT/}\"], timeout_s=600)"
   exit 0
@@ -164,9 +159,8 @@ if ! fish=$(find_stockfish); then
   fi
 fi
 export CHESSGRPO_STOCKFISH=$fish
-DATA_DIR=$(shared_data_dir) || die "no shared data (../shared/data, \$CHESSGRPO_DATA or $CARRY/shared_data): run --prepare and carry $CARRY"
-export CHESSGRPO_DATA=$DATA_DIR
-say "mode $MODE, work $WORK, logs $LOGS, Stockfish $fish, shared data $DATA_DIR"
+DATA_DIR=$(data_dir) || die "no data/rookworld_samples.txt in the checkout (or \$CHESSGRPO_DATA)"
+say "mode $MODE, work $WORK, logs $LOGS, Stockfish $fish, data $DATA_DIR"
 
 GRPO_CONFIG=configs/rookworld_124m_gpu.yaml
 SFT_CONFIG=configs/rookworld_sft_gpu.yaml

@@ -7,7 +7,7 @@ The result is laid out like a downloaded RookWorld-LM-124M (``save_pretrained`` 
 for measuring memory and speed (docs/lm_124m.md), not for playing: the weights are random.
 
 - model: ``GPT2Config()`` defaults (12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens);
-- tokenizer: a byte-level BPE trained on ../shared/data/rookworld_samples.txt (a few thousand
+- tokenizer: a byte-level BPE trained on data/rookworld_samples.txt (a few thousand
   tokens, ``<|endoftext|>`` as BOS/EOS/pad). The model's vocabulary stays 50257 (like GPT-2's), so
   the LM head and every log-softmax have the real 124M cost; ids past the tokenizer are never sampled
   by a trained model and decode to nothing.
@@ -58,7 +58,7 @@ def make_gpt2_124m(out: Path, samples_path: Path, *, vocab_size: int = 2000, see
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/gpt2_124m"))
-    parser.add_argument("--samples", type=Path, default=Path("../shared/data/rookworld_samples.txt"))
+    parser.add_argument("--samples", type=Path, default=Path("data/rookworld_samples.txt"))
     parser.add_argument("--bpe-vocab", type=int, default=2000, help="BPE merges target (the model keeps 50257)")
     parser.add_argument("--seed", type=int, default=0)
     # A smaller model of the same family and vocabulary (tests and CPU dry runs); the defaults are GPT-2 124M's.

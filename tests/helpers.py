@@ -1,8 +1,7 @@
-"""Shared test helpers: where the project's shared data lives, and positions from random playouts."""
+"""Shared test helpers: where the repository's shipped data lives, and positions from random playouts."""
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -10,16 +9,16 @@ import chess
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# CI and developers have ../shared beside the checkout; $CHESSGRPO_DATA overrides.
-SHARED_DATA = Path(os.environ.get("CHESSGRPO_DATA", REPO_ROOT.parent / "shared" / "data"))
-SYZYGY_DIR = SHARED_DATA / "syzygy"
+# The data the repository ships (data/README.md): the tests read it from the checkout, whatever $CHESSGRPO_DATA says.
+DATA_DIR = REPO_ROOT / "data"
+SYZYGY_DIR = DATA_DIR / "syzygy"
 
 
-def shared_file(name: str) -> Path:
-    """Path of a file in shared/data; fails the test (never skips) when it is missing."""
-    path = SHARED_DATA / name
+def data_file(name: str) -> Path:
+    """Path of a file the repository ships in data/; fails the test (never skips) when it is missing."""
+    path = DATA_DIR / name
     if not path.exists():
-        pytest.fail(f"shared data {path} is missing: check out ../shared beside the repo or set CHESSGRPO_DATA")
+        pytest.fail(f"shipped data {path} is missing from the checkout (see data/README.md)")
     return path
 
 # configs/grpo_tiny.yaml trains the value head and a bc anchor on data/tiny's labelled positions; runs from a fresh

@@ -7,7 +7,7 @@ import csv
 import chess
 import numpy as np
 import pytest
-from helpers import random_playout_positions, shared_file
+from helpers import random_playout_positions, data_file
 
 from chessgrpo.board import (
     ACTION_INDEX,
@@ -44,7 +44,7 @@ def _expected_indices(board: chess.Board) -> set[int]:
 
 
 def _puzzle_boards() -> list[chess.Board]:
-    path = shared_file("lichess_puzzles_dev.csv")
+    path = data_file("lichess_puzzles_dev.csv")
     with path.open(newline="") as handle:
         fens = [row["FEN"] for row in csv.DictReader(handle)]
     assert len(fens) == 500

@@ -8,7 +8,7 @@ import random
 import chess
 import numpy as np
 import pytest
-from helpers import shared_file
+from helpers import data_file
 
 from chessgrpo.board import (
     SEQUENCE_LENGTH,
@@ -29,7 +29,7 @@ def _tokens(chars: str) -> list[int]:
 
 
 def _puzzle_fens() -> list[str]:
-    path = shared_file("lichess_puzzles_dev.csv")
+    path = data_file("lichess_puzzles_dev.csv")
     with path.open(newline="") as handle:
         fens = [row["FEN"] for row in csv.DictReader(handle)]
     assert len(fens) == 500

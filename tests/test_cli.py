@@ -16,17 +16,14 @@ def test_doctor_reports_versions_and_tables(cli):
         assert expected in result.stdout
 
 
-def test_doctor_reports_the_shared_data_from_another_directory(cli, tmp_path):
-    from helpers import REPO_ROOT, SHARED_DATA
-
-    env = dict(os.environ)
-    if not (REPO_ROOT.parent / "shared" / "data").is_dir():  # the shared data elsewhere: say where
-        env["CHESSGRPO_DATA"] = str(SHARED_DATA)
+def test_doctor_reports_the_shipped_data_from_another_directory(cli, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "CHESSGRPO_DATA"}
     result = cli.run("doctor", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines() if "  " in line}
-    assert rows["syzygy"].startswith("35 WDL tables up to 4 pieces in ")  # the default ../shared/data/syzygy, found
-    assert rows["puzzles"].startswith("found: ") and rows["puzzles"].endswith("lichess_puzzles_dev.csv")
+    # The default data/syzygy, found in the checkout, and said to be the shipped set.
+    assert rows["syzygy"].startswith("35 WDL tables up to 4 pieces in ") and rows["syzygy"].endswith("(shipped with the repository)")
+    assert rows["puzzles"].startswith("found: ") and rows["puzzles"].endswith("lichess_puzzles_dev.csv (shipped with the repository)")
     assert rows["rookworld samples"].startswith("found: ")
     assert rows["data/tiny"].startswith(("found: ", "MISSING (optional; "))  # made by `chessgrpo data generate`
     assert "all required components found" in result.stdout

@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 from chessgrpo.models.policy import load_policy, log_probs
 from chessgrpo.train.checkpoint import latest_checkpoint
 
-from helpers import SYZYGY_DIR, shared_file
+from helpers import SYZYGY_DIR, data_file
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -120,7 +120,7 @@ def test_a_checkpoint_written_on_the_gpu_plays_the_same_on_the_cpu(pretrained):
 def test_move_group_grpo_on_cuda(tmp_path, labelled, pretrained, extra):
     args = [
         "train", "--config", "configs/grpo_tiny.yaml", f"run.out_dir={tmp_path}", "run.name=grpo", f"init_checkpoint={pretrained}",
-        "positions=random:64", "position_mixture=[]", "eval.positions=null", f"eval.puzzles={shared_file('lichess_puzzles_dev.csv')}",
+        "positions=random:64", "position_mixture=[]", "eval.positions=null", f"eval.puzzles={data_file('lichess_puzzles_dev.csv')}",
         "eval.max_puzzles=16", "task.positions_per_step=8", "task.group_size=4", "task.reward_nodes=30", "grpo.minibatch_size=16",
         "engine.processes=2", "engine.cache=false", "steps=3", "eval_every=3", "checkpoint_every=1", "keep_checkpoints=10",
         "lr=3e-3", "warmup_steps=0", "value_loss_weight=1.0", f"value_positions={labelled}", "bc_loss_weight=0.3", *extra,

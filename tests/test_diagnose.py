@@ -48,7 +48,7 @@ from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrain
 from chessgrpo.train.loop import Trainer
 from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 
-from helpers import shared_file
+from helpers import data_file
 
 # ------------------------------------------------------------------------------------------------
 # The shared lab of real runs
@@ -130,7 +130,7 @@ def build_lab(root: Path) -> Lab:
         with Trainer(config) as trainer:
             trainer.train()
     healthy_eval = MoveGroupEvalConfig(
-        positions=str(data), max_positions=20, nodes=100, puzzles=str(shared_file("lichess_puzzles_dev.csv")),
+        positions=str(data), max_positions=20, nodes=100, puzzles=str(data_file("lichess_puzzles_dev.csv")),
         max_puzzles=30, resamples=200,
     )  # fmt: skip
     mismatch_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, check_invariants=False)

@@ -1,6 +1,6 @@
 """Endgame curriculum: start positions, the tablebase tablebase, the perfect defender, rewards, evaluation.
 
-Real Syzygy tables from ../shared/data/syzygy (KQvK, KRvK: a few hundred probes per test).
+Real Syzygy tables from data/syzygy (KQvK, KRvK: a few hundred probes per test).
 
 Cross-cutting: board/endgames.py (start positions), engine/tablebase.py and
 engine/tablebase_values.py (the tablebase values and the perfect defender), tasks/endgame_rewards.py
@@ -25,7 +25,7 @@ from helpers import SYZYGY_DIR
 @pytest.fixture(scope="module")
 def tablebase():
     if not SYZYGY_DIR.is_dir():
-        pytest.fail(f"Syzygy tables missing at {SYZYGY_DIR}: check out ../shared beside the repo")
+        pytest.fail(f"Syzygy tables missing at {SYZYGY_DIR}: the repository ships them in data/syzygy")
     with Tablebase(str(SYZYGY_DIR)) as tablebase:
         yield tablebase
 

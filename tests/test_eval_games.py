@@ -12,7 +12,7 @@ import chess
 import chess.pgn
 import pytest
 import torch
-from helpers import SYZYGY_DIR, shared_file
+from helpers import SYZYGY_DIR, data_file
 
 from chessgrpo.board import move_to_action
 from chessgrpo.board.openings import Opening
@@ -191,7 +191,7 @@ def test_early_stop_discards_later_games(checkpoint):
 
 
 def test_tablebase_adjudication_on_small_positions(checkpoint):
-    shared_file("syzygy")
+    data_file("syzygy")
     adjudicator = Adjudicator(settings_for(checkpoint))
     try:
         assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 w - - 0 1"), 0) == ("1-0", "tablebase")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import chess
 import pytest
-from helpers import shared_file
+from helpers import data_file
 
 from chessgrpo.eval.players import RandomPlayer
 from chessgrpo.eval.puzzles import parse_puzzle, rating_bucket, read_puzzles, solve_puzzles
@@ -42,7 +42,7 @@ class OraclePlayer:
 
 
 def shared_rows(count: int) -> list[dict]:
-    with shared_file("lichess_puzzles_dev.csv").open(newline="") as handle:
+    with data_file("lichess_puzzles_dev.csv").open(newline="") as handle:
         return list(csv.DictReader(handle))[:count]
 
 
@@ -60,7 +60,7 @@ def test_puzzle_position_is_after_the_setup_move():
 
 
 def test_oracle_solves_every_shared_puzzle_in_batches():
-    puzzles = read_puzzles(shared_file("lichess_puzzles_dev.csv"), max_puzzles=40, seed=0).puzzles
+    puzzles = read_puzzles(data_file("lichess_puzzles_dev.csv"), max_puzzles=40, seed=0).puzzles
     assert len(puzzles) == 40 and max(len(p.solution) for p in puzzles) >= 3
     oracle = OraclePlayer(puzzles)
     result = solve_puzzles(oracle, puzzles)
@@ -78,7 +78,7 @@ def test_oracle_solves_every_shared_puzzle_in_batches():
 
 
 def test_random_player_rarely_solves():
-    puzzles = read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles
+    puzzles = read_puzzles(data_file("lichess_puzzles_dev.csv")).puzzles
     assert len(puzzles) == 500
     result = solve_puzzles(RandomPlayer(0), puzzles)
     assert result.solve_rate.value <= 0.02 and result.first_move_accuracy.value <= 0.08
@@ -99,14 +99,14 @@ def test_any_mating_move_counts(tmp_path):
     assert list(quiet.by_solution) == ["check first"] and quiet.played_check_rate.value == 0.0
     assert (other_mate.records[0].played_check, other_mate.played_check_rate.value) == (True, 1.0)
 
-    shared = [p for p in read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles if p.id == ALT_MATE_ID]
+    shared = [p for p in read_puzzles(data_file("lichess_puzzles_dev.csv")).puzzles if p.id == ALT_MATE_ID]
     assert len(shared) == 1 and shared[0].solution[-1].uci() == "f7g7"
     alternative = solve_puzzles(OraclePlayer(shared, deviate={ALT_MATE_ID: {2: "d4g7"}}), shared)
     assert alternative.solve_rate.value == 1.0 and alternative.records[0].played[-1] == "d4g7"
 
 
 def test_a_wrong_later_move_fails_the_line_but_not_the_first_move():
-    puzzles = [p for p in read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles if len(p.solution) >= 3][:5]
+    puzzles = [p for p in read_puzzles(data_file("lichess_puzzles_dev.csv")).puzzles if len(p.solution) >= 3][:5]
     deviate = {}
     for puzzle in puzzles:
         board = puzzle.board.copy()
@@ -173,7 +173,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_cli_puzzles_json_with_baseline(cli, tmp_path):
-    csv_path = shared_file("lichess_puzzles_dev.csv")
+    csv_path = data_file("lichess_puzzles_dev.csv")
     result = cli.run(
         "eval", "puzzles", "--policy", "random", "--puzzles", str(csv_path), "--max-puzzles", "60", "--json",
         "engine.processes=2", "engine.cache=false",
@@ -212,7 +212,7 @@ def test_cli_puzzles_with_search_nodes(cli, tmp_path):
 
     checkpoint = value_head_checkpoint(tmp_path / "vh")
     result = cli.run(
-        "eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(shared_file("lichess_puzzles_dev.csv")),
+        "eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(data_file("lichess_puzzles_dev.csv")),
         "--max-puzzles", "5", "--search-nodes", "16", "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -236,7 +236,7 @@ def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(cli, tmp_pat
 
 def shared_slice(tmp_path: Path, count: int) -> Path:
     """The header and the first `count` rows of the shared CSV, as a plain file."""
-    lines = shared_file("lichess_puzzles_dev.csv").read_bytes().splitlines(keepends=True)
+    lines = data_file("lichess_puzzles_dev.csv").read_bytes().splitlines(keepends=True)
     path = tmp_path / "slice.csv"
     path.write_bytes(b"".join(lines[: count + 1]))
     return path
@@ -338,7 +338,7 @@ def test_rating_bands_from_edges():
 def test_by_theme_and_by_rating_band_counts_and_intervals():
     from chessgrpo.eval.puzzles import rating_bands
 
-    puzzles = read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles
+    puzzles = read_puzzles(data_file("lichess_puzzles_dev.csv")).puzzles
     # Every third puzzle's first move is wrong, so the rates are neither 0 nor 1.
     deviate = {}
     for puzzle in puzzles[::3]:

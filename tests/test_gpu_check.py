@@ -26,7 +26,7 @@ import yaml
 from chessgrpo.config import load_config
 from chessgrpo.tasks.kinds import config_class
 
-from helpers import REPO_ROOT, SHARED_DATA
+from helpers import REPO_ROOT, DATA_DIR
 
 GPU_CONFIG = REPO_ROOT / "configs" / "rookworld_124m_gpu.yaml"
 SFT_CONFIG = REPO_ROOT / "configs" / "rookworld_sft_gpu.yaml"
@@ -166,7 +166,7 @@ def test_without_cuda_the_check_refuses_with_a_clear_message(tmp_path):
 
 def dry_run(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "WORK", "DEVICE", "GPU_CHECK_FULL")}
-    env.update(PYTHON=sys.executable, WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), CHESSGRPO_DATA=str(SHARED_DATA))
+    env.update(PYTHON=sys.executable, WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), CHESSGRPO_DATA=str(DATA_DIR))
     done = subprocess.run(["bash", str(SCRIPT), "--dry-run", *flags], check=False, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
                           timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

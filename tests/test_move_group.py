@@ -26,7 +26,7 @@ from chessgrpo.train.metrics import read_metrics
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 
-from helpers import NO_LABELLED_LOSSES, shared_file
+from helpers import NO_LABELLED_LOSSES, data_file
 
 
 def _groups_for(board: chess.Board, moves: list[str]) -> MoveGroups:
@@ -134,7 +134,7 @@ def test_resume_continues_bitwise_identically(tmp_path):
 def _mate_in_one_positions(path: Path, count: int) -> list[tuple[chess.Board, chess.Move]]:
     """Last solver positions of Lichess mate puzzles: the solver's final move mates."""
     found = []
-    for puzzle in read_puzzles(shared_file("lichess_puzzles_dev.csv")).puzzles:
+    for puzzle in read_puzzles(data_file("lichess_puzzles_dev.csv")).puzzles:
         if "mate" not in puzzle.themes:
             continue
         board = puzzle.board.copy()

@@ -1,6 +1,6 @@
 """RookWorld text tasks: formats on the shared samples, parsers, verifiable rewards, data, TRL functions.
 
-Real Stockfish at small node limits; the shared samples in ../shared/data/rookworld_samples.txt.
+Real Stockfish at small node limits; the shared samples in data/rookworld_samples.txt.
 
 Cross-cutting: data/rookworld_format.py (formats, parsers), data/rookworld_truths.py and
 eval/rookworld_grading.py (verifiable rewards), data/rookworld.py (data), tasks/rookworld_trl.py
@@ -18,7 +18,7 @@ import time
 import chess
 import pyarrow.parquet as pq
 import pytest
-from helpers import shared_file
+from helpers import data_file
 
 from chessgrpo.data.rookworld import (
     RookWorldDataConfig,
@@ -60,7 +60,7 @@ QUEEN_TRAP = "rnbqkbnr/ppp1pppp/8/3p4/4P1Q1/8/PPPP1PPP/RNB1KBNR b KQkq - 1 2"  #
 
 
 def _sample_lines() -> list[str]:
-    text = shared_file("rookworld_samples.txt").read_text()
+    text = data_file("rookworld_samples.txt").read_text()
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
@@ -295,7 +295,7 @@ def test_generated_data_is_deterministic_split_by_position_and_labels_black_corr
 
 
 def test_importing_upstream_text_flags_and_drops_the_defective_lines(tmp_path):
-    path = shared_file("rookworld_samples.txt")
+    path = data_file("rookworld_samples.txt")
     examples, defects, dropped = read_rookworld_text(path)
     assert defects == 11 == dropped
     assert sum(e.task == "policy" for e in examples) == 9 and sum(e.task == "environment" for e in examples) == 14

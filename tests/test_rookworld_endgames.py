@@ -1,7 +1,7 @@
 """The chess LM's endgame domain: RookWorld data from the Syzygy tables (data/rookworld_endgames.py) and the
 tablebase-graded P: reward (eval/rookworld_grading.py, ``rewards.policy.truth: tablebase``).
 
-Real tables from ../shared/data/syzygy (KQvK, KRvK), real files written by the real `chessgrpo data rookworld`.
+Real tables from data/syzygy (KQvK, KRvK), real files written by the real `chessgrpo data rookworld`.
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 against the engine's best move.
 
 Pure tests of `regret_credit` and the config checks, then real Stockfish (one process, low node
-budget, a per-module cache) on real upstream RookWorld P: lines from ../shared/data/rookworld_samples.txt.
+budget, a per-module cache) on real upstream RookWorld P: lines from data/rookworld_samples.txt.
 """
 
 from __future__ import annotations
 
 import chess
 import pytest
-from helpers import shared_file
+from helpers import data_file
 
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_policy_line, policy_prompt
 from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values
@@ -102,7 +102,7 @@ def config() -> RookWorldRewardConfig:
 
 @pytest.fixture(scope="module")
 def upstream() -> list[tuple[str, PolicyAnswer]]:
-    lines = shared_file("rookworld_samples.txt").read_text().splitlines()
+    lines = data_file("rookworld_samples.txt").read_text().splitlines()
     return [parse_policy_line(line) for line in lines if line.startswith("P:")]
 
 

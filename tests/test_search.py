@@ -28,7 +28,7 @@ from chessgrpo.search import (
     rule_value,
     value_to_centipawns,
 )
-from helpers import shared_file
+from helpers import data_file
 
 BACK_RANK_MATE = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8# (a1a8)
 BLACK_MATES_IN_TWO = "K7/P4r2/1k6/8/2R3p1/8/7P/8 b - - 12 59"  # Lichess 43Q3U: Rf8+ (f7f8), then mate
@@ -73,7 +73,7 @@ def test_rule_values_from_the_side_to_move():
 
 
 def test_tablebase_values_for_either_side():
-    evaluator = NetworkEvaluator(_policy(), tablebase=Tablebase(str(shared_file("syzygy"))))
+    evaluator = NetworkEvaluator(_policy(), tablebase=Tablebase(str(data_file("syzygy"))))
     white_wins = chess.Board("8/8/8/4k3/8/8/8/4KQ2 w - - 0 1")
     black_to_move_loses = chess.Board("8/8/8/4k3/8/8/8/4KQ2 b - - 0 1")
     black_wins = chess.Board("4kq2/8/8/8/4K3/8/8/8 b - - 0 1")
@@ -83,7 +83,7 @@ def test_tablebase_values_for_either_side():
 
 
 def test_tablebase_root_plays_the_perfect_move():
-    searcher = Searcher(_policy(), SearchSettings(nodes=64, syzygy_path=str(shared_file("syzygy"))))
+    searcher = Searcher(_policy(), SearchSettings(nodes=64, syzygy_path=str(data_file("syzygy"))))
     board = chess.Board("k7/8/1K6/8/8/8/8/7Q w - - 0 1")  # KQvK: Qh8# at once (Qa1+ lets the king out)
     result = searcher.search(board)
     board.push(result.move)
@@ -293,7 +293,7 @@ def test_root_moves_restrict_the_root_and_its_shortcuts():
 
 
 def test_root_moves_restrict_the_tablebase_shortcut():
-    searcher = Searcher(_policy(), SearchSettings(nodes=32, syzygy_path=str(shared_file("syzygy"))))
+    searcher = Searcher(_policy(), SearchSettings(nodes=32, syzygy_path=str(data_file("syzygy"))))
     board = chess.Board("k7/8/1K6/8/8/8/8/7Q w - - 0 1")  # KQvK: the tables play Qh8#
     quiet = [chess.Move.from_uci("h1h2"), chess.Move.from_uci("h1g1")]
     result = searcher.search(board, root_moves=quiet)

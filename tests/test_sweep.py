@@ -28,7 +28,7 @@ from chessgrpo.sweep.config import SweepConfig, load_sweep, resolve_sweep
 from chessgrpo.sweep.summary import load_study, remeasure, summarize
 from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 
-from helpers import NO_LABELLED_LOSSES, shared_file
+from helpers import NO_LABELLED_LOSSES, data_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -206,7 +206,7 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
         "base": str(ROOT / "configs" / "grpo_tiny.yaml"),
         "overrides": {
             "run.out_dir": str(tmp_path / "runs"), "init_checkpoint": None, "positions": "random:64", "position_mixture": [],
-            "eval.positions": None, "eval.puzzles": str(shared_file("lichess_puzzles_dev.csv")), "eval.max_puzzles": 16,
+            "eval.positions": None, "eval.puzzles": str(data_file("lichess_puzzles_dev.csv")), "eval.max_puzzles": 16,
             "task.positions_per_step": 4, "task.group_size": 4, "task.reward_nodes": 30, "task.best_move_values": False,
             "grpo.minibatch_size": 8, "engine.processes": 1, "engine.cache_path": str(tmp_path / "cache.sqlite"), "threads": 1,
             "warmup_steps": 0, "steps": 2, "eval_every": 1, "checkpoint_every": 0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import chess
 import pytest
-from helpers import SYZYGY_DIR, shared_file
+from helpers import SYZYGY_DIR, data_file
 
 from chessgrpo.engine import Tablebase
 from chessgrpo.engine.tablebase import table_names
@@ -12,7 +12,7 @@ from chessgrpo.engine.tablebase import table_names
 
 @pytest.fixture(scope="module")
 def tablebase():
-    shared_file("syzygy")
+    data_file("syzygy")
     with Tablebase(SYZYGY_DIR) as tb:
         yield tb
 

@@ -28,7 +28,7 @@ from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.lock import LOCK_FILE, RunLock
 from chessgrpo.train.loop import Trainer
 
-from helpers import NO_LABELLED_LOSSES, shared_file
+from helpers import NO_LABELLED_LOSSES, data_file
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "chessgrpo.cli"]
@@ -38,7 +38,7 @@ def tiny_overrides(tmp_path: Path, name: str = "run") -> list[str]:
     """A from-scratch move_group run that takes well under a second a step."""
     return [
         f"run.out_dir={tmp_path}", f"run.name={name}", "init_checkpoint=null", "positions=random:64", "position_mixture=[]", "eval.positions=null",
-        f"eval.puzzles={shared_file('lichess_puzzles_dev.csv')}", "eval.max_puzzles=16", "task.positions_per_step=4",
+        f"eval.puzzles={data_file('lichess_puzzles_dev.csv')}", "eval.max_puzzles=16", "task.positions_per_step=4",
         "task.group_size=4", "task.reward_nodes=30", "task.best_move_values=false", "grpo.minibatch_size=8",
         "engine.processes=1", f"engine.cache_path={tmp_path}/cache.sqlite", "threads=1", "warmup_steps=0", "lr=3e-3",
         *NO_LABELLED_LOSSES,

@@ -103,7 +103,7 @@ class EngineConfig:
     """Persistent SQLite cache of evaluations."""
     cache_path: str = resumable("runs/cache/evaluations.sqlite")
     """Where the evaluation cache lives."""
-    syzygy_path: str | None = "../shared/data/syzygy"
+    syzygy_path: str | None = "data/syzygy"
     """Directory (or os.pathsep-separated directories) of Syzygy tables; None disables."""
 
     def __post_init__(self) -> None:

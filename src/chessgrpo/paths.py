@@ -1,21 +1,21 @@
 """Where data files are found, whatever the current directory.
 
-The configs name their inputs relative to the repository: ``data/tiny`` (a dataset made by
-`chessgrpo data generate`) and ``../shared/data/...`` (the shared puzzles, Syzygy tables and
-RookWorld samples beside the checkout). `resolve_data_path` finds such a path from any current
-directory; the first that exists wins:
+The configs name their inputs relative to the repository: ``data/syzygy``, ``data/lichess_puzzles_dev.csv`` and
+``data/rookworld_samples.txt`` (shipped in the repository, see data/README.md) and ``data/tiny`` (a dataset made by
+`chessgrpo data generate`). `resolve_data_path` finds such a path from any current directory; the first that
+exists wins:
 
 1. an absolute path: used as is (never searched elsewhere);
-2. a relative path that exists from the current directory: used as is, so a user's own relative
-   paths keep meaning what they always meant;
-3. under ``$CHESSGRPO_DATA``: ``../shared/data/X`` is looked for as ``$CHESSGRPO_DATA/X``, any
-   other relative path P as ``$CHESSGRPO_DATA/P``;
-4. under the repository root (the directory with pyproject.toml above this package's source,
-   when running from a checkout): ``<root>/P``, which for ``../shared/data/X`` is the shared
-   directory beside the checkout.
+2. under ``$CHESSGRPO_DATA``, when it is set: the variable stands for the repository's ``data/`` directory, so
+   ``data/X`` is looked for as ``$CHESSGRPO_DATA/X`` and any other relative path P as ``$CHESSGRPO_DATA/P``. It
+   comes first so that larger tables or other puzzle files placed there replace the shipped ones everywhere;
+3. a relative path that exists from the current directory: used as is, so a user's own relative paths keep
+   meaning what they always meant;
+4. under the repository root (the directory with pyproject.toml above this package's source, when running from
+   a checkout): ``<root>/P``, where the shipped data lives.
 
-When none exists, `DataNotFoundError` (a `FileNotFoundError`) names the path, every place it was
-looked for and ``CHESSGRPO_DATA``. `find_data_path` is the same search returning None instead.
+When none exists, `DataNotFoundError` (a `FileNotFoundError`) names the path, every place it was looked for and
+``CHESSGRPO_DATA``. `find_data_path` is the same search returning None instead.
 """
 
 from __future__ import annotations
@@ -24,10 +24,19 @@ import os
 from pathlib import Path, PurePosixPath
 
 DATA_ENV = "CHESSGRPO_DATA"
-"""Environment variable: a directory holding the shared data (puzzles CSV, syzygy/, ...)."""
+"""Environment variable: a directory that stands for the repository's ``data/`` (puzzles CSV, syzygy/, ...)."""
 
-SHARED_PREFIX = ("..", "shared", "data")
-"""The leading parts of the configs' shared-data defaults (``../shared/data/X``)."""
+DATA_DIR = "data"
+"""The repository's data directory (relative to its root): the shipped data and what `chessgrpo data` makes."""
+
+SYZYGY_DEFAULT = "data/syzygy"
+"""The shipped 3-4-piece Syzygy tables: every ``syzygy_path`` default."""
+
+PUZZLES_DEFAULT = "data/lichess_puzzles_dev.csv"
+"""The shipped 500 Lichess puzzles: the puzzle evaluations' default."""
+
+ROOKWORLD_SAMPLES_DEFAULT = "data/rookworld_samples.txt"
+"""The shipped RookWorld text-task samples (format tests, the tiny LMs' tokenizer)."""
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -42,17 +51,17 @@ def repo_root() -> Path | None:
     return None
 
 
-def shared_suffix(path: str | os.PathLike) -> Path | None:
-    """X of a ``../shared/data/X`` path (``Path('.')`` for the directory itself); None for other paths."""
+def data_suffix(path: str | os.PathLike) -> Path | None:
+    """X of a ``data/X`` path (``Path('.')`` for ``data`` itself); None for other paths."""
     parts = PurePosixPath(str(path).replace(os.sep, "/")).parts
-    if tuple(parts[: len(SHARED_PREFIX)]) != SHARED_PREFIX:
+    if not parts or parts[0] != DATA_DIR:
         return None
-    return Path(*parts[len(SHARED_PREFIX) :]) if len(parts) > len(SHARED_PREFIX) else Path(".")
+    return Path(*parts[1:]) if len(parts) > 1 else Path(".")
 
 
 def _relative_to_data(given: Path) -> Path:
-    """What `given` is called under $CHESSGRPO_DATA: X for ``../shared/data/X``, else itself."""
-    suffix = shared_suffix(given)
+    """What `given` is called under $CHESSGRPO_DATA: X for ``data/X``, else itself."""
+    suffix = data_suffix(given)
     return suffix if suffix is not None else given
 
 
@@ -62,20 +71,41 @@ def candidates(path: str | os.PathLike) -> list[tuple[str, Path | None]]:
     given = Path(path).expanduser()
     if given.is_absolute():
         return [("as given", given)]
-    places: list[tuple[str, Path | None]] = [("the current directory", given)]
     data = os.environ.get(DATA_ENV)
-    places.append((f"${DATA_ENV}", Path(data).expanduser() / _relative_to_data(given) if data else None))
+    places: list[tuple[str, Path | None]] = [
+        (f"${DATA_ENV}", Path(data).expanduser() / _relative_to_data(given) if data else None),
+        ("the current directory", given),
+    ]
     root = repo_root()
     places.append(("the repository root", Path(os.path.normpath(root / given)) if root is not None else None))
     return places
 
 
+def find_data_place(path: str | os.PathLike) -> tuple[str, Path] | None:
+    """(which place, path) of the first existing place of `path` (see the module docstring); None when there is none."""
+    for where, place in candidates(path):
+        if place is not None and place.exists():
+            return where, place
+    return None
+
+
 def find_data_path(path: str | os.PathLike) -> Path | None:
     """The first existing place of `path` (see the module docstring); None when there is none."""
-    for _, place in candidates(path):
-        if place is not None and place.exists():
-            return place
-    return None
+    found = find_data_place(path)
+    return found[1] if found is not None else None
+
+
+def data_origin(path: str | os.PathLike) -> str:
+    """Which set `path` resolves to, for `chessgrpo doctor`: "shipped with the repository" (under its data/),
+    "from $CHESSGRPO_DATA", "from the current directory", "as given" or "not found"."""
+    found = find_data_place(path)
+    if found is None:
+        return "not found"
+    where, place = found
+    root = repo_root()
+    if root is not None and Path(place).resolve().is_relative_to((root / DATA_DIR).resolve()):
+        return "shipped with the repository" if where != f"${DATA_ENV}" else f"from ${DATA_ENV}"
+    return {"as given": "as given", f"${DATA_ENV}": f"from ${DATA_ENV}"}.get(where, f"from {where}")
 
 
 def places_looked(path: str | os.PathLike) -> str:

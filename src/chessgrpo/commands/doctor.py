@@ -82,7 +82,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     from chessgrpo.engine import available_cores
     from chessgrpo.engine.tablebase import split_paths, table_names
-    from chessgrpo.paths import DATA_ENV, resolve_optional
+    from chessgrpo.paths import DATA_ENV, data_origin, resolve_optional
 
     config = load_config(_DoctorConfig, None, args.overrides)
     ok = True
@@ -111,7 +111,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         where = ", ".join(str(p.resolve()) for p in split_paths(syzygy))
         if names:
             largest = max(len(n) - 1 for n in names)
-            rows.append(("syzygy", f"{len(names)} WDL tables up to {largest} pieces in {where}"))
+            origins = ", ".join(dict.fromkeys(data_origin(part) for part in str(config.engine.syzygy_path).split(os.pathsep) if part))
+            rows.append(("syzygy", f"{len(names)} WDL tables up to {largest} pieces in {where} ({origins})"))
         elif looked := _syzygy_looked(config.engine.syzygy_path):
             missing = f"MISSING (optional): {config.engine.syzygy_path} not found{looked}"
             rows.append(("syzygy", f"{missing}; set engine.syzygy_path or {DATA_ENV}"))
@@ -131,8 +132,8 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 DATA_FILES = (
-    ("puzzles", "../shared/data/lichess_puzzles_dev.csv", "eval puzzles' default puzzle file"),
-    ("rookworld samples", "../shared/data/rookworld_samples.txt", "the RookWorld format tests"),
+    ("puzzles", "data/lichess_puzzles_dev.csv", "eval puzzles' default puzzle file"),
+    ("rookworld samples", "data/rookworld_samples.txt", "the RookWorld format tests"),
     ("data/tiny", "data/tiny", "eval offline and the tiny configs; make it with `chessgrpo data generate --config configs/data_tiny.yaml`"),
 )
 """The data the commands' defaults name (besides the Syzygy tables): (row, default path, used by)."""
@@ -141,13 +142,13 @@ DATA_FILES = (
 def data_rows() -> list[tuple[str, str]]:
     """A doctor row per default data path: where it was found, or MISSING with where it was looked
     for. All optional: a missing one fails only the commands that read it (with the same places named)."""
-    from chessgrpo.paths import DATA_ENV, find_data_path, places_looked
+    from chessgrpo.paths import DATA_ENV, data_origin, find_data_path, places_looked
 
     rows = []
     for name, path, used_by in DATA_FILES:
         found = find_data_path(path)
         if found is not None:
-            rows.append((name, f"found: {found}"))
+            rows.append((name, f"found: {found} ({data_origin(path)})"))
         else:
             looked = places_looked(path)
             rows.append((name, f"MISSING (optional; needed by {used_by}): looked at {looked}; set {DATA_ENV} or pass a path"))

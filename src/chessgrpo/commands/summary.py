@@ -20,14 +20,34 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     summary.set_defaults(handler=run_summary)
 
 
+LM_DATA_COMMAND = "chessgrpo data rookworld --out data/rookworld_tiny --positions 5000"
+"""The data configs/rookworld_sft_tiny.yaml reads (its header says the same); it skips a dataset already complete."""
+
+
 def next_steps(run_dir: Path) -> list[tuple[str, str]]:
-    """The commands a newcomer runs after this one: play or analyse with the network, a stronger model, the chess LM."""
+    """The commands a newcomer runs after this one: play or analyse with the network, a stronger model, the chess LM.
+    Each runs as printed on a fresh clone (the LM's data first: it is not shipped)."""
     return [
         ("play or analyse with it (a UCI engine):", f"chessgrpo uci --checkpoint {run_dir}"),
         ("a stronger model (~45 min of training on 2 cores):", "make recipe    (docs/training.md#recipes-make-recipe)"),
-        ("the chess language model (~20 min):", "chessgrpo train --config configs/rookworld_sft_tiny.yaml"),
+        ("the chess language model (~25 min):", f"{LM_DATA_COMMAND} && chessgrpo train --config configs/rookworld_sft_tiny.yaml"),
         ("why a run is (not) learning:", f"chessgrpo diagnose {run_dir}"),
     ]
+
+
+def environment_hint() -> str | None:
+    """A line saying how to reach `chessgrpo` when it is not on PATH (the project's .venv not activated), else None."""
+    import shutil
+    import sys
+
+    if shutil.which("chessgrpo") is not None:
+        return None
+    venv = Path(sys.prefix)
+    try:
+        venv = venv.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"(`chessgrpo` is not on PATH: run `source {venv}/bin/activate` first, or call {venv}/bin/chessgrpo)"
 
 
 def run_summary(args: argparse.Namespace) -> int:
@@ -38,4 +58,7 @@ def run_summary(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no run directory at {str(args.run_dir)!r}")
     run = load_run(args.run_dir)
     print(verdict_text(run, run_verdict(run), next_steps(args.run_dir)))
+    hint = environment_hint()
+    if hint is not None:
+        print(hint)
     return 0

@@ -72,7 +72,7 @@ class EndgameDataConfig:
     """Evaluation positions to exclude: the trainer's ``eval.positions``."""
     held_out_seed: int = 0
     """Seed of the evaluation positions: the trainer's ``run.seed``."""
-    syzygy_path: str = "../shared/data/syzygy"
+    syzygy_path: str = "data/syzygy"
     """Directory (or os.pathsep-separated directories) of Syzygy tables."""
     test_fraction: float = 0.05
     """Share of positions in the test split (by a hash of the position, as every dataset here)."""

@@ -110,7 +110,7 @@ class RookWorldDataConfig:
     """Material signatures (e.g. [KQvK, KRvK]): endgame positions with every truth from the Syzygy
     tables instead of engine-analysed playouts (`data.rookworld_endgames`); `positions` train
     positions are split evenly over them, the test split is `eval endgame`'s held-out starts."""
-    syzygy_path: str = "../shared/data/syzygy"
+    syzygy_path: str = "data/syzygy"
     """Syzygy tables (endgames only)."""
     held_out: int = 200
     """Endgames: held-out start positions per material, the test split (= `chessgrpo eval endgame

@@ -9,7 +9,7 @@ datasets (`data.rookworld`) build on it.
     |<------ 92 chars ------->|<----- 33 chars ----->|<------ 43 chars ------->|
 
 Each field is its marker plus content, left-justified with spaces to the width measured on the
-real RookWorld lines (``../shared/data/rookworld_samples.txt``): 92, 33 and 43 characters (a
+real RookWorld lines (``data/rookworld_samples.txt``): 92, 33 and 43 characters (a
 longer content is not cut; parsers split on the markers). M holds the engine's top moves in a
 shuffled order, E their evaluations in pawns from the side to move's point of view in the same
 order (mate = +/-1000.0, Python's shortest float repr of the value rounded to centipawns), B the

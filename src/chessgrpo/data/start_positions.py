@@ -19,6 +19,7 @@ import numpy as np
 
 from chessgrpo.board.sources import random_playout_positions, read_fen_file
 from chessgrpo.board.validation import parse_board
+from chessgrpo.paths import resolve_data_path
 
 
 LABEL_FILTERS = "win_prob_range, min_best_margin and best_move_check"
@@ -75,9 +76,8 @@ class StartPositions:
             if not count.isdigit() or int(count) < 1:
                 raise ValueError(f"start positions {source!r}: expected random:N with N >= 1")
             return cls(random_playout_positions(int(count), seed=seed, max_plies=40), source)
-        path = Path(source)
-        if not path.exists():
-            raise FileNotFoundError(f"start positions {source!r} do not exist")
+        # A relative path resolves like every data path ($CHESSGRPO_DATA, the current directory, the checkout).
+        path = resolve_data_path(source, "start positions")
         suffix = path.suffix.lower()
         if path.is_dir() or suffix == ".parquet":
             boards = _dataset_positions(

@@ -1,6 +1,6 @@
 """Syzygy endgame tablebases: the one front end to exact WDL, DTZ, values and perfect moves (python-chess).
 
-`Tablebase` (3-4 pieces in ../shared/data/syzygy) answers two kinds of question:
+`Tablebase` (3-4 pieces in data/syzygy) answers two kinds of question:
 
 - `probe(position)` -> `TablebaseResult`: WDL and DTZ for the side to move, probed afresh (the
   reward shaping of `tasks.rewards`, the adjudication of `eval.games`, the UCI player).

@@ -45,7 +45,7 @@ class EndgameEvalConfig:
     """The strong side's colour (the trainer's ``endgame_colours``)."""
     max_moves: int = 50
     """Own moves allowed to mate."""
-    syzygy_path: str = "../shared/data/syzygy"
+    syzygy_path: str = "data/syzygy"
     """Syzygy tables."""
     baselines: bool = False
     """Also play the random mover and the tablebase (the floor and the physical limit)."""

@@ -254,7 +254,7 @@ class PuzzleRecord:
     themes: tuple[str, ...] = ()
     """The puzzle's Lichess themes."""
     solution_check: bool = False
-    """The solution's first move gives check (70% of `../shared` puzzles: "check-first" puzzles)."""
+    """The solution's first move gives check (70% of the shipped puzzles, data/lichess_puzzles_dev.csv: "check-first" puzzles)."""
     played_check: bool = False
     """The player's first move gives check."""
 

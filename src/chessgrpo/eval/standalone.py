@@ -36,7 +36,7 @@ class EvalConfig:
     move alike, positions after the move); null = the pool's own limit (engine.nodes/engine.depth)."""
     positions: str | None = "data/tiny"
     """`eval offline` positions: a dataset directory (its test split), .parquet, .epd/.fen/.txt or .pgn."""
-    puzzles: str = "../shared/data/lichess_puzzles_dev.csv"
+    puzzles: str = "data/lichess_puzzles_dev.csv"
     """`eval puzzles` input: a Lichess puzzle CSV, plain or compressed (.csv.zst as Lichess publishes it, .csv.gz)."""
     epd: str | None = None
     """`eval epd` input: an EPD test suite scored by its bm/am operations (--epd overrides)."""

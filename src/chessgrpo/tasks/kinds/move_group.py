@@ -58,7 +58,7 @@ class MoveGroupEvalConfig:
     """Positions sampled (seeded) from `positions`; the same ones at every evaluation (paired)."""
     nodes: int = 2000
     """Stockfish nodes for labelling and valuing moves (as `chessgrpo eval offline`)."""
-    puzzles: str | None = "../shared/data/lichess_puzzles_dev.csv"
+    puzzles: str | None = "data/lichess_puzzles_dev.csv"
     """Lichess puzzle CSV for first-move accuracy and solve rate; null = skip."""
     max_puzzles: int = 500
     """Puzzles sampled (seeded) from `puzzles`."""
