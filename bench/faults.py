@@ -76,9 +76,9 @@ from chessgrpo.testing.faults import (  # noqa: E402
     weights_difference,
 )
 
-SHARED = Path(os.environ.get("CHESSGRPO_DATA", REPO.parent / "shared" / "data"))
-SYZYGY = SHARED / "syzygy"
-PUZZLES = SHARED / "lichess_puzzles_dev.csv"
+DATA = REPO / "data"  # shipped with the repository (data/README.md)
+SYZYGY = DATA / "syzygy"
+PUZZLES = DATA / "lichess_puzzles_dev.csv"
 CLI = [sys.executable, "-m", "chessgrpo.cli"]
 CONFIGS = REPO / "configs"
 

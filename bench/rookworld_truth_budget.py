@@ -38,7 +38,7 @@ from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted
 from chessgrpo.engine import EnginePool  # noqa: E402
 from chessgrpo.eval.rookworld_grading import regret_credit  # noqa: E402
 
-SAMPLES = ROOT.parent / "shared" / "data" / "rookworld_samples.txt"
+SAMPLES = ROOT / "data" / "rookworld_samples.txt"  # shipped with the repository
 
 
 def read_samples(path: Path, with_a_positions: bool) -> list[tuple[str, PolicyAnswer | None]]:

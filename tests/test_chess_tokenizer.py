@@ -10,17 +10,14 @@ import pytest
 import torch
 
 from chessgrpo.board import ACTIONS
+from helpers import data_file
 from chessgrpo.models.chess_tokenizer import ALPHABET, EOS_TOKEN, TOKENIZER_FILE, ChessTokenizer, chess_vocabulary
 from chessgrpo.models.lm import CHAR_TOKENIZER_FILE, CharTokenizer, LMModelConfig, build_lm, load_lm, save_lm
 from chessgrpo.data.rookworld_format import parse_environment_prompt, policy_prompt
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "rookworld_samples.txt"
-
-
 def _sample_lines() -> list[str]:
-    if not SAMPLES.is_file():
-        pytest.skip(f"{SAMPLES} is not here")
-    return [line.rstrip("\n") for line in SAMPLES.read_text().splitlines() if line.startswith(("P: ", "A: "))]
+    samples = data_file("rookworld_samples.txt")
+    return [line.rstrip("\n") for line in samples.read_text().splitlines() if line.startswith(("P: ", "A: "))]
 
 
 @pytest.fixture(scope="module")
