@@ -22,7 +22,7 @@ from helpers import SYZYGY_DIR
 
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, policy_prompt
 from chessgrpo.eval.lm_player import LMMover, LMPlayer, LMPlayerConfig, LMPlayerStats, run_prompt_bos
-from chessgrpo.eval.uci_lm import LMUciEngine
+from chessgrpo.eval.uci_lm import LM_OPTIONS, LMUciEngine
 from chessgrpo.files import write_manifest
 from chessgrpo.models.checkpoint_kind import LM, POLICY, identify_checkpoint, require_policy
 from chessgrpo.models.lm import LMModelConfig, build_lm, completion_log_probs, left_pad, right_pad, save_lm
@@ -130,6 +130,28 @@ def test_a_taught_lm_plays_its_legal_answer_fixes_an_illegal_one_by_resampling_a
     assert player.choose(boards[:1], [only]) == only and player.last_outcomes == ["fallback"]
     with pytest.raises(ValueError, match="no legal"):
         player.choose([chess.Board("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1")])  # stalemate: nothing to play
+
+
+def test_a_clock_cuts_the_re_samples_and_a_move_it_leaves_no_time_for_is_random_and_counted(taught_lm):
+    """`choose`'s should_stop (a UCI go's deadline) is asked before each generation: True before the greedy answer
+    plays a random move unasked ("no_time"), True after it ends the re-samples ("fallback"), and the sum of the
+    failed greedy answers still adds up."""
+    boards = [chess.Board(START), chess.Board(AFTER_E4)]
+    player = LMPlayer.from_path(taught_lm, config=LMPlayerConfig(retries=12))
+    moves = player.choose(boards, should_stop=lambda: True)
+    assert all(board.is_legal(move) for board, move in zip(boards, moves)) and player.last_stopped
+    assert player.last_outcomes == ["no_time", "no_time"] and player.last_answers == [None, None]
+    assert player.stats == LMPlayerStats(moves=2, no_time=2)
+    assert player.stats_line().endswith("fallback 0.0%, no time for an answer 100.0%")
+    questions = []  # the greedy answers are asked for, then the clock runs out before the first re-sample
+    moves = player.choose(boards, should_stop=lambda: questions.append(1) or len(questions) > 1)
+    assert len(questions) == 2 and player.last_stopped
+    assert moves[0] == chess.Move.from_uci("e2e4") and player.last_outcomes == ["greedy", "fallback"]
+    assert player.stats == LMPlayerStats(moves=4, illegal=1, fallback=1, no_time=2)
+    # A clock that never stops changes nothing: the illegal greedy answer is re-sampled as without one.
+    moves = player.choose(boards[1:], should_stop=lambda: False)
+    assert not player.last_stopped and moves == [chess.Move.from_uci("e7e5")] and player.last_outcomes == ["resampled"]
+    assert LMPlayerStats().line() == "LM moves 0: ill-formed 0.0%, illegal 0.0%, fixed by re-sampling 0.0%, fallback 0.0%"
 
 
 def test_prompt_bos_is_read_from_the_run_that_trained_the_lm(untrained_lm, tmp_path):
@@ -247,13 +269,14 @@ def test_uci_with_an_lm_plays_a_game_through_python_chess(taught_lm):
     command = [sys.executable, "-m", "chessgrpo.cli", "uci", "--checkpoint", str(taught_lm)]
     engine = chess.engine.SimpleEngine.popen_uci(command, timeout=STARTUP_TIMEOUT_S)
     try:
-        assert engine.id["name"] == "chessgrpo lm (chess LM)" and dict(engine.options) == {}
+        assert engine.id["name"] == "chessgrpo lm (chess LM)" and set(engine.options) == set(LM_OPTIONS)
         board = chess.Board()
-        first = engine.play(board, chess.engine.Limit(time=0.1), info=chess.engine.INFO_ALL)
+        # Time enough for its answer (it answers as soon as it has one); 0.1 s could leave none on a busy machine.
+        first = engine.play(board, chess.engine.Limit(time=10), info=chess.engine.INFO_ALL)
         assert first.move == chess.Move.from_uci("e2e4")  # its greedy B:
         assert "score" not in first.info and first.info["pv"] == [first.move]  # no search, so no score
         assert first.info["string"].startswith("greedy B: answer (its own E: 0.3 pawns, not a search score); LM moves 1:")
-        for _ in range(8):  # the rest of a short game: whatever the LM writes, the moves are legal
+        for _ in range(8):  # the rest of a short game: whatever the LM writes (or has no time to), the moves are legal
             board.push(engine.play(board, chess.engine.Limit(time=0.01)).move)
         assert board.is_valid() and len(board.move_stack) == 8
         last = engine.play(board, chess.engine.Limit(nodes=10), info=chess.engine.INFO_ALL)
@@ -268,10 +291,36 @@ def test_uci_with_an_lm_keeps_to_searchmoves_and_refuses_policy_options(cli, tau
     engine = LMUciEngine(taught_lm, input=io.StringIO("\n".join(script) + "\n"), output=output)
     assert engine.run() == 0
     lines = output.getvalue().splitlines()
-    assert not [line for line in lines if line.startswith("option ")] and "uciok" in lines
+    offered = [line.removeprefix("option name ").split(" type ")[0] for line in lines if line.startswith("option ")]
+    assert offered == list(LM_OPTIONS) and "uciok" in lines  # the bots' options, none of the action policy's own
     assert "info string unknown option ignored: Search" in lines
     assert [line.split()[1] for line in lines if line.startswith("bestmove")] == ["d2d4", "e2e4"]
     # e2e4, its answer, is not allowed: a re-sample or the fallback found d2d4.
     assert any(line.startswith("info string ") and "; LM moves 1: ill-formed 0.0%, illegal 100.0%" in line for line in lines)
     code, out, err = cli.main("uci", "--checkpoint", str(taught_lm), "--search", "none", "--nodes", "8")
     assert code == 2 and out == "" and "--search, --nodes: an action policy's option" in err and str(taught_lm) in err
+
+
+def test_uci_with_an_lm_budgets_its_clock_and_takes_the_options_bots_send(untrained_lm):
+    """The untrained LM's greedy answers never parse, so without a clock every move takes 1 + 3 generations. With
+    100 ms on its clock (Move Overhead 100 leaves nothing) not even the greedy answer fits: a random move at once;
+    with a minute it asks all its re-samples. Bots' options are taken; those without effect on the LM say so or are
+    silent, as the action policy's Ponder."""
+    output = io.StringIO()
+    script = ["setoption name Threads value 1", "setoption name Hash value 16", "setoption name Move Overhead value 100",
+              "setoption name SyzygyPath value ./syzygy/", "setoption name UCI_ShowWDL value true", "setoption name MultiPV value 3",
+              "setoption name Ponder value true", "position startpos", "go wtime 100 btime 100 winc 100 binc 100",
+              "position startpos moves e2e4", "go movetime 60000"]  # fmt: skip
+    engine = LMUciEngine(untrained_lm, input=io.StringIO("\n".join(script) + "\n"), output=output)
+    assert engine.step_seconds > 0  # one answer, timed at startup: the first budget knows what a generation takes
+    assert engine.run() == 0
+    lines = output.getvalue().splitlines()
+    assert engine.move_overhead_ms == 100 and engine.threads == 1 and engine.hash_mb == 16
+    assert not [line for line in lines if "error" in line or "unknown option" in line]
+    assert "info string SyzygyPath has no effect: the chess LM plays its own answers, without tables" in lines
+    hows = [line for line in lines if line.startswith("info string ") and "LM moves" in line]
+    assert hows[0].startswith("info string no time for an answer: random legal move; LM moves 1: ")
+    assert hows[1].startswith("info string fallback: random legal move; LM moves 2: ")  # all re-samples, none cut
+    assert engine.player.stats == LMPlayerStats(moves=2, ill_formed=1, fallback=1, no_time=1)
+    times = [int(line.split()[4]) for line in lines if line.startswith("info depth 1 time ")]
+    assert times[0] < 50 and len([line for line in lines if line.startswith("bestmove ")]) == 2

@@ -12,8 +12,9 @@ Syzygy directory or temperature fails right away.
 
 A chess language model (``--checkpoint LM_DIR``: a save_pretrained directory, an SFT/GRPO run or
 checkpoint) plays its greedy B: answer instead (`chessgrpo.eval.uci_lm`, docs/uci.md "The chess LM
-as a player"); ``--retries`` and ``--prompt-bos`` are its settings, and the action policy's
-``--temperature``, ``--search``, ``--nodes`` and ``--syzygy-path`` are refused for it.
+as a player"), within each move's clock budget, taking the options bots send (Move Overhead, Threads, Hash, and
+without effect Ponder, MultiPV, UCI_ShowWDL, SyzygyPath); ``--retries`` and ``--prompt-bos`` are its settings, and the
+action policy's ``--temperature``, ``--search``, ``--nodes`` and ``--syzygy-path`` are refused for it.
 """
 
 from __future__ import annotations

@@ -21,8 +21,14 @@ Counters (`LMPlayerStats`), as fractions of moves (`rates`):
 - ``fallback``: no legal ``B:`` after the re-samples: the random move was played.
 
 So ``ill_formed + illegal = resampled + fallback``: every failed greedy answer is either fixed or
-replaced. `LMMover` plays games (`eval.movers.Mover`), `LMPlayer.picker` feeds
-`eval.endgame.evaluate_endgame`.
+replaced.
+
+**A clock** (`choose`'s ``should_stop``, asked before each generation: `eval.uci_lm` asks its UCI
+``go``'s deadline) can end the asking early: re-samples it cuts leave the random fallback (counted as
+``fallback``), and a move it leaves no time to ask the LM at all is the random move too, counted as
+``no_time`` (not in the sum above: no answer failed; `LMPlayerStats.line` shows it when there is one).
+
+`LMMover` plays games (`eval.movers.Mover`), `LMPlayer.picker` feeds `eval.endgame.evaluate_endgame`.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import dataclasses
 import logging
 import os
 import random
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,6 +97,8 @@ class LMPlayerStats:
     illegal: int = 0
     resampled: int = 0
     fallback: int = 0
+    no_time: int = 0
+    """Moves the clock left no time to ask the LM for (UCI under a clock): random moves without an answer."""
 
     RATES = ("ill_formed", "illegal", "resampled", "fallback")
 
@@ -112,12 +121,16 @@ class LMPlayerStats:
         return {name: getattr(self, name) / self.moves if self.moves else 0.0 for name in self.RATES}
 
     def line(self) -> str:
-        """One line for people: "LM moves 412: ill-formed 3.2%, illegal 1.0%, fixed by re-sampling 3.9%, fallback 0.2%"."""
+        """One line for people: "LM moves 412: ill-formed 3.2%, illegal 1.0%, fixed by re-sampling 3.9%, fallback 0.2%",
+        then ", no time for an answer 1.5%" when a clock left moves unasked (`no_time`)."""
         rates = self.rates()
-        return (
+        line = (
             f"LM moves {self.moves}: ill-formed {100 * rates['ill_formed']:.1f}%, illegal {100 * rates['illegal']:.1f}%, "
             f"fixed by re-sampling {100 * rates['resampled']:.1f}%, fallback {100 * rates['fallback']:.1f}%"
         )
+        if self.no_time:  # only under a UCI clock: the other outputs keep their line
+            line += f", no time for an answer {100 * self.no_time / self.moves:.1f}%"
+        return line
 
     def to_json(self) -> dict[str, Any]:
         """{"counts": ..., "rates": ..., "line": ...}: what the JSON outputs carry under "lm_player"."""
@@ -195,7 +208,9 @@ class LMPlayer:
         self.max_new_tokens = self.config.max_new_tokens or default_max_new_tokens(lm.tokenizer)
         self.stats = LMPlayerStats()
         self.last_outcomes: list[str] = []
-        """How each move of the last `choose` was made: "greedy", "resampled" or "fallback"."""
+        """How each move of the last `choose` was made: "greedy", "resampled", "fallback" or "no_time"."""
+        self.last_stopped = False
+        """Whether the last `choose`'s ``should_stop`` ended its asking early (its fallbacks lacked time, not answers)."""
         self.last_answers: list[PolicyAnswer | None] = []
         """The answer each move of the last `choose` was read from (None for a fallback)."""
         self.reseed(self.config.seed)
@@ -226,6 +241,16 @@ class LMPlayer:
         """`LMPlayerStats.line` of every move chosen so far."""
         return self.stats.line()
 
+    def answer_seconds(self, board: chess.Board | None = None) -> float:
+        """How long one answer takes: a greedy P: completion of `board` (default the initial position), timed. A
+        clock's first guess of one generation (`eval.uci_lm`); not counted, and the random streams stay as they were."""
+        state = self._seed_rng.getstate()
+        started = time.perf_counter()
+        self._generate([policy_prompt((board or chess.Board()).fen())], 0.0)
+        seconds = time.perf_counter() - started
+        self._seed_rng.setstate(state)  # a measurement must not shift the re-samples' seeds
+        return seconds
+
     def picker(self) -> Callable[[list[chess.Board]], list[chess.Move]]:
         """A `eval.endgame.MovePicker`: `choose` over a batch of boards."""
         return lambda boards: self.choose(boards)
@@ -247,9 +272,19 @@ class LMPlayer:
         return generate_texts(self.lm, prompts, max_new_tokens=budget, batch_size=self.config.batch_size,
                               temperature=temperature, seed=seed)  # fmt: skip
 
-    def choose(self, boards: Sequence[chess.Board], allowed: Sequence[Sequence[chess.Move]] | None = None) -> list[chess.Move]:
+    def choose(
+        self,
+        boards: Sequence[chess.Board],
+        allowed: Sequence[Sequence[chess.Move]] | None = None,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[chess.Move]:
         """One move per board (module docstring). `allowed` restricts each board's moves (UCI
-        ``searchmoves``); default: every legal move. Boards need at least one (allowed) move."""
+        ``searchmoves``); default: every legal move. Boards need at least one (allowed) move.
+
+        `should_stop` (a clock) is asked before each generation, the greedy one included; True ends the
+        asking: boards without a legal answer yet get the random fallback ("fallback" after a failed
+        greedy answer, "no_time" when there was no time to ask at all). `last_stopped` says it did."""
         legal = [set(moves) for moves in allowed] if allowed is not None else [set(board.legal_moves) for board in boards]
         if len(legal) != len(boards):
             raise ValueError(f"allowed has {len(legal)} move lists for {len(boards)} boards")
@@ -261,7 +296,8 @@ class LMPlayer:
         answers: list[PolicyAnswer | None] = [None] * len(boards)
         outcomes = ["greedy"] * len(boards)
         pending: list[int] = []
-        for i, text in enumerate(self._generate(prompts, 0.0) if boards else []):
+        stopped = bool(boards) and should_stop is not None and should_stop()
+        for i, text in enumerate(self._generate(prompts, 0.0) if boards and not stopped else []):
             verdict, answer, move = _legal_best(text, legal[i])
             if move is not None:
                 chosen[i], answers[i] = move, answer
@@ -272,7 +308,10 @@ class LMPlayer:
             else:
                 self.stats.illegal += 1
         for _ in range(self.config.retries):
-            if not pending:
+            if not pending or stopped:
+                break
+            if should_stop is not None and should_stop():
+                stopped = True
                 break
             texts = self._generate([prompts[i] for i in pending], self.config.retry_temperature)
             still = []
@@ -284,13 +323,15 @@ class LMPlayer:
                     chosen[i], answers[i], outcomes[i] = move, answer, "resampled"
                     self.stats.resampled += 1
             pending = still
-        for i in pending:
+        unasked = [i for i in range(len(boards)) if chosen[i] is None and i not in pending]  # the clock stopped the greedy
+        for i in pending + unasked:
             # Sorted, so the draw depends on the seed only, not on python-chess's generation order.
             chosen[i] = self._fallback_rng.choice(sorted(legal[i], key=chess.Move.uci))
-            outcomes[i] = "fallback"
-            self.stats.fallback += 1
+            outcomes[i] = "fallback" if i in pending else "no_time"
+        self.stats.fallback += len(pending)
+        self.stats.no_time += len(unasked)
         self.stats.moves += len(boards)
-        self.last_outcomes, self.last_answers = outcomes, answers
+        self.last_outcomes, self.last_answers, self.last_stopped = outcomes, answers, stopped
         return chosen  # type: ignore[return-value]
 
 

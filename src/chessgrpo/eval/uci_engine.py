@@ -263,6 +263,9 @@ class SearchJob:
 class UciEngine:
     """A UCI protocol loop around a policy checkpoint (a `Searcher`, or the policy alone); construct, then `run()`."""
 
+    STEP_NAME = "a search step"
+    """What `measure_step` times, in the ``info string`` of ``Threads`` (the chess LM's engine times an answer)."""
+
     def __init__(
         self,
         checkpoint: str | Path,
@@ -619,7 +622,7 @@ class UciEngine:
         if one is None or many is None:  # no search to measure (policy-only play: one position per call)
             return
         if one < many:
-            self.info(f"Threads {usable}: a search step takes {1000 * many:.0f} ms with {usable} threads and "
+            self.info(f"Threads {usable}: {self.STEP_NAME} takes {1000 * many:.0f} ms with {usable} threads and "
                       f"{1000 * one:.0f} ms with 1 (busy cores?); using 1")  # fmt: skip
             torch.set_num_threads(1)
             self.threads, self.step_seconds = 1, one
