@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import chess
 import pytest
 import torch
 from helpers import REPO_ROOT
@@ -53,12 +54,35 @@ def test_switched_off_the_run_is_todays(tmp_path):
     assert all("ratio/lag_first_max_abs_dev" not in row for row in serial)
 
 
+# Opening positions: every move is undecided, so the sampled moves of a group get different engine values (on
+# `random:N` playouts most positions are already won or lost: every move is worth 0 or 1 there).
+_OPENINGS = ("", "e2e4", "d2d4", "c2c4", "g1f3 d7d5", "e2e4 c7c5", "e2e4 e7e5 g1f3", "d2d4 g8f6 c2c4")
+
+
+def _openings_file(path: Path) -> Path:
+    lines = []
+    for moves in _OPENINGS:
+        board = chess.Board()
+        for move in moves.split():
+            board.push_uci(move)
+        lines.append(board.fen() + "\n")
+    path.write_text("".join(lines))
+    return path
+
+
 def test_next_rollout_samples_the_weights_before_the_update(tmp_path):
     """After step t the pending rollout's snapshot holds the pre-update weights; the first minibatch's check holds
-    for the snapshot (deviation ~0) while the live weights are one update on (logged, > 0)."""
-    with Trainer(_pipelined(move_group_config(tmp_path, "lag"))) as trainer:
+    for the snapshot (deviation ~0) while the live weights are one update on (logged, > 0).
+
+    Step 0 must have a gradient, else the update is a no-op and the snapshot equals the live weights whichever it
+    holds. On `random:N` positions every group of step 0 had all-equal rewards (0 or 1): the policy loss was 0 and
+    the KL term at the reference 0 up to rounding, so the weights moved only where the learner's forward rounded
+    differently from the sampler's (not with ATEN_CPU_CAPABILITY=default, say). Opening positions give signal."""
+    positions = str(_openings_file(tmp_path / "openings.fen"))
+    with Trainer(_pipelined(move_group_config(tmp_path, "lag", positions=positions))) as trainer:
         before = {k: v.clone() for k, v in trainer.kind.model.state_dict().items()}
         first = trainer.train_step()
+        assert first["rollout/frac_reward_zero_std"] == 0.0  # every group has signal: the update has a gradient
         pending = trainer.kind.state_dict()["pipeline"]
         assert pending["step"] == 1 and _same_weights(pending["weights"], before)
         assert not _same_weights(trainer.kind.model.state_dict(), before)
