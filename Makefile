@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-all bench doctor recipe clean
+.PHONY: setup run test test-slow test-all bench doctor recipe clean
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The slowest end-to-end cases (marked `slow`), which `make test` leaves out; CI runs both.
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 test-all: setup
 	$(BIN)/python -m pytest -q -m "slow or not slow" $(PYTEST_ARGS)

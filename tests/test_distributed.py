@@ -132,6 +132,7 @@ def test_move_group_on_two_processes_is_the_one_process_experiment(tmp_path):
     assert [r["step"] for r in _rows(tmp_path / "two")] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_trajectory_on_two_processes_is_the_one_process_experiment(tmp_path):
     args = [
         "train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}", "init_checkpoint=null",
@@ -144,6 +145,7 @@ def test_trajectory_on_two_processes_is_the_one_process_experiment(tmp_path):
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="rollout/plies")
 
 
+@pytest.mark.slow
 def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path, labelled):
     # A rank may hold no group of a task in a step (each group draws its task): it must neither wait nor diverge,
     # and the one-move task's value loss (on its rows) and bc anchor (on labelled positions, every minibatch)
@@ -173,6 +175,7 @@ def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path, l
     assert {r["rollout/task/kqk"] for r in rows} != {0.0} and {r["rollout/task/kqk"] for r in rows} != {1.0}
 
 
+@pytest.mark.slow
 def test_pretrain_on_two_processes_is_the_one_process_experiment(tmp_path, labelled):
     args = ["pretrain", "--config", "configs/pretrain_tiny.yaml", f"data={labelled}", f"run.out_dir={tmp_path}",
             "batch_size=32", "steps=6", "eval_every=0", "warmup_steps=0", "threads=1", "checkpoint_every=1",
@@ -182,6 +185,7 @@ def test_pretrain_on_two_processes_is_the_one_process_experiment(tmp_path, label
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric=None)
 
 
+@pytest.mark.slow
 def test_move_group_with_value_and_bc_losses_on_two_processes_is_the_one_process_experiment(tmp_path, labelled):
     # The value head's loss and the bc anchor run extra forwards on labelled positions drawn per
     # minibatch: every rank must draw the same ones, weight them like its rows and call forward as

@@ -350,6 +350,7 @@ def test_eval_games_command_json_and_pgn(cli, tmp_path, checkpoint):
     assert {m.metric: m.difference.value for m in comparison.metrics} == {"score": 0.0, "win_rate": 0.0, "stalemate_rate": 0.0}
 
 
+@pytest.mark.slow
 def test_eval_games_command_rejects_bad_input_clearly(cli, tmp_path, checkpoint):
     odd = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--games", "3", cwd=tmp_path)
     assert odd.returncode == 2 and "even" in odd.stderr and "colour-swapped pairs" in odd.stderr
@@ -524,6 +525,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_workers_leave_when_eval_games_is_killed(cli, tmp_path, value_checkpoint):
     """kill -9 of `eval games` runs no cleanup in the parent: its workers must notice and exit
     rather than play every queued game (found when a long ladder run was stopped with SIGTERM)."""
@@ -604,6 +606,7 @@ def test_journal_keys_follow_settings_weights_and_openings(tmp_path, checkpoint,
     assert GameJournal(tmp_path / "r.jsonl", settings_for(retrained), retrained_tasks).load() == []
 
 
+@pytest.mark.slow
 def test_eval_games_killed_then_rerun_plays_only_the_missing_games(cli, tmp_path, value_checkpoint):
     openings = tmp_path / "openings.epd"
     openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")

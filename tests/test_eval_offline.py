@@ -215,6 +215,7 @@ def test_cli_offline_json_shape(cli, tmp_path):
     assert report["valuation"] == f"nodes={NODES}" and report["positions"]["n"] == 6
 
 
+@pytest.mark.slow
 def test_cli_offline_table_and_errors(cli, tmp_path):
     path = tmp_path / "positions.epd"
     path.write_text("\n".join(TACTICAL) + "\n")
@@ -232,6 +233,7 @@ def test_cli_offline_table_and_errors(cli, tmp_path):
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
+@pytest.mark.slow
 def test_policy_player_from_a_checkpoint_through_the_cli(cli, tmp_path):
     import torch
     from chessgrpo.eval.players import PolicyPlayer
@@ -290,6 +292,7 @@ def test_policy_player_with_search_finds_the_mate_an_untrained_policy_misses(tmp
         search_settings(8, c_puct=0.0)
 
 
+@pytest.mark.slow
 def test_cli_offline_with_search_nodes(cli, tmp_path):
     from helpers import SYZYGY_DIR
 

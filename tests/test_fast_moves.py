@@ -94,6 +94,7 @@ def won_endgames(count: int, seed: int) -> list[chess.Board]:
     return out
 
 
+@pytest.mark.slow
 def test_fast_mate_in_two_matches_the_reference(monkeypatch):
     from chessgrpo.board.move_facts import mate_in_two_actions, mate_in_two_reference
 

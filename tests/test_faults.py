@@ -173,6 +173,7 @@ def generate_args(out: Path) -> list[str]:
             "shard_size=50", "concurrent_games=8", "engine.processes=2", f"engine.syzygy_path={SYZYGY_DIR}"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_kill_9_of_data_generate_then_the_same_command_gives_the_same_rows(tmp_path):
     straight = run_command(generate_args(tmp_path / "straight"), timeout_s=300)
     assert straight.ok, straight.stderr[-2000:]

@@ -295,6 +295,7 @@ def test_prompt_bos_prefixes_prompts_only(tiny_lm):
     assert groups.generation.prompt_ids[0, 0].item() == bos
 
 
+@pytest.mark.slow
 def test_micro_batches_on_two_processes_are_the_one_process_experiment(tmp_path):
     """DDP reduces in every backward: with micro-batches (uneven: 3 + 1 rows per rank) two processes
     still run the one-process experiment without them."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 
 import chess
+import pytest
 import torch
 
 from chessgrpo.config import from_dict
@@ -66,6 +67,7 @@ def _mate_rate(checkpoint, boards: list[chess.Board]) -> tuple[int, list[bool]]:
     return sum(mated), mated
 
 
+@pytest.mark.slow
 def test_a_short_grpo_run_raises_the_held_out_mate_in_one_rate(tmp_path):
     torch.manual_seed(0)
     train = back_rank_positions(300, seed=0)

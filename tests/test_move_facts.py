@@ -370,6 +370,7 @@ def test_leaves_hanging_bit_and_policy_reading_eight_facts(tmp_path):
     assert load_policy(tmp_path / "hanging").config.extra_facts == ("en_prise", "mate_in_two", "leaves_hanging")
 
 
+@pytest.mark.slow
 def test_exchange_facts_equal_their_references_move_for_move():
     """The fast en-prise and leaves-hanging paths (one pass, inlined attack tables, only the pieces a move
     can uncover) flag exactly the moves of the plain python-chess references, on 1,500 positions of

@@ -176,6 +176,7 @@ def test_grpo_learns_to_mate_in_one(tmp_path):
         assert math.isfinite(row["grad_norm"]) and row["kl/value"] >= 0
 
 
+@pytest.mark.slow
 def test_train_command_runs_evaluates_and_writes_a_run_directory(cli, tmp_path):
     checkpoint = tmp_path / "init"
     torch.manual_seed(0)

@@ -233,6 +233,7 @@ def test_dataset_without_a_test_split_trains_without_evaluation(dataset, tmp_pat
     assert summary[-1] == "held-out: the dataset has no test split"
 
 
+@pytest.mark.slow
 def test_resume_is_bitwise_exact_across_processes(cli, dataset, tmp_path):
     common = [
         f"data={dataset}", f"run.out_dir={tmp_path}", "steps=12", "batch_size=48", "lr=0.003", "warmup_steps=3",

@@ -310,6 +310,7 @@ def test_importing_upstream_text_flags_and_drops_the_defective_lines(tmp_path):
     assert len(read_rookworld(tmp_path / "imported", "train")) + len(read_rookworld(tmp_path / "imported", "test")) == 23
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_no_dataset_and_the_same_command_runs_again(tmp_path):
     """kill -9 mid-run: nothing at --out (the data is written to a hidden sibling and renamed last),
     and rerunning the same command makes the whole dataset; a shard changed afterwards is named."""

@@ -246,6 +246,7 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
     assert json.loads(result.path.read_text())["best"] == other.number
 
 
+@pytest.mark.slow
 def test_parallel_workers_divide_the_cores(dataset, tmp_path, capfd):
     path = write(tmp_path, pretrain_sweep(dataset, tmp_path, parallel=2, budget={"trials": 2}, study_name="parallel"))
     assert cli.main(["sweep", "--config", str(path)]) == 0

@@ -205,6 +205,7 @@ def test_a_second_process_on_a_locked_run_directory_is_refused(cli, tmp_path):
     assert not (run_dir / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_resume_equals_an_uninterrupted_run(cli, tmp_path):
     steps = ["steps=40", "eval_every=0", "checkpoint_every=100"]
     straight = tiny_config(tmp_path, *steps, name="straight")
@@ -246,7 +247,8 @@ def test_expected_errors_print_one_line_and_unexpected_ones_keep_their_traceback
     assert crash.returncode != 0 and "Traceback" in crash.stderr and "shape mismatch" in crash.stderr
 
 
-@pytest.mark.parametrize("memory", [[], pytest.param(["grpo.micro_batch_size=4"], marks=pytest.mark.slow)], ids=["whole", "micro_batched"])
+@pytest.mark.slow
+@pytest.mark.parametrize("memory", [[], ["grpo.micro_batch_size=4"]], ids=["whole", "micro_batched"])
 def test_compiled_grpo_trains_with_value_and_bc_terms_and_their_gradient_norms(tmp_path, memory):
     """compile=true with every learner term (value and bc on labelled positions, the per-term gradient norms that take
     several gradients of one compiled graph; micro-batches in the slow case): the step runs and the ratio check holds.

@@ -425,6 +425,7 @@ def test_reference_opponent_plays_at_its_own_temperature():
         TrajectoryConfig(opponent="tablebase", opponent_temperature=0.5)
 
 
+@pytest.mark.slow
 def test_grpo_from_a_random_network_learns_to_mate_in_one_and_two(tmp_path):
     """Issue 52's claim in small: a randomly initialised policy, trained by GRPO alone (no labels, no warm start, no
     teacher's moves) on KQvK starts at most 3 plies from mate against the perfect defender, mates more held-out
