@@ -34,7 +34,7 @@ def next_steps(run_dir: Path) -> list[tuple[str, str]]:
     return [
         ("play or analyse with it (a UCI engine):", f"chessgrpo uci --checkpoint {run_dir}"),
         ("a stronger model (~45 min of training on 2 cores):", "make recipe    (docs/training.md#recipes-make-recipe)"),
-        ("the chess language model (~25 min):", LM_COMMAND),
+        ("the chess language model (~25-35 min):", LM_COMMAND),
         ("why a run is (not) learning:", f"chessgrpo diagnose {run_dir}"),
     ]
 
