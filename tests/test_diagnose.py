@@ -463,6 +463,23 @@ def test_thresholds_are_respected(tmp_path):
     assert "signal.zero_reward_variance" in _ids(diagnose(run, Thresholds(zero_std_fraction=0.1)))
 
 
+def test_equal_rewards_are_not_called_no_signal_under_critic_supervision(tmp_path):
+    """Under critic supervision each ply's regret is its advantage (no group baseline): groups of equal regrets still
+    teach, so the zero-variance finding, and its advice to drop them, must not fire (issue 64, item 2)."""
+    from chessgrpo.config import from_dict
+    from chessgrpo.tasks.kinds.trajectory import TrajectoryTrainConfig
+
+    rows = _synthetic_rows()
+    for row in rows:
+        if "rollout/frac_reward_zero_std" in row:
+            row["rollout/frac_reward_zero_std"] = 0.9
+    outcome = load_run(_write_run(tmp_path / "outcome", rows))
+    assert "signal.zero_reward_variance" in _ids(diagnose(outcome))
+    critic = from_dict(TrajectoryTrainConfig, {"run": {"name": "critic", "out_dir": str(tmp_path)},
+                                               "task": {"supervision": "critic", "reward": "tablebase", "regret": True}})  # fmt: skip
+    assert "signal.zero_reward_variance" not in _ids(diagnose(load_run(_write_run(tmp_path / "critic", rows, critic))))
+
+
 def _puzzle_eval_file(directory: Path, step: int, records: list[dict]) -> None:
     """eval/step_NNNNNN_puzzles.json as `chessgrpo train` writes it (summary + per-puzzle records)."""
     from chessgrpo.eval.puzzles import PuzzleRecord, summarize_puzzles

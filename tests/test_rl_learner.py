@@ -266,6 +266,19 @@ def test_drop_zero_std_groups_keeps_only_informative_groups() -> None:
     assert metrics["learn/rows"] == 16.0
 
 
+def test_drop_zero_std_groups_keeps_equal_nonzero_critic_advantages() -> None:
+    """Under critic supervision a group of equal regrets (every move 0.2 worse than the exact value's) still teaches:
+    dynamic sampling drops only the group of all-zero regrets (issue 64, item 2)."""
+    model = random_model(5)
+    batch = rollout(model, make_positions(2, 2, seed=1), 4, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    # Groups 3 (rows 0-3): every regret -0.2, all equal but not zero; 10 (rows 4-7): every move optimal.
+    batch.rewards = torch.tensor([[-0.2, -0.2]] * 4 + [[0.0, 0.0]] * 4)
+    batch.supervision = "critic"
+    metrics = run_optimize(model, batch, GRPOConfig(drop_zero_std_groups=True))
+    assert metrics["rollout/frac_reward_zero_std"] == 1.0  # both groups' rewards are all equal ...
+    assert metrics["loss/skipped"] == 0.0 and metrics["learn/rows"] == 4.0  # ... yet the first one is learned from
+
+
 def test_bf16_flag_selects_the_looser_tolerance() -> None:
     model = random_model(6)
 

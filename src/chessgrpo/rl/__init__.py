@@ -11,6 +11,7 @@ from chessgrpo.rl.advantages import (
     group_advantages,
     process_advantages,
     stepwise_advantages,
+    zero_advantage_groups,
     zero_std_groups,
 )
 from chessgrpo.rl.batch import RolloutBatch
@@ -45,5 +46,6 @@ __all__ = [
     "policy_loss",
     "process_advantages",
     "stepwise_advantages",
+    "zero_advantage_groups",
     "zero_std_groups",
 ]

@@ -220,6 +220,28 @@ def _check_group_ids(group_ids: Tensor, n: int) -> None:
         raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
 
 
+def zero_advantage_groups(advantages: Tensor, group_ids: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Rows [N] bool whose group's advantages are all exactly 0 (every valid step of [N, L] advantages, `mask`).
+
+    These are the groups without signal whatever the supervision, the ones dynamic sampling may drop. For the
+    group-relative supervisions they are the groups of all-equal rewards (`zero_std_groups`); under ``critic``
+    supervision the advantages are not centred on the group, so a group whose moves are all equally worse than the
+    exact value's (every regret -0.2) still teaches and only a group of all-zero regrets does not.
+    """
+    if advantages.dim() == 2:
+        if mask is None or mask.shape != advantages.shape:
+            raise ValueError("step advantages [N, L] need a mask of the same shape")
+        zero_rows = ((advantages == 0) | ~mask).all(dim=1)
+    else:
+        zero_rows = advantages == 0
+    if advantages.shape[0] == 0:
+        return zero_rows
+    inverse, counts = _group_index(group_ids)
+    informative = torch.zeros(counts.numel(), dtype=torch.long, device=advantages.device)
+    informative.index_add_(0, inverse, (~zero_rows).long())
+    return informative[inverse] == 0
+
+
 def _group_index(group_ids: Tensor) -> tuple[Tensor, Tensor]:
     """(inverse [N] in 0..G-1, counts [G]) for arbitrary integer group ids."""
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)

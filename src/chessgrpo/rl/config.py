@@ -42,8 +42,10 @@ class GRPOConfig:
     """Default 1e-4. Added to the std in the "grpo" and "batch_std" denominators (DeepSeekMath/TRL), and
     in the batch-std denominator of ``critic`` supervision."""
     drop_zero_std_groups: bool = False
-    """Default False. Drop groups whose rewards are all equal (zero advantage, no signal) from the loss:
-    DAPO dynamic sampling (Yu et al. 2025). `rollout/frac_reward_zero_std` is logged either way."""
+    """Default False. Drop groups without signal from the loss: DAPO dynamic sampling (Yu et al. 2025). For the
+    group-relative supervisions these are the groups whose rewards are all equal (zero advantage); under ``critic``
+    supervision, whose advantages are not centred on the group, only the groups whose advantages are all zero
+    (`rl.advantages.zero_advantage_groups`). `rollout/frac_reward_zero_std` is logged either way."""
 
     # ---------------------------------------------------------------- clipped surrogate
     epsilon: float = 0.2

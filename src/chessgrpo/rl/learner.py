@@ -41,6 +41,7 @@ from chessgrpo.rl.advantages import (
     group_advantages,
     process_advantages,
     stepwise_advantages,
+    zero_advantage_groups,
     zero_std_groups,
 )
 from chessgrpo.rl.batch import RolloutBatch
@@ -201,6 +202,10 @@ def optimize(
 
     learn_batch = batch
     if config.drop_zero_std_groups:
+        # Group-relative advantages are all 0 exactly when the group's rewards are all equal; critic advantages are
+        # not centred on the group, so there only a group of all-zero advantages is without signal.
+        if batch.reward_supervision == "critic":
+            zero_rows = zero_advantage_groups(batch.advantages, batch.group_ids, step_mask)
         keep = (~zero_rows).nonzero().flatten()
         if keep.numel() < batch.num_rows:
             learn_batch = batch.select(keep)

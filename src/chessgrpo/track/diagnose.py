@@ -775,9 +775,10 @@ def check_entropy(run: RunData, t: Thresholds) -> list[Finding]:
 
 
 def check_signal(run: RunData, t: Thresholds) -> list[Finding]:
-    """Most groups with zero reward variance: no advantage, no gradient."""
+    """Most groups with zero reward variance: no advantage, no gradient. Not under ``critic`` supervision, whose
+    advantages are not centred on the group: there a group of equal non-zero regrets still teaches."""
     _, zero = _finite(*run.series("rollout/frac_reward_zero_std", run.train_rows))
-    if not len(zero):
+    if not len(zero) or run.setting("task.supervision") == "critic":
         return []
     median = float(np.median(zero))
     if median <= t.zero_std_fraction:
