@@ -65,6 +65,19 @@ def test_optimal_beats_slower_win_beats_draw_beats_illegal_beats_ill_formed(tabl
     assert _reward(slower, config=exact, tablebase=tablebase) == pytest.approx(_reward("h1d5", config=exact, tablebase=tablebase))
 
 
+def test_the_default_eval_clip_follows_the_tablebase_scale(tablebase):
+    """`eval lm ... rewards.policy.truth=tablebase` with the default eval_clip: E: values are compared on the tablebase's
+    0-100 scale, so an answer saying 10 pawns for mates in a few plies (~95) earns no eval credit (issue 64, item 5:
+    the engine's clip of 10 gave it full credit)."""
+    default = RookWorldRewardConfig(policy=PolicyRewardConfig(truth="tablebase", syzygy_path=str(SYZYGY_DIR)))
+    truth = tablebase_truth(tablebase, chess.Board(FEN))
+    answer = truth.answer(seed=0)
+    right = format_policy_completion(FEN, answer)
+    tens = format_policy_completion(FEN, PolicyAnswer(answer.moves, tuple(10.0 for _ in answer.evals), answer.best))
+    scored = score_completions(None, ["P: " + FEN] * 2, [right, tens], default)
+    assert scored[0].total - scored[1].total == pytest.approx(default.policy.eval_weight)
+
+
 def test_a_position_no_table_covers_is_one_clear_error():
     with pytest.raises(ValueError, match="tablebase.*no tablebase covers"):
         score_completions(None, ["P: " + chess.STARTING_FEN], ["M: e2e4 E: 0.3 B: e2e4"], CONFIG)

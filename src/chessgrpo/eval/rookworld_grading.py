@@ -33,8 +33,8 @@ truth is the engine's (`data.rookworld_truths`), the A: truth python-chess's
   win earns between ``tablebase_draw_credit`` and ``tablebase_win_credit``, less the more plies it
   wastes; a draw ``tablebase_draw_credit``; a loss 0); ``best_mode: exact`` makes it binary (B is
   DTZ-optimal or not: the C1 recipe's exact-match reward). ``top5`` sums the exact credits of M's
-  moves over those of the tablebase's top k; ``eval`` compares E with `tablebase_pawns` (set
-  ``eval_clip`` >= 100: the scale runs to 100).
+  moves over those of the tablebase's top k; ``eval`` compares E with `tablebase_pawns` (clipped at 100 by
+  default: the scale runs to 100).
 - environment task (`EnvironmentRewardConfig`): ``format``, ``fen_exact`` (the whole new FEN),
   ``fen_fields`` (partial credit: the share of the six FEN fields that match), ``reward``,
   ``terminated``, ``truncated`` (each 1 when equal to the truth). Maximum 2.3 by default.
@@ -62,6 +62,7 @@ from chessgrpo.data.rookworld_format import (
 from chessgrpo.data.rookworld_truths import (
     ExactMoveValue,
     MoveValue,
+    TABLEBASE_WIN_PAWNS,
     PolicyTruth,
     policy_truths,
     tablebase_pawns,
@@ -78,6 +79,8 @@ REWARD_MODES = ("graded", "exact")
 """Values of `PolicyRewardConfig.best_mode` / `top5_mode`."""
 TRUTHS = ("engine", "tablebase")
 """Values of `PolicyRewardConfig.truth`: who grades P: answers."""
+ENGINE_EVAL_CLIP = 10.0
+"""The default clip (pawns) of E: values against an engine's truth (`PolicyRewardConfig.eval_clip`)."""
 
 
 def regret_credit(regret: float, *, tolerance: float, zero_at: float) -> float:
@@ -120,8 +123,10 @@ class PolicyRewardConfig:
     """Weight of `eval`: mean over M of max(0, 1 - |E - engine value| / eval_scale) (illegal/repeated moves 0)."""
     eval_scale: float = 2.0
     """Pawns of evaluation error at which a move's `eval` credit reaches 0."""
-    eval_clip: float = 10.0
-    """Both evaluations are clipped to +/- this many pawns before comparing (mate = +/-1000)."""
+    eval_clip: float | None = None
+    """Both evaluations are clipped to +/- this many pawns before comparing. Default None: the truth's own scale,
+    `ENGINE_EVAL_CLIP` (10) for the engine's pawns (mate = +/-1000) and `TABLEBASE_WIN_PAWNS` (100) for an exact
+    tablebase truth, whose scale runs to 100 (a clip of 10 there gave any E: of 10 or more full credit)."""
     eval_unlisted_moves: bool = True
     """Value legal moves of M outside the engine's top list by searching the position after them
     (one search per distinct move, cached); false: such moves get no `eval` credit."""
@@ -157,7 +162,7 @@ class PolicyRewardConfig:
             raise ValueError(f"regret_tolerance must be in [0, 1), got {self.regret_tolerance}")
         if not (math.isfinite(self.regret_zero_credit) and self.regret_tolerance < self.regret_zero_credit <= 1.0):
             raise ValueError(f"regret_zero_credit must be in (regret_tolerance, 1], got {self.regret_zero_credit}")
-        if self.eval_scale <= 0 or self.eval_clip <= 0:
+        if self.eval_scale <= 0 or (self.eval_clip is not None and self.eval_clip <= 0):
             raise ValueError("eval_scale and eval_clip must be > 0")
         if not math.isfinite(self.malformed_penalty):
             raise ValueError("malformed_penalty must be finite")
@@ -268,7 +273,7 @@ def _eval_credit(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardC
         known = {move: tablebase_pawns(value) for move, value in truth.exact.items()}
     if unlisted and config.eval_unlisted_moves:
         known.update({m: v.pawns for m, v in unlisted.items() if m not in known})
-    clip = config.eval_clip
+    clip = config.eval_clip if config.eval_clip is not None else (TABLEBASE_WIN_PAWNS if truth.exact is not None else ENGINE_EVAL_CLIP)
     errors = []
     credits = []
     seen = set()
