@@ -104,6 +104,22 @@ def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
     assert sorted(zip(answer.moves, answer.evals)) == sorted(zip(original.moves, original.evals))
 
 
+def test_the_held_out_answers_are_scored_in_the_fixed_move_order_the_train_ones_are_taught(lab):
+    """With move_order sorted (every shipped LM config) the held-out P: answers are re-encoded like the train ones, so
+    the held-out loss scores text in the order the model is taught to write (issue 64, item 4)."""
+    root, _ = lab
+    config = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
+        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=sorted_eval", "model.n_layer=1", "model.n_embd=32",
+        "model.n_head=2", "move_order=sorted",
+    ])  # fmt: skip
+    kind = SFTKind(config, RunContext(config.run.directory, torch.device("cpu"), config.run.seed))
+    decode = kind.lm.tokenizer.decode
+    held_out = [i for i, task in enumerate(kind.test_data.tasks) if task == "policy"]
+    answers = [parse_policy_completion(decode(kind.test_data.completions[i][:-1])) for i in held_out]
+    assert held_out and all(list(a.moves) == sorted(a.moves) for a in answers)
+    assert len(held_out) >= 5  # the data's written orders are shuffled: before the fix these were scored as written
+
+
 def test_sft_move_order_is_checked_and_the_old_key_still_reads():
     assert SFTTrainConfig(reshuffle_moves=False).move_order == "as_written"
     with pytest.raises(ConfigError, match="reshuffle_moves and move_order"):

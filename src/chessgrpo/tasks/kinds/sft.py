@@ -191,11 +191,15 @@ class SFTKind(Kind):
         self.train_data = tokenize_examples(self.lm, train, prompt_bos=config.prompt_bos)
         self.train_policy_answers = policy_answers(train) if config.move_order == "shuffle" else {}
         if config.move_order in ("sorted", "best_first"):
-            self._encode_fixed_orders(policy_answers(train))
+            self._encode_fixed_orders(self.train_data.completions, policy_answers(train))
         self.test_examples = test
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.permutation(len(test))[: config.eval_examples]) if test else []
-        self.test_data = tokenize_examples(self.lm, [test[i] for i in chosen], prompt_bos=config.prompt_bos) if test else None
+        held_out = [test[i] for i in chosen]
+        self.test_data = tokenize_examples(self.lm, held_out, prompt_bos=config.prompt_bos) if test else None
+        if self.test_data is not None and config.move_order in ("sorted", "best_first"):
+            # The held-out loss scores the answers in the order the model is taught to write them, as the train ones.
+            self._encode_fixed_orders(self.test_data.completions, policy_answers(held_out))
         self.epoch = 0
         self.position = 0
         self._orders: tuple[int, np.ndarray] | None = None
@@ -279,15 +283,16 @@ class SFTKind(Kind):
         listed = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
         return self.lm.tokenizer.encode(format_policy_completion(fen, listed)) + [self.lm.tokenizer.eos_token_id]
 
-    def _encode_fixed_orders(self, answers: dict[int, tuple[str, Any]]) -> None:
-        """Re-encode the P: train completions once in the fixed `move_order` (sorted or best_first)."""
+    def _encode_fixed_orders(self, completions: list[list[int]], answers: dict[int, tuple[str, Any]]) -> None:
+        """Re-encode the P: `completions` (train or held-out, indexed as `answers`) once in the fixed `move_order`
+        (sorted or best_first)."""
         for index, (fen, answer) in answers.items():
             moves, evals = answer.moves, answer.evals
             if self.config.move_order == "sorted":
                 order = sorted(range(len(moves)), key=lambda k: moves[k])
             else:  # best_first; stable: ties keep the written order
                 order = sorted(range(len(moves)), key=lambda k: -evals[k])
-            self.train_data.completions[index] = self._encode_policy_answer(fen, answer, order)
+            completions[index] = self._encode_policy_answer(fen, answer, order)
 
     # -- the step -----------------------------------------------------------------------------------
 
