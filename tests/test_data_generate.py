@@ -156,6 +156,7 @@ def test_bad_arguments_give_one_clear_error(tmp_path, capsys):
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_duplicates_or_corrupt_shards(cli, tmp_path, pool):
     out = tmp_path / "resumed"
     args = ["data", "generate", "--out", str(out), "--positions", "200", "--nodes", str(NODES), "--multipv", str(MULTIPV),

@@ -151,6 +151,7 @@ def test_reverse_curriculum_draws_only_near_mate_positions(tablebase):
     assert max(tablebase.probe_dtz(b) for b in starts.draw(32, seed=0, step=0)) > 3
 
 
+@pytest.mark.slow
 def test_evaluation_baselines_tablebase_mates_optimally_and_random_does_not(tablebase):
     starts = _starts("KQvK", tablebase).hold_out(30, seed=5)
     perfect = evaluate_endgame(tablebase_picker(tablebase), starts, tablebase, max_moves=50)

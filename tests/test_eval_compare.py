@@ -36,6 +36,7 @@ def test_a_consistent_improvement_is_found_and_pairs_are_matched_by_fen():
     assert top1.difference.value == pytest.approx(0.30) and top1.verdict == "better"
 
 
+@pytest.mark.slow
 def test_cli_compares_puzzle_files_and_rejects_mixed_kinds(cli, tmp_path):
     puzzles_a = [{"id": str(i), "rating": 1500, "first_move_correct": i < 20, "solved": i < 10, "played": []} for i in range(100)]
     puzzles_b = [{**p, "first_move_correct": int(p["id"]) < 40} for p in puzzles_a]

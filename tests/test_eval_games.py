@@ -160,6 +160,7 @@ def test_stockfish_beats_the_random_mover_and_pgns_parse_back(checkpoint):
             assert board.is_checkmate()
 
 
+@pytest.mark.slow
 def test_the_policy_against_the_random_mover_on_two_workers_is_reproducible(checkpoint):
     settings = settings_for(checkpoint, max_plies=40)
     anchors = [parse_anchor("random")]

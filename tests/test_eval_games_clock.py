@@ -111,6 +111,7 @@ def test_a_slow_player_loses_on_time_and_draws_when_the_opponent_cannot_mate(che
     assert ran["asked"] == "tc=10+0.1, nodes=20" and ran["moves"] == 1 and ran["kept"] is True
 
 
+@pytest.mark.slow
 def test_eval_games_on_a_clock_against_stockfish_reports_time_losses_and_pgn_tags(cli, tmp_path, checkpoint):
     openings = tmp_path / "openings.epd"
     openings.write_text(OPENING.fen + "\n")

@@ -207,6 +207,7 @@ def value_head_checkpoint(directory: Path, value_head: bool = True) -> Path:
     return save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=value_head)), directory)
 
 
+@pytest.mark.slow
 def test_cli_puzzles_with_search_nodes(cli, tmp_path):
     from helpers import SYZYGY_DIR
 

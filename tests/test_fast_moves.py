@@ -45,6 +45,7 @@ SPECIAL = [
 ]
 
 
+@pytest.mark.slow
 def test_fast_facts_match_the_reference_on_thousands_of_positions():
     boards = playout_positions(60, seed=0) + [chess.Board(fen) for fen in SPECIAL]
     assert len(boards) > 3000

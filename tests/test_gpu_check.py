@@ -155,6 +155,7 @@ def test_the_report_reads_gpu_shaped_bench_results(tmp_path):
     assert "| GRPO one-move: trainer CPU ms per sample, of it the network | 0.40 | 0.40 |" in markdown
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_without_cuda_the_check_refuses_with_a_clear_message(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}

@@ -201,6 +201,7 @@ def _config(data, tmp_path, name="run", **overrides) -> PretrainTrainConfig:
     return PretrainTrainConfig(run=RunConfig(name=name, out_dir=str(tmp_path)), **values)
 
 
+@pytest.mark.slow
 def test_human_objective_learns_the_players_moves(habit_dataset, tmp_path):
     table = schema.read_positions(habit_dataset, "test", ["fen", "human_move"]).to_pylist()
     with_move = [row for row in table if row["human_move"] is not None]

@@ -118,6 +118,7 @@ def parse_pgns(text: str) -> list[chess.pgn.Game]:
 # A Debian engine as an opponent
 
 
+@pytest.mark.slow
 def test_twenty_games_against_a_debian_engine_from_an_engines_file(cli, tmp_path, checkpoint, debian_engine):
     engines = tmp_path / "engines.yaml"
     engines.write_text(

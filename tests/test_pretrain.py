@@ -418,6 +418,7 @@ def test_model_description_names_the_replaced_fields():
     assert ModelConfig(n_layers=4, d_model=128).policy_config().d_model == 128
 
 
+@pytest.mark.slow
 def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(cli, dataset, tmp_path):
     """With model.value_head the loss adds the value cross-entropy; the held-out value error falls
     below the constant baseline's, and `chessgrpo eval value` reports it with intervals."""
@@ -442,6 +443,7 @@ def test_eval_value_refuses_a_checkpoint_without_value_head(cli, dataset, tmp_pa
     assert completed.returncode != 0 and "no value head" in completed.stderr and completed.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_search_labels_train_a_policy_expert_iteration(cli, dataset, tmp_path):
     """`data search-label` writes the search's moves and values in the dataset schema (test split
     copied from the source), and `kind: pretrain` continues the policy on them."""

@@ -140,6 +140,7 @@ def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:
     ])  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("curriculum", [(), ("first_tasks=[environment]", "first_tasks_steps=6")], ids=["plain", "first_stage"])
 def test_sft_resumed_run_equals_a_straight_run_bitwise(lab, curriculum):
     root, _ = lab

@@ -80,6 +80,7 @@ def trial_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("trial ")]
 
 
+@pytest.mark.slow
 def test_sweep_prints_each_trial_continues_the_study_and_writes_a_trainable_best_config(dataset, tmp_path, capsys):
     path = write(tmp_path, pretrain_sweep(dataset, tmp_path))
     assert cli.main(["sweep", "--config", str(path)]) == 0

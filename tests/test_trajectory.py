@@ -280,6 +280,7 @@ def test_resume_continues_bitwise_identically(tmp_path):
     assert "eval/mate_rate_low" in rows[-1] and rows[-1]["eval/positions"] == 20
 
 
+@pytest.mark.slow
 def test_adaptive_curriculum_widens_as_the_mate_rate_holds_and_resumes(tmp_path, oracle):
     """curriculum_widen_at: the DTZ limit grows by curriculum_widen_plies when the rollouts' mate rate over the last
     curriculum_window steps reaches the threshold; the limit and the window survive a resume bitwise."""

@@ -209,6 +209,7 @@ def test_a_whole_30_plus_03_game_with_pondering_never_flags(value_checkpoint):
             client.quit()
 
 
+@pytest.mark.slow
 def test_the_chess_lm_takes_the_bots_options_and_plays_a_whole_10_plus_01_game_without_flagging(lm_checkpoint):
     """The issue's acceptance: python-chess's ``configure`` takes Threads, Hash and Move Overhead (and lichess-bot's
     other defaults) from ``chessgrpo uci`` with a chess LM, which then plays a whole 10 s + 0.1 s game against
