@@ -123,6 +123,7 @@ def labelled(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_move_group_on_two_processes_is_the_one_process_experiment(tmp_path):
     run_single(*move_group_args(tmp_path, "one"))
     done = run_torchrun(*move_group_args(tmp_path, "two"))
@@ -266,6 +267,7 @@ def test_two_node_processes_on_loopback_match_one_process(tmp_path):
     assert_same_experiment(tmp_path / "one", tmp_path / "nodes", rollout_metric="reward/mean")
 
 
+@pytest.mark.slow
 def test_a_batch_that_does_not_split_evenly_is_one_config_error(tmp_path):
     done = run_torchrun(*move_group_args(tmp_path, "odd", "task.positions_per_step=3"), check=False)
     assert done.returncode != 0

@@ -199,6 +199,7 @@ def _touch(path):
 ENGINE_ARGS = (f"nodes={NODES}", "engine.processes=2", "engine.cache=false", "baseline_nodes=50")
 
 
+@pytest.mark.slow
 def test_cli_offline_json_shape(cli, tmp_path):
     path = tmp_path / "positions.fen"
     path.write_text("\n".join(TACTICAL + QUIET) + "\n")

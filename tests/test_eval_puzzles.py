@@ -172,6 +172,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_puzzles_json_with_baseline(cli, tmp_path):
     csv_path = data_file("lichess_puzzles_dev.csv")
     result = cli.run(
@@ -189,6 +190,7 @@ def test_cli_puzzles_json_with_baseline(cli, tmp_path):
     assert report["puzzles"] == {"source": str(csv_path), "n": 60, "skipped": 0}
 
 
+@pytest.mark.slow
 def test_cli_puzzles_table_without_engine(cli, tmp_path):
     path = write_csv(tmp_path / "two.csv", [TWO_MATES, "BADFEN,not a fen,e2e4 e7e5,1500,1,1,1,,,"])
     result = cli.run("eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent")
@@ -222,6 +224,7 @@ def test_cli_puzzles_with_search_nodes(cli, tmp_path):
     assert report["search"]["nodes"] == 16 and report["search"]["algorithm"] == "puct"
 
 
+@pytest.mark.slow
 def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(cli, tmp_path):
     checkpoint = value_head_checkpoint(tmp_path / "plain", value_head=False)
     path = write_csv(tmp_path / "one.csv", [TWO_MATES])

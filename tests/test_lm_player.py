@@ -265,6 +265,7 @@ def test_eval_games_refuses_action_policy_options_and_lm_anchors_clearly(cli, tm
     assert code == 2 and "no checkpoint at" in err and "neither an action-policy checkpoint" in err
 
 
+@pytest.mark.slow
 def test_uci_with_an_lm_plays_a_game_through_python_chess(taught_lm):
     command = [sys.executable, "-m", "chessgrpo.cli", "uci", "--checkpoint", str(taught_lm)]
     engine = chess.engine.SimpleEngine.popen_uci(command, timeout=STARTUP_TIMEOUT_S)

@@ -265,6 +265,7 @@ def test_train_command_rejects_a_shared_key_in_a_task(cli, tmp_path):
     assert result.stderr.count("\n") <= 2  # one clear line, no traceback
 
 
+@pytest.mark.slow
 def test_resume_continues_bitwise_identically(tmp_path):
     from safetensors.torch import load_file
 

@@ -147,6 +147,7 @@ def _mate_in_one_positions(path: Path, count: int) -> list[tuple[chess.Board, ch
     return found
 
 
+@pytest.mark.slow
 def test_grpo_learns_to_mate_in_one(tmp_path):
     positions = _mate_in_one_positions(tmp_path / "mates.fen", 16)
     config = _config(

@@ -192,6 +192,7 @@ def test_the_pool_runs_a_non_stockfish_engine_without_crashing_it(debian_engine)
         assert pool.stats.engine_failures == 0
 
 
+@pytest.mark.slow
 def test_doctor_says_when_engine_path_is_not_stockfish(cli, debian_engine, tmp_path):
     result = cli.run("doctor", f"engine.path={debian_engine}", "engine.syzygy_path=null", timeout=600)
     assert result.returncode == 1
@@ -209,6 +210,7 @@ def test_doctor_says_when_engine_path_is_not_stockfish(cli, debian_engine, tmp_p
     assert result.returncode == 0 and "Stockfish 15.1" in result.stdout and "MultiPV yes; go nodes 1000: stopped" in result.stdout
 
 
+@pytest.mark.slow
 def test_stockfish_anchors_and_the_opening_suite_refuse_another_engine_up_front(cli, tmp_path, checkpoint, debian_engine):
     skill = cli.run(
         "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-skill:0", "--games", "2",

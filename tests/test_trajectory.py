@@ -342,6 +342,7 @@ def test_sibling_moves_are_valued_as_if_played_against_the_perfect_defender(orac
         TrajectoryConfig(sibling_moves=2, supervision="process", regret=True)
 
 
+@pytest.mark.slow
 def test_short_endgame_run_learns_to_mate(tmp_path, oracle):
     # KQvK positions with a mate in one: the mate rate of the rollouts must rise within 24 steps.
     starts = [b for b in endgame_positions("KQvK", 400, seed=6, accept=oracle.is_won) if oracle.probe_dtz(b) == 1][:16]

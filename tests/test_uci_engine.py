@@ -348,6 +348,7 @@ def test_cli_search_choices_match_the_engine():
 # Scores, MultiPV, WDL
 
 
+@pytest.mark.slow
 def test_python_chess_analyse_multipv_scores_with_and_without_a_value_head(value_checkpoint, checkpoint):
     board = chess.Board()
     for move in ["e2e4", "e7e5", "g1f3"]:

@@ -143,6 +143,7 @@ def test_the_deadline_never_starts_a_step_it_cannot_finish():
     assert taken == [0] and time.perf_counter() - started < 0.3 + 0.1  # stop answered with nothing in flight
 
 
+@pytest.mark.slow
 def test_lichess_bot_options_configure_and_a_30_plus_03_game_never_flags(value_checkpoint):
     """python-chess refuses an option the engine does not offer: the issue's options and lichess-bot's defaults must
     all be offered (a missing ./syzygy/ is refused by the engine with an info string, not by python-chess). Then a game
