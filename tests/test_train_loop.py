@@ -264,3 +264,38 @@ def test_compiled_grpo_trains_with_value_and_bc_terms_and_their_gradient_norms(t
     rows = [row for row in read_metrics(config.run.directory / "metrics.jsonl") if "loss/total" in row]
     assert [row["step"] for row in rows] == [1]
     assert rows[0]["grad_norm/policy"] > 0 and rows[0]["grad_norm/aux"] > 0 and rows[0]["ratio/first_max_abs_dev"] < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipeline", [False, True], ids=["serial", "pipelined"])
+def test_a_compiled_step_computes_the_eager_step_and_the_flag_is_scoped(tmp_path, pipeline):
+    """Issue 64, item 6: compile=true on the shipped GRPO config takes the eager step's first step (loss and gradient
+    norm to float tolerance), dynamo really compiled a graph, and torch's process-global donated_buffer flag is changed
+    only while a run that takes several gradients of one graph (the per-term norms) trains, then given back."""
+    import torch._dynamo
+    import torch._dynamo.utils as dynamo_utils
+    import torch._functorch.config as functorch_config
+
+    before = functorch_config.donated_buffer
+    first_rows = {}
+    for mode in ("eager", "compiled"):
+        config = tiny_config(tmp_path / mode, f"compile={mode == 'compiled'}", "steps=1", "eval_every=0", "eval_at_start=false",
+                             "grpo.term_gradient_every=1", f"grpo.pipeline={pipeline}", name=mode)  # fmt: skip
+        torch._dynamo.reset()  # forget graphs an earlier case of this process compiled: this run must compile its own
+        graphs = dynamo_utils.counters["stats"]["unique_graphs"]
+        with Trainer(config) as trainer:
+            if mode == "compiled":
+                assert functorch_config.donated_buffer is False  # the per-term norms retain the graph
+            assert trainer.train().finished
+        if mode == "compiled":
+            assert dynamo_utils.counters["stats"]["unique_graphs"] > graphs  # something was compiled
+        assert functorch_config.donated_buffer == before  # given back when the run closed
+        first_rows[mode] = next(r for r in read_metrics(config.run.directory / "metrics.jsonl") if "loss/total" in r)
+    for key in ("loss/total", "grad_norm", "grad_norm/policy"):
+        assert first_rows["compiled"][key] == pytest.approx(first_rows["eager"][key], rel=1e-4, abs=1e-6), key
+    # Without the per-term norms the flag is never touched.
+    config = tiny_config(tmp_path / "plain", "compile=true", "steps=1", "eval_every=0", "eval_at_start=false",
+                         "grpo.term_gradient_every=0", name="plain")  # fmt: skip
+    with Trainer(config) as trainer:
+        assert functorch_config.donated_buffer == before
+        assert trainer.train().finished

@@ -132,6 +132,7 @@ class Trainer:
         self.parallel = Parallel.from_env(device)
         self.lock = RunLock(self.run_dir).acquire() if self.parallel.is_main else None
         self.kind: Kind | None = None
+        self._restore_compile_flags: Callable[[], None] | None = None
         try:
             self.device = self.parallel.device_for(device)
             if config.threads:
@@ -147,7 +148,7 @@ class Trainer:
             self.kind = kind_cls(config, context)
             self.optimizer, trainable = build_optimizer(self.kind, config)
             if config.compile:  # in place: the module (its mode, its state dict) stays the same object
-                compile_in_place(self.kind.model)
+                self._restore_compile_flags = compile_in_place(self.kind.model, retain_graph=_measures_term_gradients(config, self.parallel))
             # After build_optimizer: DDP registers gradient hooks on the parameters that train.
             self.kind.learner_model = self.parallel.wrap(self.kind.model)
             self.learner = Learner(self.optimizer, trainable, config.max_grad_norm, self.parallel)
@@ -177,9 +178,13 @@ class Trainer:
     # Lifecycle
 
     def close(self, together: bool = False) -> None:
-        """Release the kind, the lock and the process group (`together`: a clean finish on every rank)."""
+        """Release the kind, the lock and the process group (`together`: a clean finish on every rank), and give torch's
+        compile flags back (`compile_in_place`)."""
         if self.kind is not None:
             self.kind.close()
+        restore, self._restore_compile_flags = self._restore_compile_flags, None
+        if restore is not None:
+            restore()
         if self.lock is not None:
             self.lock.release()
         self.parallel.close(together=together)
@@ -505,16 +510,33 @@ def _window_mean(window: list[dict[str, float]]) -> dict[str, float]:
     return {key: sum(row[key] for row in window if key in row) / sum(key in row for row in window) for key in keys}
 
 
-def compile_in_place(model: torch.nn.Module) -> None:
-    """`torch.compile` the model's forward in place (config key ``compile``).
+def _measures_term_gradients(config: TrainConfig, parallel: Parallel) -> bool:
+    """Whether the learner will take several gradients of one graph (`rl.learner.term_gradient_norms`): a GRPO kind
+    with ``grpo.term_gradient_every`` > 0, in one process (DDP runs never measure them)."""
+    grpo = getattr(config, "grpo", None)
+    return parallel.world_size == 1 and int(getattr(grpo, "term_gradient_every", 0) or 0) > 0
 
-    The learner's per-term gradient norms (`rl.learner.term_gradient_norms`) take several gradients of one graph
-    (``retain_graph=True``); a compiled backward allows that only when AOTAutograd does not donate the saved
-    tensors' buffers to the backward (torch._functorch.config: "This flag must be set False if a user wants to
-    retain_graph=True"). Keeping them costs a little memory and changes no value.
+
+def compile_in_place(model: torch.nn.Module, *, retain_graph: bool = False) -> Callable[[], None]:
+    """`torch.compile` the model's forward in place (config key ``compile``); returns a function that gives torch's
+    process-global compile flags back (`Trainer.close` calls it).
+
+    With `retain_graph` (the learner's per-term gradient norms, `rl.learner.term_gradient_norms`, take several
+    gradients of one graph with ``retain_graph=True``) AOTAutograd must not donate the saved tensors' buffers to the
+    backward (torch._functorch.config: "This flag must be set False if a user wants to retain_graph=True"). The flag
+    is process-global and read whenever a graph is (re)compiled, so it stays False while this run trains and is
+    restored after; runs that never retain a graph keep torch's default. Keeping the buffers costs a little memory
+    and changes no value.
     """
     import torch._functorch.config as functorch_config  # noqa: PLC0415 (only compiled runs need it)
 
-    functorch_config.donated_buffer = False
+    previous = functorch_config.donated_buffer
+    if retain_graph:
+        functorch_config.donated_buffer = False
     model.compile()
+
+    def restore() -> None:
+        functorch_config.donated_buffer = previous
+
+    return restore
 
