@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 import yaml
 
 from chessgrpo.errors import ChessGRPOError, one_line, quote
+from chessgrpo.paths import SYZYGY_DEFAULT
 
 T = TypeVar("T")
 
@@ -103,7 +104,7 @@ class EngineConfig:
     """Persistent SQLite cache of evaluations."""
     cache_path: str = resumable("runs/cache/evaluations.sqlite")
     """Where the evaluation cache lives."""
-    syzygy_path: str | None = "data/syzygy"
+    syzygy_path: str | None = SYZYGY_DEFAULT
     """Directory (or os.pathsep-separated directories) of Syzygy tables; None disables."""
 
     def __post_init__(self) -> None:

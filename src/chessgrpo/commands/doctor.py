@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from chessgrpo.config import EngineConfig, load_config
+from chessgrpo.paths import PUZZLES_DEFAULT, ROOKWORLD_SAMPLES_DEFAULT
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -132,8 +133,8 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 DATA_FILES = (
-    ("puzzles", "data/lichess_puzzles_dev.csv", "eval puzzles' default puzzle file"),
-    ("rookworld samples", "data/rookworld_samples.txt", "the RookWorld format tests"),
+    ("puzzles", PUZZLES_DEFAULT, "eval puzzles' default puzzle file"),
+    ("rookworld samples", ROOKWORLD_SAMPLES_DEFAULT, "the RookWorld format tests"),
     ("data/tiny", "data/tiny", "eval offline and the tiny configs; make it with `chessgrpo data generate --config configs/data_tiny.yaml`"),
 )
 """The data the commands' defaults name (besides the Syzygy tables): (row, default path, used by)."""

@@ -47,6 +47,7 @@ from chessgrpo.board.endgames import (
 from chessgrpo.config import ConfigError, save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.paths import SYZYGY_DEFAULT
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class EndgameDataConfig:
     """Evaluation positions to exclude: the trainer's ``eval.positions``."""
     held_out_seed: int = 0
     """Seed of the evaluation positions: the trainer's ``run.seed``."""
-    syzygy_path: str = "data/syzygy"
+    syzygy_path: str = SYZYGY_DEFAULT
     """Directory (or os.pathsep-separated directories) of Syzygy tables."""
     test_fraction: float = 0.05
     """Share of positions in the test split (by a hash of the position, as every dataset here)."""

@@ -64,7 +64,7 @@ from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: th
 )
 from chessgrpo.data.rookworld_truths import PolicyTruth, mover_pawns
 from chessgrpo.files import text_lines, write_text_atomic
-from chessgrpo.paths import find_data_path
+from chessgrpo.paths import SYZYGY_DEFAULT, find_data_path
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class RookWorldDataConfig:
     """Material signatures (e.g. [KQvK, KRvK]): endgame positions with every truth from the Syzygy
     tables instead of engine-analysed playouts (`data.rookworld_endgames`); `positions` train
     positions are split evenly over them, the test split is `eval endgame`'s held-out starts."""
-    syzygy_path: str = "data/syzygy"
+    syzygy_path: str = SYZYGY_DEFAULT
     """Syzygy tables (endgames only)."""
     held_out: int = 200
     """Endgames: held-out start positions per material, the test split (= `chessgrpo eval endgame

@@ -29,6 +29,7 @@ from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.eval.lm_player import LMPlayerConfig
 from chessgrpo.eval.stats import Interval, wilson_interval
+from chessgrpo.paths import SYZYGY_DEFAULT
 
 
 @dataclasses.dataclass
@@ -45,7 +46,7 @@ class EndgameEvalConfig:
     """The strong side's colour (the trainer's ``endgame_colours``)."""
     max_moves: int = 50
     """Own moves allowed to mate."""
-    syzygy_path: str = "data/syzygy"
+    syzygy_path: str = SYZYGY_DEFAULT
     """Syzygy tables."""
     baselines: bool = False
     """Also play the random mover and the tablebase (the floor and the physical limit)."""

@@ -69,6 +69,7 @@ from chessgrpo.data.rookworld_truths import (
     tablebase_truths,
     unlisted_move_values,
 )
+from chessgrpo.paths import SYZYGY_DEFAULT
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
@@ -140,7 +141,7 @@ class PolicyRewardConfig:
     truth: str = "engine"
     """Who grades P: answers: "engine" (Stockfish multipv at `nodes`) | "tablebase" (the Syzygy tables at
     `syzygy_path`: every legal move's exact value; 3-4-piece positions without castling rights only)."""
-    syzygy_path: str = "data/syzygy"
+    syzygy_path: str = SYZYGY_DEFAULT
     """Syzygy tables of ``truth: tablebase``."""
     tablebase_win_credit: float = 0.7
     """Tablebase truth, graded: a winning move that is not DTZ-optimal earns tablebase_draw_credit +

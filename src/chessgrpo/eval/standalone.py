@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
+from chessgrpo.paths import PUZZLES_DEFAULT
 
 BASELINE_POLICIES = ("random", "stockfish")
 Progress = Callable[[int, str], ContextManager[Any]]
@@ -36,7 +37,7 @@ class EvalConfig:
     move alike, positions after the move); null = the pool's own limit (engine.nodes/engine.depth)."""
     positions: str | None = "data/tiny"
     """`eval offline` positions: a dataset directory (its test split), .parquet, .epd/.fen/.txt or .pgn."""
-    puzzles: str = "data/lichess_puzzles_dev.csv"
+    puzzles: str = PUZZLES_DEFAULT
     """`eval puzzles` input: a Lichess puzzle CSV, plain or compressed (.csv.zst as Lichess publishes it, .csv.gz)."""
     epd: str | None = None
     """`eval epd` input: an EPD test suite scored by its bm/am operations (--epd overrides)."""

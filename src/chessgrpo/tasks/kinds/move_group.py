@@ -44,6 +44,7 @@ from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
 from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, interval_metrics, policy_eval_line
+from chessgrpo.paths import PUZZLES_DEFAULT
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class MoveGroupEvalConfig:
     """Positions sampled (seeded) from `positions`; the same ones at every evaluation (paired)."""
     nodes: int = 2000
     """Stockfish nodes for labelling and valuing moves (as `chessgrpo eval offline`)."""
-    puzzles: str | None = "data/lichess_puzzles_dev.csv"
+    puzzles: str | None = PUZZLES_DEFAULT
     """Lichess puzzle CSV for first-move accuracy and solve rate; null = skip."""
     max_puzzles: int = 500
     """Puzzles sampled (seeded) from `puzzles`."""
