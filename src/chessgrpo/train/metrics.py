@@ -16,6 +16,8 @@ there, so a resumed run never has duplicate or orphaned steps.
 Other backends: ``MetricsWriter(path, tracking=TrackingConfig(backends=[...]), run_config=...)``
 also sends every row, under the same names and steps, to TensorBoard and/or W&B, and logs the
 resolved config to each (see `chessgrpo.train.backends`). The JSONL file is written either way.
+The writer's owner says when rows become final: `commit` after each checkpoint, `rewind` after a
+rollback; W&B, whose history cannot be rewound, receives the rows up to the last checkpoint.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class MetricsWriter:
     ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept: list[dict[str, Any]] = []
         if resume_step is None:
             self.path.write_text("")
         else:
@@ -106,7 +109,8 @@ class MetricsWriter:
             from chessgrpo.train.backends import open_sinks
 
             try:
-                self._sinks = open_sinks(tracking, self.path.parent, resume_step=resume_step, run_config=run_config)
+                # The kept rows: a backend may lack some (W&B holds rows back until a checkpoint; a crash loses them).
+                self._sinks = open_sinks(tracking, self.path.parent, resume_step=resume_step, run_config=run_config, kept_rows=kept)
             except BaseException:
                 self._handle.close()
                 raise
@@ -131,6 +135,11 @@ class MetricsWriter:
                 sink.log(step, values, row["time"])
         return row
 
+    def commit(self, step: int) -> None:
+        """A checkpoint of `step` is written: the rows up to it are final (W&B receives them; see `backends.WandbSink`)."""
+        for sink in self._sinks:
+            sink.commit(step)
+
     def rewind(self, step: int) -> None:
         """Drop the rows after `step` (a run rolled back to that step's checkpoint) and append from there."""
         self._handle.close()
@@ -140,6 +149,8 @@ class MetricsWriter:
         os.replace(tmp, self.path)
         self._handle = self.path.open("a")
         self._last_step = min(self._last_step, step)
+        for sink in self._sinks:
+            sink.rewind(step)
 
     def close(self) -> None:
         sinks, self._sinks = self._sinks, []
