@@ -13,7 +13,7 @@ import chess
 import chess.syzygy
 import pytest
 
-from chessgrpo.board.endgames import EndgameStarts, Material, endgame_positions
+from chessgrpo.board.endgames import EndgameStarts, Material, endgame_positions, symmetric_epds
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import TablebaseState, game_over
 from chessgrpo.eval.endgame import evaluate_endgame, random_picker, tablebase_picker
@@ -74,10 +74,14 @@ def test_start_positions_are_legal_won_non_terminal_and_reproducible(tablebase, 
 
 def test_training_draws_never_contain_held_out_positions(tablebase):
     starts = _starts("KQvK", tablebase, colours="white")
-    held = {b.epd() for b in starts.hold_out(50, seed=0)}
+    held_boards = starts.hold_out(200, seed=0)
+    held = {b.epd() for b in held_boards}
+    images = set().union(*(symmetric_epds(b) for b in held_boards))  # rotations and mirrors: the same position to the game
+    assert len(images) > 4 * len(held)
     for step in range(5):
-        drawn = starts.draw(64, seed=0, step=step)
+        drawn = starts.draw(400, seed=0, step=step)
         assert not held & {b.epd() for b in drawn}
+        assert not images & {b.epd() for b in drawn}  # 11% of such draws were images of held-out starts before
         assert all(b.turn == chess.WHITE for b in drawn)
     assert [b.fen() for b in starts.draw(8, seed=0, step=1)] == [b.fen() for b in starts.draw(8, seed=0, step=1)]
     assert [b.fen() for b in starts.draw(8, seed=0, step=1)] != [b.fen() for b in starts.draw(8, seed=0, step=2)]

@@ -145,7 +145,9 @@ class EndgameStarts:
     `is_won` says the side to move wins (e.g. `Tablebase.is_won`); `plies` gives a won position's
     distance to the end in plies (e.g. `Tablebase.probe_dtz`), needed only for `draw(max_plies=...)`;
     `tables` names the tables the caller has (e.g. `Tablebase.names`): the material must be one.
-    Training draws never contain a held-out position: "fresh held-out" is exact, not probable.
+    Training draws never contain a held-out position, nor any rotation or mirror image of one
+    (`board_symmetries`: the same position to the game, so a policy that learned the image learned the
+    held-out start): "fresh held-out" is exact, not probable.
     """
 
     def __init__(
@@ -173,13 +175,14 @@ class EndgameStarts:
         return f"endgame:{self.material.name}"
 
     def hold_out(self, count: int, *, seed: int, max_plies: int | None = None) -> list[chess.Board]:
-        """`count` distinct won positions, excluded from every later `draw`; only those at most `max_plies` from
-        mate or conversion (`plies`) when it is given."""
+        """`count` distinct won positions, excluded with all their rotations and mirror images from every later
+        `draw`; only those at most `max_plies` from mate or conversion (`plies`) when it is given."""
         boards = endgame_positions(
             self.material, count, seed=[seed, 1_000_000_007 % (1 << 30)], colours=self.colours,
             accept=self._accept(max_plies), distinct=True,
         )  # fmt: skip
-        self.held_out.update(board.epd() for board in boards)
+        for board in boards:
+            self.held_out.update(symmetric_epds(board))
         return boards
 
     def draw(self, count: int, *, seed: int, step: int, rank: int = 0, max_plies: int | None = None) -> list[chess.Board]:

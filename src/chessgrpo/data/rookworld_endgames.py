@@ -39,7 +39,6 @@ from chessgrpo.board.endgames import (
     EndgameStarts,
     board_symmetries,
     endgame_positions,
-    symmetric_epds,
     transform_board,
     transform_move,
 )
@@ -79,12 +78,11 @@ def endgame_boards(config: RookWorldDataConfig, tablebase: object) -> dict[str, 
         starts = EndgameStarts(material, tablebase.is_won, tables=tablebase.names, colours=config.colours)  # type: ignore[attr-defined]
         held_out = starts.hold_out(config.held_out, seed=config.seed) if config.held_out else []
         split["test"] += held_out
-        # With symmetries every image of a train position is written, so no train position may be an image
-        # of a held-out start.
-        excluded = set().union(*(symmetric_epds(board) for board in held_out)) if config.symmetries else starts.held_out
+        # No train position is a held-out start or one of its images (`EndgameStarts.hold_out`); with symmetries
+        # every image of a train position is written too, so none of those is a held-out start either.
         train = endgame_positions(
             material, count, seed=[config.seed, 7], colours=config.colours, accept=tablebase.is_won,  # type: ignore[attr-defined]
-            exclude=excluded, distinct=True,
+            exclude=starts.held_out, distinct=True,
         )  # fmt: skip
         rng = random.Random(hash_seed(config.seed, f"clocks:{material}"))
         split["train"] += [with_game_clocks(board, tablebase.probe_dtz(board), rng) for board in train]  # type: ignore[attr-defined]
