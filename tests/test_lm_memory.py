@@ -101,12 +101,15 @@ def test_chunked_log_probs_and_entropy_equal_the_unchunked_formula(tiny_lm, temp
         completion_log_probs(*args, temperature=temperature, chunk_rows=-1)
 
 
-def _learn(lm: ChessLM, batch, config: GRPOConfig, lr: float = 0.5) -> tuple[torch.nn.Module, dict[str, float]]:
-    """A copy of lm.model after one `optimize` call with plain SGD (the update is lr x the gradient)."""
+def _learn(
+    lm: ChessLM, batch, config: GRPOConfig, lr: float = 0.5, reference: torch.nn.Module | None = None
+) -> tuple[torch.nn.Module, dict[str, float]]:
+    """A copy of lm.model after one `optimize` call with plain SGD (the update is lr x the gradient); with
+    `reference`, the forward gives the exact per-token KL (the default KL term)."""
     model = copy.deepcopy(lm.model)
     update = Learner(torch.optim.SGD(model.parameters(), lr=lr), list(model.parameters()), max_grad_norm=0.0).update
     metrics = optimize(
-        copy.deepcopy(batch), make_forward(model, temperature=0.8, chunk_rows=2), update, config, KLController.from_config(config),
+        copy.deepcopy(batch), make_forward(model, temperature=0.8, chunk_rows=2, reference=reference), update, config, KLController.from_config(config),
         parameters=list(model.parameters()), generator=None, shuffle_seed=0,
     )  # fmt: skip
     return model, metrics
@@ -125,9 +128,9 @@ def test_micro_batched_learner_takes_the_same_step_as_one_batch(tiny_lm, aggrega
     batch.behaviour_logp = torch.where(batch.mask, batch.behaviour_logp, 0.0)
     batch.ref_logp = torch.where(batch.mask, batch.ref_logp, 0.0)
     base = dict(loss_aggregation=aggregation, kl_coef=0.05, entropy_coef=0.01, minibatch_size=6, num_iterations=2)
-    whole, whole_metrics = _learn(tiny_lm, batch, GRPOConfig(**base))
+    whole, whole_metrics = _learn(tiny_lm, batch, GRPOConfig(**base), reference=reference)
     for micro in (1, 2, 4):
-        split, metrics = _learn(tiny_lm, batch, GRPOConfig(**base, micro_batch_size=micro))
+        split, metrics = _learn(tiny_lm, batch, GRPOConfig(**base, micro_batch_size=micro), reference=reference)
         for a, b in zip(whole.parameters(), split.parameters()):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
         assert metrics["learn/minibatches"] == whole_metrics["learn/minibatches"] == 4

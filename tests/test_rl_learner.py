@@ -17,6 +17,7 @@ from chessgrpo.rl import (
     PolicyOutputs,
     RolloutBatch,
     categorical_entropy,
+    exact_kl,
     optimize,
 )
 from chessgrpo.rl.learner import compute_advantages
@@ -87,12 +88,13 @@ def make_forward(
         legal = batch.extras["legal"]
         logp_full = log_probs(model, batch.inputs, legal, temperature)
         logp = logp_full.gather(2, batch.actions.unsqueeze(2)).squeeze(2)
-        ref_logp = None
+        ref_logp = kl = None
         if reference is not None:
             with torch.no_grad():
                 ref_full = log_probs(reference, batch.inputs, legal, temperature)
                 ref_logp = ref_full.gather(2, batch.actions.unsqueeze(2)).squeeze(2)
-        return PolicyOutputs(logp=logp, entropy=categorical_entropy(logp_full), ref_logp=ref_logp)
+            kl = exact_kl(logp_full, ref_full)
+        return PolicyOutputs(logp=logp, entropy=categorical_entropy(logp_full), ref_logp=ref_logp, kl=kl)
 
     return forward
 
@@ -231,8 +233,10 @@ def test_trajectories_with_step_rewards_and_kl() -> None:
 def test_kl_coef_without_reference_raises() -> None:
     model = random_model(3)
     batch = rollout(model, make_positions(2, 1, seed=1), 4, temperature=1.0, generator=torch.Generator().manual_seed(1))
-    with pytest.raises(ValueError, match="ref_logp"):
+    with pytest.raises(ValueError, match="PolicyOutputs.kl"):
         run_optimize(model, batch, GRPOConfig(kl_coef=0.1))
+    with pytest.raises(ValueError, match="ref_logp"):
+        run_optimize(model, batch, GRPOConfig(kl_coef=0.1, kl_estimator="k3"))
 
 
 def test_drop_zero_std_groups_skips_an_all_equal_batch() -> None:
@@ -322,7 +326,7 @@ def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
     batch.advantages = compute_advantages(batch, config)
     outputs = forward(batch)
     out = policy_loss(outputs.logp, batch.behaviour_logp, batch.advantages, batch.mask, config, ref_logp=outputs.ref_logp,
-                      entropy=outputs.entropy, kl_coef=0.1)  # fmt: skip
+                      kl=outputs.kl, entropy=outputs.entropy, kl_coef=0.1)  # fmt: skip
     expected = {}
     for name, term in out.terms.items():
         grads = torch.autograd.grad(term, list(model.parameters()), retain_graph=True)

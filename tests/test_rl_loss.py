@@ -123,7 +123,7 @@ def test_kl_and_entropy_terms_and_shares() -> None:
     mask = torch.ones(2, 1, dtype=torch.bool)
     advantages = torch.tensor([2.0, 0.0])
     entropy = torch.tensor([[1.0], [2.0]])
-    config = GRPOConfig(entropy_coef=0.1)
+    config = GRPOConfig(entropy_coef=0.1, kl_estimator="k3")
     out = policy_loss(logp, logp, advantages, mask, config, ref_logp=ref, entropy=entropy, kl_coef=0.5)
     m = out.metrics
     # policy: ratio 1 -> -A -> (-2 + 0)/2 = -1. k3 = 0.10653066, 0.71828183 -> mean 0.41240625;
@@ -151,7 +151,7 @@ def test_masked_infinities_leave_loss_and_gradient_finite() -> None:
     ref = torch.tensor([[-1.2, -inf], [-0.4, -0.65]])
     mask = torch.tensor([[True, False], [True, True]])
     entropy = torch.tensor([[0.5, float("nan")], [0.3, 0.2]], requires_grad=True)
-    config = GRPOConfig(entropy_coef=0.01)
+    config = GRPOConfig(entropy_coef=0.01, kl_estimator="k3")
     out = policy_loss(new, old, torch.tensor([1.0, -1.0]), mask, config, ref_logp=ref, entropy=entropy, kl_coef=0.1)
     out.loss.backward()
     assert math.isfinite(out.loss.item())
@@ -163,7 +163,9 @@ def test_missing_inputs_raise() -> None:
     logp = torch.zeros(2, 1)
     mask = torch.ones(2, 1, dtype=torch.bool)
     with pytest.raises(ValueError, match="needs ref_logp"):
-        policy_loss(logp, logp, torch.zeros(2), mask, GRPOConfig(), kl_coef=0.1)
+        policy_loss(logp, logp, torch.zeros(2), mask, GRPOConfig(kl_estimator="k3"), kl_coef=0.1)
+    with pytest.raises(ValueError, match="exact per-step KL"):
+        policy_loss(logp, logp, torch.zeros(2), mask, GRPOConfig(), kl_coef=0.1, ref_logp=logp)
     with pytest.raises(ValueError, match="entropy"):
         policy_loss(logp, logp, torch.zeros(2), mask, GRPOConfig(entropy_coef=0.01), kl_coef=0.0)
     with pytest.raises(ValueError, match="advantages"):

@@ -497,6 +497,51 @@ def completion_log_probs(
     learner bounds it with micro-batches (`GRPOConfig.micro_batch_size`). 0 = all rows at once.
     Chunking does not change the results beyond float summation order.
     """
+    logp, entropy, _ = _chunked_log_probs(
+        model, None, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        temperature=temperature, with_entropy=with_entropy, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
+    )  # fmt: skip
+    return logp, entropy
+
+
+def completion_log_probs_and_kl(
+    model: torch.nn.Module,
+    reference: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float,
+    chunk_rows: int = 0,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`completion_log_probs` with entropy, and the exact KL(policy || reference) [N, L] of the whole tempered
+    next-token distribution at each completion step (0 at masked positions): the KL term of
+    ``grpo.kl_estimator: exact``. The reference runs under no_grad on the same rows; the KL's gradient flows
+    through the policy's logits. Costs one reference forward and a [rows, L, vocab] softmax per chunk."""
+    logp, entropy, kl = _chunked_log_probs(
+        model, reference, prompt_ids, prompt_mask, completion_ids, completion_mask,
+        temperature=temperature, with_entropy=True, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
+    )  # fmt: skip
+    assert entropy is not None and kl is not None
+    return logp, entropy, kl
+
+
+def _chunked_log_probs(
+    model: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float,
+    with_entropy: bool,
+    chunk_rows: int,
+    entropy_grad: bool,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(log-probs, entropy or None, exact KL to `reference` or None), `chunk_rows` rows per model call."""
     if prompt_ids.shape != prompt_mask.shape or completion_ids.shape != completion_mask.shape:
         raise ValueError("ids and masks must have the same shapes")
     if chunk_rows < 0:
@@ -507,7 +552,7 @@ def completion_log_probs(
         _completion_log_probs_rows(
             model, prompt_ids[start : start + step], prompt_mask[start : start + step],
             completion_ids[start : start + step], completion_mask[start : start + step],
-            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
+            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, reference=reference,
         )  # fmt: skip
         for start in range(0, rows, step)
     ]
@@ -515,7 +560,8 @@ def completion_log_probs(
         return parts[0]
     logp = torch.cat([p[0] for p in parts])
     entropy = torch.cat([p[1] for p in parts]) if with_entropy else None  # type: ignore[misc]
-    return logp, entropy
+    kl = torch.cat([p[2] for p in parts]) if reference is not None else None  # type: ignore[misc]
+    return logp, entropy, kl
 
 
 def _completion_log_probs_rows(
@@ -528,14 +574,16 @@ def _completion_log_probs_rows(
     temperature: float,
     with_entropy: bool,
     entropy_grad: bool,
-) -> tuple[Tensor, Tensor | None]:
-    """`completion_log_probs` of one chunk of rows: one forward, [n, L] results."""
+    reference: torch.nn.Module | None = None,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """`_chunked_log_probs` of one chunk of rows: one forward (and one of the reference), [n, L] results."""
     length = completion_ids.shape[1]
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, completion_mask], dim=1).long()
+    positions = position_ids(attention)
     # Logits only where they predict a completion token: positions P-1 .. P+L-2, the last L+1
     # positions minus the very last (which predicts past the end).
-    out = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention), logits_to_keep=length + 1, use_cache=False)
+    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=length + 1, use_cache=False)
     logits = out.logits[:, :-1]
     del out  # the [n, L+1, V] logits live on only through `logits` (and what autograd saves)
     if logits.shape[1] != length:
@@ -546,7 +594,17 @@ def _completion_log_probs_rows(
     logp = torch.where(completion_mask, logp, torch.zeros_like(logp))
     if entropy is not None:
         entropy = torch.where(completion_mask, entropy, torch.zeros_like(entropy))
-    return logp, entropy
+    kl = None
+    if reference is not None:
+        with torch.no_grad():
+            ref_out = reference(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=length + 1, use_cache=False)
+            ref_logp_full = torch.log_softmax(_tempered(ref_out.logits[:, :-1].to(logits.device), temperature), dim=-1)
+            del ref_out
+        logp_full = torch.log_softmax(_tempered(logits, temperature), dim=-1)
+        # Every logit is finite in an LM vocabulary, so no -inf handling (unlike `rl.exact_kl` over legal moves).
+        kl = (logp_full.exp() * (logp_full - ref_logp_full)).sum(dim=-1)
+        kl = torch.where(completion_mask, kl, torch.zeros_like(kl))
+    return logp, entropy, kl
 
 
 # ------------------------------------------------------------------------------------------------

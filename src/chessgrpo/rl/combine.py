@@ -80,7 +80,8 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
     """The forward of `concat_rollouts(parts)`: each part's forward on its rows of a minibatch.
 
     Outputs come back in the minibatch's row order, padded to its length with zeros (the loss
-    ignores masked steps). Entropy is returned when every part's forward returns it; the parts'
+    ignores masked steps). Entropy (and the reference log-probs, the exact KL) is returned when every part's
+    forward returns it; the parts'
     minibatch-wide auxiliary losses are added and their per-row ones put at their rows. (Terms that a
     task adds to every minibatch whatever its rows, such as labelled-position losses, are not a part's:
     `with_minibatch_terms`.)
@@ -94,7 +95,8 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
         logp: Tensor | None = None
         entropy: Tensor | None = None
         ref_logp: Tensor | None = None
-        has_entropy = has_reference = True
+        kl: Tensor | None = None
+        has_entropy = has_reference = has_kl = True
         aux: Tensor | None = None
         aux_rows: Tensor | None = None
         for index in torch.unique(part_of).tolist():
@@ -116,6 +118,12 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
                 ref_logp = (ref_logp if ref_logp is not None else values.new_zeros(minibatch.actions.shape)).index_put(
                     (where.to(values.device),), _pad(out.ref_logp, length)
                 )
+            if out.kl is None:
+                has_kl = False
+            elif has_kl:
+                kl = (kl if kl is not None else values.new_zeros(minibatch.actions.shape)).index_put(
+                    (where.to(values.device),), _pad(out.kl, length)
+                )
             if out.aux_loss is not None:
                 aux = out.aux_loss if aux is None else aux + out.aux_loss
             if out.aux_row_loss is not None:
@@ -125,8 +133,8 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
                 )
         assert logp is not None  # a minibatch has at least one row
         return PolicyOutputs(
-            logp=logp, entropy=entropy if has_entropy else None, ref_logp=ref_logp if has_reference else None, aux_loss=aux,
-            aux_row_loss=aux_rows,
+            logp=logp, entropy=entropy if has_entropy else None, ref_logp=ref_logp if has_reference else None,
+            kl=kl if has_kl else None, aux_loss=aux, aux_row_loss=aux_rows,
         )  # fmt: skip
 
     return forward

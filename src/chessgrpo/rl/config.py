@@ -8,7 +8,8 @@ The fields become YAML keys under ``grpo:``. Each variant is named after its pap
 - loss aggregation: ``token_mean`` (DAPO, Yu et al. 2025), ``seq_mean_token_mean`` (GRPO),
   ``seq_mean_token_sum_norm`` (Dr. GRPO);
 - importance ratio: ``token`` (PPO, Schulman et al. 2017) or ``sequence`` (GSPO, Zheng et al. 2025);
-- KL: estimators k1/k2/k3 (Schulman 2020), schedules fixed/warmup/adaptive (Ziegler et al. 2019).
+- KL: the exact KL(policy || reference) over every action, or the sampled estimators k1/k2/k3 (Schulman 2020), each
+  with the gradient it gives stated below; schedules fixed/warmup/adaptive (Ziegler et al. 2019).
 
 `__post_init__` rejects every unknown variant and out-of-range number with a ValueError naming the
 field, so a typo can never fall back to a default silently.
@@ -22,7 +23,7 @@ import math
 ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "batch_std")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS = ("exact", "k1", "k2", "k3")
 KL_SCHEDULES = ("fixed", "warmup", "adaptive")
 
 
@@ -67,10 +68,22 @@ class GRPOConfig:
     kl_coef: float = 0.0
     """Default 0.0. beta, the KL penalty weight (DeepSeekMath uses 0.04; Dr. GRPO and DAPO use 0).
     0 lets callers skip the reference forward (no KL is then measured either)."""
-    kl_estimator: str = "k3"
-    """Default "k3". Per-token estimator of KL(policy || reference) on the sampled tokens (Schulman 2020):
-    "k1" = logp - ref; "k2" = 0.5 (logp - ref)^2; "k3" = exp(ref - logp) - (ref - logp) - 1,
-    unbiased and non-negative (used by DeepSeekMath)."""
+    kl_estimator: str = "exact"
+    """Default "exact". What the KL term of the loss is; every option is a penalty on KL(policy || reference), the
+    direction the RLHF objective names (docs/architecture.md, "The KL term"). With x = ref_logp - logp at a sampled
+    token, and the gradient each gives as a loss in expectation:
+
+    - "exact": sum_a p(a) (log p(a) - log ref(a)) over the whole next-action distribution at each step (all legal
+      moves; the LM's vocabulary), from the task's forward (`PolicyOutputs.kl`). Gradient: exactly grad KL(p || ref)
+      at every visited step, no sampling noise over actions, nothing to correct when samples are off-policy.
+    - "k2" = x^2 / 2 on the sampled token, importance-weighted by the detached ratio p/behaviour. Gradient in
+      expectation: grad KL(p || ref) (its value is biased, its gradient is not).
+    - "k3" = exp(x) - x - 1 on the sampled token, importance-weighted likewise (DeepSeekMath's estimator). Its value
+      is unbiased for KL(p || ref), but its gradient in expectation is grad KL(ref || p): the forward direction,
+      which pulls p to cover every move the reference plays.
+    - "k1" = -x: unbiased value, but zero gradient in expectation (E_p[grad log p] = 0): it regularises nothing,
+      so it is refused as a loss (kl_coef > 0 or an adaptive schedule); with kl_coef 0 it only measures.
+    """
     kl_schedule: str = "fixed"
     """Default "fixed". "fixed": kl_coef throughout; "warmup": linear from 0 to kl_coef over
     kl_warmup_steps; "adaptive": proportional controller toward kl_target (Ziegler et al. 2019)."""
@@ -137,6 +150,16 @@ class GRPOConfig:
     to say which term drives the update. Costs up to four extra backward passes of one micro-batch on
     those steps; does not change the update. Single-process runs only (skipped under data parallelism)."""
 
+    @property
+    def uses_kl(self) -> bool:
+        """Whether the loss has a KL term (kl_coef > 0, or the adaptive controller, which starts at kl_coef)."""
+        return self.kl_coef > 0 or self.kl_schedule == "adaptive"
+
+    @property
+    def exact_kl_term(self) -> bool:
+        """Whether the learner's forward must compute the exact per-step KL (`PolicyOutputs.kl`): a KL term, exact."""
+        return self.uses_kl and self.kl_estimator == "exact"
+
     def __post_init__(self) -> None:
         if self.term_gradient_every < 0:
             raise ValueError(f"term_gradient_every must be >= 0 (0 = never), got {self.term_gradient_every}")
@@ -159,6 +182,11 @@ class GRPOConfig:
         _at_least("kl_horizon", self.kl_horizon, 1)
         _at_least("kl_coef_min", self.kl_coef_min, 0.0)
         _at_least("kl_coef_max", self.kl_coef_max, self.kl_coef_min)
+        if self.kl_estimator == "k1" and (self.kl_coef > 0.0 or self.kl_schedule == "adaptive"):
+            raise ValueError(
+                "kl_estimator='k1' as a loss has zero gradient in expectation (E_p[grad log p] = 0) and regularises "
+                "nothing; use 'exact' (the default), 'k2' or 'k3' (docs/architecture.md, 'The KL term'), or kl_coef=0"
+            )
         if self.kl_schedule == "warmup" and self.kl_warmup_steps < 1:
             raise ValueError("kl_schedule='warmup' needs kl_warmup_steps >= 1 (allowed: any integer >= 1)")
         if self.kl_schedule == "adaptive":

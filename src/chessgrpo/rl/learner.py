@@ -64,6 +64,9 @@ class PolicyOutputs:
     """[n, L] exact entropy of the current policy's (masked, tempered) distribution at each step, or None."""
     ref_logp: Tensor | None = None
     """[n, L] log-probs under the frozen reference (computed under no_grad), or None to use batch.ref_logp."""
+    kl: Tensor | None = None
+    """[n, L] exact KL(policy || reference) of the whole next-action distribution at each step (with grad; 0 at
+    masked steps): the KL term under ``kl_estimator: exact``. None when the forward has no reference."""
     aux_loss: Tensor | None = None
     """A scalar term of the whole minibatch (with grad), e.g. a value loss on labelled positions drawn
     for it; logged in ``loss/aux``. None = nothing added. With micro-batches or data-parallel ranks it
@@ -372,7 +375,7 @@ class _RowLayout:
 def _all_outputs(outputs: PolicyOutputs) -> Tensor:
     """The sum of every tensor output of a forward (to put all of them in a zero-weighted graph)."""
     total = outputs.logp.sum()
-    for extra in (outputs.aux_loss, outputs.aux_row_loss):
+    for extra in (outputs.aux_loss, outputs.aux_row_loss, outputs.kl):
         if extra is not None:
             total = total + extra.sum()
     return total
@@ -421,14 +424,20 @@ def _micro_batch_loss(
     (docs/architecture.md, invariant 1), and the KL sign check."""
     _check_outputs(outputs, minibatch)
     ref_logp = outputs.ref_logp if outputs.ref_logp is not None else minibatch.ref_logp
-    if ref_logp is None and (kl_coef > 0 or config.kl_coef > 0 or kl_controller.schedule == "adaptive"):
+    needs_kl = kl_coef > 0 or config.kl_coef > 0 or kl_controller.schedule == "adaptive"
+    if needs_kl and config.kl_estimator == "exact" and outputs.kl is None:
+        raise ValueError(
+            f"kl_coef = {config.kl_coef} (schedule {kl_controller.schedule!r}) with kl_estimator 'exact' needs the exact "
+            "per-step KL, but the task's forward returned no PolicyOutputs.kl (was it given the reference?)"
+        )
+    if needs_kl and config.kl_estimator != "exact" and ref_logp is None:
         raise ValueError(
             f"kl_coef = {config.kl_coef} (schedule {kl_controller.schedule!r}) needs reference log-probs, "
             "but neither forward's PolicyOutputs.ref_logp nor batch.ref_logp holds them"
         )
     out = policy_loss(
         outputs.logp, minibatch.behaviour_logp, minibatch.advantages, minibatch.mask, config,
-        ref_logp=ref_logp, entropy=outputs.entropy, kl_coef=kl_coef,
+        ref_logp=ref_logp, kl=outputs.kl, entropy=outputs.entropy, kl_coef=kl_coef,
     )  # fmt: skip
     step_metrics = out.metrics
     if check:

@@ -8,6 +8,11 @@ move (L = 1), a trajectory of plies (L = T) and an LM completion (L tokens):
     policy_t = -min(ratio_t * A_t, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_t)
     loss     = agg(policy) + kl_coef * agg(kl) - entropy_coef * agg(entropy)
 
+kl_t is the exact KL(policy || reference) over the whole next-action distribution at step t (the default,
+from the task's forward), or a sampled estimator k2/k3 weighted by the detached per-token importance ratio
+exp(logp_t - old_logp_t), so that its expected gradient is the on-policy one even when the samples come from
+an older policy (num_iterations > 1, the pipelined step). Which gradient each has: `GRPOConfig.kl_estimator`.
+
 `old_logp` is the *behaviour* policy's log-prob recorded at sampling time (never the reference's:
 one of the predecessor systems took the ratio against the frozen reference). Masked positions are
 zeroed *before* any arithmetic, so padding holding -inf or garbage can never leak a NaN into the
@@ -22,6 +27,8 @@ import torch
 from torch import Tensor
 
 from chessgrpo.rl.config import KL_ESTIMATORS, LOSS_AGGREGATIONS, GRPOConfig
+
+SAMPLED_KL_ESTIMATORS = tuple(name for name in KL_ESTIMATORS if name != "exact")
 
 
 @dataclasses.dataclass
@@ -38,17 +45,20 @@ class LossOutput:
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
-    """Per-token estimate of KL(policy || reference) on sampled tokens (Schulman 2020, "Approximating KL").
+    """Per-token sampled estimate of KL(policy || reference) (Schulman 2020, "Approximating KL").
 
     With x = ref_logp - logp (the log of ref/policy at the sampled token):
 
-    - ``k1`` = -x = logp - ref_logp: unbiased, can be negative per token;
-    - ``k2`` = x^2 / 2: biased, non-negative;
+    - ``k1`` = -x = logp - ref_logp: unbiased, can be negative per token; zero gradient in expectation;
+    - ``k2`` = x^2 / 2: biased, non-negative; its expected gradient is grad KL(policy || ref);
     - ``k3`` = exp(x) - x - 1: unbiased and non-negative (DeepSeekMath); computed as expm1(x) - x,
-      which is exact near x = 0 where the true KL is ~0.
+      which is exact near x = 0 where the true KL is ~0; its expected gradient is grad KL(ref || policy).
+
+    The values are what a sample from the policy itself estimates; `policy_loss` importance-weights them
+    when the sample came from another policy. ``exact`` is not a sampled estimator (see `exact_kl`).
     """
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl estimator must be one of {list(KL_ESTIMATORS)}, got {estimator!r}")
+    if estimator not in SAMPLED_KL_ESTIMATORS:
+        raise ValueError(f"sampled kl estimator must be one of {list(SAMPLED_KL_ESTIMATORS)}, got {estimator!r}")
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp {list(logp.shape)} and ref_logp {list(ref_logp.shape)} differ in shape")
     x = ref_logp - logp
@@ -122,6 +132,7 @@ def policy_loss(
     config: GRPOConfig,
     *,
     ref_logp: Tensor | None = None,
+    kl: Tensor | None = None,
     entropy: Tensor | None = None,
     kl_coef: float,
 ) -> LossOutput:
@@ -133,8 +144,10 @@ def policy_loss(
         advantages: [N] (one per sequence, broadcast over tokens) or [N, L].
         mask: [N, L] bool, True at valid tokens; every row needs one.
         config: clip range, aggregation, importance-sampling level, KL estimator, entropy_coef.
-        ref_logp: [N, L] reference log-probs (no grad); required when kl_coef > 0. When given,
-            the KL is measured (and logged) even at kl_coef = 0.
+        ref_logp: [N, L] reference log-probs (no grad); required when kl_coef > 0 with a sampled
+            estimator (k1, k2, k3). When given, the KL is measured (and logged) even at kl_coef = 0.
+        kl: [N, L] exact KL(policy || reference) of the whole next-action distribution at each step
+            (with grad); required when kl_coef > 0 with ``kl_estimator: exact``, and then the KL term.
         entropy: [N, L] exact entropy of the current policy at each step (with grad); required
             when config.entropy_coef > 0.
         kl_coef: the KL weight to use now (the KL controller's coefficient, not config.kl_coef).
@@ -152,7 +165,7 @@ def policy_loss(
     shape = new_logp.shape
     if new_logp.dim() != 2:
         raise ValueError(f"new_logp must be [N, L], got {list(shape)}")
-    for name, value in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("entropy", entropy)):
+    for name, value in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("kl", kl), ("entropy", entropy)):
         if value is not None and value.shape != shape:
             raise ValueError(f"{name} has shape {list(value.shape)}, expected {list(shape)} like new_logp")
     if mask.dtype != torch.bool:
@@ -163,7 +176,13 @@ def policy_loss(
         raise ValueError(f"advantages must be [N] or [N, L] = {list(shape)}, got {list(advantages.shape)}")
     if kl_coef < 0:
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-    if kl_coef > 0 and ref_logp is None:
+    exact = config.kl_estimator == "exact"
+    if kl_coef > 0 and exact and kl is None:
+        raise ValueError(
+            f"kl_coef = {kl_coef} > 0 with kl_estimator 'exact' needs the exact per-step KL from the task's forward "
+            "(PolicyOutputs.kl; the forward computes it when it is given the reference)"
+        )
+    if kl_coef > 0 and not exact and ref_logp is None:
         raise ValueError(f"kl_coef = {kl_coef} > 0 needs ref_logp (log-probs under the frozen reference)")
     if config.entropy_coef > 0 and entropy is None:
         raise ValueError(f"entropy_coef = {config.entropy_coef} > 0 needs the exact per-step entropy")
@@ -188,8 +207,14 @@ def policy_loss(
 
     total = policy_term
     kl_term = per_token_kl = None
-    if ref_logp is not None:
-        per_token_kl = clean(kl_estimate(new_logp, clean(ref_logp.detach()), config.kl_estimator))
+    if exact and kl is not None:
+        per_token_kl = clean(kl)
+    elif not exact and ref_logp is not None:
+        # Importance-weighted by the detached token ratio: the sample came from the behaviour policy, the
+        # estimator's expectation is over the current one (the weight is 1 on the first, on-policy pass).
+        weight = torch.where(mask, log_ratio.detach().exp(), torch.zeros_like(log_ratio))
+        per_token_kl = weight * clean(kl_estimate(new_logp, clean(ref_logp.detach()), config.kl_estimator))
+    if per_token_kl is not None:
         kl_term = aggregate(per_token_kl, mask, mode, max_length)
         total = total + kl_coef * kl_term
     entropy_term = None

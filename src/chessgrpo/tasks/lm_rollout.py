@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from chessgrpo.models.lm import ChessLM, Generation, completion_log_probs, generate
+from chessgrpo.models.lm import ChessLM, Generation, completion_log_probs, completion_log_probs_and_kl, generate
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, eval_mode_forward
 from chessgrpo.rl.learner import Forward
 
@@ -168,14 +168,25 @@ def to_rollout_batch(groups: CompletionGroups, rewards: torch.Tensor) -> Rollout
     )
 
 
-def make_forward(model: torch.nn.Module, *, temperature: float, chunk_rows: int = 0, entropy_grad: bool = True) -> Forward:
+def make_forward(
+    model: torch.nn.Module, *, temperature: float, chunk_rows: int = 0, entropy_grad: bool = True,
+    reference: torch.nn.Module | None = None,
+) -> Forward:  # fmt: skip
     """The learner's forward: `completion_log_probs` (with exact entropy) of any subset of rows.
 
     `chunk_rows`: rows per model call (0 = all). `entropy_grad=False` (no entropy bonus) keeps the
-    entropy a metric computed without gradient, which spares autograd a [rows, L, vocab] softmax."""
+    entropy a metric computed without gradient, which spares autograd a [rows, L, vocab] softmax.
+    With `reference`, also the exact per-token KL(policy || reference) over the vocabulary (`PolicyOutputs.kl`,
+    `completion_log_probs_and_kl`)."""
 
     def outputs(minibatch: RolloutBatch) -> PolicyOutputs:
         inputs = minibatch.inputs
+        if reference is not None:
+            logp, entropy, kl = completion_log_probs_and_kl(
+                model, reference, inputs["prompt_ids"], inputs["prompt_mask"], minibatch.actions, minibatch.mask,
+                temperature=temperature, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
+            )  # fmt: skip
+            return PolicyOutputs(logp=logp, entropy=entropy, kl=kl)
         logp, entropy = completion_log_probs(
             model, inputs["prompt_ids"], inputs["prompt_mask"], minibatch.actions, minibatch.mask,
             temperature=temperature, with_entropy=True, chunk_rows=chunk_rows, entropy_grad=entropy_grad,

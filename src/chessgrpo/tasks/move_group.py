@@ -40,7 +40,7 @@ from chessgrpo.board import ACTIONS
 from chessgrpo.data.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
-from chessgrpo.tasks.policy_forward import distinct_position_log_probs
+from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
 from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -326,8 +326,11 @@ def make_forward(
     bf16: bool = False,
     value_targets: torch.Tensor | None = None,
     value_loss_weight: float = 0.0,
+    reference: ActionPolicy | None = None,
 ):
-    """The learner's forward for these groups: log-probs and exact entropy of any subset of rows.
+    """The learner's forward for these groups: log-probs and exact entropy of any subset of rows, and with
+    `reference` the exact KL(policy || reference) over all legal moves of each row's position (`PolicyOutputs.kl`,
+    the KL term under ``grpo.kl_estimator: exact``).
 
     The model runs once per distinct position in the minibatch (G rows share a position). It must
     be in eval mode (no dropout); gradients flow. With `value_targets` ([B] expected scores of the
@@ -352,7 +355,10 @@ def make_forward(
             aux_rows = value_loss_weight * per_position[at.inverse.to(per_position.device)]
         logp = at.logp_full[at.inverse].gather(1, minibatch.actions)
         entropy = categorical_entropy(at.logp_full)[at.inverse].unsqueeze(1)
-        return PolicyOutputs(logp=logp, entropy=entropy, aux_row_loss=aux_rows)
+        kl = None
+        if reference is not None:
+            kl = exact_reference_kl(reference, groups.tokens, groups.legal, at, temperature, bf16=bf16)[at.inverse].unsqueeze(1)
+        return PolicyOutputs(logp=logp, entropy=entropy, kl=kl, aux_row_loss=aux_rows)
 
     return eval_mode_forward(model, outputs)
 

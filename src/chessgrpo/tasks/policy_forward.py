@@ -3,7 +3,8 @@
 Rows that stand in the same position (the G moves of a group, the first plies of a trajectory group)
 share one model call: the policy runs once per distinct position in the minibatch, and each row reads
 its position's log-probs through the inverse index. The log-probs come from `models.policy.log_probs`
-at the sampling temperature and with the same legal mask (docs/architecture.md, invariant 1).
+at the sampling temperature and with the same legal mask (docs/architecture.md, invariant 1). With a KL
+term the same positions go through the frozen reference too, for the exact KL over every legal move.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import torch
 
 from chessgrpo.models.policy import ActionPolicy, log_probs
+from chessgrpo.rl import exact_kl
 
 
 @dataclasses.dataclass
@@ -43,3 +45,15 @@ def distinct_position_log_probs(
         else:
             logits = model(tokens[positions])
     return DistinctPositions(positions, inverse, log_probs(logits, legal[positions], temperature), value_logits)
+
+
+def exact_reference_kl(
+    reference: ActionPolicy, tokens: torch.Tensor, legal: torch.Tensor, at: DistinctPositions, temperature: float,
+    *, bf16: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """[P] exact KL(policy || reference) over all legal moves at each of `at`'s distinct positions (the reference
+    under no_grad, at the same temperature and mask; the gradient flows through the policy's log-probs)."""
+    with torch.no_grad(), torch.autocast(at.logp_full.device.type, dtype=torch.bfloat16, enabled=bf16):
+        ref_logits = reference(tokens[at.positions])
+    ref_full = log_probs(ref_logits, legal[at.positions], temperature).to(at.logp_full.device)
+    return exact_kl(at.logp_full, ref_full)

@@ -78,7 +78,7 @@ import torch
 from chessgrpo.board import ACTIONS
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import SUPERVISIONS, PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
-from chessgrpo.tasks.policy_forward import distinct_position_log_probs
+from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 
@@ -596,8 +596,11 @@ def to_rollout_batch(trajectories: Trajectories, step_rewards: torch.Tensor, sup
     )
 
 
-def make_forward(model: ActionPolicy, trajectories: Trajectories, *, temperature: float, bf16: bool = False):
-    """The learner's forward: log-probs and exact entropy [n, T] of every valid ply of a minibatch.
+def make_forward(
+    model: ActionPolicy, trajectories: Trajectories, *, temperature: float, bf16: bool = False, reference: ActionPolicy | None = None
+):
+    """The learner's forward: log-probs and exact entropy [n, T] of every valid ply of a minibatch, and with
+    `reference` the exact KL(policy || reference) over all legal moves at each ply (`PolicyOutputs.kl`).
 
     All valid plies of the minibatch go through the model in one call, once per distinct position.
     Masked positions hold 0 (the loss ignores them). The model must be in eval mode; gradients flow.
@@ -611,7 +614,10 @@ def make_forward(model: ActionPolicy, trajectories: Trajectories, *, temperature
         chosen = at.logp_full[at.inverse].gather(1, minibatch.actions[valid].unsqueeze(1)).squeeze(1)
         entropy = categorical_entropy(at.logp_full)[at.inverse]
         zeros = torch.zeros(valid.shape, dtype=chosen.dtype, device=chosen.device)
-        return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy))
+        kl = None
+        if reference is not None:
+            kl = zeros.masked_scatter(valid, exact_reference_kl(reference, trajectories.tokens, trajectories.legal, at, temperature, bf16=bf16)[at.inverse])
+        return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy), kl=kl)
 
     return eval_mode_forward(model, outputs)
 

@@ -908,8 +908,8 @@ def check_grad_spikes(run: RunData, t: Thresholds) -> list[Finding]:
 
 def check_negative_kl(run: RunData, t: Thresholds) -> list[Finding]:
     """A KL estimate below zero with a non-negative estimator (k2, k3) or the exact KL."""
-    estimator = run.setting("grpo.kl_estimator", "k3")
-    keys = ["kl/exact"] + (["kl/min", "kl/value"] if estimator in ("k2", "k3") else [])
+    estimator = run.setting("grpo.kl_estimator", "k3")  # runs from before the exact default had k3
+    keys = ["kl/exact"] + (["kl/min", "kl/value"] if estimator in ("exact", "k2", "k3") else [])
     rows = run.train_rows
     hits = {}
     for key in keys:
@@ -938,7 +938,8 @@ def check_negative_kl(run: RunData, t: Thresholds) -> list[Finding]:
                 f"the k1 KL estimate is negative in the median step ({np.median(values):.3g}): k1 is unbiased but noisy and "
                 f"can go below 0",
                 {"median_kl": _round(float(np.median(values))), "grpo.kl_estimator": "k1"},
-                "Use grpo.kl_estimator=k3 (unbiased and non-negative) so the KL term and the controller see a valid value.",
+                "Use grpo.kl_estimator=exact (the default: the exact KL over every action, never negative) so the controller "
+                "sees a valid value; k1 as a loss has zero expected gradient and is refused with kl_coef > 0.",
             ))  # fmt: skip
     return findings
 

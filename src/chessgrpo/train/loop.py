@@ -241,6 +241,8 @@ class Trainer:
             self.run_dir, self.step, save_model=self.kind.save_model, trainer_state=self._trainer_state(),
             keep=self.config.keep_checkpoints, best_step=self.best_step,
         )  # fmt: skip
+        if self._writer is not None:  # no rollback or resume goes back before this step: its rows are final (W&B)
+            self._writer.commit(self.step)
         return self.last_checkpoint
 
     def _restore(self, checkpoint: Path, *, health: bool) -> None:
@@ -355,7 +357,7 @@ class Trainer:
 
     def _kl_estimate_is_nonnegative(self) -> bool:
         grpo = getattr(self.config, "grpo", None)
-        return grpo is not None and grpo.kl_estimator in ("k2", "k3")
+        return grpo is not None and grpo.kl_estimator in ("exact", "k2", "k3")
 
     def _early_stop(self, why: str) -> None:
         if self._stop_reason is None:
@@ -499,6 +501,9 @@ class _NullWriter:
 
     def log(self, step: int, values: dict[str, float]) -> dict[str, Any]:
         return {"step": step, **values}
+
+    def commit(self, step: int) -> None:
+        pass
 
     def rewind(self, step: int) -> None:
         pass

@@ -275,6 +275,7 @@ class MoveGroupKind(PolicyGRPOKind):
         forward = make_forward(
             self.learner_model, groups_, temperature=learn_temperature, bf16=bf16,
             value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
+            reference=self.reference if config.grpo.exact_kl_term else None,
         )  # fmt: skip
         # Pipelined: the first-minibatch ratio check runs on the weights that sampled (`rl.optimize`'s behaviour_forward).
         behaviour = None if sampler is None else make_forward(sampler, groups_, temperature=learn_temperature, bf16=bf16)

@@ -13,7 +13,7 @@ One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.
    for A:), each component logged per task, malformed completions at the configured penalty;
 4. **learn**: `rl.optimize` with L = completion tokens and their mask: token-level (or GSPO
    sequence-level) ratios against the behaviour log-probs, the chosen aggregation, KL to the frozen
-   SFT reference (k3 by default, fixed/warmup/adaptive coefficient), the first-minibatch ratio
+   SFT reference (the exact per-token KL over the vocabulary by default, fixed/warmup/adaptive coefficient), the first-minibatch ratio
    check; each optimizer update through the loop's `Learner` (clipping at the top-level
    `max_grad_norm`). Reward normalisation: `grpo.advantage_estimator` (``batch_std`` = batch-level).
    Memory (docs/lm_124m.md): every log-prob forward runs `task.logprob_chunk_rows` rows at a time
@@ -229,6 +229,7 @@ class RookWorldKind(GRPOKind):
         forward = make_forward(
             self.learner_model, temperature=temperature, chunk_rows=self.config.task.logprob_chunk_rows,
             entropy_grad=self.config.grpo.entropy_coef > 0,
+            reference=self.reference_model if self.config.grpo.exact_kl_term else None,
         )  # fmt: skip
         if not self.context.bf16:
             return forward

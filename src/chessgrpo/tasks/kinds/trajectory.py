@@ -271,11 +271,6 @@ class TrajectoryKind(PolicyGRPOKind):
 
     # -- the step -----------------------------------------------------------------------------------
 
-    @property
-    def _uses_kl(self) -> bool:
-        grpo = self.config.grpo
-        return grpo.kl_coef > 0 or grpo.kl_schedule == "adaptive"
-
     def curriculum_max_plies(self, step: int) -> int | None:
         """The DTZ limit (plies) of step `step`'s endgame start positions, None without a curriculum."""
         start = self.config.curriculum_start_dtz
@@ -346,7 +341,7 @@ class TrajectoryKind(PolicyGRPOKind):
         prefetch = EngineValues(self.pool, task.reward_nodes) if overlap else None
         trajectories = play_trajectories(
             self.model if sampler is None else sampler, starts, task, opponent=self.opponent, generator=generators,
-            reference=self.reference if self._uses_kl else None, bf16=bf16, prefetch=prefetch,
+            reference=self.reference if config.grpo.uses_kl else None, bf16=bf16, prefetch=prefetch,
         )  # fmt: skip
         sample_s = time.perf_counter() - tick
         curriculum_dtz = self.curriculum_max_plies(step)  # the limit these starts were drawn under
@@ -365,7 +360,10 @@ class TrajectoryKind(PolicyGRPOKind):
 
         batch = to_rollout_batch(trajectories, learner_rewards, task.supervision)  # the learner computes its advantages
         learn_temperature = config.debug_learn_temperature or task.temperature
-        forward = make_forward(self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16)
+        forward = make_forward(
+            self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16,
+            reference=self.reference if config.grpo.exact_kl_term else None,
+        )  # fmt: skip
         # Pipelined: the first-minibatch ratio check runs on the weights that sampled (`rl.optimize`'s behaviour_forward).
         behaviour = None if sampler is None else make_forward(sampler, trajectories, temperature=learn_temperature, bf16=bf16)
 
