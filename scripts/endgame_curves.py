@@ -6,6 +6,10 @@ steps, own plies and minutes of training (docs/results.md, "Endgames from a rand
 Own plies are the rollouts' own plies summed over the steps (`rollout/plies`); minutes are the steps' summed wall
 time (`perf/step_s`: rollout, rewards and learning; evaluations excluded), so a run that shared its machine reads slower
 than it would alone.
+
+Under the table, per run: the last evaluation, the mean of the last three, and the best. Report the last (or the mean
+of the last few): the best is the maximum of many evaluations on the same held-out starts, and `checkpoints/best` is
+chosen on those same starts, so both read high (issue 64).
 """
 
 from __future__ import annotations
@@ -43,6 +47,21 @@ def curve_rows(run_dir: Path, every: int) -> list[str]:
     return out
 
 
+def last_and_best(run_dir: Path, last_few: int = 3) -> str:
+    """One line: the last held-out mate rate, the mean of the last `last_few`, and the best (with its step)."""
+    evaluations = [(int(row["step"]), row) for row in read_metrics(run_dir / "metrics.jsonl") if "eval/mate_rate" in row]
+    if not evaluations:
+        raise SystemExit(f"{run_dir}: no held-out endgame evaluation in metrics.jsonl")
+    step, last = evaluations[-1]
+    tail = [row["eval/mate_rate"] for _, row in evaluations[-last_few:]]
+    best_step, best = max(evaluations, key=lambda item: item[1]["eval/mate_rate"])
+    return (
+        f"{run_dir.name}: last (step {step}) {last['eval/mate_rate']:.3f} [{last['eval/mate_rate_low']:.3f}, "
+        f"{last['eval/mate_rate_high']:.3f}]; mean of the last {len(tail)} evaluations {sum(tail) / len(tail):.3f}; "
+        f"best of {len(evaluations)} (step {best_step}) {best['eval/mate_rate']:.3f}, chosen on these same held-out starts"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (each with metrics.jsonl)")
@@ -52,6 +71,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for run in args.runs:
         print("\n".join(curve_rows(run, max(args.every, 1))))
+    print()
+    for run in args.runs:
+        print(last_and_best(run))
 
 
 if __name__ == "__main__":

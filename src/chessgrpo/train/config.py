@@ -124,7 +124,9 @@ class TrainConfig:
     such a checkpoint logs a warning that the optimizer state was not saved and starts AdamW fresh
     (the learning-rate schedule still continues from the saved step)."""
     checkpoint_best_metric: str | None = None
-    """Held-out metric that picks `checkpoints/best` (e.g. eval/esl); null = the kind's default."""
+    """Held-out metric that picks `checkpoints/best` (e.g. eval/esl); null = the kind's default. The pick is made on the
+    run's own held-out evaluation, so that evaluation of `checkpoints/best` is the best of several on the same data and
+    reads high: report the last evaluation (or evaluate `best` on other data)."""
     checkpoint_best_mode: Literal["min", "max"] | None = None
     """Whether lower or higher is better for the best metric; null = the kind's default."""
     tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
