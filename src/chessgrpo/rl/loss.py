@@ -147,7 +147,8 @@ def policy_loss(
         ref_logp: [N, L] reference log-probs (no grad); required when kl_coef > 0 with a sampled
             estimator (k1, k2, k3). When given, the KL is measured (and logged) even at kl_coef = 0.
         kl: [N, L] exact KL(policy || reference) of the whole next-action distribution at each step
-            (with grad); required when kl_coef > 0 with ``kl_estimator: exact``, and then the KL term.
+            (with grad); required when kl_coef > 0 with ``kl_estimator: exact``, and then the KL term. At
+            kl_coef = 0 without it, ``kl/value`` is the k3 estimate from `ref_logp` (measured, not penalised).
         entropy: [N, L] exact entropy of the current policy at each step (with grad); required
             when config.entropy_coef > 0.
         kl_coef: the KL weight to use now (the KL controller's coefficient, not config.kl_coef).
@@ -209,11 +210,14 @@ def policy_loss(
     kl_term = per_token_kl = None
     if exact and kl is not None:
         per_token_kl = clean(kl)
-    elif not exact and ref_logp is not None:
+    elif ref_logp is not None:
+        # A sampled estimator, or (exact without the forward's KL, only possible at kl_coef 0) a measurement: k3,
+        # whose value is unbiased for KL(policy || reference).
+        estimator = "k3" if exact else config.kl_estimator
         # Importance-weighted by the detached token ratio: the sample came from the behaviour policy, the
         # estimator's expectation is over the current one (the weight is 1 on the first, on-policy pass).
         weight = torch.where(mask, log_ratio.detach().exp(), torch.zeros_like(log_ratio))
-        per_token_kl = weight * clean(kl_estimate(new_logp, clean(ref_logp.detach()), config.kl_estimator))
+        per_token_kl = weight * clean(kl_estimate(new_logp, clean(ref_logp.detach()), estimator))
     if per_token_kl is not None:
         kl_term = aggregate(per_token_kl, mask, mode, max_length)
         total = total + kl_coef * kl_term
