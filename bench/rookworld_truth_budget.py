@@ -36,7 +36,7 @@ import chess  # noqa: E402
 from chessgrpo.data.rookworld_format import PolicyAnswer, parse_environment_line, parse_policy_line  # noqa: E402
 from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values  # noqa: E402
 from chessgrpo.engine import EnginePool  # noqa: E402
-from chessgrpo.eval.rookworld_grading import regret_credit  # noqa: E402
+from chessgrpo.data.rookworld_grading import regret_credit  # noqa: E402
 
 SAMPLES = ROOT / "data" / "rookworld_samples.txt"  # shipped with the repository
 

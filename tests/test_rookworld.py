@@ -3,7 +3,7 @@
 Real Stockfish at small node limits; the shared samples in data/rookworld_samples.txt.
 
 Cross-cutting: data/rookworld_format.py (formats, parsers), data/rookworld_truths.py and
-eval/rookworld_grading.py (verifiable rewards), data/rookworld.py (data), tasks/rookworld_trl.py
+data/rookworld_grading.py (verifiable rewards), data/rookworld.py (data), tasks/rookworld_trl.py
 (TRL functions).
 """
 
@@ -51,7 +51,7 @@ from chessgrpo.data.rookworld_format import (
 )
 from chessgrpo.data.rookworld_truths import policy_truths
 from chessgrpo.engine import EngineError, EnginePool
-from chessgrpo.eval.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
+from chessgrpo.data.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
 from chessgrpo.tasks.rookworld_trl import RookWorldTRLRewards
 
 NODES = 500

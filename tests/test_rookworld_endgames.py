@@ -1,5 +1,5 @@
 """The chess LM's endgame domain: RookWorld data from the Syzygy tables (data/rookworld_endgames.py) and the
-tablebase-graded P: reward (eval/rookworld_grading.py, ``rewards.policy.truth: tablebase``).
+tablebase-graded P: reward (data/rookworld_grading.py, ``rewards.policy.truth: tablebase``).
 
 Real tables from data/syzygy (KQvK, KRvK), real files written by the real `chessgrpo data rookworld`.
 """
@@ -15,7 +15,7 @@ from chessgrpo.data.rookworld import RookWorldDataConfig, read_rookworld, run_ro
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_environment_line, parse_policy_completion
 from chessgrpo.data.rookworld_truths import TABLEBASE_WIN_PAWNS, tablebase_pawns, tablebase_truth
 from chessgrpo.engine.tablebase import Tablebase
-from chessgrpo.eval.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
+from chessgrpo.data.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
 
 # White: Kg6, Qh1; Black: Kd4. Won for White; several queen moves mate fastest, king moves away waste plies,
 # Qd5 and Qe4 hang the queen next to the black king (draws); h1g3 is not a legal move.

@@ -1,4 +1,4 @@
-"""The P: reward's graded `best` and `top5` credits (eval/rookworld_grading.py): win-probability regret
+"""The P: reward's graded `best` and `top5` credits (data/rookworld_grading.py): win-probability regret
 against the engine's best move.
 
 Pure tests of `regret_credit` and the config checks, then real Stockfish (one process, low node
@@ -14,7 +14,7 @@ from helpers import data_file
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_policy_line, policy_prompt
 from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values
 from chessgrpo.engine import EnginePool
-from chessgrpo.eval.rookworld_grading import (
+from chessgrpo.data.rookworld_grading import (
     POLICY_COMPONENTS,
     PolicyRewardConfig,
     RookWorldRewardConfig,

@@ -251,6 +251,11 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
         if value not in allowed:
             raise ConfigError(f"config key {key}: {quote(value)} is not one of {list(allowed)}")
         return value
+    if origin is dict or tp is dict:  # e.g. task.rewards: {name: weight}; each value checked under its own key
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key}: expected a mapping, got {quote(value)}")
+        key_type, value_type = get_args(tp) or (Any, Any)
+        return {_coerce(k, key_type, f"{key} (its key {k!r})"): _coerce(v, value_type, _dotted(key, k)) for k, v in value.items()}
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key {key}: expected a list, got {quote(value)}")
@@ -369,6 +374,12 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: typ
                 raise ConfigError(f"override {text!r}: {'.'.join(parts[:-1])} is not a mapping")
             child[parts[-1]] = value
             return
+        if _is_mapping(field_type) and depth + 1 == len(parts) - 1:
+            # One entry of a mapping (task.rewards.win_prob=0.5): set beside the file's other entries.
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node[part][parts[-1]] = value
+            return
         item_type = _named_list_item(field_type)
         if item_type is not None and depth + 1 < len(parts) - 1:
             # A list of named items (a mixture's tasks): the next part names the item, e.g. tasks.games.weight=0.5.
@@ -385,6 +396,12 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: typ
         if not isinstance(child, dict):
             raise ConfigError(f"override {text!r}: {'.'.join(parts[: depth + 1])} is not a mapping")
         node, current_cls = child, field_type
+
+
+def _is_mapping(tp: Any) -> bool:
+    """Whether config type `tp` is a mapping (``dict[...]`` or ``dict[...] | None``)."""
+    options = get_args(tp) if get_origin(tp) in (Union, types.UnionType) else (tp,)
+    return any(option is dict or get_origin(option) is dict for option in options)
 
 
 def _named_list_item(tp: Any) -> Any:

@@ -1,6 +1,6 @@
 """The RookWorld text format: exact P:/A: line layouts, tolerant parsers and python-chess's A: truth.
 
-The engine's truths (`data.rookworld_truths`), the rewards (`eval.rookworld_grading`) and the
+The engine's truths (`data.rookworld_truths`), the rewards (`data.rookworld_grading`) and the
 datasets (`data.rookworld`) build on it.
 
 **Policy task** (one line; `format_policy_line`)::

@@ -11,7 +11,7 @@ Two oracles:
   DTZ-optimal moves are known exactly. Its E: scale is `tablebase_pawns`: 100 minus the plies to
   mate for a win (a mating move is 100.0), 0 for a draw, -(100 - plies) for a loss.
 
-The rewards that compare a completion with these truths are `eval.rookworld_grading`'s.
+The rewards that compare a completion with these truths are `data.rookworld_grading`'s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Evaluation of a chess language model on the RookWorld tasks, with intervals.
 
 Completions are decoded greedily by default (temperature 0) from held-out prompts and scored by
-the training rewards (`eval.rookworld_grading.score_completions`), so "reward" means the same number
+the training rewards (`data.rookworld_grading.score_completions`), so "reward" means the same number
 in training and evaluation.
 
 - **P: task**: format rate (parses), legal-move rate (mean share of distinct legal moves in M;
@@ -38,7 +38,7 @@ from chessgrpo.data.rookworld_format import (
     parse_environment_prompt,
     parse_policy_completion,
 )
-from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
+from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
 from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
 POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate", "p_best_legal_rate")

@@ -7,7 +7,7 @@
 - `to_rollout_batch`: the B * G completions as `rl.RolloutBatch` rows (L tokens, mask through EOS);
 - `make_forward`: the learner's forward, the same `completion_log_probs` at the same temperature.
 
-Nothing here knows the RookWorld rewards (`eval.rookworld_grading`) or the prompts' format.
+Nothing here knows the RookWorld rewards (`data.rookworld_grading`) or the prompts' format.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 from chessgrpo.models.lm import ChessLM, Generation, completion_log_probs, completion_log_probs_and_kl, generate
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, eval_mode_forward
 from chessgrpo.rl.learner import Forward
+from chessgrpo.tasks.reward_registry import check_weights
 
 
 @dataclasses.dataclass
@@ -42,6 +43,10 @@ class RookWorldTaskConfig:
     (`models.lm.completion_log_probs` ``chunk_rows``; 0 = all rows at once). Bounds the [rows, L,
     vocab] temporaries: ~35 MB per row and copy for GPT-2's vocabulary at L = 176. The learner's
     gradient memory is bounded by `grpo.micro_batch_size` instead."""
+    rewards: dict[str, float] | None = None
+    """The rewards a completion is trained on, {name: weight} (names of `tasks.lm_rewards.ROOKWORLD_REWARDS` or a
+    user's TRL-style ``module:function``): a completion's reward is the weighted sum of those that grade it, each
+    logged as reward/<name>. null = {policy: 1, environment: 1}: each prompt graded by its own task."""
     prompt_bos: bool = False
     """Put the tokenizer's BOS token (GPT-2: ``<|endoftext|>``, also its EOS) before every prompt, as
     the upstream RookWorld data did before every sample; for models trained that way (e.g. a
@@ -61,6 +66,12 @@ class RookWorldTaskConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check_weights(self.weights)  # the names are checked by the kind's config (tasks.lm_rewards)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The run's rewards, {name: weight}: `rewards`, else each text task's own grader at weight 1."""
+        return dict(self.rewards) if self.rewards is not None else {"policy": 1.0, "environment": 1.0}
 
     def split(self, count: int | None = None) -> tuple[int, int]:
         """(P: prompts, A: prompts) of `count` prompts (default: prompts_per_step, a step's prompts)."""

@@ -41,11 +41,11 @@ from chessgrpo.data.start_positions import StartPositions  # noqa: F401  (re-exp
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
 from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
+from chessgrpo.tasks.reward_registry import USER_SEPARATOR, RegisteredReward, RewardRegistry, WeightedReward, one_reward_weights
 from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool, Tablebase
-
 
 
 @dataclasses.dataclass
@@ -59,17 +59,22 @@ class MoveGroupConfig:
     temperature: float = 1.0
     """Rollout temperature. The learner uses the same one (docs/architecture.md, invariant 1)."""
     reward: str = "win_prob"
-    """win_prob: the mover's expected score after the move; regret: that minus the best move's
-    (needs best_move_values). Same advantages under a per-group baseline (module docstring).
-    shaped: `tasks.rewards.shaped_value`, ordered among winning moves (mate distance, tablebase
-    DTZ, material) and with every draw at 0.5: signal in decided positions too."""
+    """The one reward of the run (weight 1), a name of `MOVE_GROUP_REWARDS`: win_prob: the mover's expected score
+    after the move; regret: that minus the best move's (needs best_move_values). Same advantages under a
+    per-group baseline (module docstring). shaped: `tasks.rewards.shaped_value`, ordered among winning moves
+    (mate distance, tablebase DTZ, material) and with every draw at 0.5: signal in decided positions too."""
+    rewards: dict[str, float] | None = None
+    """Several rewards with weights, {name: weight} (names of `MOVE_GROUP_REWARDS` or a user's ``module:function``):
+    the run trains on their weighted sum and logs each as reward/<name>. null = `reward` alone (or `reward_fn`).
+    With it set, `reward` keeps its default or names one of these."""
     reward_nodes: int = 1000
     """Stockfish node limit for valuing moves (and the best move)."""
     best_move_values: bool = True
     """Also value the engine's best move, to log reward/esl (one more search per position)."""
     reward_fn: str | None = None
     """A reward you write, ``module:function`` (importable; `tasks.user_rewards.MoveReward`: (board, move,
-    win_probability) -> float): it replaces `reward` for training. Checked when the config is built."""
+    win_probability) -> float): it replaces `reward` for training (the same as ``rewards: {"module:function": 1}``).
+    Checked when the config is built."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -78,16 +83,25 @@ class MoveGroupConfig:
             raise ValueError(f"positions_per_step must be >= 1, got {self.positions_per_step}")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.reward not in MOVE_GROUP_REWARDS:
-            raise ValueError(f"reward must be one of {list(MOVE_GROUP_REWARDS)}, got {self.reward!r}")
-        if self.reward == "regret" and not self.best_move_values:
-            raise ValueError("reward 'regret' needs best_move_values: true")
+        if USER_SEPARATOR not in self.reward and self.reward not in MOVE_GROUP_REWARDS:
+            raise ValueError(f"reward must be one of {MOVE_GROUP_REWARDS.known()}, got {self.reward!r}")
         if self.reward_nodes < 1:
             raise ValueError(f"reward_nodes must be >= 1, got {self.reward_nodes}")
-        if self.reward_fn is not None:
-            from chessgrpo.tasks.user_rewards import load_reward_function
+        # Every reward resolves now (a user's function imports), so a typo fails before any engine starts.
+        for item in self.weighted_rewards():
+            if "best_move_values" in item.reward.needs_of() and not self.best_move_values:
+                raise ValueError(f"reward {item.name!r} needs best_move_values: true")
 
-            load_reward_function(self.reward_fn)
+    @property
+    def weights(self) -> dict[str, float]:
+        """The run's rewards, {name: weight}: `rewards`, else {`reward_fn` or `reward`: 1}."""
+        return one_reward_weights(self.reward, self.rewards, "win_prob", self.reward_fn)
+
+    def weighted_rewards(self) -> list[WeightedReward[MoveGroupReward]]:
+        """The run's rewards and weights (a `ValueError` naming the key for an unknown name or a bad weight)."""
+        if self.rewards is None and self.reward_fn is not None:  # always the user's function, colon or not
+            return [WeightedReward(user_move_group_reward(self.reward_fn, "reward_fn"), 1.0)]
+        return MOVE_GROUP_REWARDS.weighted(self.weights, "rewards" if self.rewards is not None else "reward")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -182,6 +196,8 @@ class GroupRewards:
     """[B, G] `tasks.rewards.shaped_value` of each sampled move."""
     evaluations: int
     """Distinct positions sent to the pool this step (cache hits included)."""
+    groups: MoveGroups | None = None
+    """The sampled groups these values score (the raw rollout: boards and moves), for rewards that read them."""
 
     @property
     def regret(self) -> torch.Tensor:
@@ -192,15 +208,15 @@ class GroupRewards:
         return self.values - best
 
     def rewards(self, name: str) -> torch.Tensor:
-        """[B, G] the training reward registered as `name` in `MOVE_GROUP_REWARDS`."""
-        if name not in MOVE_GROUP_REWARDS:
-            raise ValueError(f"unknown reward {name!r}; choose one of {list(MOVE_GROUP_REWARDS)}")
-        return MOVE_GROUP_REWARDS[name](self)
+        """[B, G] the reward `name` of `MOVE_GROUP_REWARDS` (or a user's ``module:function``)."""
+        return MOVE_GROUP_REWARDS.record(name, "reward").function(self)
 
 
-# The move-group rewards: named callables in one table (the `task.reward` config key picks one). Each
-# maps the scored groups to [B, G] rewards from the mover's point of view; the learner's group baseline
-# does the rest. Adding a reward is one function here and one line in the table (docs/architecture.md).
+# The move-group rewards: one registered record each (`tasks.reward_registry`). A reward maps the scored
+# groups (`GroupRewards`: the engine's values of the sampled moves, and with them the groups themselves) to
+# [B, G] rewards from the mover's point of view; the learner's group baseline does the rest. A run names one
+# (`task.reward`) or several with weights (`task.rewards`). Adding a reward is one function here and one
+# `register` line (docs/architecture.md, "Rewards").
 MoveGroupReward = Callable[[GroupRewards], torch.Tensor]
 
 
@@ -220,11 +236,36 @@ def shaped_reward(scored: GroupRewards) -> torch.Tensor:
     return scored.shaped
 
 
-MOVE_GROUP_REWARDS: dict[str, MoveGroupReward] = {
-    "win_prob": win_prob_reward,
-    "regret": regret_reward,
-    "shaped": shaped_reward,
-}
+def user_move_group_reward(spec: str, key: str = "rewards") -> RegisteredReward[MoveGroupReward]:
+    """The user's one-move function ``module:function`` (`tasks.user_rewards.MoveReward`: (board, move,
+    win_probability) -> float) as a move-group reward named `spec`: it is called on every sampled move with the
+    engine's value of it. A `ValueError` naming `key` and `spec` when it does not import or cannot take those."""
+    from chessgrpo.tasks.user_rewards import load_reward_function, user_rewards
+
+    function = load_reward_function(spec, key)
+
+    def reward(scored: GroupRewards) -> torch.Tensor:
+        if scored.groups is None:
+            raise ValueError(f"{key} {spec!r} reads the sampled moves: score the groups with `score_groups`")
+        return user_rewards(function, scored.groups.boards, scored.groups.moves(), scored.values, spec, key)
+
+    return RegisteredReward(spec, reward, frozenset({"pool"}), user=True)
+
+
+MOVE_GROUP_REWARDS: RewardRegistry[MoveGroupReward] = RewardRegistry(
+    "move-group",
+    "(scored: GroupRewards) -> [B, G] tensor",
+    needs={
+        "pool": "the Stockfish pool values every sampled move (every move-group run has it)",
+        "best_move_values": "the engine's best move is valued too (task.best_move_values must be true)",
+        "tablebase": "the Syzygy tables value the positions they cover exactly (opened when engine.syzygy_path is set)",
+    },
+    user=user_move_group_reward,
+)
+"""`task.reward` / `task.rewards` -> a move-group reward."""
+MOVE_GROUP_REWARDS.register("win_prob", win_prob_reward, needs={"pool"})
+MOVE_GROUP_REWARDS.register("regret", regret_reward, needs={"pool", "best_move_values"})
+MOVE_GROUP_REWARDS.register("shaped", shaped_reward, needs={"pool", "tablebase"})
 
 
 def move_value_positions(
@@ -294,7 +335,7 @@ def score_groups(
         values, best_values = values[:, :-1].contiguous(), values[:, -1].contiguous()
         shaped = shaped[:, :-1].contiguous()
     count = len(after_boards) + (len(groups.boards) if best_move_values else 0)
-    return GroupRewards(values=values, best_values=best_values, shaped=shaped, evaluations=count)
+    return GroupRewards(values=values, best_values=best_values, shaped=shaped, evaluations=count, groups=groups)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 ``(prompts, completions, **kwargs) -> list[float]`` three times: `policy_reward` (P: prompts),
 `environment_reward` (A: prompts, python-chess only: it never starts an engine) and
 `rookworld_reward` (any mix, each prompt scored by its own task). The numbers are
-`eval.rookworld_grading.score_completions`' totals, the ones GRPO and the evaluation use::
+`data.rookworld_grading.score_completions`' totals, the ones GRPO and the evaluation use::
 
     with RookWorldTRLRewards() as rewards:        # or RookWorldTRLRewards(pool=pool): the caller's pool
         trainer = GRPOTrainer(..., reward_funcs=[rewards.rookworld_reward])
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from chessgrpo.data.rookworld_format import task_of
-from chessgrpo.eval.rookworld_grading import RookWorldRewardConfig, score_completions
+from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, score_completions
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.config import EngineConfig

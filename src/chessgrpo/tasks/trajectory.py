@@ -79,6 +79,7 @@ from chessgrpo.board import ACTIONS
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import SUPERVISIONS, PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
 from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
+from chessgrpo.tasks.reward_registry import one_reward_weights
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 
@@ -108,8 +109,12 @@ class TrajectoryConfig:
     opponent_nodes: int = 100
     """Stockfish node limit of the ``stockfish`` opponent's best move (a weak setting at ~100)."""
     reward: str = "tablebase"
-    """A reward of `tasks.trajectory_rewards.TRAJECTORY_REWARDS`: engine (change of the mover's win
-    probability) | tablebase (exact endgame reward). Checked by the kind's config."""
+    """The one reward of the run (weight 1), a name of `tasks.trajectory_rewards.TRAJECTORY_REWARDS`: engine (change
+    of the mover's win probability) | tablebase (exact endgame reward). Checked by the kind's config."""
+    rewards: dict[str, float] | None = None
+    """Several rewards with weights, {name: weight} (names of `TRAJECTORY_REWARDS`): every own ply's reward is their
+    weighted sum, each logged as reward/<name>. null = `reward` alone. With it set, `reward` keeps its default or
+    names one of these."""
     reward_nodes: int = 1000
     """Stockfish node limit for ``engine`` rewards."""
     shaping: float = 0.1
@@ -160,12 +165,24 @@ class TrajectoryConfig:
             raise ValueError(f"shaping must be a finite number >= 0, got {self.shaping}")
         if self.sibling_moves < 0:
             raise ValueError(f"sibling_moves must be >= 0, got {self.sibling_moves}")
-        if self.sibling_moves and not (self.reward == "tablebase" and self.regret and self.supervision == "critic" and self.opponent == "tablebase"):
-            raise ValueError("sibling_moves needs reward: tablebase, regret: true, supervision: critic and opponent: tablebase")
+        self.weights  # noqa: B018 -- raises when rewards and reward disagree or a weight is not a finite number
+        if self.sibling_moves and not (self.only_tablebase and self.regret and self.supervision == "critic" and self.opponent == "tablebase"):
+            raise ValueError("sibling_moves needs reward: tablebase (alone, weight 1), regret: true, supervision: critic and opponent: tablebase")
 
     @property
     def self_play(self) -> bool:
         return self.opponent == "self"
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The run's rewards, {name: weight}: `rewards`, else {`reward`: 1} (names checked by the kind's config)."""
+        return one_reward_weights(self.reward, self.rewards, "tablebase")
+
+    @property
+    def only_tablebase(self) -> bool:
+        """Whether the learner's reward is the exact tablebase reward alone, at weight 1 (what critic supervision
+        and sibling baselines are relative to)."""
+        return self.weights == {"tablebase": 1.0}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -616,7 +633,8 @@ def make_forward(
         zeros = torch.zeros(valid.shape, dtype=chosen.dtype, device=chosen.device)
         kl = None
         if reference is not None:
-            kl = zeros.masked_scatter(valid, exact_reference_kl(reference, trajectories.tokens, trajectories.legal, at, temperature, bf16=bf16)[at.inverse])
+            per_position = exact_reference_kl(reference, trajectories.tokens, trajectories.legal, at, temperature, bf16=bf16)
+            kl = zeros.masked_scatter(valid, per_position[at.inverse])
         return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy), kl=kl)
 
     return eval_mode_forward(model, outputs)

@@ -1,10 +1,11 @@
-"""The trajectory task's rewards: named callables in one table, each giving every own ply its reward.
+"""The trajectory task's rewards: one registered record each (`tasks.reward_registry`), giving every own ply its reward.
 
 A reward maps the played trajectories and the sources it may read (`RewardSources`: the Syzygy
 tables, the engine pool, the values the rollout prefetched) to `StepRewards`: [N, T] rewards of
 every own ply for its mover (0 where masked; module docstring of `tasks.trajectory` for the
 definitions), and how many distinct positions the engine valued. The `task.reward` config key picks
-one; adding a reward is one function here and one line in `TRAJECTORY_REWARDS` (with what it needs).
+one, `task.rewards` several with weights (the plies' rewards are their weighted sum); adding a reward is
+one function here and one `TRAJECTORY_REWARDS.register` line with what it needs (the run starts it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from chessgrpo.board.actions import ACTIONS
 from chessgrpo.engine.tablebase_values import TablebaseState, terminal_after_move
 from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
+from chessgrpo.tasks.reward_registry import RewardRegistry
 from chessgrpo.tasks.trajectory import EngineValues, Point, TrajectoryConfig, Trajectories
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,17 +156,19 @@ def engine_reward(trajectories: Trajectories, sources: RewardSources, task: Traj
     return StepRewards(rewards, evaluations)
 
 
-@dataclasses.dataclass(frozen=True)
-class TrajectoryReward:
-    """A registered trajectory reward and what the run must start for it."""
+TrajectoryReward = Callable[[Trajectories, RewardSources, TrajectoryConfig], StepRewards]
+"""A trajectory reward's signature: (the played trajectories, what it may read, the task's config) -> `StepRewards`."""
 
-    reward: Callable[[Trajectories, RewardSources, TrajectoryConfig], StepRewards]
-    needs: str
-    """"tables" (the Syzygy tables) or "pool" (the Stockfish pool)."""
-
-
-TRAJECTORY_REWARDS: dict[str, TrajectoryReward] = {
-    "tablebase": TrajectoryReward(tablebase_reward, needs="tables"),
-    "engine": TrajectoryReward(engine_reward, needs="pool"),
-}
-"""`task.reward` -> the reward of every own ply."""
+TRAJECTORY_REWARDS: RewardRegistry[TrajectoryReward] = RewardRegistry(
+    "trajectory",
+    "(trajectories: Trajectories, sources: RewardSources, task: TrajectoryConfig) -> StepRewards",
+    needs={
+        "tablebase": "the Syzygy tables (engine.syzygy_path must be set): RewardSources.tablebase",
+        "pool": "the Stockfish pool: RewardSources.pool",
+        "engine_values": "the engine's values of every point at task.reward_nodes, which the rollout prefetches "
+        "while it plays with task.overlap_rewards (and in a pipelined step): RewardSources.prefetched",
+    },
+)
+"""`task.reward` / `task.rewards` -> the reward of every own ply."""
+TRAJECTORY_REWARDS.register("tablebase", tablebase_reward, needs={"tablebase"})
+TRAJECTORY_REWARDS.register("engine", engine_reward, needs={"pool", "engine_values"})

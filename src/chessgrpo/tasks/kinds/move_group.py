@@ -5,7 +5,9 @@ One step (`MoveGroupKind.train_step`):
 1. **sample**: draw B fresh start positions (seeded by seed and step; each rank plays its share), sample G moves each
    from the current policy at the rollout temperature, recording behaviour and reference
    log-probs, exact entropy and exact KL to the reference;
-2. **reward**: value every distinct sampled move with the engine pool (cached);
+2. **reward**: value every distinct sampled move with the engine pool (cached); the run's rewards
+   (`task.reward`, or several with weights: `task.rewards`) map those values to the training reward,
+   their weighted sum, each logged as reward/<name>;
 3. **learn**: `rl.optimize` (advantages, clipped surrogate, KL, PPO epochs over minibatches, the
    first-minibatch ratio check), each update through the loop's `Learner`.
 
@@ -38,8 +40,16 @@ from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.tasks.policy_games import SOURCE_PREFIX, cached_policy_game_positions, parse_policy_games
-from chessgrpo.tasks.user_rewards import load_reward_function, user_rewards
-from chessgrpo.tasks.move_group import MoveGroupConfig, labelled_loss, make_forward, sample_groups, score_groups, to_rollout_batch
+from chessgrpo.tasks.move_group import (
+    MOVE_GROUP_REWARDS,
+    MoveGroupConfig,
+    labelled_loss,
+    make_forward,
+    sample_groups,
+    score_groups,
+    to_rollout_batch,
+)
+from chessgrpo.tasks.reward_registry import combine, reward_metrics
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
@@ -203,15 +213,17 @@ class MoveGroupKind(PolicyGRPOKind):
                 win_prob_range=config.start_win_prob_range,
             )  # fmt: skip
         logger.info("%d start positions from %s", len(self.start_positions), self.start_positions.source)
-        self.pool = self.make_pool(config.engine)
-        # Exact rewards at few pieces for the shaped reward (tasks/rewards.py).
+        # The run's rewards and weights (a user's function imported once); what they need decides what starts.
+        self.rewards = config.task.weighted_rewards()
+        needs = MOVE_GROUP_REWARDS.needs_of(self.rewards, config)
+        self.pool = self.make_pool(config.engine)  # every run values its moves (and evaluates) with it
+        # Exact values at few pieces where a reward asks for them (the shaped reward, tasks/rewards.py).
         self.tablebase = None
-        if config.task.reward == "shaped" and config.engine.syzygy_path:
+        if "tablebase" in needs and config.engine.syzygy_path:
             from chessgrpo.engine import Tablebase
 
             self.tablebase = Tablebase(config.engine.syzygy_path)
         self._puzzles: list | None = None
-        self._reward_fn: Any = None
 
     def _policy_games_source(self, item: PositionSource) -> StartPositions | None:
         """``policy_games:N``: positions from N games of the starting (reference) policy against a random mover."""
@@ -262,12 +274,9 @@ class MoveGroupKind(PolicyGRPOKind):
         scored = score_groups(
             self.pool, groups_, nodes=task.reward_nodes, best_move_values=task.best_move_values, tablebase=self.tablebase
         )
-        if task.reward_fn is None:
-            rewards = scored.rewards(task.reward)
-        else:  # the user's reward function (tasks/user_rewards.py), on the engine's values of the sampled moves
-            if self._reward_fn is None:
-                self._reward_fn = load_reward_function(task.reward_fn)
-            rewards = user_rewards(self._reward_fn, groups_.boards, groups_.moves(), scored.values, task.reward_fn)
+        # Each reward of the run on the same scored groups, then their weighted sum (one reward of weight 1: itself).
+        named = {item.name: item.reward.function(scored) for item in self.rewards}
+        rewards = combine([(item.weight, named[item.name]) for item in self.rewards])
         reward_s = time.perf_counter() - tick
 
         batch = to_rollout_batch(groups_, rewards.to(self.context.device))
@@ -307,6 +316,8 @@ class MoveGroupKind(PolicyGRPOKind):
             metrics["reward/regret"] = float(scored.regret.mean())
             metrics["reward/esl"] = float(-scored.regret.mean())
             metrics["reward/best_win_prob"] = float(scored.best_values.mean())
+        for name, values in named.items():  # each reward of the run by name, beside the combined reward/mean
+            metrics.update(reward_metrics(name, values))
         # every rank's samples: the ranks step together
         return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s,
                            row_groups=batch.inputs["position"], minibatch_terms=self.minibatch_terms(step),

@@ -9,8 +9,10 @@ One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.
    (`tasks.lm_rollout.sample_completion_groups`: batched, left-padded, KV cache, temperature only);
    the behaviour and reference log-probs and the exact per-token entropy are then computed by
    `models.lm.completion_log_probs` on the finished sequences;
-3. **reward**: `eval.rookworld_grading.score_completions` (engine pool with its cache for P:, python-chess
-   for A:), each component logged per task, malformed completions at the configured penalty;
+3. **reward**: the run's rewards (`task.rewards`, `tasks.lm_rewards.ROOKWORLD_REWARDS`; by default each prompt
+   by its own task's grader of `data.rookworld_grading`: the engine pool with its cache for P:, python-chess
+   for A:), a completion's reward the weighted sum of those that grade it, each reward and its components
+   logged by name, malformed completions at the configured penalty;
 4. **learn**: `rl.optimize` with L = completion tokens and their mask: token-level (or GSPO
    sequence-level) ratios against the behaviour log-probs, the chosen aggregation, KL to the frozen
    SFT reference (the exact per-token KL over the vocabulary by default, fixed/warmup/adaptive coefficient), the first-minibatch ratio
@@ -65,7 +67,9 @@ from chessgrpo.models.lm import (
     save_lm,
 )
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.eval.rookworld_grading import ENVIRONMENT_COMPONENTS, POLICY_COMPONENTS, RookWorldRewardConfig, score_completions
+from chessgrpo.data.rookworld_grading import RookWorldRewardConfig
+from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS, LMReward
+from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
 from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig, make_forward, sample_completion_groups, to_rollout_batch
 from chessgrpo.train.config import TrainConfig
@@ -127,6 +131,14 @@ class RookWorldTrainConfig(TrainConfig):
         if self.kind != "rookworld":
             raise ConfigError(f"config key kind must be rookworld for this config, got {self.kind!r}")
         engine_limits_unused(self.engine, "rewards.policy.nodes (P: rewards and evaluation)")
+        try:
+            self.weighted_rewards()
+        except ValueError as error:
+            raise ConfigError(f"config key {error}") from None
+
+    def weighted_rewards(self) -> list[WeightedReward[LMReward]]:
+        """The run's rewards and weights (`task.rewards`; a `ValueError` naming the key for an unknown name)."""
+        return ROOKWORLD_REWARDS.weighted(self.task.weights, "task.rewards")
 
     def default_best_metric(self) -> tuple[str, str] | None:
         if self.eval.policy_prompts:
@@ -188,11 +200,14 @@ class RookWorldKind(GRPOKind):
             )
 
         self.init_grpo_state(config.grpo)
+        self.rewards = config.weighted_rewards()
         if shared is not None:
             self.pool = shared.pool
         else:
-            engine_truth = config.rewards.policy.truth == "engine"  # a tablebase truth needs no engine
-            self.pool = EnginePool.from_config(config.engine) if engine_truth and (n_policy or self.eval_policy_fens) else None
+            # The pool starts when a reward's record needs it, or for the held-out P: grading with an engine truth.
+            eval_needs_pool = config.rewards.policy.truth == "engine" and bool(self.eval_policy_fens)
+            needs_pool = "pool" in ROOKWORLD_REWARDS.needs_of(self.rewards, config) or eval_needs_pool
+            self.pool = EnginePool.from_config(config.engine) if needs_pool else None
         self._puzzles: list | None = None
         self.paired: dict[str, Any] | None = None
         """The paired last - first comparison once `after_run` made it (the content of PAIRED_FILE)."""
@@ -259,43 +274,54 @@ class RookWorldKind(GRPOKind):
 
         tick = time.perf_counter()
         row_prompts = completions.row_prompts()
-        scored = score_completions(self.pool, row_prompts, completions.texts, config.rewards)
-        rewards = torch.tensor([r.total for r in scored], dtype=torch.float32)
+        # Each reward of the run grades the rows it grades; a row's reward is the weighted sum of its grades.
+        graded = {item.name: item.reward.function(self.pool, row_prompts, completions.texts, config.rewards) for item in self.rewards}
+        totals = []
+        for row, prompt in enumerate(row_prompts):
+            parts = [(item.weight, graded[item.name][row].total) for item in self.rewards if graded[item.name][row] is not None]
+            if not parts:
+                raise ValueError(f"no reward of task.rewards {list(config.task.weights)} grades the prompt {prompt[:40]!r}")
+            totals.append(combine(parts))
+        rewards = torch.tensor(totals, dtype=torch.float32)
         reward_s = time.perf_counter() - tick
 
         batch = to_rollout_batch(completions, rewards.to(context.device))
-        metrics = self._rollout_metrics(completions, scored, row_prompts, groups.count, stats_before)
+        metrics = self._rollout_metrics(completions, graded, groups.count, stats_before)
         metrics.update({"perf/sample_s": sample_s, "perf/reward_s": reward_s})
         row_groups = torch.arange(len(prompts)).repeat_interleave(task.group_size)  # rows are prompt-major
         # every rank's completions: the ranks step together
         return TaskRollout(batch, self._learner_forward(task.temperature), metrics, samples=groups.count * task.group_size,
                            rollout_s=sample_s + reward_s, row_groups=row_groups)  # fmt: skip
 
-    def _rollout_metrics(self, groups: Any, scored: list, row_prompts: list[str], count: int, stats_before: Any) -> dict[str, float]:
-        """The rollout's metrics: completion lengths, malformed rate, each reward component per task, the engine's work."""
+    def _rollout_metrics(self, groups: Any, graded: dict[str, list], count: int, stats_before: Any) -> dict[str, float]:
+        """The rollout's metrics: completion lengths, malformed rate, each reward by name over the rows it graded (its
+        mean and std, its total, malformed rate and components), the engine's work."""
         mask = groups.generation.completion_mask
         lengths = groups.generation.lengths.float()
         rollout_entropy = float(groups.entropy[mask].mean())
+        rows = len(groups.texts)
         metrics: dict[str, float] = {
             "entropy/rollout": rollout_entropy,
             "entropy/mean": rollout_entropy,  # the sampling policy's, as every kind logs it (the entropy early stop)
             "rollout/completion_tokens": float(lengths.mean()),
             "rollout/completion_tokens_max": float(lengths.max()),
             "rollout/truncated_frac": float((~groups.generation.finished).float().mean()),
-            "rollout/malformed_rate": sum(r.malformed is not None for r in scored) / len(scored),
+            # A row is malformed when a reward that grades it could not parse it.
+            "rollout/malformed_rate": sum(any(g[row] is not None and g[row].malformed is not None for g in graded.values())
+                                          for row in range(rows)) / rows,  # fmt: skip
             "rollout/prompts": float(count),
         }
-        for name, components in (("policy", POLICY_COMPONENTS), ("environment", ENVIRONMENT_COMPONENTS)):
-            rows = [r for r, p in zip(scored, row_prompts) if p.startswith("P:" if name == "policy" else "A:")]
-            if not rows:
+        for name, grades in graded.items():
+            scored = [r for r in grades if r is not None]
+            if not scored:  # a reward of another text task than this step's prompts
                 continue
-            metrics[f"reward/{name}_total"] = sum(r.total for r in rows) / len(rows)
-            metrics[f"reward/{name}_malformed_rate"] = sum(r.malformed is not None for r in rows) / len(rows)
-            for component in components:
-                metrics[f"reward/{name}_{component}"] = sum(r.components[component] for r in rows) / len(rows)
-            errors = [r.components["eval_error"] for r in rows if "eval_error" in r.components]
-            if errors:
-                metrics[f"reward/{name}_eval_error"] = sum(errors) / len(errors)
+            metrics.update(reward_metrics(name, [r.total for r in scored]))
+            metrics[f"reward/{name}_total"] = sum(r.total for r in scored) / len(scored)
+            metrics[f"reward/{name}_malformed_rate"] = sum(r.malformed is not None for r in scored) / len(scored)
+            # Each component over the rows that report it (eval_error, the regrets: only where measurable).
+            for component in dict.fromkeys(key for r in scored for key in r.components):
+                values = [r.components[component] for r in scored if component in r.components]
+                metrics[f"reward/{name}_{component}"] = sum(values) / len(values)
         if self.pool is not None and stats_before is not None:
             stats = self.pool.stats
             lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)

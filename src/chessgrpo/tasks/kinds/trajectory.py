@@ -6,7 +6,8 @@ One step (`TrajectoryKind.train_step`):
    generated uniformly among the won ones and never include a held-out evaluation position),
    play G games from each, T own plies at most, against the configured opponent, recording the
    behaviour log-prob, exact entropy and (when the KL is used) the reference log-prob of every ply;
-2. **reward**: per own ply from the tablebase (exact) or the engine pool (win probability);
+2. **reward**: per own ply from the tablebase (exact) or the engine pool (win probability), or the weighted
+   sum of several rewards (`task.rewards`), each logged as reward/<name>;
 3. **learn**: `rl.optimize` with L = T and the mask: outcome supervision (rewards [N]), process, step
    or critic supervision (rewards [N, T]; `RolloutBatch.supervision` names the `rl.advantages`
    estimator); the first-minibatch ratio check and KL as in the GRPO core, each update through the
@@ -63,7 +64,8 @@ from chessgrpo.tasks.trajectory import (
     play_trajectories,
     to_rollout_batch,
 )
-from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources, sibling_baselines
+from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
+from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources, TrajectoryReward, sibling_baselines
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
@@ -157,8 +159,12 @@ class TrajectoryTrainConfig(TrainConfig):
         if self.kind != "trajectory":
             raise ConfigError(f"config key kind must be trajectory for this config, got {self.kind!r}")
         engine_limits_unused(self.engine, "task.reward_nodes, task.opponent_nodes and eval.nodes")
-        if self.task.reward not in TRAJECTORY_REWARDS:
-            raise ConfigError(f"config key task.reward must be one of {list(TRAJECTORY_REWARDS)}, got {self.task.reward!r}")
+        if self.task.rewards is None and self.task.reward not in TRAJECTORY_REWARDS:
+            raise ConfigError(f"config key task.reward must be one of {TRAJECTORY_REWARDS.known()}, got {self.task.reward!r}")
+        try:
+            self.weighted_rewards()
+        except ValueError as error:
+            raise ConfigError(f"config key {error}") from None
         if self.max_start_positions is not None and self.max_start_positions < 1:
             raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
@@ -176,26 +182,36 @@ class TrajectoryTrainConfig(TrainConfig):
             raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
         if self.needs_tables and not self.engine.syzygy_path:
             raise ConfigError("endgame positions and tablebase rewards/opponents need engine.syzygy_path")
-        if self.task.supervision == "critic" and not (self.task.reward == "tablebase" and self.task.regret):
-            raise ConfigError("task.supervision: critic needs task.reward: tablebase and task.regret: true (rewards relative to the exact value)")
+        if self.task.supervision == "critic" and not (self.task.only_tablebase and self.task.regret):
+            raise ConfigError("task.supervision: critic needs task.reward: tablebase (alone, weight 1) and task.regret: true "
+                              "(rewards relative to the exact value)")
         if self.eval.max_dtz is not None and not self.is_endgame:
             raise ConfigError(f"config key eval.max_dtz limits held-out endgame starts; positions {self.positions!r} are not endgame:...")
-        if self.task.reward == "tablebase" and not self.is_endgame:
+        if "tablebase" in self.reward_needs and not self.is_endgame:
             logger.warning("tablebase rewards with positions %r: every position must be covered by the tables", self.positions)
 
     @property
     def is_endgame(self) -> bool:
         return self.positions.startswith(ENDGAME_PREFIX)
 
+    def weighted_rewards(self) -> list[WeightedReward[TrajectoryReward]]:
+        """The run's rewards and weights (`task.rewards`, else `task.reward` at weight 1); a `ValueError` naming the key."""
+        return TRAJECTORY_REWARDS.weighted(self.task.weights, "task.rewards" if self.task.rewards is not None else "task.reward")
+
+    @property
+    def reward_needs(self) -> frozenset[str]:
+        """What the run's rewards need, from their registered records (`TRAJECTORY_REWARDS`)."""
+        return TRAJECTORY_REWARDS.needs_of(self.weighted_rewards(), self)
+
     @property
     def needs_tables(self) -> bool:
-        """Whether the run probes the Syzygy tables (endgame positions, tablebase rewards or opponent)."""
-        return self.is_endgame or TRAJECTORY_REWARDS[self.task.reward].needs == "tables" or self.task.opponent == "tablebase"
+        """Whether the run probes the Syzygy tables (endgame positions, a reward that needs them, the tablebase opponent)."""
+        return self.is_endgame or "tablebase" in self.reward_needs or self.task.opponent == "tablebase"
 
     @property
     def needs_pool(self) -> bool:
-        """Whether the run starts Stockfish (engine rewards, the stockfish opponent, offline evaluation)."""
-        return TRAJECTORY_REWARDS[self.task.reward].needs == "pool" or self.task.opponent == "stockfish" or (
+        """Whether the run starts Stockfish (a reward that needs it, the stockfish opponent, offline evaluation)."""
+        return "pool" in self.reward_needs or self.task.opponent == "stockfish" or (
             not self.is_endgame and self.eval.offline_positions is not None
         )
 
@@ -219,6 +235,8 @@ class TrajectoryKind(PolicyGRPOKind):
         # gives the same weights as the old trainer, which built them before.
         self.oracle = Tablebase(config.engine.syzygy_path) if config.needs_tables else None
         self.pool = None
+        self.rewards = config.weighted_rewards()
+        self.reward_needs = config.reward_needs
         # The adaptive curriculum's state (curriculum_widen_at): the DTZ limit and the recent steps' rollout mate rates.
         self._curriculum_limit = config.curriculum_start_dtz or 0
         self._curriculum_rates: list[float] = []
@@ -337,7 +355,7 @@ class TrajectoryKind(PolicyGRPOKind):
         # A pipelined step (`sampler` given) always does: its rollout runs beside the learner, so the engines search
         # rewards while the policy plays instead of idling until the games end (1.33x -> 1.46x the serial step rate
         # with one torch thread and one engine process: docs/benchmarks.md, "Pipelined GRPO steps").
-        overlap = (task.overlap_rewards or sampler is not None) and task.reward == "engine" and self.pool is not None
+        overlap = (task.overlap_rewards or sampler is not None) and "engine_values" in self.reward_needs and self.pool is not None
         prefetch = EngineValues(self.pool, task.reward_nodes) if overlap else None
         trajectories = play_trajectories(
             self.model if sampler is None else sampler, starts, task, opponent=self.opponent, generator=generators,
@@ -349,8 +367,10 @@ class TrajectoryKind(PolicyGRPOKind):
 
         tick = time.perf_counter()
         sources = RewardSources(tablebase=self.oracle, pool=self.pool, prefetched=prefetch)
-        scored = TRAJECTORY_REWARDS[task.reward].reward(trajectories, sources, task)
-        step_rewards, evaluations = scored.rewards, scored.evaluations
+        # Each reward of the run on the same trajectories, then their weighted sum per ply (one of weight 1: itself).
+        scored = {item.name: item.reward.function(trajectories, sources, task) for item in self.rewards}
+        step_rewards = combine([(item.weight, scored[item.name].rewards) for item in self.rewards])
+        evaluations = sum(part.evaluations for part in scored.values())
         learner_rewards = step_rewards
         if task.sibling_moves:  # each ply's regret against its siblings' at the same position (TrajectoryConfig.sibling_moves)
             assert self.oracle is not None
@@ -384,12 +404,17 @@ class TrajectoryKind(PolicyGRPOKind):
             "perf/opponent_s": trajectories.timings.get("opponent_s", 0.0),
             "perf/reward_s": reward_s,
         }
+        # The outcome metrics read the exact tablebase reward's own plies when the run has it (its DTZ-optimal rate),
+        # else the combined reward's sum per row.
+        exact = scored.get("tablebase")
         metrics.update(
             outcome_metrics(
-                trajectories, step_rewards, task.reward, shaping=task.shaping, tablebase_opponent=task.opponent == "tablebase",
-                regret=task.regret,
+                trajectories, step_rewards if exact is None else exact.rewards, "combined" if exact is None else "tablebase",
+                shaping=task.shaping, tablebase_opponent=task.opponent == "tablebase", regret=task.regret,
             )
         )
+        for name, part in scored.items():  # each reward of the run by name, over the valid plies, beside reward/step_mean
+            metrics.update(reward_metrics(name, part.rewards[mask]))
         if task.sibling_moves:
             metrics["reward/sibling_regret"] = float(baselines[mask].mean())
             metrics["reward/regret_vs_siblings"] = float(learner_rewards[mask].mean())

@@ -1,7 +1,8 @@
 """Rewards of the RookWorld tasks: a completion graded against its truth.
 
-Shared by GRPO (`tasks.kinds.rookworld`, the TRL adapters of `tasks.rookworld_trl`) and the
-evaluation (`eval.lm`), so "reward" means the same number in training and evaluation. The P:
+Shared by GRPO (`tasks.lm_rewards`, whose registered records wrap these graders for `tasks.kinds.rookworld`;
+the TRL adapters of `tasks.rookworld_trl`) and the evaluation (`eval.lm`), so "reward" means the same number in
+training and evaluation. They sit in the data layer, below both, beside the truths they compare with: the P:
 truth is the engine's (`data.rookworld_truths`), the A: truth python-chess's
 (`data.rookworld_format.environment_step`).
 
@@ -478,12 +479,13 @@ TaskRewards = Callable[["EnginePool | None", Sequence[str], Sequence[str], RookW
 """A RookWorld text task's reward: (pool, its prompts, their completions, the reward config) -> one `Reward`
 per completion (`Reward.total` is what GRPO trains on; its components are logged)."""
 
-ROOKWORLD_REWARDS: dict[str, TaskRewards] = {
+TASK_GRADERS: dict[str, TaskRewards] = {
     "policy": score_policy_completions,
     "environment": score_environment_completions,
 }
-"""The chess LM's rewards, one per text task (`data.rookworld_format.task_of` of the prompt), in the order
-they are scored. Adding a task's reward is one function and one line here."""
+"""The grader of each text task (`data.rookworld_format.task_of` of the prompt), in the order they are scored.
+Training names its rewards in `tasks.lm_rewards.ROOKWORLD_REWARDS`, whose built-in ``policy`` and
+``environment`` records are these graders."""
 
 
 def score_completions(
@@ -492,7 +494,7 @@ def score_completions(
     completions: Sequence[str],
     config: RookWorldRewardConfig,
 ) -> list[Reward]:
-    """Rewards of completions of P: and A: prompts (any mix), each task by its `ROOKWORLD_REWARDS` entry.
+    """Rewards of completions of P: and A: prompts (any mix), each task by its `TASK_GRADERS` entry.
 
     A prompt that is not a valid P:/A: prompt raises `ValueError` (prompts are inputs, not model
     outputs); a completion that does not parse scores the task's malformed penalty.
@@ -501,7 +503,7 @@ def score_completions(
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
     tasks = [task_of(p) for p in prompts]
     rewards: list[Reward | None] = [None] * len(prompts)
-    for task, score in ROOKWORLD_REWARDS.items():
+    for task, score in TASK_GRADERS.items():
         rows = [i for i, t in enumerate(tasks) if t == task]
         if rows:
             for row, reward in zip(rows, score(pool, [prompts[i] for i in rows], [completions[i] for i in rows], config)):
