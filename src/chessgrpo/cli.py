@@ -12,7 +12,7 @@ from typing import Sequence
 
 from chessgrpo.commands import COMMAND_MODULES
 from chessgrpo.config import ConfigError
-from chessgrpo.errors import ChessGRPOError
+from chessgrpo.errors import ChessGRPOError, InputError
 
 
 def version_text() -> str:
@@ -86,16 +86,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"chessgrpo: config error: {error}", file=sys.stderr)
         return 2
+    except InputError as error:  # bad input named by the library (a file, a FEN, a checkpoint)
+        print(f"chessgrpo: {error}", file=sys.stderr)
+        return 2
     except ChessGRPOError as error:  # expected: one line, no traceback
         print(f"chessgrpo: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
-    except (ValueError, FileNotFoundError) as error:  # bad input named by the library (a file, a FEN, a key)
+    except FileNotFoundError as error:  # a missing input file (the OS error names it)
         print(f"chessgrpo: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("chessgrpo: interrupted", file=sys.stderr)
         return 130
-    # Anything else (a CUDA out-of-memory, a shape error, a bug) keeps its traceback.
+    # Anything else (a CUDA out-of-memory, a plain ValueError from a shape check, a bug) keeps its
+    # traceback and exits 1: only `InputError` says the user's input was wrong.
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

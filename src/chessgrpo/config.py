@@ -30,14 +30,15 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import yaml
 
-from chessgrpo.errors import ChessGRPOError, one_line, quote
+from chessgrpo.errors import InputError, one_line, quote
 from chessgrpo.paths import SYZYGY_DEFAULT
 
 T = TypeVar("T")
 
 
-class ConfigError(ChessGRPOError, ValueError):
-    """A configuration file or override is malformed: unknown key, wrong type, bad syntax."""
+class ConfigError(InputError):
+    """A configuration file or override is malformed: unknown key, wrong type, bad syntax, or a
+    value a config dataclass's ``__post_init__`` rejects (`from_dict` converts its `ValueError`)."""
 
 
 def resumable(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:

@@ -2,8 +2,11 @@
 
 Anything derived from `ChessGRPOError` is an error the user can act on (a bad input, a missing
 file, a locked run directory, a run that diverged and could not recover); the CLI prints its
-message alone. Every other exception (a CUDA out-of-memory, a shape mismatch, a bug) keeps its
-traceback, because that stack is what a developer needs.
+message alone. `InputError` (and its `ConfigError`) is the user's input being wrong: one line
+naming the input, exit status 2. Every other exception, a plain `ValueError` included (a CUDA
+out-of-memory, a shape mismatch, a bug), keeps its traceback and exits 1, because that stack is
+what a developer needs: raise `InputError` where input is validated, `ValueError` for internal
+invariants.
 
 Messages about bad input name the input (a file, with its line or row when known) and echo
 untrusted text through `quote`, so a 10,000-character "FEN" or a multi-line library error
@@ -18,6 +21,15 @@ ECHO_LIMIT = 100
 
 class ChessGRPOError(Exception):
     """An expected error with a message that says what was wrong and what to do."""
+
+
+class InputError(ChessGRPOError, ValueError):
+    """The user's input is wrong: a malformed FEN or move, a bad config value, an unreadable or
+    wrong-kind file. The CLI prints its message (which names the input) and exits 2.
+
+    A `ValueError` too, so every ``except ValueError`` (and ``pytest.raises(ValueError)``) that
+    caught validation errors before this class existed still catches them.
+    """
 
 
 class RunLocked(ChessGRPOError):

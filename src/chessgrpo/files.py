@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
-from chessgrpo.errors import one_line
+from chessgrpo.errors import InputError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ def write_json_atomic(path: str | os.PathLike, payload: Any, *, indent: int | No
 # Reading untrusted text
 
 
-def _not_utf8(path: str | os.PathLike, line: int, offset: int, byte: int) -> ValueError:
-    return ValueError(f"{path}:{line}: not a UTF-8 text file (byte 0x{byte:02x} at byte offset {offset})")
+def _not_utf8(path: str | os.PathLike, line: int, offset: int, byte: int) -> InputError:
+    return InputError(f"{path}:{line}: not a UTF-8 text file (byte 0x{byte:02x} at byte offset {offset})")
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -93,7 +93,7 @@ def read_text(path: str | os.PathLike) -> str:
     except FileNotFoundError:
         raise
     except OSError as error:
-        raise ValueError(f"{path}: cannot read it: {error.strerror or error}") from None
+        raise InputError(f"{path}: cannot read it: {error.strerror or error}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -133,7 +133,7 @@ def compression_of(path: str | os.PathLike) -> str | None:
     return None
 
 
-class CorruptCompressedFile(ValueError):
+class CorruptCompressedFile(InputError):
     """A gzip or zstd file that is truncated or corrupt (the message names it)."""
 
 

@@ -24,6 +24,8 @@ from collections.abc import Callable, Collection
 
 import chess
 
+from chessgrpo.errors import InputError
+
 COLOURS = ("white", "black", "both")
 """Which colour the strong side has: always White, always Black, or either with probability 1/2."""
 
@@ -46,17 +48,17 @@ class Material:
     def parse(cls, name: str) -> Material:
         """``"KQvK"`` -> Material((KING, QUEEN), (KING,)). Each side has exactly one king, listed first."""
         if not isinstance(name, str) or name.count("v") != 1:
-            raise ValueError(f"endgame material {name!r}: expected a signature like 'KQvK' (pieces, 'v', pieces)")
+            raise InputError(f"endgame material {name!r}: expected a signature like 'KQvK' (pieces, 'v', pieces)")
         sides = name.split("v")
         parsed = []
         for side in sides:
             if not side or side[0] != "K" or side.count("K") != 1 or any(c not in _PIECES for c in side):
-                raise ValueError(
+                raise InputError(
                     f"endgame material {name!r}: each side must be 'K' followed by pieces from Q, R, B, N, P; got {side!r}"
                 )
             parsed.append(tuple(_PIECES[c] for c in side))
         if len(parsed[0]) + len(parsed[1]) > 7:
-            raise ValueError(f"endgame material {name!r}: at most 7 pieces fit any Syzygy table")
+            raise InputError(f"endgame material {name!r}: at most 7 pieces fit any Syzygy table")
         return cls(strong=parsed[0], weak=parsed[1], name=name)
 
     @property
@@ -161,10 +163,10 @@ class EndgameStarts:
     ):
         self.material = Material.parse(material)
         if colours not in COLOURS:
-            raise ValueError(f"endgame colours must be one of {list(COLOURS)}, got {colours!r}")
+            raise InputError(f"endgame colours must be one of {list(COLOURS)}, got {colours!r}")
         name = self.material.name
         if name not in tables:
-            raise ValueError(f"no Syzygy table {name} among {', '.join(tables)}")
+            raise InputError(f"no Syzygy table {name} among {', '.join(tables)}")
         self.is_won = is_won
         self.plies = plies
         self.colours = colours

@@ -29,6 +29,7 @@ import chess
 import chess.pgn
 
 from chessgrpo.board.validation import parse_board
+from chessgrpo.errors import InputError
 from chessgrpo.files import read_text
 
 Evaluator = Callable[[Sequence[chess.Board]], Sequence["int | None"]]
@@ -127,7 +128,7 @@ def read_openings(path: str | Path) -> list[Opening]:
     text = read_text(path)  # a ValueError naming the line and byte that is not UTF-8
     openings = _read_pgn(path, text) if path.suffix.lower() == ".pgn" else _read_fen_lines(path, text)
     if not openings:
-        raise ValueError(f"{path}: no openings found")
+        raise InputError(f"{path}: no openings found")
     return openings
 
 
@@ -143,9 +144,9 @@ def _read_fen_lines(path: Path, text: str) -> list[Opening]:
         try:
             board = parse_board(fen)
         except ValueError as error:
-            raise ValueError(f"{path}:{number}: {error}") from None
+            raise InputError(f"{path}:{number}: {error}") from None
         if board.is_game_over(claim_draw=False):
-            raise ValueError(f"{path}:{number}: the game is already over in {board.fen()!r}")
+            raise InputError(f"{path}:{number}: the game is already over in {board.fen()!r}")
         openings.append(Opening(fen=board.fen(), source=f"{path}:{number}"))
     return openings
 
@@ -159,7 +160,7 @@ def _read_pgn(path: Path, text: str) -> list[Opening]:
         try:
             game = chess.pgn.read_game(handle)
         except (ValueError, KeyError) as error:  # pragma: no cover - python-chess collects most errors
-            raise ValueError(f"{path}:{_line_of(text, offset)}: unreadable PGN game: {error}") from None
+            raise InputError(f"{path}:{_line_of(text, offset)}: unreadable PGN game: {error}") from None
         if game is None:
             break
         index += 1
@@ -167,7 +168,7 @@ def _read_pgn(path: Path, text: str) -> list[Opening]:
         start = offset + len(text[offset:]) - len(text[offset:].lstrip())
         where = f"{path}:{_line_of(text, start)}"
         if game.errors:
-            raise ValueError(f"{where}: PGN game {index} is malformed: {game.errors[0]}")
+            raise InputError(f"{where}: PGN game {index} is malformed: {game.errors[0]}")
         try:
             board = parse_board(game.board())
             moves = []
@@ -175,9 +176,9 @@ def _read_pgn(path: Path, text: str) -> list[Opening]:
                 moves.append(move)
                 board.push(move)
         except ValueError as error:
-            raise ValueError(f"{where}: PGN game {index}: {error}") from None
+            raise InputError(f"{where}: PGN game {index}: {error}") from None
         if board.is_game_over(claim_draw=False):
-            raise ValueError(f"{where}: PGN game {index} ends in a finished game ({board.fen()!r})")
+            raise InputError(f"{where}: PGN game {index} ends in a finished game ({board.fen()!r})")
         standard_start = game.board().fen() == chess.STARTING_FEN
         openings.append(
             Opening(fen=board.fen(), moves=tuple(m.uci() for m in moves) if standard_start else (), source=where)

@@ -9,6 +9,7 @@ from typing import Iterator
 import chess
 
 from chessgrpo.board.validation import parse_board
+from chessgrpo.errors import InputError
 from chessgrpo.files import text_lines
 
 
@@ -65,7 +66,7 @@ def read_fen_file(path: str | Path) -> Iterator[chess.Board]:
     except FileNotFoundError:
         raise FileNotFoundError(f"FEN file {str(path)!r} does not exist") from None
     except OSError as error:
-        raise ValueError(f"{path}: cannot read it: {error.strerror or error}") from None
+        raise InputError(f"{path}: cannot read it: {error.strerror or error}") from None
     with handle:
         for number, line in enumerate(text_lines(handle, path), start=1):
             text = line.strip()
@@ -77,4 +78,4 @@ def read_fen_file(path: str | Path) -> Iterator[chess.Board]:
             try:
                 yield parse_board(fen)
             except ValueError as error:
-                raise ValueError(f"{path}:{number}: {error}") from None
+                raise InputError(f"{path}:{number}: {error}") from None

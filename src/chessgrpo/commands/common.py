@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from chessgrpo.errors import InputError
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -75,7 +77,7 @@ def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_
         run_dir = config.run.directory
         existing = latest_checkpoint(run_dir)
         if existing is not None:
-            raise ValueError(
+            raise InputError(
                 f"run directory {str(run_dir)!r} already has a checkpoint ({existing.name}); continue it with "
                 f"`chessgrpo {command} --resume {run_dir}` or start a new run with run.name=<new name>"
             )

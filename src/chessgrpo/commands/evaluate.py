@@ -41,6 +41,7 @@ from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments, add_search_arguments, positive_int
 from chessgrpo.config import load_config
+from chessgrpo.errors import InputError
 from chessgrpo.eval.standalone import BASELINE_POLICIES, EvalConfig, PlayerResults, Subject, resolve_input, resolve_syzygy
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -220,7 +221,7 @@ def run_value(args: argparse.Namespace) -> int:
     args.data = Path(resolve_input(args.data, "dataset"))
     model = load_policy(args.checkpoint)
     if model.value_head is None:
-        raise ValueError(f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)")
+        raise InputError(f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)")
     test = load_split(args.data, "test", move_facts=model.config.move_facts, extra_facts=model.config.extra_facts)
     batch = test.batch(torch.arange(len(test)))
     train_values = read_positions(args.data, "train", ["value"]).column("value").to_numpy(zero_copy_only=False)
@@ -248,7 +249,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from chessgrpo.eval.compare import compare_files, format_comparison
 
     if not 0 < args.confidence < 1:
-        raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
+        raise InputError(f"--confidence must be in (0, 1), got {args.confidence}")
     comparison = compare_files(args.a, args.b, confidence=args.confidence, resamples=args.resamples, seed=args.seed)
     print(json.dumps(comparison.to_json()) if args.json else format_comparison(comparison, args.confidence))
     return 0

@@ -43,6 +43,7 @@ from typing import Any
 
 from chessgrpo.commands.common import add_config_arguments, add_search_arguments, progress_bar
 from chessgrpo.config import load_config
+from chessgrpo.errors import InputError
 from chessgrpo.eval.match import GamesConfig, play_match, resolve_games_paths
 
 
@@ -95,13 +96,13 @@ def _load(args: argparse.Namespace) -> GamesConfig:
     }
     if args.anchors is not None:
         if args.sprt is not None:
-            raise ValueError("--sprt plays --checkpoint against --opponent only; drop --anchors")
+            raise InputError("--sprt plays --checkpoint against --opponent only; drop --anchors")
         flags["anchors"] = [item.strip() for item in args.anchors.split(",") if item.strip()]
     if args.sprt is not None:
         try:
             elo0, elo1 = (float(x) for x in args.sprt.split(","))
         except ValueError:
-            raise ValueError(f"--sprt expects ELO0,ELO1 such as 0,10; got {args.sprt!r}") from None
+            raise InputError(f"--sprt expects ELO0,ELO1 such as 0,10; got {args.sprt!r}") from None
         flags.update(sprt_elo0=elo0, sprt_elo1=elo1)
     return resolve_games_paths(dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None}))
 

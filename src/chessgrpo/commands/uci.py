@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chessgrpo.errors import InputError
+
 SEARCH_CHOICES = ("puct", "alphabeta", "none")  # = chessgrpo.eval.uci_engine.SEARCH_CHOICES (not imported: keeps --help fast)
 POLICY_DEFAULTS = {"temperature": 0.0, "search": "puct", "nodes": 256, "syzygy_path": ""}
 """The action policy's flags: given for a chess LM they are an error, so their parser default is None."""
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if identify_checkpoint(args.checkpoint).kind == LM:
         return _run_lm(args)
     if args.retries is not None or args.prompt_bos is not None:
-        raise ValueError(f"--retries and --prompt-bos are for a chess LM, but {str(args.checkpoint)!r} is an action policy")
+        raise InputError(f"--retries and --prompt-bos are for a chess LM, but {str(args.checkpoint)!r} is an action policy")
     from chessgrpo.eval.uci_engine import UciEngine
 
     given = {name: getattr(args, name) for name in POLICY_DEFAULTS}
@@ -85,7 +87,7 @@ def _run_lm(args: argparse.Namespace) -> int:
 
     given = [f"--{name.replace('_', '-')}" for name in POLICY_DEFAULTS if getattr(args, name) is not None]
     if given:
-        raise ValueError(f"{', '.join(given)}: an action policy's option, but {str(args.checkpoint)!r} is a chess language model")
+        raise InputError(f"{', '.join(given)}: an action policy's option, but {str(args.checkpoint)!r} is a chess language model")
     settings = {"retries": args.retries, "prompt_bos": args.prompt_bos}
     config = LMPlayerConfig(**{key: value for key, value in settings.items() if value is not None})
     return LMUciEngine(args.checkpoint, device=args.device, config=config).run()

@@ -57,6 +57,7 @@ from chessgrpo.data.labelling import (
 )
 from chessgrpo.engine.evaluation import Analysis, MoveEvaluation
 from chessgrpo.engine.pool import EnginePool
+from chessgrpo.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class EngineGames:
                 board.push(parse_move(board, move))
             boards.append(board)
         if len(boards) != config.concurrent_games:
-            raise ValueError(f"saved engine games: {len(boards)} games, config has concurrent_games={config.concurrent_games}")
+            raise InputError(f"saved engine games: {len(boards)} games, config has concurrent_games={config.concurrent_games}")
         return cls(config, rng, boards)
 
 
@@ -372,7 +373,7 @@ class DatasetGenerator:
             try:
                 return EngineGames.from_state(self.config, json.loads(path.read_text()))
             except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"saved engine games {str(path)!r} are unreadable ({error}); delete the file to start new games") from None
+                raise InputError(f"saved engine games {str(path)!r} are unreadable ({error}); delete the file to start new games") from None
         if shard_index > 0:
             logger.warning("no saved engine games for shard %d: starting new games", shard_index)
         return EngineGames(self.config, shard_rng(self.config.seed, shard_index, "games"))

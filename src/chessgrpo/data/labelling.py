@@ -29,6 +29,7 @@ from chessgrpo.config import ConfigError, EngineConfig
 from chessgrpo.data import schema
 from chessgrpo.engine.evaluation import Analysis, MoveEvaluation, terminal_result
 from chessgrpo.engine.pool import EnginePool
+from chessgrpo.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -247,28 +248,28 @@ def prepare_output(out: str, identity: dict[str, Any]) -> tuple[Path, dict[str, 
     """
     directory = Path(out)
     if directory.exists() and not directory.is_dir():
-        raise ValueError(f"output directory {str(directory)!r} is a file")
+        raise InputError(f"output directory {str(directory)!r} is a file")
     manifest: dict[str, Any] = {}
     if directory.is_dir():
         try:
             manifest = schema.read_manifest(directory)
         except ValueError as error:
-            raise ValueError(f"{str(directory / 'manifest.json')!r} is not valid JSON: {error}") from None
+            raise InputError(f"{str(directory / 'manifest.json')!r} is not valid JSON: {error}") from None
         if not manifest and any(directory.iterdir()):
-            raise ValueError(
+            raise InputError(
                 f"output directory {str(directory)!r} is not empty and holds no dataset (no manifest.json); "
                 "choose a new or empty directory"
             )
     previous = manifest.get("identity")
     if manifest and manifest.get("command") != identity["command"]:
-        raise ValueError(
+        raise InputError(
             f"output directory {str(directory)!r} holds a dataset made by `data {manifest.get('command')}`, "
             f"not `data {identity['command']}`; use another --out"
         )
     if manifest and previous != identity:
         differing = sorted(key for key in set(identity) | set(previous or {}) if (previous or {}).get(key) != identity.get(key))
         details = ", ".join(f"{key}: {(previous or {}).get(key)!r} there, {identity.get(key)!r} now" for key in differing)
-        raise ValueError(
+        raise InputError(
             f"output directory {str(directory)!r} holds a dataset made with other settings ({details}); "
             "use another --out or the same settings"
         )
@@ -280,7 +281,7 @@ def check_engine(manifest: dict[str, Any], directory: Path, engine_name: str) ->
     """Refuse to extend a dataset labelled by another engine version."""
     previous = manifest.get("engine")
     if previous and previous != engine_name:
-        raise ValueError(f"dataset {str(directory)!r} was labelled by {previous}, this engine is {engine_name}; use another --out")
+        raise InputError(f"dataset {str(directory)!r} was labelled by {previous}, this engine is {engine_name}; use another --out")
 
 
 def now_iso() -> str:

@@ -67,7 +67,7 @@ from chessgrpo.data.labelling import (
     require,
 )
 from chessgrpo.engine.pool import EnginePool
-from chessgrpo.errors import one_line
+from chessgrpo.errors import InputError, one_line
 from chessgrpo.files import CorruptCompressedFile, open_decompressed
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class ImportPgnConfig(LabellingConfig):
         if not path.exists():
             raise FileNotFoundError(f"PGN file {self.pgn!r} does not exist")
         if not path.is_file():
-            raise ValueError(f"PGN file {self.pgn!r} is not a file")
+            raise InputError(f"PGN file {self.pgn!r} is not a file")
 
     def identity(self) -> dict[str, Any]:
         """The settings every shard of a dataset must share (all but out, max_games, engine)."""
@@ -175,7 +175,7 @@ def open_pgn(path: str | Path, fallback: Latin1Fallback | None = None) -> Iterat
     try:
         raw = open_decompressed(path)  # gzip or zstd by magic bytes; read errors name the file
     except OSError as error:
-        raise ValueError(f"cannot open PGN file {str(path)!r}: {one_line(error)}") from None
+        raise InputError(f"cannot open PGN file {str(path)!r}: {one_line(error)}") from None
     handle = io.TextIOWrapper(raw, encoding="utf-8-sig", errors=(fallback or Latin1Fallback()).name)
     try:
         yield handle
@@ -363,7 +363,7 @@ class PgnImporter:
                         self._flush(pool, pending, counts, started, progress)
                         pending = []
         except (OSError, CorruptCompressedFile) as error:  # a read error, truncated or corrupt compression
-            raise ValueError(f"cannot read PGN file {config.pgn!r} after game {counts.games_read}: {one_line(error)}") from None
+            raise InputError(f"cannot read PGN file {config.pgn!r} after game {counts.games_read}: {one_line(error)}") from None
         if fallback.bytes:
             logger.warning(
                 "PGN file %r is not UTF-8: %d bytes were read as ISO-8859-1 (Latin-1, the PGN standard's character set)",
@@ -371,7 +371,7 @@ class PgnImporter:
             )  # fmt: skip
         self._flush(pool, pending, counts, started, progress)
         if self.end_of_file and self.games.games_used == 0 and self.writer.rows == 0:
-            raise ValueError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")
+            raise InputError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")
 
     def _positions_of(self, game: chess.pgn.Game, counts: GameCounts) -> list[tuple[chess.Board, dict[str, Any]]]:
         index = counts.games_read

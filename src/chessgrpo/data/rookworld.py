@@ -63,6 +63,7 @@ from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: th
     policy_example,
 )
 from chessgrpo.data.rookworld_truths import PolicyTruth, mover_pawns
+from chessgrpo.errors import InputError
 from chessgrpo.files import text_lines, write_text_atomic
 from chessgrpo.paths import SYZYGY_DEFAULT, find_data_path
 
@@ -242,9 +243,9 @@ def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False
                     prompt, completion = split_environment_line(line)
                     examples.append(RookWorldExample("environment", prompt, completion, query.fen, "imported"))
                 else:
-                    raise ValueError("starts with neither 'P:' nor 'A:'")
+                    raise InputError("starts with neither 'P:' nor 'A:'")
             except ValueError as error:
-                raise ValueError(f"{path}:{number}: {error}") from None
+                raise InputError(f"{path}:{number}: {error}") from None
     return examples, defects, dropped
 
 
@@ -343,7 +344,7 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
         done = _existing_dataset(directory, config)
         if done is not None:  # the same command again (e.g. after a kill between the rename and the exit)
             return done
-        raise ValueError(f"output directory {str(directory)!r} exists and is not empty (and holds no dataset made with these settings); choose a new one")
+        raise InputError(f"output directory {str(directory)!r} exists and is not empty (and holds no dataset made with these settings); choose a new one")
     remove_abandoned_partials(directory)
     started = time.perf_counter()
     defects = dropped = 0

@@ -44,6 +44,7 @@ import re
 import chess
 
 from chessgrpo.board.validation import parse_board, parse_move
+from chessgrpo.errors import InputError
 
 P_FIELD_WIDTH = 92
 """Width of ``"P: " + FEN`` with its padding, as in the RookWorld data."""
@@ -218,15 +219,15 @@ def split_policy_line(line: str) -> tuple[str, str]:
     """(prompt ``"P: " + FEN``, completion) of a whole P: line; `ValueError` if it has no valid FEN."""
     text = line.rstrip("\n")
     if not text.startswith("P:"):
-        raise ValueError(f"not a P: line: {text[:40]!r}")
+        raise InputError(f"not a P: line: {text[:40]!r}")
     cut = text.find("M:")
     if cut < 0:
-        raise ValueError(f"P: line without M: {text[:60]!r}")
+        raise InputError(f"P: line without M: {text[:60]!r}")
     fen = " ".join(text[2:cut].split())
     try:
         parse_board(fen)
     except ValueError as error:
-        raise ValueError(f"P: line: {error}") from None
+        raise InputError(f"P: line: {error}") from None
     prompt = "P: " + fen
     if text.startswith(prompt):
         return prompt, text[len(prompt) :]
@@ -239,7 +240,7 @@ def parse_policy_line(line: str) -> tuple[str, PolicyAnswer]:
     prompt, completion = split_policy_line(line)
     answer = parse_policy_completion(completion)
     if isinstance(answer, Malformed):
-        raise ValueError(f"P: line {line[:60]!r}: {answer.reason}")
+        raise InputError(f"P: line {line[:60]!r}: {answer.reason}")
     return prompt[3:], answer
 
 
@@ -247,15 +248,15 @@ def parse_environment_prompt(text: str) -> EnvironmentQuery:
     """The query of an A: prompt; `ValueError` naming the problem (prompts are inputs, not outputs)."""
     match = _ENVIRONMENT_PROMPT.match(text.rstrip("\n"))
     if match is None:
-        raise ValueError(f"not an A: prompt (A: FEN+move+history+): {text[:80]!r}")
+        raise InputError(f"not an A: prompt (A: FEN+move+history+): {text[:80]!r}")
     fen = " ".join(match.group("fen").split())
     board = parse_board(fen)
     move = match.group("move").strip()
     if not _UCI.match(move):
-        raise ValueError(f"A: prompt move {move!r} is not a UCI move")
+        raise InputError(f"A: prompt move {move!r} is not a UCI move")
     history = tuple(match.group("history").split())
     if not history or len(history) > HISTORY_MOVES or history[-1] != move or any(not _UCI.match(m) for m in history):
-        raise ValueError(f"A: prompt history {' '.join(history)!r} must be 1-{HISTORY_MOVES} UCI moves ending with {move!r}")
+        raise InputError(f"A: prompt history {' '.join(history)!r} must be 1-{HISTORY_MOVES} UCI moves ending with {move!r}")
     del board
     return EnvironmentQuery(fen=fen, move=move, history=history)
 
@@ -290,7 +291,7 @@ def split_environment_line(line: str) -> tuple[str, str]:
     for _ in range(3):
         cut = text.find("+", cut + 1)
         if cut < 0:
-            raise ValueError(f"A: line with fewer than three '+': {text[:60]!r}")
+            raise InputError(f"A: line with fewer than three '+': {text[:60]!r}")
     return text[: cut + 1], text[cut + 1 :]
 
 
@@ -299,7 +300,7 @@ def parse_environment_line(line: str) -> tuple[EnvironmentQuery, EnvironmentAnsw
     query = parse_environment_prompt(prompt)
     answer = parse_environment_completion(completion)
     if isinstance(answer, Malformed):
-        raise ValueError(f"A: line {line[:60]!r}: {answer.reason}")
+        raise InputError(f"A: line {line[:60]!r}: {answer.reason}")
     return query, answer
 
 
@@ -310,7 +311,7 @@ def task_of(prompt: str) -> str:
         return "policy"
     if head == "A:":
         return "environment"
-    raise ValueError(f"prompt {prompt[:40]!r} starts with neither 'P:' nor 'A:'")
+    raise InputError(f"prompt {prompt[:40]!r} starts with neither 'P:' nor 'A:'")
 
 
 

@@ -70,6 +70,7 @@ from chessgrpo.data.rookworld_truths import (
     tablebase_truths,
     unlisted_move_values,
 )
+from chessgrpo.errors import InputError
 from chessgrpo.paths import SYZYGY_DEFAULT
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -439,7 +440,7 @@ def policy_truths_for(pool: EnginePool | None, fens: Sequence[str], config: Poli
         try:
             return tablebase_truths(tablebase, fens, multipv=config.multipv)
         except KeyError as error:
-            raise ValueError(f"rewards.policy.truth is tablebase but {error.args[0]}") from None
+            raise InputError(f"rewards.policy.truth is tablebase but {error.args[0]}") from None
     if pool is None:
         raise ValueError("policy-task rewards with rewards.policy.truth: engine need an engine pool")
     return policy_truths(pool, fens, nodes=config.nodes, multipv=config.multipv)

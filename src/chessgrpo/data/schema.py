@@ -68,7 +68,7 @@ from typing import Any, Iterable, Literal, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chessgrpo.errors import one_line
+from chessgrpo.errors import InputError, one_line
 from chessgrpo.files import file_sha256
 from chessgrpo.paths import find_data_path
 
@@ -154,10 +154,10 @@ def read_parquet(path: str | os.PathLike, columns: Sequence[str] | None = None, 
         names = pq.read_schema(path).names
         missing = [name for name in columns or () if name not in names]
         if missing:
-            raise ValueError(f"{what} {str(path)!r} lacks columns {missing}")
+            raise InputError(f"{what} {str(path)!r} lacks columns {missing}")
         return pq.read_table(path, columns=list(columns) if columns is not None else None, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as error:
-        raise ValueError(f"{what} {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(f"{what} {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
 
 
 def shard_checksums(directory: str | os.PathLike) -> dict[str, str]:
@@ -171,7 +171,7 @@ def verify_shard(directory: Path, path: Path, checksums: dict[str, str]) -> None
     recorded when it was written (a shard without a recorded checksum passes: older datasets)."""
     expected = checksums.get(path.relative_to(directory).as_posix())
     if expected is not None and file_sha256(path) != expected:
-        raise ValueError(
+        raise InputError(
             f"dataset shard {str(path)!r} differs from the SHA-256 its manifest recorded when it was written "
             "(changed or corrupted on disk); restore it, or regenerate the dataset in a new directory"
         )
@@ -217,7 +217,7 @@ def _read_shard(path: Path, target: pa.Schema) -> pa.Table:
     try:
         present = set(pq.read_schema(path).names)
     except (pa.ArrowException, OSError) as error:
-        raise ValueError(f"dataset shard {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(f"dataset shard {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
     absent = [name for name in target.names if name in OPTIONAL_COLUMNS and name not in present]
     table = read_parquet(path, [name for name in target.names if name not in absent], what="dataset shard")
     for name in absent:
@@ -225,7 +225,7 @@ def _read_shard(path: Path, target: pa.Schema) -> pa.Table:
     try:
         return table.select(target.names).cast(target)
     except (pa.ArrowException, ValueError) as error:
-        raise ValueError(f"dataset shard {str(path)!r} does not have the position schema: {one_line(error)}") from None
+        raise InputError(f"dataset shard {str(path)!r} does not have the position schema: {one_line(error)}") from None
 
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ import chess
 
 from chessgrpo.board import move_to_action
 from chessgrpo.data.schema import read_positions, shard_checksums, shard_paths, write_manifest, write_shard
+from chessgrpo.errors import InputError
 
 SHARD_ROWS = 4096
 
@@ -101,7 +102,7 @@ def label_with_search(
     if max_positions is not None:
         fens, engine_best = fens[:max_positions], engine_best[:max_positions]
     if not fens:
-        raise ValueError(f"dataset {str(source)!r} has no train positions to label")
+        raise InputError(f"dataset {str(source)!r} has no train positions to label")
     from chessgrpo.models.policy import load_policy
     from chessgrpo.search import NetworkEvaluator
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from chessgrpo.board.sources import random_playout_positions, read_fen_file
 from chessgrpo.board.validation import parse_board
+from chessgrpo.errors import InputError
 from chessgrpo.paths import resolve_data_path
 
 
@@ -33,7 +34,7 @@ class StartPositions:
         self.boards = [board.copy(stack=False) for board in boards if any(board.generate_legal_moves())]
         self.source = source
         if not self.boards:
-            raise ValueError(f"start positions {source!r}: no position with a legal move")
+            raise InputError(f"start positions {source!r}: no position with a legal move")
 
     def __len__(self) -> int:
         return len(self.boards)
@@ -67,14 +68,14 @@ class StartPositions:
         keep only the policy's own moves from `chessgrpo eval games` PGN.
         """
         if skip_mover is not None and Path(source).suffix.lower() != ".pgn":
-            raise ValueError(f"start positions {source!r}: skip_mover needs a .pgn source")
+            raise InputError(f"start positions {source!r}: skip_mover needs a .pgn source")
         labelled_only = win_prob_range is not None or min_best_margin is not None or best_move_check is not None
         if source.startswith("random:"):
             if labelled_only:
-                raise ValueError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
+                raise InputError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
             count = source.split(":", 1)[1]
             if not count.isdigit() or int(count) < 1:
-                raise ValueError(f"start positions {source!r}: expected random:N with N >= 1")
+                raise InputError(f"start positions {source!r}: expected random:N with N >= 1")
             return cls(random_playout_positions(int(count), seed=seed, max_plies=40), source)
         # A relative path resolves like every data path ($CHESSGRPO_DATA, the current directory, the checkout).
         path = resolve_data_path(source, "start positions")
@@ -85,16 +86,16 @@ class StartPositions:
                 best_move_check=best_move_check,
             )  # fmt: skip
             if not boards:
-                raise ValueError(f"start positions {source!r}: no position passes win_prob_range {win_prob_range}, min_best_margin "
+                raise InputError(f"start positions {source!r}: no position passes win_prob_range {win_prob_range}, min_best_margin "
                                  f"{min_best_margin} and best_move_check {best_move_check}")  # fmt: skip
         elif labelled_only:
-            raise ValueError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
+            raise InputError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
         elif suffix in (".epd", ".fen", ".txt"):
             boards = list(read_fen_file(path))
         elif suffix == ".pgn":
             boards = pgn_positions(path, skip_mover=skip_mover)
         else:
-            raise ValueError(f"start positions {source!r}: expected a dataset directory, .parquet, .epd/.fen/.txt, .pgn or random:N")
+            raise InputError(f"start positions {source!r}: expected a dataset directory, .parquet, .epd/.fen/.txt, .pgn or random:N")
         if max_positions is not None and len(boards) > max_positions:
             chosen = np.sort(np.random.default_rng(seed).choice(len(boards), max_positions, replace=False))
             boards = [boards[i] for i in chosen]
@@ -130,7 +131,7 @@ def _dataset_positions(
         try:
             board = parse_board(fen)
         except ValueError as error:
-            raise ValueError(f"start positions {source!r} row {row}: {error}") from None
+            raise InputError(f"start positions {source!r} row {row}: {error}") from None
         if best_move_check is not None and not (best_move and board.gives_check(chess.Move.from_uci(best_move)) == best_move_check):
             continue
         boards.append(board)
@@ -144,7 +145,7 @@ def pgn_positions(path: Path, *, skip_mover: str | None = None) -> list[chess.Bo
     with path.open(encoding="utf-8", errors="replace") as handle:
         while (game := chess.pgn.read_game(handle)) is not None:
             if game.errors:
-                raise ValueError(f"{path}: game {games + 1} does not parse: {game.errors[0]}")
+                raise InputError(f"{path}: game {games + 1} does not parse: {game.errors[0]}")
             games += 1
             skip_colour = None
             if skip_mover is not None:
@@ -246,7 +247,7 @@ class StartPositionMixture:
             if item.max_defender_pieces is not None:
                 kept = [b for b in loaded.boards if chess.popcount(b.occupied_co[not b.turn]) <= item.max_defender_pieces]
                 if not kept:
-                    raise ValueError(f"start positions {item.positions!r}: none with at most {item.max_defender_pieces} defender pieces")
+                    raise InputError(f"start positions {item.positions!r}: none with at most {item.max_defender_pieces} defender pieces")
                 loaded = StartPositions(kept, loaded.source)
             sources.append(loaded)
         return cls(sources, [item.weight for item in items], [item.label for item in items])

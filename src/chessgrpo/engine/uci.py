@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from chessgrpo.engine.locate import EngineError
-from chessgrpo.errors import quote
+from chessgrpo.errors import InputError, quote
 
 
 class EngineCrashed(EngineError):
@@ -78,26 +78,26 @@ class UciOption:
         """`value` as the text of ``setoption ... value``; `ValueError` says why it does not fit."""
         text = ("true" if value else "false") if isinstance(value, bool) else str(value).strip()
         if "\n" in text or "\r" in text:
-            raise ValueError(f"option {self.name!r}: value {quote(text)} spans lines")
+            raise InputError(f"option {self.name!r}: value {quote(text)} spans lines")
         if self.type == "button":
-            raise ValueError(f"option {self.name!r} is a button: it takes no value")
+            raise InputError(f"option {self.name!r} is a button: it takes no value")
         if self.type == "check":
             if text.lower() not in ("true", "false"):
-                raise ValueError(f"option {self.name!r} is a check option: true or false, got {quote(text)}")
+                raise InputError(f"option {self.name!r} is a check option: true or false, got {quote(text)}")
             return text.lower()
         if self.type == "spin":
             try:
                 number = int(text)
             except ValueError:
-                raise ValueError(f"option {self.name!r} is a spin option: an integer, got {quote(text)}") from None
+                raise InputError(f"option {self.name!r} is a spin option: an integer, got {quote(text)}") from None
             if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
-                raise ValueError(f"option {self.name!r} must be in {self.min}..{self.max}, got {number}")
+                raise InputError(f"option {self.name!r} must be in {self.min}..{self.max}, got {number}")
             return str(number)
         if self.type == "combo" and self.vars:
             for choice in self.vars:
                 if choice.lower() == text.lower():
                     return choice
-            raise ValueError(f"option {self.name!r} is one of {', '.join(self.vars)}; got {quote(text)}")
+            raise InputError(f"option {self.name!r} is one of {', '.join(self.vars)}; got {quote(text)}")
         return text
 
     def clamp(self, value: int) -> int:

@@ -17,6 +17,7 @@ import chess
 
 from chessgrpo.engine.locate import EngineError, find_stockfish
 from chessgrpo.engine.uci import EngineUnsupported, UciProcess
+from chessgrpo.errors import InputError
 from chessgrpo.eval.anchors import ENGINE_HASH_MB, AnchorSpec, EngineSpec, check_unique
 
 
@@ -62,16 +63,16 @@ def check_anchor(spec: AnchorSpec, info: EngineInfo) -> None:
     if not spec.is_stockfish:
         return
     if not info.is_stockfish:
-        raise ValueError(
+        raise InputError(
             f"anchor {spec.text!r} plays Stockfish, but engine.path is {info.name} ({info.path}); set engine.path to "
             f"Stockfish, and play other engines with uci:{info.path}[:depth=N|:nodes=N] (docs/engines.md)"
         )
     if spec.kind != "sf-elo":
         return
     if info.elo_min is None or info.elo_max is None:
-        raise ValueError(f"anchor {spec.text!r}: {info.name} has no UCI_Elo option; use sf-skill:N instead")
+        raise InputError(f"anchor {spec.text!r}: {info.name} has no UCI_Elo option; use sf-skill:N instead")
     if not info.elo_min <= spec.value <= info.elo_max:  # type: ignore[operator]
-        raise ValueError(
+        raise InputError(
             f"anchor {spec.text!r}: {info.name} accepts UCI_Elo {info.elo_min}..{info.elo_max} only "
             f"(for weaker play use sf-skill:0..20)"
         )
@@ -84,7 +85,7 @@ def probe_anchor(spec: AnchorSpec) -> AnchorSpec:
     `EngineError` naming the anchor and the engine, before any game."""
     engine = spec.engine
     if engine is None:
-        raise ValueError(f"{spec.text!r} is not a UCI engine anchor")
+        raise InputError(f"{spec.text!r} is not a UCI engine anchor")
     where = f"anchor {spec.text!r}"
     try:
         process = UciProcess(
@@ -137,7 +138,7 @@ def prepare_anchors(specs: list[AnchorSpec]) -> list[AnchorSpec]:
     try:
         check_unique(named)
     except ValueError as error:
-        raise ValueError(f"{error}: give each engine its own name (uci:PATH:name=NAME)") from None
+        raise InputError(f"{error}: give each engine its own name (uci:PATH:name=NAME)") from None
     return named
 
 

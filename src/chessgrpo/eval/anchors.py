@@ -61,7 +61,7 @@ import chess.engine
 
 from chessgrpo.engine.locate import EngineNotFoundError, find_engine
 from chessgrpo.engine.pool import RetryPolicy
-from chessgrpo.errors import quote
+from chessgrpo.errors import InputError, quote
 
 CALIBRATION_NOTE = (
     "Stockfish's UCI_Elo and Skill Level ratings are CCRL-anchored engine ratings (CCRL 40/4, Goldfish 1.13 = 2000, "
@@ -122,9 +122,9 @@ class EngineSpec:
     def __post_init__(self) -> None:
         limits = [v for v in (self.nodes, self.depth, self.movetime_ms) if v is not None]
         if len(limits) != 1:
-            raise ValueError(f"engine {self.name or self.command[0]!r}: give exactly one limit of nodes, depth, movetime")
+            raise InputError(f"engine {self.name or self.command[0]!r}: give exactly one limit of nodes, depth, movetime")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in limits):
-            raise ValueError(f"engine {self.name or self.command[0]!r}: the limit must be a positive integer, got {limits[0]!r}")
+            raise InputError(f"engine {self.name or self.command[0]!r}: the limit must be a positive integer, got {limits[0]!r}")
 
     def limit(self) -> chess.engine.Limit:
         if self.nodes is not None:
@@ -240,20 +240,20 @@ def _uci_value(value: Any) -> str:
 
 def _positive_int(text: Any, what: str) -> int:
     if isinstance(text, bool):
-        raise ValueError(f"{what} must be a positive integer, got {text!r}")
+        raise InputError(f"{what} must be a positive integer, got {text!r}")
     try:
         number = int(str(text).strip())
     except ValueError:
-        raise ValueError(f"{what} must be a positive integer, got {quote(str(text))}") from None
+        raise InputError(f"{what} must be a positive integer, got {quote(str(text))}") from None
     if number < 1:
-        raise ValueError(f"{what} must be a positive integer, got {number}")
+        raise InputError(f"{what} must be a positive integer, got {number}")
     return number
 
 
 def _check_name(name: str, where: str) -> str:
     name = str(name).strip()
     if not name or "," in name or "\n" in name or name == "random" or name.startswith(("sf-", "uci:")):
-        raise ValueError(
+        raise InputError(
             f"{where}: engine name {quote(name)} is not usable: it must be non-empty, without commas or line breaks, "
             "and not random, sf-* or uci:*"
         )
@@ -263,12 +263,12 @@ def _check_name(name: str, where: str) -> str:
 def _option_pair(name: Any, value: Any, where: str) -> tuple[str, str]:
     name = str(name).strip()
     if not name or "\n" in name:
-        raise ValueError(f"{where}: bad option name {quote(name)}")
+        raise InputError(f"{where}: bad option name {quote(name)}")
     if name.lower() in MANAGED_OPTIONS:
-        raise ValueError(f"{where}: option {name!r} is set by the game runner itself and cannot be given")
+        raise InputError(f"{where}: option {name!r} is set by the game runner itself and cannot be given")
     text = _uci_value(value) if isinstance(value, bool) else str(value)
     if "\n" in text or "\r" in text:
-        raise ValueError(f"{where}: option {name!r} value {quote(text)} spans lines")
+        raise InputError(f"{where}: option {name!r} value {quote(text)} spans lines")
     return name, text
 
 
@@ -278,9 +278,9 @@ def _engine_limit(limit: Mapping[str, Any], nodes: int | None, depth: int | None
     given = {key: value for key, value in limit.items() if value is not None}
     unknown = sorted(set(given) - set(LIMIT_KEYS))
     if unknown:
-        raise ValueError(f"{where}: unknown limit {unknown[0]!r}; use one of nodes, depth, movetime (milliseconds)")
+        raise InputError(f"{where}: unknown limit {unknown[0]!r}; use one of nodes, depth, movetime (milliseconds)")
     if len(given) > 1:
-        raise ValueError(f"{where}: give one limit, not {' and '.join(sorted(given))}")
+        raise InputError(f"{where}: give one limit, not {' and '.join(sorted(given))}")
     default = not given
     if default:
         given = {"depth": depth} if depth is not None else {"nodes": nodes}
@@ -301,14 +301,14 @@ def parse_uci_anchor(
     command, settings = ":".join(parts[:split]), parts[split:]
     where = f"anchor {quote(text)}"
     if not command.strip():
-        raise ValueError(f"{where}: no engine path; expected {UCI_GRAMMAR}")
+        raise InputError(f"{where}: no engine path; expected {UCI_GRAMMAR}")
     limit: dict[str, str] = {}
     options: list[tuple[str, str]] = []
     name, elo = "", None
     for setting in settings:
         match = _UCI_SETTING.match(setting)
         if match is None:
-            raise ValueError(f"{where}: {quote(setting)} is not KEY=VALUE with KEY one of nodes, depth, movetime, "
+            raise InputError(f"{where}: {quote(setting)} is not KEY=VALUE with KEY one of nodes, depth, movetime, "
                              f"option.NAME, name, elo; expected {UCI_GRAMMAR}")  # fmt: skip
         key, value = match.groups()
         if key in LIMIT_KEYS:
@@ -319,7 +319,7 @@ def parse_uci_anchor(
             try:
                 elo = float(value)
             except ValueError:
-                raise ValueError(f"{where}: elo must be a number, got {quote(value)}") from None
+                raise InputError(f"{where}: elo must be a number, got {quote(value)}") from None
         else:
             options.append(_option_pair(key[len("option.") :], value, where))
     try:
@@ -358,30 +358,30 @@ def load_engines(
     except FileNotFoundError:
         raise FileNotFoundError(f"engines file {str(path)!r} not found") from None
     except yaml.YAMLError as error:
-        raise ValueError(f"engines file {str(path)!r} is not valid YAML: {error}") from None
+        raise InputError(f"engines file {str(path)!r} is not valid YAML: {error}") from None
     entries = data.get("engines") if isinstance(data, dict) else None
     if not isinstance(data, dict) or set(data) != {"engines"} or not isinstance(entries, list) or not entries:
-        raise ValueError(f"engines file {str(path)!r}: expected a mapping with one key, engines: a non-empty list of engines")
+        raise InputError(f"engines file {str(path)!r}: expected a mapping with one key, engines: a non-empty list of engines")
     engines: dict[str, EngineSpec] = {}
     for index, entry in enumerate(entries):
         where = f"engines file {str(path)!r}, engine {index + 1}"
         if not isinstance(entry, dict):
-            raise ValueError(f"{where}: expected a mapping with keys {', '.join(ENGINE_FILE_KEYS)}")
+            raise InputError(f"{where}: expected a mapping with keys {', '.join(ENGINE_FILE_KEYS)}")
         unknown = sorted(set(entry) - set(ENGINE_FILE_KEYS))
         if unknown:
-            raise ValueError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(ENGINE_FILE_KEYS)}")
+            raise InputError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(ENGINE_FILE_KEYS)}")
         for key in ("name", "command"):
             if key not in entry:
-                raise ValueError(f"{where}: {key} is required")
+                raise InputError(f"{where}: {key} is required")
         name = _check_name(entry["name"], where)
         where = f"engines file {str(path)!r}, engine {name!r}"
         if name in engines:
-            raise ValueError(f"{where}: the name is used twice")
+            raise InputError(f"{where}: the name is used twice")
         command = entry["command"]
         command = [command] if isinstance(command, str) else command
         args = entry.get("args") or []
         if not isinstance(command, list) or not command or not isinstance(args, list):
-            raise ValueError(f"{where}: command is a string or a list of strings, args a list")
+            raise InputError(f"{where}: command is a string or a list of strings, args a list")
         try:
             binary = find_engine(str(command[0]), base=path.parent)
         except EngineNotFoundError as error:
@@ -389,13 +389,13 @@ def load_engines(
         options = entry.get("options") or {}
         limit = entry.get("limit") or {}
         if not isinstance(options, dict) or not isinstance(limit, dict):
-            raise ValueError(f"{where}: options and limit are mappings (e.g. limit: {{depth: 4}})")
+            raise InputError(f"{where}: options and limit are mappings (e.g. limit: {{depth: 4}})")
         elo = entry.get("elo")
         if elo is not None and (isinstance(elo, bool) or not isinstance(elo, (int, float))):
-            raise ValueError(f"{where}: elo must be a number, got {elo!r}")
+            raise InputError(f"{where}: elo must be a number, got {elo!r}")
         timeout = entry.get("timeout_s", timeout_s)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"{where}: timeout_s must be a positive number of seconds, got {timeout!r}")
+            raise InputError(f"{where}: timeout_s must be a positive number of seconds, got {timeout!r}")
         engines[name] = EngineSpec(
             command=(str(binary), *(str(a) for a in command[1:]), *(str(a) for a in args)),
             name=name,
@@ -425,9 +425,9 @@ def parse_anchor(
     `timeout_s` and `retry` govern the UCI engines of ``uci:`` anchors."""
     text = text.strip()
     if depth is not None and (depth < 1 or isinstance(depth, bool)):
-        raise ValueError(f"anchor depth must be >= 1, got {depth!r}")
+        raise InputError(f"anchor depth must be >= 1, got {depth!r}")
     if depth is None and (nodes is None or nodes < 1):
-        raise ValueError(f"anchor nodes must be >= 1, got {nodes!r}")
+        raise InputError(f"anchor nodes must be >= 1, got {nodes!r}")
     if text == "random":
         return AnchorSpec(text=text, kind="random")
     if engines and text in engines:
@@ -438,16 +438,16 @@ def parse_anchor(
     if match:
         kind, value = match.group(1), int(match.group(2))
         if kind == "sf-skill" and value not in SKILL_LEVELS:
-            raise ValueError(f"anchor {text!r}: Skill Level must be 0..20, got {value}")
+            raise InputError(f"anchor {text!r}: Skill Level must be 0..20, got {value}")
         if kind == "sf-nodes" and value < 1:
-            raise ValueError(f"anchor {text!r}: the node count must be >= 1")
+            raise InputError(f"anchor {text!r}: the node count must be >= 1")
         if kind == "sf-nodes":
             return AnchorSpec(text=text, kind=kind, value=value)
         # UCI_Elo's range depends on the engine; `check_anchor` checks it against the running one.
         return AnchorSpec(text=text, kind=kind, value=value, nodes=None if depth is not None else nodes, depth=depth)
     known = f"; engines from the engines file: {', '.join(engines)}" if engines else "; other engines: uci:PATH or --engines FILE"
     if text.startswith("sf-") or ":" in text and not Path(text).exists():
-        raise ValueError(
+        raise InputError(
             f"unknown anchor {text!r}: use random, sf-skill:N (0..20), sf-elo:N, sf-nodes:N, {UCI_GRAMMAR}, "
             f"an engine's name from an engines file, or a checkpoint directory{known}"
         )
@@ -456,7 +456,7 @@ def parse_anchor(
     try:
         directory = resolve_checkpoint(text)
     except FileNotFoundError as error:
-        raise ValueError(
+        raise InputError(
             f"unknown anchor {text!r}: not random, sf-skill:N, sf-elo:N, sf-nodes:N or uci:PATH, not an engine's "
             f"name{known}, and not a checkpoint ({error})"
         ) from None
@@ -469,7 +469,7 @@ def parse_anchors(texts: str | list[str], **limits: Any) -> list[AnchorSpec]:
     `limits` go to `parse_anchor` (nodes, depth, engines, timeout_s, retry)."""
     items = [t for t in (texts.split(",") if isinstance(texts, str) else texts) if t.strip()]
     if not items:
-        raise ValueError("no anchors given: e.g. --anchors random,sf-skill:0")
+        raise InputError("no anchors given: e.g. --anchors random,sf-skill:0")
     specs = [parse_anchor(item, **limits) for item in items]
     check_unique(specs)
     return specs
@@ -480,7 +480,7 @@ def check_unique(specs: list[AnchorSpec]) -> None:
     names = [spec.text for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ValueError(f"anchor {duplicates[0]!r} is listed twice")
+        raise InputError(f"anchor {duplicates[0]!r} is listed twice")
 
 
 # --------------------------------------------------------------------------------------------
@@ -538,5 +538,5 @@ def parse_ratings(entries: list[str]) -> dict[str, float]:
                 raise ValueError
             ratings[name.strip()] = float(value)
         except ValueError:
-            raise ValueError(f"anchor_ratings entry {entry!r}: expected ANCHOR=RATING, e.g. sf-nodes:50=1800") from None
+            raise InputError(f"anchor_ratings entry {entry!r}: expected ANCHOR=RATING, e.g. sf-nodes:50=1800") from None
     return ratings

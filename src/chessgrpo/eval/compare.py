@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from chessgrpo.errors import InputError
 from chessgrpo.eval.registry import comparable, recognise_records
 from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
@@ -94,13 +95,13 @@ def compare_records(
     """Paired differences B - A of every metric of `kind` over the items both record lists hold."""
     kinds = {e.name: e for e in comparable()}
     if kind not in kinds:
-        raise ValueError(f"unknown evaluation kind {kind!r}: expected one of {', '.join(kinds)}")
+        raise InputError(f"unknown evaluation kind {kind!r}: expected one of {', '.join(kinds)}")
     evaluation = kinds[kind]
     key = evaluation.item_key
     by_key_b = {record[key]: record for record in records_b}
     pairs = [(record, by_key_b[record[key]]) for record in records_a if record[key] in by_key_b]
     if not pairs:
-        raise ValueError(f"the two {kind} evaluations share no {evaluation.item_noun}")
+        raise InputError(f"the two {kind} evaluations share no {evaluation.item_noun}")
     rows: list[tuple[str, str, bool | None, list[tuple[dict[str, Any], dict[str, Any]]]]] = [
         (metric.name, metric.field, metric.higher_is_better, pairs) for metric in evaluation.paired
     ]
@@ -136,15 +137,15 @@ def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
     except FileNotFoundError:
         raise FileNotFoundError(f"no evaluation file at {str(path)!r}") from None
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON: {error}") from None
+        raise InputError(f"{path} is not JSON: {error}") from None
     records = payload.get("records", {}).get("player") if isinstance(payload, dict) else None
     names = [e.name for e in comparable()]
     if not isinstance(records, list) or not records:
-        raise ValueError(f"{path} has no per-item records: write it with `chessgrpo eval {'|'.join(names)} ... output={path}`")
+        raise InputError(f"{path} has no per-item records: write it with `chessgrpo eval {'|'.join(names)} ... output={path}`")
     found = recognise_records(records[0])
     if found is None:
         labels = [e.records_label for e in comparable()]
-        raise ValueError(f"{path}: records are neither {', '.join(labels[:-1])} nor {labels[-1]} records")
+        raise InputError(f"{path}: records are neither {', '.join(labels[:-1])} nor {labels[-1]} records")
     kind = found.name
     return kind, str(payload.get("player", path)), records
 
@@ -154,7 +155,7 @@ def compare_files(path_a: str | Path, path_b: str | Path, **options: Any) -> Com
     kind_a, player_a, records_a = read_evaluation(path_a)
     kind_b, player_b, records_b = read_evaluation(path_b)
     if kind_a != kind_b:
-        raise ValueError(f"cannot compare a {kind_a} evaluation ({path_a}) with a {kind_b} one ({path_b})")
+        raise InputError(f"cannot compare a {kind_a} evaluation ({path_a}) with a {kind_b} one ({path_b})")
     return compare_records(kind_a, records_a, records_b, player_a=player_a, player_b=player_b, **options)
 
 

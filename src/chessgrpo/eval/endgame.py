@@ -27,6 +27,7 @@ import torch
 from chessgrpo.config import ConfigError
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
+from chessgrpo.errors import InputError
 from chessgrpo.eval.lm_player import LMPlayerConfig
 from chessgrpo.eval.stats import Interval, wilson_interval
 from chessgrpo.paths import SYZYGY_DEFAULT
@@ -88,7 +89,7 @@ def checkpoint_picker(path: Path, config: EndgameEvalConfig) -> tuple[MovePicker
         lm_player = LMPlayer.from_path(path, device=config.device, config=config.lm)
         return lm_player.picker(), lm_player
     if config.lm != LMPlayerConfig():
-        raise ValueError(f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them")
+        raise InputError(f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them")
     from chessgrpo.models.policy import load_policy
 
     return policy_picker(load_policy(path, device=config.device).eval()), None

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import chess
 
 from chessgrpo.board.validation import parse_board
-from chessgrpo.errors import one_line, quote
+from chessgrpo.errors import InputError, one_line, quote
 from chessgrpo.eval.players import Player
 from chessgrpo.eval.stats import Interval, wilson_interval
 from chessgrpo.files import open_decompressed, text_lines
@@ -76,10 +76,10 @@ def _moves(board: chess.Board, operations: dict, opcode: str) -> tuple[chess.Mov
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(move, chess.Move) for move in value):
-        raise ValueError(f"{opcode} must list moves, got {quote(str(value))}")
+        raise InputError(f"{opcode} must list moves, got {quote(str(value))}")
     for move in value:
         if not board.is_legal(move):  # python-chess checks SAN; a null move "--" passes it
-            raise ValueError(f"{opcode} move {move.uci()} is not legal")
+            raise InputError(f"{opcode} move {move.uci()} is not legal")
     return tuple(dict.fromkeys(value))
 
 
@@ -87,7 +87,7 @@ def parse_epd(text: str, line: int = 0) -> EpdPosition:
     """An `EpdPosition` from one EPD record; `ValueError` says what is wrong (the text cut short)."""
     fields = text.split()
     if len(fields) < 5:
-        raise ValueError(f"not an EPD record with operations: {quote(text)}")
+        raise InputError(f"not an EPD record with operations: {quote(text)}")
     counters = None
     if len(fields) >= 6 and fields[4].isdigit() and fields[5].isdigit():  # a full FEN, then operations
         counters = (int(fields[4]), int(fields[5]))
@@ -96,20 +96,20 @@ def parse_epd(text: str, line: int = 0) -> EpdPosition:
     try:
         operations = board.set_epd(" ".join(fields))
     except ValueError as error:
-        raise ValueError(f"malformed EPD record {quote(text)}: {one_line(error, 150)}") from None
+        raise InputError(f"malformed EPD record {quote(text)}: {one_line(error, 150)}") from None
     try:
         board = parse_board(board)
     except ValueError as error:
-        raise ValueError(one_line(error, 200)) from None
+        raise InputError(one_line(error, 200)) from None
     if counters is not None:
         board.halfmove_clock, board.fullmove_number = counters[0], max(1, counters[1])
     if not any(board.generate_legal_moves()):
-        raise ValueError(f"position {board.fen()!r} has no legal moves")
+        raise InputError(f"position {board.fen()!r} has no legal moves")
     best, avoid = _moves(board, operations, "bm"), _moves(board, operations, "am")
     if not best and not avoid:
-        raise ValueError(f"no bm or am operation in {quote(text)}")
+        raise InputError(f"no bm or am operation in {quote(text)}")
     if best and all(move in avoid for move in best):
-        raise ValueError("every bm move is also an am move")
+        raise InputError("every bm move is also an am move")
     identifier = operations.get("id")
     return EpdPosition(line=line, id=None if identifier is None else str(identifier), board=board, best=best, avoid=avoid)
 
@@ -131,16 +131,16 @@ def read_epd(path: str | Path, *, strict: bool = False) -> EpdSuite:
                     positions.append(parse_epd(text, number))
                 except ValueError as error:
                     if strict:
-                        raise ValueError(f"{path}:{number}: {error}") from None
+                        raise InputError(f"{path}:{number}: {error}") from None
                     skipped.append(SkippedLine(number, str(error)))
                     if len(skipped) <= WARNED_LINES:
                         logger.warning("%s:%d: skipped: %s", path, number, error)
     except OSError as error:
-        raise ValueError(f"EPD file {str(path)!r}: cannot read it: {one_line(error.strerror or error)}") from None
+        raise InputError(f"EPD file {str(path)!r}: cannot read it: {one_line(error.strerror or error)}") from None
     if skipped:
         logger.warning("skipped %d bad EPD lines of %s (first: line %d)", len(skipped), path, skipped[0].line)
     if not positions:
-        raise ValueError(f"EPD file {str(path)!r} holds no usable record with bm or am ({len(skipped)} lines skipped)")
+        raise InputError(f"EPD file {str(path)!r} holds no usable record with bm or am ({len(skipped)} lines skipped)")
     return EpdSuite(positions=tuple(positions), skipped=tuple(skipped))
 
 

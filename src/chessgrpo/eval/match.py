@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
+from chessgrpo.errors import InputError
 from chessgrpo.eval.game_journal import GameJournal, journal_path, remaining
 from chessgrpo.eval.lm_player import LMPlayerConfig
 
@@ -163,41 +164,41 @@ _SYZYGY_HINT = "; or set engine.syzygy_path=null to play without tablebase adjud
 def validate_games_config(config: GamesConfig) -> None:
     """One clear error for a config no match can be played with (odd games, SPRT without an opponent, ...)."""
     if config.games < 2 or config.games % 2:
-        raise ValueError(
+        raise InputError(
             f"games must be a positive even number: games are played in colour-swapped pairs (got {config.games}; "
             f"use {max(2, config.games + config.games % 2)})"
         )
     if config.workers < 0:
-        raise ValueError(f"workers must be >= 0 (0 = one per CPU core), got {config.workers}")
+        raise InputError(f"workers must be >= 0 (0 = one per CPU core), got {config.workers}")
     if config.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {config.temperature}")
+        raise InputError(f"temperature must be >= 0, got {config.temperature}")
     if config.search_nodes > 0 and config.temperature > 0:
-        raise ValueError(
+        raise InputError(
             f"search plays deterministically (its most visited move): use temperature 0 with search_nodes > 0, "
             f"got temperature {config.temperature:g} with {config.search_nodes} search nodes"
         )
     if config.max_plies < 1 or config.resign_plies < 1 or config.opening_nodes < 1:
-        raise ValueError("max_plies, resign_plies and opening_nodes must be >= 1")
+        raise InputError("max_plies, resign_plies and opening_nodes must be >= 1")
     if config.resign_cp is not None and config.resign_cp <= 0:
-        raise ValueError(f"resign_cp must be > 0 or null, got {config.resign_cp}")
+        raise InputError(f"resign_cp must be > 0 or null, got {config.resign_cp}")
     if not 0 < config.confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {config.confidence}")
+        raise InputError(f"confidence must be in (0, 1), got {config.confidence}")
     if (config.sprt_elo0 is None) != (config.sprt_elo1 is None):
-        raise ValueError("SPRT needs both sprt_elo0 and sprt_elo1 (--sprt ELO0,ELO1)")
+        raise InputError("SPRT needs both sprt_elo0 and sprt_elo1 (--sprt ELO0,ELO1)")
     if config.sprt_elo0 is not None:
         if config.opponent is None:
-            raise ValueError("--sprt needs --opponent CKPT2: the checkpoint to test against")
+            raise InputError("--sprt needs --opponent CKPT2: the checkpoint to test against")
         if not config.sprt_elo0 < config.sprt_elo1:  # type: ignore[operator]
-            raise ValueError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
+            raise InputError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
     elif config.opponent is not None:
-        raise ValueError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
+        raise InputError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
     from chessgrpo.eval.game_clock import parse_time_control
 
     if config.tc is not None:
         parse_time_control(config.tc, "tc")
     if config.anchor_tc is not None:
         if config.tc is None:
-            raise ValueError(f"anchor_tc {config.anchor_tc!r} needs tc (the policy's clock) too: give --tc")
+            raise InputError(f"anchor_tc {config.anchor_tc!r} needs tc (the policy's clock) too: give --tc")
         parse_time_control(config.anchor_tc, "anchor_tc")
 
 
@@ -208,12 +209,12 @@ def _check_lm_player(config: GamesConfig, checkpoint: Path) -> LMPlayerConfig:
     from chessgrpo.eval.lm_player import LMPlayer
 
     if config.search_nodes > 0:
-        raise ValueError(
+        raise InputError(
             f"search_nodes (--search-nodes) needs an action-policy checkpoint with a value head, but {str(checkpoint)!r} "
             "is a chess language model: it plays its greedy B: answer"
         )
     if config.temperature > 0:
-        raise ValueError(
+        raise InputError(
             f"temperature (--temperature) samples an action policy's moves, but {str(checkpoint)!r} is a chess language "
             "model: it plays its greedy B: answer (lm.retry_temperature sets its re-samples)"
         )
@@ -227,7 +228,7 @@ def _check_policy_anchors(anchors: list[Any]) -> None:
 
     for anchor in anchors:
         if anchor.kind == "checkpoint" and anchor.path and is_lm_directory(Path(anchor.path)):
-            raise ValueError(
+            raise InputError(
                 f"anchor {anchor.text!r} is a chess language model; checkpoint anchors (and --opponent) must be "
                 "action policies. Play the LM as --checkpoint instead"
             )
@@ -289,7 +290,7 @@ def _lineup(config: GamesConfig, sprt_mode: bool) -> _Lineup:
     if sprt_mode:
         anchors = [parse_anchor(config.opponent, **limits)]  # type: ignore[arg-type]
         if anchors[0].kind != "checkpoint":
-            raise ValueError(f"--opponent must be a checkpoint directory, got {config.opponent!r}")
+            raise InputError(f"--opponent must be a checkpoint directory, got {config.opponent!r}")
     else:
         anchors = parse_anchors(config.anchors, **limits)
     _check_policy_anchors(anchors)
@@ -304,7 +305,7 @@ def _lineup(config: GamesConfig, sprt_mode: bool) -> _Lineup:
             check_anchor(anchor, info)
         if needs_pool and not info.is_stockfish:
             uses = "the generated opening suite is balanced" if config.openings is None else "resignation is judged"
-            raise ValueError(
+            raise InputError(
                 f"engine.path is {info.name} ({info.path}), not Stockfish: {uses} by Stockfish's node-limited "
                 f"evaluation. Set engine.path to Stockfish{' or give --openings FILE' if config.openings is None else ''}; "
                 f"to play {info.name}, use --anchors uci:{info.path}:depth=N (docs/engines.md)"
@@ -421,7 +422,7 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     checkpoint = found.directory
     lm_player = _check_lm_player(config, checkpoint_path) if found.kind == LM else None
     if lm_player is None and config.lm != LMPlayerConfig():
-        raise ValueError(f"the lm.* settings are for a chess LM checkpoint, but {str(checkpoint_path)!r} is an action policy; drop them")
+        raise InputError(f"the lm.* settings are for a chess LM checkpoint, but {str(checkpoint_path)!r} is an action policy; drop them")
     if config.search_nodes > 0 and config.engine.syzygy_path:  # the search opens the tables
         config = dataclasses.replace(
             config,
@@ -512,7 +513,7 @@ def _clock_note(config: GamesConfig, workers: int, cores: int) -> str | None:
     if config.tc is None:
         return None
     if workers > cores:
-        raise ValueError(
+        raise InputError(
             f"tc: {workers} game workers on {cores} CPU cores would share cores between running clocks and distort "
             f"them; use --workers {cores} or fewer"
         )

@@ -33,6 +33,7 @@ import chess.engine
 from chessgrpo.engine.locate import EngineError, find_stockfish
 from chessgrpo.engine.pool import RetryPolicy
 from chessgrpo.engine.uci import EngineTimeout, EngineUnsupported, UciOption, choose_settings
+from chessgrpo.errors import InputError
 from chessgrpo.eval.anchor_runs import MoveSearch
 from chessgrpo.eval.anchors import ENGINE_HASH_MB, AnchorSpec
 from chessgrpo.eval.game_clock import ClockView
@@ -373,7 +374,7 @@ class PolicyMover:
         try:
             return cls(policy, **kwargs)
         except ValueError as error:
-            raise ValueError(f"checkpoint {path}: {error}") from None
+            raise InputError(f"checkpoint {path}: {error}") from None
 
     def new_game(self, game_id: object, seed: int) -> None:
         import torch

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 import chess
 
+from chessgrpo.errors import InputError
+
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
     from chessgrpo.search import Searcher, SearchSettings
@@ -105,7 +107,7 @@ def build_searcher(policy: Any, search: "SearchSettings | None", temperature: fl
     if search is None or not search.enabled:
         return None
     if temperature > 0:
-        raise ValueError(
+        raise InputError(
             f"search plays deterministically (its most visited move): use temperature 0 with a search budget, "
             f"got temperature {temperature:g} with {search.nodes} search nodes"
         )
@@ -214,7 +216,7 @@ class PolicyPlayer:
         try:
             return cls(policy, temperature=temperature, batch_size=batch_size, seed=seed, name=str(path), search=search)
         except ValueError as error:
-            raise ValueError(f"checkpoint {path}: {error}") from None
+            raise InputError(f"checkpoint {path}: {error}") from None
 
     def choose_moves(self, boards: Sequence[chess.Board]) -> list[chess.Move]:
         _require_moves(boards)

@@ -28,6 +28,7 @@ import chess.pgn
 
 from chessgrpo.board.sources import read_fen_file
 from chessgrpo.board.validation import parse_board, parse_move
+from chessgrpo.errors import InputError
 from chessgrpo.files import read_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,13 +79,13 @@ def load_eval_positions(
     elif suffix in PGN_SUFFIXES:
         items = _read_pgn(path)
     else:
-        raise ValueError(
+        raise InputError(
             f"cannot read positions from {str(path)!r}: expected a dataset directory, .parquet, "
             f"{', '.join(TEXT_SUFFIXES)} or .pgn"
         )
     items = [(board, move) for board, move in items if any(board.generate_legal_moves())]
     if not items:
-        raise ValueError(f"{str(path)!r} holds no position with a legal move")
+        raise InputError(f"{str(path)!r} holds no position with a legal move")
     if max_positions is not None and len(items) > max_positions:
         chosen = sorted(random.Random(seed).sample(range(len(items)), max_positions))
         items = [items[index] for index in chosen]
@@ -102,7 +103,7 @@ def _label(
     labels: dict[int, chess.Move] = {}
     if unlabelled:
         if pool is None:
-            raise ValueError(f"{len(unlabelled)} positions in {str(path)!r} have no best move and no engine pool was given to label them")
+            raise InputError(f"{len(unlabelled)} positions in {str(path)!r} have no best move and no engine pool was given to label them")
         analyses = pool.analyse_many([items[i][0] for i in unlabelled], multipv=1, nodes=nodes, progress=progress)
         for index, analysis in zip(unlabelled, analyses):
             if analysis.best is None:
@@ -121,7 +122,7 @@ def _read_parquet(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:
             board = parse_board(fen)
             items.append((board, parse_move(board, best) if best else None))
         except ValueError as error:
-            raise ValueError(f"{str(path)!r} row {row}: {error}") from None
+            raise InputError(f"{str(path)!r} row {row}: {error}") from None
     return items
 
 
@@ -140,11 +141,11 @@ def _read_pgn(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:
             break
         games += 1
         if game.errors:
-            raise ValueError(f"{str(path)!r} game {games}: {game.errors[0]}")
+            raise InputError(f"{str(path)!r} game {games}: {game.errors[0]}")
         try:
             board = parse_board(game.board())
         except ValueError as error:
-            raise ValueError(f"{str(path)!r} game {games}: {error}") from None
+            raise InputError(f"{str(path)!r} game {games}: {error}") from None
         moves += sum(1 for _ in game.mainline())
         for position in [board.copy(stack=False)] + [_push(board, node.move) for node in game.mainline()]:
             key = position.epd()
@@ -152,7 +153,7 @@ def _read_pgn(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:
                 seen.add(key)
                 items.append((position, None))
     if games == 0 or moves == 0:
-        raise ValueError(f"{str(path)!r} holds no PGN games with moves (is it a PGN file?)")
+        raise InputError(f"{str(path)!r} holds no PGN games with moves (is it a PGN file?)")
     return items
 
 

@@ -48,7 +48,7 @@ from typing import Callable, Iterator, Sequence
 import chess
 
 from chessgrpo.board.validation import parse_board, parse_move
-from chessgrpo.errors import one_line
+from chessgrpo.errors import InputError, one_line
 from chessgrpo.eval.players import Player
 from chessgrpo.eval.stats import Interval, wilson_interval
 from chessgrpo.files import open_decompressed, text_lines
@@ -132,18 +132,18 @@ def parse_puzzle(row: dict[str, str]) -> Puzzle:
     """A `Puzzle` from one CSV row (a dict of the Lichess columns); `ValueError` says what is wrong."""
     puzzle_id = (row.get("PuzzleId") or "").strip()
     if not puzzle_id:
-        raise ValueError("empty PuzzleId")
+        raise InputError("empty PuzzleId")
     try:
         rating = int((row.get("Rating") or "").strip())
     except ValueError:
-        raise ValueError(f"puzzle {puzzle_id}: rating {row.get('Rating')!r} is not an integer") from None
+        raise InputError(f"puzzle {puzzle_id}: rating {row.get('Rating')!r} is not an integer") from None
     try:
         board = parse_board((row.get("FEN") or "").strip())
     except ValueError as error:
-        raise ValueError(f"puzzle {puzzle_id}: {error}") from None
+        raise InputError(f"puzzle {puzzle_id}: {error}") from None
     texts = (row.get("Moves") or "").split()
     if len(texts) < 2 or len(texts) % 2:
-        raise ValueError(
+        raise InputError(
             f"puzzle {puzzle_id}: Moves must be the setup move then solver/opponent pairs ending with a solver move, "
             f"got {len(texts)} moves"
         )
@@ -153,11 +153,11 @@ def parse_puzzle(row: dict[str, str]) -> Puzzle:
         try:
             move = parse_move(line, text)
         except ValueError as error:
-            raise ValueError(f"puzzle {puzzle_id}: Moves[{ply}]: {error}") from None
+            raise InputError(f"puzzle {puzzle_id}: Moves[{ply}]: {error}") from None
         moves.append(move)
         line.push(move)
         if line.is_game_over() and ply < len(texts) - 1:
-            raise ValueError(f"puzzle {puzzle_id}: the game is over after Moves[{ply}] but the line goes on")
+            raise InputError(f"puzzle {puzzle_id}: the game is over after Moves[{ply}] but the line goes on")
     board.push(moves[0])
     themes = tuple((row.get("Themes") or "").split())
     return Puzzle(id=puzzle_id, rating=rating, board=board.copy(stack=False), solution=tuple(moves[1:]), themes=themes)
@@ -172,19 +172,19 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
             reader = csv.DictReader(text_lines(handle, path))
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
-                raise ValueError(f"puzzle file {str(path)!r} lacks columns {missing} (expected the Lichess puzzle CSV)")
+                raise InputError(f"puzzle file {str(path)!r} lacks columns {missing} (expected the Lichess puzzle CSV)")
             for row in reader:
                 yield reader.line_num, row
     except csv.Error as error:
         line = reader.line_num if reader is not None else 1
-        raise ValueError(f"puzzle file {str(path)!r} line {line} is not readable CSV: {one_line(error)}") from None
+        raise InputError(f"puzzle file {str(path)!r} line {line} is not readable CSV: {one_line(error)}") from None
     except OSError as error:
-        raise ValueError(f"puzzle file {str(path)!r}: cannot read it: {one_line(error.strerror or error)}") from None
+        raise InputError(f"puzzle file {str(path)!r}: cannot read it: {one_line(error.strerror or error)}") from None
 
 
 def _parse_row(row: dict[str, str]) -> Puzzle:
     if None in row:  # more fields than the header
-        raise ValueError(f"puzzle {row.get('PuzzleId')}: more fields than the header")
+        raise InputError(f"puzzle {row.get('PuzzleId')}: more fields than the header")
     return parse_puzzle(row)
 
 
@@ -204,7 +204,7 @@ def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0
             puzzle = _parse_row(row)
         except ValueError as error:
             if strict:
-                raise ValueError(f"{path}:{line}: {error}") from None
+                raise InputError(f"{path}:{line}: {error}") from None
             skipped.append(SkippedRow(line=line, puzzle_id=str(row.get("PuzzleId") or ""), reason=str(error)))
             continue
         valid_rows.append(ordinal)
@@ -217,7 +217,7 @@ def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0
             "skipped %d malformed puzzle rows of %s (first: line %d: %s)", len(skipped), path, skipped[0].line, skipped[0].reason
         )
     if not valid_rows:
-        raise ValueError(f"puzzle file {str(path)!r} holds no valid puzzle ({len(skipped)} rows skipped)")
+        raise InputError(f"puzzle file {str(path)!r} holds no valid puzzle ({len(skipped)} rows skipped)")
     chosen = range(len(valid_rows))
     if max_puzzles is not None and len(valid_rows) > max_puzzles:
         chosen = sorted(random.Random(seed).sample(range(len(valid_rows)), max_puzzles))
@@ -233,9 +233,9 @@ def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0
                     if len(puzzles) == len(wanted):
                         break
         except ValueError as error:
-            raise ValueError(f"puzzle file {str(path)!r} changed while it was read: {one_line(error)}") from None
+            raise InputError(f"puzzle file {str(path)!r} changed while it was read: {one_line(error)}") from None
         if len(puzzles) != len(wanted):
-            raise ValueError(f"puzzle file {str(path)!r} changed while it was read")
+            raise InputError(f"puzzle file {str(path)!r} changed while it was read")
     return PuzzleSet(puzzles=tuple(puzzles), skipped=tuple(skipped))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
+from chessgrpo.errors import InputError
 from chessgrpo.paths import PUZZLES_DEFAULT
 
 BASELINE_POLICIES = ("random", "stockfish")
@@ -79,10 +80,10 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.min_theme_puzzles < 1:
-            raise ValueError(f"min_theme_puzzles must be >= 1, got {self.min_theme_puzzles}")
+            raise InputError(f"min_theme_puzzles must be >= 1, got {self.min_theme_puzzles}")
         edges = list(self.rating_bands)
         if not edges or any(b <= a for a, b in zip(edges, edges[1:])):
-            raise ValueError(f"rating_bands must be one or more strictly increasing integers, got {edges}")
+            raise InputError(f"rating_bands must be one or more strictly increasing integers, got {edges}")
 
 
 def resolve_syzygy(config: EvalConfig, needed: bool) -> EvalConfig:
@@ -121,7 +122,7 @@ def search_for(subject: Subject, config: EvalConfig) -> Any:
         config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
     )
     if search is not None and subject.checkpoint is None:
-        raise ValueError(f"search_nodes={config.search_nodes}: only a --checkpoint policy searches, not --policy {subject.policy}")
+        raise InputError(f"search_nodes={config.search_nodes}: only a --checkpoint policy searches, not --policy {subject.policy}")
     return search
 
 
@@ -221,7 +222,7 @@ def run_offline(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
     from chessgrpo.eval.positions import load_eval_positions
 
     if not config.positions:
-        raise ValueError("no evaluation positions: pass --positions FILE or set positions=PATH")
+        raise InputError("no evaluation positions: pass --positions FILE or set positions=PATH")
     config = dataclasses.replace(config, positions=resolve_input(config.positions, "evaluation positions"))
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(EnginePool.from_config(config.engine))
@@ -302,7 +303,7 @@ def run_epd(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerR
     from chessgrpo.eval.epd import read_epd, solve_epd
 
     if not config.epd:
-        raise ValueError("no EPD suite: pass --epd FILE or set epd=PATH")
+        raise InputError("no EPD suite: pass --epd FILE or set epd=PATH")
     config = dataclasses.replace(config, epd=resolve_input(config.epd, "EPD suite"))
     suite = read_epd(config.epd)
     positions = suite.positions

@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from chessgrpo.errors import InputError
+
 POLICY = "policy"
 LM = "lm"
 CheckpointKind = Literal["policy", "lm"]
@@ -64,7 +66,7 @@ def identify_checkpoint(path: str | os.PathLike) -> ModelCheckpoint:
 def require_policy(path: str | os.PathLike, needs: str) -> None:
     """`ValueError` when `path` is a language model: `needs` (an option, "search") needs an action policy."""
     if identify_checkpoint(path).kind == LM:
-        raise ValueError(f"{needs} needs an action-policy checkpoint, but {str(path)!r} is a chess language model")
+        raise InputError(f"{needs} needs an action-policy checkpoint, but {str(path)!r} is a chess language model")
 
 
 POLICY_TAKERS = "`pretrain`, `train` (move_group, trajectory, mixture: init_checkpoint), `eval` (offline, puzzles, games, endgame), `uci`"
@@ -73,13 +75,13 @@ LM_TAKERS = "`train` (sft, rookworld: init_checkpoint / model.path), `eval lm`, 
 """Where a chess-LM checkpoint goes."""
 
 
-def wrong_kind_error(path: str | os.PathLike, directory: Path, needed: CheckpointKind) -> ValueError | None:
+def wrong_kind_error(path: str | os.PathLike, directory: Path, needed: CheckpointKind) -> InputError | None:
     """One error naming what `path` holds and what was needed when `directory` (its resolved model directory) is the
     other kind of checkpoint; None when it is not (the loader then reports what is wrong with it)."""
     if needed == POLICY and is_lm_directory(directory):
-        return ValueError(f"{str(path)!r} is a chess language model checkpoint ({TRANSFORMERS_CONFIG}), and this needs an "
+        return InputError(f"{str(path)!r} is a chess language model checkpoint ({TRANSFORMERS_CONFIG}), and this needs an "
                           f"action-policy checkpoint; chess-LM checkpoints are taken by {LM_TAKERS}")  # fmt: skip
     if needed == LM and not is_lm_directory(directory) and all((directory / name).is_file() for name in _POLICY_FILES):
-        return ValueError(f"{str(path)!r} is an action-policy checkpoint, and this needs a chess language model (a "
+        return InputError(f"{str(path)!r} is an action-policy checkpoint, and this needs a chess language model (a "
                           f"transformers {TRANSFORMERS_CONFIG}); action-policy checkpoints are taken by {POLICY_TAKERS}")  # fmt: skip
     return None

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from chessgrpo.errors import one_line
+from chessgrpo.errors import InputError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -121,10 +121,10 @@ class CharTokenizer:
         try:
             data = json.loads(path.read_text())
             if data.get("type") != cls.kind:
-                raise ValueError(f"type is {data.get('type')!r}, expected {cls.kind!r}")
+                raise InputError(f"type is {data.get('type')!r}, expected {cls.kind!r}")
             return cls(str(data["vocab"]), str(data["eos"]))
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{path} is not a chess character tokenizer: {error}") from None
+            raise InputError(f"{path} is not a chess character tokenizer: {error}") from None
 
 
 class HFTokenizer:
@@ -306,7 +306,7 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
         try:
             tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(str(directory), local_files_only=True))
         except (OSError, ValueError) as error:
-            raise ValueError(
+            raise InputError(
                 f"{directory} has a model but no usable tokenizer ({CHAR_TOKENIZER_FILE} or transformers "
                 f"tokenizer files): {error}"
             ) from None
@@ -316,13 +316,13 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
     try:
         model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, **kwargs)
     except SafetensorError as error:  # not an OSError: a truncated or corrupt weights file
-        raise ValueError(f"{directory / LM_WEIGHTS_FILE} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(f"{directory / LM_WEIGHTS_FILE} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
     except (OSError, ValueError) as error:
-        raise ValueError(f"{directory} is not a loadable causal LM: {one_line(error)}") from None
+        raise InputError(f"{directory} is not a loadable causal LM: {one_line(error)}") from None
     model.to(device)
     model_vocab = model.get_input_embeddings().num_embeddings
     if tokenizer.vocab_size > model_vocab:
-        raise ValueError(f"{directory}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model_vocab}")
+        raise InputError(f"{directory}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model_vocab}")
     return ChessLM(model=model, tokenizer=tokenizer, source=str(directory))
 
 

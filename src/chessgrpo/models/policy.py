@@ -40,7 +40,7 @@ from torch import nn
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, SEQUENCE_LENGTH, VOCAB_SIZE, encode_fens, legal_masks
 from chessgrpo.board.encoding import VOCABULARY
 from chessgrpo.board.move_facts import EXTRA_FACTS, MOVE_FACTS, fact_bit_positions, move_fact_array
-from chessgrpo.errors import one_line
+from chessgrpo.errors import InputError, one_line
 from chessgrpo.files import write_bytes_atomic, write_text_atomic
 
 MODEL_FILE = "model.safetensors"
@@ -589,18 +589,18 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     try:
         raw = json.loads(config_path.read_bytes())
         if not isinstance(raw, dict):
-            raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+            raise InputError(f"expected a JSON object, got {type(raw).__name__}")
         raw.setdefault("head", "pooled")  # checkpoints from before the head option had the pooled head
         config = PolicyConfig(**raw)
     except (OSError, ValueError, TypeError) as error:  # also UnicodeDecodeError and JSONDecodeError
-        raise ValueError(f"{config_path} is not a valid policy config: {one_line(error)}") from None
+        raise InputError(f"{config_path} is not a valid policy config: {one_line(error)}") from None
     model = ActionPolicy(config)
     try:
         state = load_file(str(weights_path))
     except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError on a truncated file
-        raise ValueError(f"{weights_path} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(f"{weights_path} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
     try:
         model.load_state_dict(state)
     except RuntimeError as error:  # missing, unexpected or differently shaped tensors
-        raise ValueError(f"{weights_path} does not match its {CONFIG_FILE}: {one_line(error)}") from None
+        raise InputError(f"{weights_path} does not match its {CONFIG_FILE}: {one_line(error)}") from None
     return model.to(device).eval()

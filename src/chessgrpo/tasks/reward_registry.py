@@ -23,6 +23,8 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Generic, TypeVar
 
+from chessgrpo.errors import InputError
+
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
@@ -126,11 +128,11 @@ class RewardRegistry(MutableMapping[str, RegisteredReward[F]]):
         """
         if USER_SEPARATOR in name:
             if self._user is None:
-                raise ValueError(f"{key}: {name!r} is a 'module:function', but {self.family} rewards take no user functions; "
+                raise InputError(f"{key}: {name!r} is a 'module:function', but {self.family} rewards take no user functions; "
                                  f"register one ({self.signature}) or choose one of {list(self._records)}")  # fmt: skip
             return self._user(name, key)
         if name not in self._records:
-            raise ValueError(f"{key}: unknown {self.family} reward {name!r}; known: {self.known()}")
+            raise InputError(f"{key}: unknown {self.family} reward {name!r}; known: {self.known()}")
         return self._records[name]
 
     def weighted(self, weights: Mapping[str, float], key: str = "rewards") -> list[WeightedReward[F]]:
@@ -165,12 +167,12 @@ class RewardRegistry(MutableMapping[str, RegisteredReward[F]]):
 def check_weights(weights: Mapping[str, float], key: str = "rewards") -> None:
     """A `ValueError` naming the key for an empty mapping, a weight that is not a finite number, or only zero weights."""
     if not weights:
-        raise ValueError(f"{key} is empty: name at least one reward with its weight, e.g. {{win_prob: 1.0}}")
+        raise InputError(f"{key} is empty: name at least one reward with its weight, e.g. {{win_prob: 1.0}}")
     for name, weight in weights.items():
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise ValueError(f"{key}: the weight of {name!r} must be a finite number, got {weight!r}")
+            raise InputError(f"{key}: the weight of {name!r} must be a finite number, got {weight!r}")
     if all(weight == 0 for weight in weights.values()):
-        raise ValueError(f"{key}: every weight is 0, so every reward is 0 and nothing is learnt")
+        raise InputError(f"{key}: every weight is 0, so every reward is 0 and nothing is learnt")
 
 
 def combine(parts: Sequence[tuple[float, T]]) -> T:
@@ -196,9 +198,9 @@ def one_reward_weights(reward: str, rewards: Mapping[str, float] | None, default
         return {user: 1.0} if user is not None else {reward: 1.0}
     check_weights(rewards, "rewards")
     if user is not None:
-        raise ValueError(f"rewards: set together with reward_fn {user!r}; name {user!r} in rewards with its weight instead")
+        raise InputError(f"rewards: set together with reward_fn {user!r}; name {user!r} in rewards with its weight instead")
     if reward != default and reward not in rewards:
-        raise ValueError(f"rewards {list(rewards)} does not name task.reward {reward!r}: task.rewards replaces task.reward, "
+        raise InputError(f"rewards {list(rewards)} does not name task.reward {reward!r}: task.rewards replaces task.reward, "
                          f"so name {reward!r} in it with its weight, or set task.reward to one of its names")  # fmt: skip
     return dict(rewards)
 

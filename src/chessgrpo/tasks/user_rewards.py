@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import chess
 import torch
 
+from chessgrpo.errors import InputError
+
 
 class MoveReward(Protocol):
     def __call__(self, board: chess.Board, move: chess.Move, win_probability: float) -> float:
@@ -39,20 +41,20 @@ def import_function(spec: str, key: str) -> Callable[..., Any]:
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"{key} {spec!r}: expected 'module:function' (an importable module, a colon, the function's name)")
+        raise InputError(f"{key} {spec!r}: expected 'module:function' (an importable module, a colon, the function's name)")
     try:
         target: object = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import failure is the user's module's: say which
         # The `chessgrpo` script does not put the working directory on sys.path (python -m does): say so.
         hint = " (is its folder on PYTHONPATH? e.g. PYTHONPATH=. chessgrpo train ...)" if isinstance(error, ModuleNotFoundError) else ""
-        raise ValueError(f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error}){hint}") from None
+        raise InputError(f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error}){hint}") from None
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"{key} {spec!r}: module {module_name!r} has no attribute {attribute!r}")
+            raise InputError(f"{key} {spec!r}: module {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if not callable(target):
-        # ValueError, not TypeError: config checks raise ValueError, which load_config turns into a ConfigError.
-        raise ValueError(f"{key} {spec!r}: {attribute!r} is a {type(target).__name__}, not a function")  # noqa: TRY004
+        # InputError (a ValueError), not TypeError: load_config turns a config check's ValueError into a ConfigError.
+        raise InputError(f"{key} {spec!r}: {attribute!r} is a {type(target).__name__}, not a function")  # noqa: TRY004
     return target
 
 
@@ -61,7 +63,7 @@ def check_signature(function: Callable[..., Any], spec: str, key: str, what: str
     try:
         inspect.signature(function).bind(*args, **kwargs)
     except TypeError as error:
-        raise ValueError(f"{key} {spec!r}: it must take {what}: {error}") from None
+        raise InputError(f"{key} {spec!r}: it must take {what}: {error}") from None
     except ValueError:  # builtins without a signature: trust them
         pass
 
@@ -83,7 +85,7 @@ def user_rewards(function: MoveReward, boards: Sequence[chess.Board], moves: Seq
         for move, value in zip(row, values):
             reward = function(board.copy(stack=False), move, float(value))  # a copy: the function may push moves
             if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-                raise ValueError(f"{key} {spec!r} returned {reward!r} for {move.uci()} in {board.fen()!r}: expected a finite number")
+                raise InputError(f"{key} {spec!r} returned {reward!r} for {move.uci()} in {board.fen()!r}: expected a finite number")
             out.append(float(reward))
         rows.append(out)
     return torch.tensor(rows, dtype=torch.float32)

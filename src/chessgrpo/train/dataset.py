@@ -46,7 +46,7 @@ import torch
 from chessgrpo.board import NUM_ACTIONS, encode_fens, legal_masks, move_to_action
 from chessgrpo.board.move_facts import move_facts
 from chessgrpo.data.schema import Split, read_positions, shard_paths
-from chessgrpo.errors import quote
+from chessgrpo.errors import InputError, quote
 from chessgrpo.paths import find_data_path, places_looked
 
 logger = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class HumanMoves:
         return f"{low}mover_rating{high}"
 
 
-class NoRowsLeft(ValueError):
+class NoRowsLeft(InputError):
     """A split has no row left after the `HumanMoves` filter (the message gives the counts)."""
 
 
@@ -255,7 +255,7 @@ def load_split(
     wins = table.column("win_probs").to_pylist()
     count = len(fens)
     if count == 0:
-        raise ValueError(f"dataset directory {str(directory)!r}: the {split} split is empty")
+        raise InputError(f"dataset directory {str(directory)!r}: the {split} split is empty")
     width = max(1, max(len(m or ()) for m in moves))
 
     tokens = encode_fens(fens)  # validates every FEN string
@@ -297,7 +297,7 @@ def _human_action(where: str, row: int, fen: str, move: str, mask: np.ndarray) -
     except (ValueError, KeyError):
         action = -1
     if action < 0 or not mask[action]:
-        raise ValueError(f"{where}, row {row} ({quote(fen)}): human_move {quote(move)} is not legal there")
+        raise InputError(f"{where}, row {row} ({quote(fen)}): human_move {quote(move)} is not legal there")
     return action
 
 
@@ -374,7 +374,7 @@ class EpochSampler:
         """Rebuild a sampler; refuses when the dataset or batch size changed since the checkpoint."""
         saved = (state["size"], state["batch_size"], state["seed"])
         if saved != (size, batch_size, seed):
-            raise ValueError(
+            raise InputError(
                 f"cannot resume the data order exactly: checkpoint has (positions, batch_size, seed) = {saved}, "
                 f"now {(size, batch_size, seed)}; did the dataset change?"
             )

@@ -78,6 +78,7 @@ from chessgrpo.train.dataset import (
     has_split,
     load_split,
 )
+from chessgrpo.errors import InputError
 from chessgrpo.train.kind import Kind, RunContext
 
 logger = logging.getLogger(__name__)
@@ -204,7 +205,7 @@ class PretrainKind(Kind):
         try:
             self.train_data = load_split(config.data, "train", move_facts=facts, human=human, extra_facts=extra)
         except NoRowsLeft as error:
-            raise ValueError(f"objective human: {error}") from None
+            raise InputError(f"objective human: {error}") from None
         self.test_data: PositionTensors | None = None
         self.no_test_reason = "the dataset has no test split"
         if has_split(config.data, "test"):

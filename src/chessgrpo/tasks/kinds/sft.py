@@ -42,6 +42,7 @@ import torch
 from chessgrpo.config import ConfigError, RunConfig, resumable
 from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
 from chessgrpo.data.rookworld_format import format_policy_completion
+from chessgrpo.errors import InputError
 from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.tasks.sft import loss_tokens, policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
@@ -187,7 +188,7 @@ class SFTKind(Kind):
         train = [e for e in read_rookworld(config.data, "train") if e.task in config.tasks]
         test = [e for e in read_rookworld(config.data, "test") if e.task in config.tasks]
         if not train:
-            raise ValueError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
+            raise InputError(f"dataset {config.data!r} has no train examples of tasks {list(config.tasks)}")
         self.train_data = tokenize_examples(self.lm, train, prompt_bos=config.prompt_bos)
         self.train_policy_answers = policy_answers(train) if config.move_order == "shuffle" else {}
         if config.move_order in ("sorted", "best_first"):
@@ -207,7 +208,7 @@ class SFTKind(Kind):
         first = set(config.first_tasks or ())
         self._first_stage_indices = np.asarray([i for i, task in enumerate(self.train_data.tasks) if task in first], dtype=np.int64)
         if config.first_tasks_steps > 0 and not len(self._first_stage_indices):
-            raise ValueError(f"dataset {config.data!r} has no train examples of first_tasks {list(config.first_tasks or ())}")
+            raise InputError(f"dataset {config.data!r} has no train examples of first_tasks {list(config.first_tasks or ())}")
         self.first_epoch = 0
         self.first_position = 0
         logger.info("SFT of a %.2fM-parameter model on %d train examples", self.lm.num_parameters() / 1e6, len(self.train_data))
