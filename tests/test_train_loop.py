@@ -122,10 +122,11 @@ def test_kl_stop_fires_on_a_drifting_run_and_never_at_step_0(tmp_path):
     assert "health.early_stop" in {f.id for f in diagnose_run(config.run.directory)}
 
 
-@pytest.mark.parametrize(("estimator", "stops"), [("k1", False), ("k3", True)])
-def test_a_signed_kl_estimator_cannot_feed_the_stop_rule(rookworld_data, estimator, stops):
-    """The chess LM logs no exact KL, only the learner's estimate: a k1 estimate (which can go negative)
-    must never trip `early_stop.kl_max`, while the non-negative k3 estimate of the same run does."""
+@pytest.mark.parametrize(("estimator", "kl_coef", "stops"), [("k1", 0.0, False), ("k3", 0.1, True), ("exact", 0.1, True)])
+def test_a_signed_kl_estimator_cannot_feed_the_stop_rule(rookworld_data, estimator, kl_coef, stops):
+    """The chess LM logs no rollout-time exact KL, only the learner's term: a k1 estimate (which can go negative;
+    measured only, since k1 is refused as a loss) must never trip `early_stop.kl_max`, while the non-negative k3
+    estimate and the exact per-token KL of the same run do."""
     from chessgrpo.config import from_dict
     from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
 
@@ -137,7 +138,7 @@ def test_a_signed_kl_estimator_cannot_feed_the_stop_rule(rookworld_data, estimat
         "task": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "temperature": 1.0},
         "rewards": {"policy": {"nodes": ROOKWORLD_NODES}}, "eval": {"policy_prompts": 0, "environment_prompts": 0},
         "engine": {"processes": 1, "cache_path": str(rookworld_data / "cache.sqlite")},
-        "grpo": {"kl_estimator": estimator, "kl_coef": 0.1, "kl_schedule": "fixed", "minibatch_size": 4,
+        "grpo": {"kl_estimator": estimator, "kl_coef": kl_coef, "kl_schedule": "fixed", "minibatch_size": 4,
                  "entropy_coef": 0.01},  # an untrained LM scores every answer alike: the entropy term moves it
         "steps": 4, "lr": 0.05, "warmup_steps": 0, "eval_every": 0, "eval_at_start": False, "checkpoint_every": 0,
         "early_stop": {"kl_max": 1e-12, "kl_patience": 1},
