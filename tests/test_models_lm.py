@@ -189,7 +189,7 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, arc
         return to_rollout_batch(groups, rewards)
 
     update = Learner(optimizer, list(loaded.model.parameters()), max_grad_norm=1.0).update
-    metrics = optimize(fresh_batch(), make_forward(loaded.model, temperature=1.0), update, config, KLController.from_config(config),
+    metrics = optimize(fresh_batch(), make_forward(loaded.model, temperature=1.0, reference=reference), update, config, KLController.from_config(config),
                        parameters=list(loaded.model.parameters()), generator=torch.Generator().manual_seed(0))  # fmt: skip
     assert metrics["ratio/first_max_abs_dev"] < 1e-4
     assert metrics["kl/min"] >= 0.0
