@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import random
+import sys
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import chess
 import pytest
@@ -42,3 +47,13 @@ def random_playout_positions(count: int, seed: int = 0) -> list[chess.Board]:
                 boards.append(board.copy(stack=False))
         boards.append(board.copy(stack=False))
     return boards[:count]
+
+
+def importable_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> Iterator[ModuleType]:
+    """Write `source` as `directory/name.py`, put `directory` on sys.path and yield the imported module (a user's
+    ``module:function`` reward, imported by name as a run would); forgotten again afterwards. For fixtures."""
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(directory))
+    sys.modules.pop(name, None)
+    yield importlib.import_module(name)
+    sys.modules.pop(name, None)

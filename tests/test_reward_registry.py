@@ -5,10 +5,6 @@ Real Stockfish at small node limits, real tiny models, real Syzygy tables; rewar
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
-
 import chess
 import pytest
 import torch
@@ -26,7 +22,7 @@ from chessgrpo.tasks.user_rewards import load_reward_function, user_rewards
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
 
-from helpers import SYZYGY_DIR, random_playout_positions
+from helpers import SYZYGY_DIR, importable_module, random_playout_positions
 
 REWARD_MODULE = '''
 import chess
@@ -46,11 +42,7 @@ MOVE_GROUP = [
 
 @pytest.fixture
 def reward_module(tmp_path, monkeypatch):
-    (tmp_path / "registry_rewards.py").write_text(textwrap.dedent(REWARD_MODULE))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("registry_rewards", None)
-    yield importlib.import_module("registry_rewards")
-    sys.modules.pop("registry_rewards", None)
+    yield from importable_module(tmp_path, monkeypatch, "registry_rewards", REWARD_MODULE)
 
 
 @pytest.fixture

@@ -3,10 +3,6 @@ is built, then it trains a real 3-step GRPO run (real Stockfish values, a module
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
-
 import chess
 import pytest
 
@@ -14,6 +10,8 @@ from chessgrpo.config import ConfigError, load_config
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
+
+from helpers import importable_module
 
 REWARD_MODULE = '''
 import chess
@@ -47,11 +45,7 @@ OVERRIDES = [
 
 @pytest.fixture
 def reward_module(tmp_path, monkeypatch):
-    (tmp_path / "my_rewards.py").write_text(textwrap.dedent(REWARD_MODULE))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("my_rewards", None)
-    yield importlib.import_module("my_rewards")
-    sys.modules.pop("my_rewards", None)
+    yield from importable_module(tmp_path, monkeypatch, "my_rewards", REWARD_MODULE)
 
 
 def test_a_user_reward_function_trains_a_three_step_run(reward_module, tmp_path):
