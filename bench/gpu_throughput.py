@@ -10,7 +10,7 @@ of the action policy at each named size and batch, fp32 vs bf16 autocast, eager 
 a 6N rule of thumb) over the step time, against the card's dense peak (`--peak-tflops`, default
 by device name: H100 SXM 989 bf16 / 494.5 tf32).
 
-``lm``: batched sampling with a KV cache (`models.lm.generate`, the RL sampler) from a
+``lm``: batched sampling with a KV cache (`models.lm_generation.generate`, the RL sampler) from a
 GPT-2 124M-shaped model (12 x 768, 50257-token vocabulary, random init, a byte-level BPE trained
 offline on the shared RookWorld samples so prompts are real P: / A: prompts), in completions/s at
 each batch size, fp32 and bf16. Completions are cut at `--new-tokens` (random weights never stop
@@ -202,7 +202,7 @@ def gpt2_124m_with_offline_bpe(device: torch.device, n_layer: int, n_embd: int, 
 
 
 def run_lm(args: argparse.Namespace, device: torch.device) -> list[dict]:
-    from chessgrpo.models.lm import generate
+    from chessgrpo.models.lm_generation import generate
 
     model, tokenizer, prompts = gpt2_124m_with_offline_bpe(device, args.n_layer, args.n_embd, args.n_head)
     parameters = sum(p.numel() for p in model.parameters())

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from chessgrpo.eval.elo import (
+from chessgrpo.play.elo import (
     AnchorGames,
     elo_difference,
     elo_from_score,
@@ -20,7 +20,7 @@ from chessgrpo.eval.elo import (
     sprt,
     sprt_bounds,
 )
-from chessgrpo.eval.stats import wilson_interval
+from chessgrpo.stats import wilson_interval
 
 Z95 = 1.959963984540054
 

@@ -172,7 +172,7 @@ def test_bad_lines_are_skipped_with_a_warning_naming_file_and_line(cli, tmp_path
 def test_compressed_suite_and_random_player(tmp_path):
     import pyarrow as pa
 
-    from chessgrpo.eval.players import RandomPlayer
+    from chessgrpo.play.players import RandomPlayer
 
     zst = tmp_path / "suite.epd.zst"
     with pa.CompressedOutputStream(str(zst), "zstd") as stream:

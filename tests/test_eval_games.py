@@ -17,10 +17,10 @@ from helpers import SYZYGY_DIR, data_file
 from chessgrpo.board import move_to_action
 from chessgrpo.board.openings import Opening
 from chessgrpo.eval.compare import compare_files
-from chessgrpo.eval.anchor_checks import check_anchor, probe_engine
-from chessgrpo.eval.anchors import anchor_rating, parse_anchor, parse_anchors, parse_ratings, skill_level_elo
-from chessgrpo.eval.movers import EngineMover, PolicyMover, RandomMover
-from chessgrpo.eval.games import (
+from chessgrpo.play.anchor_checks import check_anchor, probe_engine
+from chessgrpo.play.anchors import anchor_rating, parse_anchor, parse_anchors, parse_ratings, skill_level_elo
+from chessgrpo.play.movers import EngineMover, PolicyMover, RandomMover
+from chessgrpo.play.games import (
     Adjudicator,
     GameSettings,
     GameTask,
@@ -291,7 +291,7 @@ def test_policy_avoids_threefold_repetition_only_when_winning():
 
 
 def test_policy_mover_with_search_mates_in_one_and_plays_legal_moves(value_checkpoint):
-    from chessgrpo.eval.players import search_settings
+    from chessgrpo.play.players import search_settings
     from chessgrpo.models.policy import load_policy
 
     mover = PolicyMover.from_checkpoint(value_checkpoint, search=search_settings(200, syzygy_path=str(SYZYGY_DIR)))
@@ -472,7 +472,7 @@ def test_checkpoint_names_come_from_the_run_not_the_path(tmp_path, checkpoint):
 def test_configs_games_yaml_matches_the_defaults():
     from pathlib import Path
 
-    from chessgrpo.eval.match import GamesConfig
+    from chessgrpo.play.match import GamesConfig
     from chessgrpo.config import load_config, to_dict
 
     path = Path(__file__).resolve().parents[1] / "configs" / "games.yaml"
@@ -482,7 +482,7 @@ def test_configs_games_yaml_matches_the_defaults():
 def test_position_counts_agree_with_python_chess_repetition():
     import random
 
-    from chessgrpo.eval.movers import position_counts, position_key
+    from chessgrpo.play.movers import position_counts, position_key
 
     rng = random.Random(0)
     board = chess.Board("4k3/8/8/8/8/8/8/R3K2R w KQ - 0 1")  # few moves: repetitions are common
@@ -565,13 +565,13 @@ def test_workers_leave_when_eval_games_is_killed(cli, tmp_path, value_checkpoint
 
 
 def _result_for(task: GameTask, points: str = "1-0") -> "GameResult":
-    from chessgrpo.eval.games import GameResult
+    from chessgrpo.play.games import GameResult
 
     return GameResult(task.anchor_index, task.anchor.text, task.pair, task.game, task.player_white, points, "checkmate", 40, 1.5, f'[Event "{task.pair}/{task.game}"]\n\n1-0\n', task.opening.fen)
 
 
 def test_journal_keys_follow_settings_weights_and_openings(tmp_path, checkpoint, value_checkpoint):
-    from chessgrpo.eval.game_journal import GameJournal, remaining
+    from chessgrpo.play.game_journal import GameJournal, remaining
 
     anchors = [parse_anchor("random"), parse_anchor(str(value_checkpoint))]
     tasks = make_tasks(anchors, ["random", "checkpoint"], OPENINGS, pairs=2)

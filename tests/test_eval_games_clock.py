@@ -18,16 +18,16 @@ from helpers import SYZYGY_DIR
 
 from chessgrpo.board.openings import Opening
 from chessgrpo.commands.games import format_summary
-from chessgrpo.eval.anchors import anchor_rating, parse_anchor
-from chessgrpo.eval.game_clock import (
+from chessgrpo.play.anchors import anchor_rating, parse_anchor
+from chessgrpo.play.game_clock import (
     GameClock,
     TimeControl,
     parse_time_control,
     time_forfeit,
 )
-from chessgrpo.eval.games import Adjudicator, GameSettings, GameTask, play_game
-from chessgrpo.eval.match import GamesConfig, play_match, summarise
-from chessgrpo.eval.movers import EngineMover, RandomMover
+from chessgrpo.play.games import Adjudicator, GameSettings, GameTask, play_game
+from chessgrpo.play.match import GamesConfig, play_match, summarise
+from chessgrpo.play.movers import EngineMover, RandomMover
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
 OPENING = Opening(fen="rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", moves=("e2e4",), source="test:1")
@@ -157,9 +157,9 @@ def test_clock_settings_are_checked_before_any_game(tmp_path, checkpoint):
 
 def test_a_searching_policy_budgets_its_move_from_the_clock_like_chessgrpo_uci(tmp_path):
     """With a huge node budget the clock decides: `uci_go.clock_seconds` of 0.5 s with 30 moves to go is ~15 ms."""
-    from chessgrpo.eval.game_clock import ClockView
-    from chessgrpo.eval.movers import PolicyMover
-    from chessgrpo.eval.uci_go import clock_seconds
+    from chessgrpo.play.game_clock import ClockView
+    from chessgrpo.play.movers import PolicyMover
+    from chessgrpo.play.search_control import clock_seconds
     from chessgrpo.search import SearchSettings
 
     torch.manual_seed(0)
@@ -176,7 +176,7 @@ def test_a_searching_policy_budgets_its_move_from_the_clock_like_chessgrpo_uci(t
 
 def test_the_verdict_on_a_limit_beside_a_clock():
     """Beside a clock, stopping below a node limit is the clock's doing (no warning); searching beyond it is not."""
-    from chessgrpo.eval.anchor_runs import MoveSearch, anchor_run
+    from chessgrpo.play.anchor_runs import MoveSearch, anchor_run
 
     shallow = [MoveSearch(1, 5, 0.001)] * 9
     deep = [MoveSearch(12, 80_000, 0.2)] * 9

@@ -13,16 +13,8 @@ from chessgrpo.board import ACTIONS
 
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
-from chessgrpo.eval import (
-    BLUNDER_THRESHOLD,
-    LabelledPosition,
-    RandomPlayer,
-    StockfishPlayer,
-    evaluate_offline,
-    load_eval_positions,
-    move_values,
-    score_moves,
-)
+from chessgrpo.eval import BLUNDER_THRESHOLD, LabelledPosition, evaluate_offline, load_eval_positions, move_values, score_moves
+from chessgrpo.play.players import RandomPlayer, StockfishPlayer
 
 NODES = 500
 # White's rook takes the hanging queen (Rxd5); any other move lets Black take the rook (Qxd1+).
@@ -237,7 +229,7 @@ def test_cli_offline_table_and_errors(cli, tmp_path):
 @pytest.mark.slow
 def test_policy_player_from_a_checkpoint_through_the_cli(cli, tmp_path):
     import torch
-    from chessgrpo.eval.players import PolicyPlayer
+    from chessgrpo.play.players import PolicyPlayer
     from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
     torch.manual_seed(0)
@@ -273,7 +265,7 @@ def value_head_checkpoint(directory):
 
 
 def test_policy_player_with_search_finds_the_mate_an_untrained_policy_misses(tmp_path):
-    from chessgrpo.eval.players import PolicyPlayer, search_settings
+    from chessgrpo.play.players import PolicyPlayer, search_settings
 
     checkpoint = value_head_checkpoint(tmp_path / "vh")
     player = PolicyPlayer.from_checkpoint(checkpoint, search=search_settings(200))

@@ -11,7 +11,7 @@ import chess
 import pytest
 from helpers import data_file
 
-from chessgrpo.eval.players import RandomPlayer
+from chessgrpo.play.players import RandomPlayer
 from chessgrpo.eval.puzzles import parse_puzzle, rating_bucket, read_puzzles, solve_puzzles
 
 HEADER = "PuzzleId,FEN,Moves,Rating,RatingDeviation,Popularity,NbPlays,Themes,GameUrl,OpeningTags"

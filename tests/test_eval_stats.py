@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
+from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
 Z95 = 1.959963984540054  # standard normal quantile at 0.975
 

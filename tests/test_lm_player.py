@@ -1,4 +1,4 @@
-"""The chess LM as a player (eval/lm_player.py, eval/uci_lm.py, models/checkpoint_kind.py) and the commands that play it:
+"""The chess LM as a player (play/lm_player.py, uci/lm.py, models/checkpoint_kind.py) and the commands that play it:
 `eval endgame`, `eval games` and `uci` with an LM checkpoint.
 
 Every model is real and tiny, made here: an untrained one (its greedy answers are ill-formed, so every move is
@@ -21,8 +21,8 @@ import torch
 from helpers import SYZYGY_DIR
 
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, policy_prompt
-from chessgrpo.eval.lm_player import LMMover, LMPlayer, LMPlayerConfig, LMPlayerStats, run_prompt_bos
-from chessgrpo.eval.uci_lm import LM_OPTIONS, LMUciEngine
+from chessgrpo.play.lm_player import LMMover, LMPlayer, LMPlayerConfig, LMPlayerStats, run_prompt_bos
+from chessgrpo.uci.lm import LM_OPTIONS, LMUciEngine
 from chessgrpo.files import write_manifest
 from chessgrpo.models.checkpoint_kind import LM, POLICY, identify_checkpoint, require_policy
 from chessgrpo.models.lm import LMModelConfig, build_lm, completion_log_probs, left_pad, right_pad, save_lm

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from chessgrpo.config import from_dict
-from chessgrpo.eval.stats import wilson_interval
+from chessgrpo.stats import wilson_interval
 from chessgrpo.models.policy import load_policy
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.files import step_checkpoints

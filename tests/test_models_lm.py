@@ -18,12 +18,12 @@ from chessgrpo.models.lm import (
     build_lm,
     completion_log_probs,
     dropout_probabilities,
-    generate,
     load_lm,
     prepare_for_rl,
     save_lm,
     tempered_log_probs,
 )
+from chessgrpo.models.lm_generation import generate
 from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, optimize
 from chessgrpo.tasks.lm_rollout import make_forward, sample_completion_groups, to_rollout_batch
 from chessgrpo.train.learner import Learner

@@ -8,8 +8,8 @@ milliseconds (Glaurung 2.2 and Toga II overshoot or ignore node limits, Fairy-Ma
 only). The set-up installs it with apt-get when it is missing and we are root; otherwise the
 tests that need it are skipped, saying so.
 
-Cross-cutting: engine/uci.py and engine/pool.py, eval/anchors.py, eval/anchor_checks.py and
-eval/movers.py, and the `eval games` and `doctor` commands.
+Cross-cutting: engine/uci.py and engine/pool.py, play/anchors.py, play/anchor_checks.py and
+play/movers.py, and the `eval games` and `doctor` commands.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from helpers import SYZYGY_DIR
 
 from chessgrpo.engine import EngineError, EngineNotFoundError, EnginePool, RetryPolicy
 from chessgrpo.engine.uci import EngineUnsupported, UciProcess, parse_option
-from chessgrpo.eval.anchor_checks import prepare_anchors, probe_anchor
-from chessgrpo.eval.anchors import anchor_rating, load_engines, parse_anchor, parse_anchors
-from chessgrpo.eval.movers import EngineMover
+from chessgrpo.play.anchor_checks import prepare_anchors, probe_anchor
+from chessgrpo.play.anchors import anchor_rating, load_engines, parse_anchor, parse_anchors
+from chessgrpo.play.movers import EngineMover
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"

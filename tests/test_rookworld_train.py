@@ -298,7 +298,7 @@ def test_eval_lm_prompt_bos_decodes_from_bos_prefixed_prompts(lab, tmp_path):
     from [BOS, prompt...] (`with_prompt_bos`, whose ids tests/test_lm_memory.py checks), records the setting,
     and a bad value is a config error."""
     from chessgrpo.data.rookworld import read_rookworld
-    from chessgrpo.eval.lm import generate_texts
+    from chessgrpo.models.lm_generation import generate_texts
     from chessgrpo.models.prompt_bos import with_prompt_bos
 
     root, _ = lab

@@ -23,7 +23,7 @@ COMMAND_CLASSES: dict[str, tuple[str, str]] = {
     "data.yaml": ("chessgrpo.data.generate", "GenerateConfig"),  # a recipe's data stage (configs/recipes/*/)
     "engine_eval.yaml": ("chessgrpo.config", "EngineEvalConfig"),
     "eval.yaml": ("chessgrpo.eval.standalone", "EvalConfig"),
-    "games.yaml": ("chessgrpo.eval.match", "GamesConfig"),
+    "games.yaml": ("chessgrpo.play.match", "GamesConfig"),
     "sweep_tiny.yaml": ("chessgrpo.sweep.config", "SweepConfig"),
 }
 

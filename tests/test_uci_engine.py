@@ -1,4 +1,4 @@
-"""`chessgrpo uci` (eval/uci_engine.py): driven by python-chess's engine client, through a raw pipe and in-process
+"""`chessgrpo uci` (uci/engine.py): driven by python-chess's engine client, through a raw pipe and in-process
 (`UciEngine` over `io.StringIO`); search with a value-head checkpoint, policy-only play without."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 import torch
 from helpers import SYZYGY_DIR
 
-from chessgrpo.eval.uci_chess960 import move_actions
-from chessgrpo.eval.uci_engine import UciEngine, parse_position, parse_temperature
-from chessgrpo.eval.uci_go import MAX_NODES, GoFlags, GoLimits, clock_seconds, movetime_seconds, parse_go, parse_go_flags
-from chessgrpo.eval.uci_scores import expected_score_wdl, policy_estimate, quiescence
+from chessgrpo.uci.chess960 import move_actions
+from chessgrpo.uci.engine import UciEngine, parse_position, parse_temperature
+from chessgrpo.play.search_control import MAX_NODES, GoFlags, GoLimits, clock_seconds, movetime_seconds, parse_go, parse_go_flags
+from chessgrpo.uci.scores import expected_score_wdl, policy_estimate, quiescence
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
 STARTUP_TIMEOUT_S = 60.0  # torch import on a busy 2-core machine
@@ -339,7 +339,7 @@ def test_a_bad_syzygy_path_fails_at_startup(value_checkpoint, tmp_path):
 
 def test_cli_search_choices_match_the_engine():
     from chessgrpo.commands import uci as uci_command
-    from chessgrpo.eval import uci_engine
+    from chessgrpo.uci import engine as uci_engine
 
     assert uci_command.SEARCH_CHOICES == uci_engine.SEARCH_CHOICES
 

@@ -1,6 +1,6 @@
-"""The UCI options bots and GUIs set (eval/uci_engine.py, eval/uci_go.py): ``Move Overhead``, ``Threads``, ``Hash``, with
+"""The UCI options bots and GUIs set (uci/engine.py, play/search_control.py): ``Move Overhead``, ``Threads``, ``Hash``, with
 lichess-bot's default engine options, driven through python-chess's engine client against a real checkpoint; and the
-deadline that never starts a search step it cannot finish. The chess LM's engine (eval/uci_lm.py) takes the same options
+deadline that never starts a search step it cannot finish. The chess LM's engine (uci/lm.py) takes the same options
 and keeps its clock too."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 
 from chessgrpo.engine import find_stockfish
 from chessgrpo.engine.pool import available_cores
-from chessgrpo.eval.uci_engine import UciEngine
-from chessgrpo.eval.uci_go import MOVE_OVERHEAD_MS, GoLimits, SearchControl, clock_seconds, hash_nodes, movetime_seconds, parse_go
-from chessgrpo.eval.uci_lm import LM_OPTIONS
+from chessgrpo.uci.engine import UciEngine
+from chessgrpo.play.search_control import MOVE_OVERHEAD_MS, GoLimits, SearchControl, clock_seconds, hash_nodes, movetime_seconds, parse_go
+from chessgrpo.uci.lm import LM_OPTIONS
 from chessgrpo.models.lm import LMModelConfig, build_lm, save_lm
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from helpers import SYZYGY_DIR

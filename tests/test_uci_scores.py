@@ -1,4 +1,4 @@
-"""The scale of `chessgrpo uci`'s scores (eval/uci_scores.py, search.value_to_centipawns): Lc0's centipawns, checked
+"""The scale of `chessgrpo uci`'s scores (uci/scores.py, search.value_to_centipawns): Lc0's centipawns, checked
 through python-chess's engine client on a network whose value is known by construction, and on the quickstart network.
 """
 

@@ -6,7 +6,7 @@
                            [--max-moves 50] [--baselines] [--json] [output=FILE] [key=value ...]
 
 The player (a policy at argmax, a chess LM's greedy B: answer with re-samples and a random fallback
-(`eval.lm_player`, settings ``lm.*``), or ``--policy random|tablebase``) plays the strong side of each
+(`play.lm_player`, settings ``lm.*``), or ``--policy random|tablebase``) plays the strong side of each
 held-out start position for up to ``max_moves`` own moves against the perfect defender
 (`eval.endgame.evaluate_endgame`). The start positions are exactly the held-out set of an
 endgame training run with the same material, count and seed (``eval.positions`` and

@@ -10,26 +10,26 @@
                          [--sprt ELO0,ELO1 --opponent CKPT2] [--config F] [key=value ...]
 
 Plays N games (N/2 colour-swapped pairs, one opening per pair) against every anchor
-(`chessgrpo.eval.anchors`: random, Stockfish levels, any UCI engine as ``uci:PATH[:KEY=VALUE]...``
+(`chessgrpo.play.anchors`: random, Stockfish levels, any UCI engine as ``uci:PATH[:KEY=VALUE]...``
 or by its name in an engines file, checkpoints; docs/engines.md) with the adjudication of
-`chessgrpo.eval.games`, writes every game to a PGN, and reports per anchor W/D/L, the score with
+`chessgrpo.play.games`, writes every game to a PGN, and reports per anchor W/D/L, the score with
 a Wilson interval, pentanomial pair counts and the Elo difference; then the maximum-likelihood Elo
-over all rated anchors with a likelihood-ratio interval (`chessgrpo.eval.elo`). With ``--sprt elo0,elo1 --opponent CKPT2`` it
+over all rated anchors with a likelihood-ratio interval (`chessgrpo.play.elo`). With ``--sprt elo0,elo1 --opponent CKPT2`` it
 plays CKPT against CKPT2 only and stops as soon as the SPRT decides (at most N games).
 With ``--search-nodes N`` CKPT plays the move of a search with its value head (`chessgrpo.search`)
 at N nodes per move instead of its policy's argmax; the PGN's PlayerSettings and the JSON record
 the search settings. Checkpoint anchors (and the SPRT opponent) play without search.
 With ``--tc 40/10+0.1`` (cutechess syntax) both sides play on clocks (``--anchor-tc`` gives the
 anchors another): losses on time are counted per side and the PGN has TimeControl tags and
-``%clk`` comments (`chessgrpo.eval.game_clock`). Every engine anchor's line says what it ran (depth
+``%clk`` comments (`chessgrpo.play.game_clock`). Every engine anchor's line says what it ran (depth
 and nodes per move from its ``info`` lines) against what it was asked, with a WARNING when it did not
-keep its limit (`chessgrpo.eval.anchor_runs`).
-A chess LM checkpoint plays its greedy B: answer (`chessgrpo.eval.lm_player`; settings ``lm.*``;
+keep its limit (`chessgrpo.play.anchor_runs`).
+A chess LM checkpoint plays its greedy B: answer (`chessgrpo.play.lm_player`; settings ``lm.*``;
 ``--search-nodes`` and ``--temperature`` are refused for it); the summary adds its ill-formed,
 illegal, re-sampled and fallback rates (``lm_player``).
 This module parses the flags and renders the summary; the match itself (anchors, openings,
-journal and resume, SPRT, PGN, summary) is `chessgrpo.eval.match.play_match`.
-Defaults and every key: configs/games.yaml (`chessgrpo.eval.match.GamesConfig`).
+journal and resume, SPRT, PGN, summary) is `chessgrpo.play.match.play_match`.
+Defaults and every key: configs/games.yaml (`chessgrpo.play.match.GamesConfig`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 from chessgrpo.commands.common import add_config_arguments, add_search_arguments, progress_bar
 from chessgrpo.config import load_config
 from chessgrpo.errors import InputError
-from chessgrpo.eval.match import GamesConfig, play_match, resolve_games_paths
+from chessgrpo.play.match import GamesConfig, play_match, resolve_games_paths
 
 
 def add_games_parser(sub: argparse._SubParsersAction) -> None:
@@ -127,7 +127,7 @@ def run_games_command(args: argparse.Namespace) -> int:
 
 
 def _elo_text(estimate: dict, signed: bool = True) -> str:
-    from chessgrpo.eval.elo import EloEstimate
+    from chessgrpo.play.elo import EloEstimate
 
     fields = {k: estimate[k] for k in ("value", "low", "high", "n", "bound")}
     return EloEstimate(**fields).format(signed=signed)
@@ -153,7 +153,7 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         lines.append(f"time control {clocks}: time losses: policy {losses['player']}, anchors {losses['anchor']}")
         lines.append(summary["clock_note"])
     lines.extend(_anchor_table(summary["anchors"], level, clocks=bool(summary.get("tc"))))
-    if "lm_player" in summary:  # a chess LM played: how its moves were made (eval.lm_player)
+    if "lm_player" in summary:  # a chess LM played: how its moves were made (play.lm_player)
         lines.append(summary["lm_player"]["line"])
     lines.append("")
     lines.append("anchors:")
@@ -180,7 +180,7 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
     lines.extend(warnings)
     lines.append(f"note: {summary['calibration']}")
     if "sprt" in summary:
-        from chessgrpo.eval.elo import SprtResult
+        from chessgrpo.play.elo import SprtResult
 
         s = summary["sprt"]
         result = SprtResult(

@@ -1,7 +1,7 @@
 """`chessgrpo uci --checkpoint CKPT [--device D] [--temperature T] [--search S] [--nodes N] [--syzygy-path DIR]`:
 the policy as a UCI engine.
 
-Speaks UCI on stdin/stdout (see `chessgrpo.eval.uci_engine` and ``docs/uci.md``), so the policy
+Speaks UCI on stdin/stdout (see `chessgrpo.uci.engine` and ``docs/uci.md``), so the policy
 plays in chess GUIs, cutechess-cli, fastchess and lichess-bot; logs go to stderr. A checkpoint with
 a value head searches (PUCT by default) under the ``go`` limits; one without plays the policy's
 move. Searches run in a thread, so ``go infinite``/``go ponder`` wait for ``stop``/``ponderhit``
@@ -11,7 +11,7 @@ loads the model (a few seconds for torch) before the first command is read; a ba
 Syzygy directory or temperature fails right away.
 
 A chess language model (``--checkpoint LM_DIR``: a save_pretrained directory, an SFT/GRPO run or
-checkpoint) plays its greedy B: answer instead (`chessgrpo.eval.uci_lm`, docs/uci.md "The chess LM
+checkpoint) plays its greedy B: answer instead (`chessgrpo.uci.lm`, docs/uci.md "The chess LM
 as a player"), within each move's clock budget, taking the options bots send (Move Overhead, Threads, Hash, and
 without effect Ponder, MultiPV, UCI_ShowWDL, SyzygyPath); ``--retries`` and ``--prompt-bos`` are its settings, and the
 action policy's ``--temperature``, ``--search``, ``--nodes`` and ``--syzygy-path`` are refused for it.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from chessgrpo.errors import InputError
 
-SEARCH_CHOICES = ("puct", "alphabeta", "none")  # = chessgrpo.eval.uci_engine.SEARCH_CHOICES (not imported: keeps --help fast)
+SEARCH_CHOICES = ("puct", "alphabeta", "none")  # = chessgrpo.uci.engine.SEARCH_CHOICES (not imported: keeps --help fast)
 POLICY_DEFAULTS = {"temperature": 0.0, "search": "puct", "nodes": 256, "syzygy_path": ""}
 """The action policy's flags: given for a chess LM they are an error, so their parser default is None."""
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_lm(args)
     if args.retries is not None or args.prompt_bos is not None:
         raise InputError(f"--retries and --prompt-bos are for a chess LM, but {str(args.checkpoint)!r} is an action policy")
-    from chessgrpo.eval.uci_engine import UciEngine
+    from chessgrpo.uci.engine import UciEngine
 
     given = {name: getattr(args, name) for name in POLICY_DEFAULTS}
     options = {name: POLICY_DEFAULTS[name] if value is None else value for name, value in given.items()}
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_lm(args: argparse.Namespace) -> int:
-    from chessgrpo.eval.lm_player import LMPlayerConfig
-    from chessgrpo.eval.uci_lm import LMUciEngine
+    from chessgrpo.play.lm_player import LMPlayerConfig
+    from chessgrpo.uci.lm import LMUciEngine
 
     given = [f"--{name.replace('_', '-')}" for name in POLICY_DEFAULTS if getattr(args, name) is not None]
     if given:

@@ -3,7 +3,7 @@
 `Tablebase` (3-4 pieces in data/syzygy) answers two kinds of question:
 
 - `probe(position)` -> `TablebaseResult`: WDL and DTZ for the side to move, probed afresh (the
-  reward shaping of `tasks.rewards`, the adjudication of `eval.games`, the UCI player).
+  reward shaping of `tasks.rewards`, the adjudication of `play.games`, the UCI player).
 - The endgame curriculum's exact oracle, every probe cached (`probe_wdl`, `probe_dtz`, `is_won`):
   - `state(board, pov)` -> `engine.tablebase_values.TablebaseState`: the game-theoretic score for
     `pov` and the distance to the end in plies; a finished game is scored by the rules, not probed.

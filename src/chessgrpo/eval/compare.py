@@ -2,7 +2,7 @@
 
 Two evaluations of different checkpoints share most of their variance: a hard position is hard
 for both. Pairing each position's outcome under A with its outcome under B and resampling the
-pairs jointly (`eval.stats.paired_bootstrap_difference`) cancels that shared part, so a real
+pairs jointly (`stats.paired_bootstrap_difference`) cancels that shared part, so a real
 improvement shows up with a much tighter interval than two independent intervals would give.
 A difference whose interval contains 0 is not progress, whatever its sign.
 
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from chessgrpo.errors import InputError
 from chessgrpo.eval.registry import comparable, recognise_records
-from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
+from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
 
 @dataclasses.dataclass(frozen=True)

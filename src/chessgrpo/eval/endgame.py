@@ -9,7 +9,7 @@ tablebase optimum ((DTZ + 1) / 2 own moves from the start), and how often the wi
 
 The pickers (`MovePicker`): `policy_picker` (the policy at argmax or sampled), `random_picker` (the
 floor) and `tablebase_picker` (the DTZ-optimal move: the physical limit); a chess LM plays through
-`eval.lm_player.LMPlayer.picker` (its greedy B:, re-samples, random fallback).
+`play.lm_player.LMPlayer.picker` (its greedy B:, re-samples, random fallback).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from chessgrpo.config import ConfigError
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.errors import InputError
-from chessgrpo.eval.lm_player import LMPlayerConfig
-from chessgrpo.eval.stats import Interval, wilson_interval
+from chessgrpo.play.lm_player import LMPlayerConfig
+from chessgrpo.stats import Interval, wilson_interval
 from chessgrpo.paths import SYZYGY_DEFAULT
 
 
@@ -58,7 +58,7 @@ class EndgameEvalConfig:
     output: str | None = None
     """Write the result and per-position records as JSON here (input of `eval compare`)."""
     lm: LMPlayerConfig = dataclasses.field(default_factory=LMPlayerConfig)
-    """How a chess LM checkpoint plays (`eval.lm_player`: re-samples, fallback, answer length, BOS)."""
+    """How a chess LM checkpoint plays (`play.lm_player`: re-samples, fallback, answer length, BOS)."""
 
     def __post_init__(self) -> None:
         if self.positions < 1 or self.max_moves < 1:
@@ -82,7 +82,7 @@ def policy_picker(model, *, temperature: float = 0.0, generator: torch.Generator
 def checkpoint_picker(path: Path, config: EndgameEvalConfig) -> tuple[MovePicker, Any]:
     """(picker, the `LMPlayer` or None) of an action-policy or chess LM checkpoint (`models.checkpoint_kind`);
     ``lm.*`` settings given with an action policy are an error naming the path."""
-    from chessgrpo.eval.lm_player import LMPlayer
+    from chessgrpo.play.lm_player import LMPlayer
     from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
 
     if identify_checkpoint(path).kind == LM:

@@ -32,8 +32,8 @@ import chess
 
 from chessgrpo.board.validation import parse_board
 from chessgrpo.errors import InputError, one_line, quote
-from chessgrpo.eval.players import Player
-from chessgrpo.eval.stats import Interval, wilson_interval
+from chessgrpo.play.players import Player
+from chessgrpo.stats import Interval, wilson_interval
 from chessgrpo.files import open_decompressed, text_lines
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ in training and evaluation.
 - **Puzzles** via the P: prompt: the first move is B: of the completion; correct when it is the
   solution's first move or mates (as `eval.puzzles`).
 
-Proportions carry Wilson intervals, means percentile-bootstrap intervals (`eval.stats`). Every
+Proportions carry Wilson intervals, means percentile-bootstrap intervals (`stats`). Every
 per-prompt record is kept, so two evaluations of the same prompts compare with paired bootstrap
 intervals (`compare_lm_results`).
 """
@@ -28,7 +28,6 @@ from typing import Any
 
 import chess
 import numpy as np
-import torch
 
 from chessgrpo.config import EngineConfig
 from chessgrpo.data.rookworld_format import (
@@ -39,7 +38,8 @@ from chessgrpo.data.rookworld_format import (
     parse_policy_completion,
 )
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
-from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
+from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
+from chessgrpo.models.lm_generation import generate_texts
 
 POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate", "p_best_legal_rate")
 POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
@@ -103,28 +103,6 @@ class LMEvalResult:
         return {"metrics": {k: v.to_json() for k, v in self.metrics.items()}, "records": self.records}
 
 
-def generate_texts(lm: Any, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-                   seed: int = 0, progress: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
-    """Completions (no EOS) of `prompts`, batched; greedy at temperature 0."""
-    from chessgrpo.models.lm import generate
-
-    if lm.model.training:
-        raise RuntimeError("evaluation needs the model in eval mode")
-    generator = torch.Generator(device=lm.device).manual_seed(seed)
-    # Similar lengths together: less padding per batch. Results are put back in prompt order.
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out: list[str | None] = [None] * len(prompts)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        generation = generate(
-            lm.model, [lm.tokenizer.encode(prompts[i]) for i in chunk], eos_token_id=lm.tokenizer.eos_token_id,
-            max_new_tokens=max_new_tokens, temperature=temperature, generator=generator,
-        )  # fmt: skip
-        for i, text in zip(chunk, generation.texts(lm.tokenizer)):
-            out[i] = text
-        if progress is not None:
-            progress(len(chunk))
-    return [t if t is not None else "" for t in out]
 
 
 def _mean(values: Sequence[float], confidence: float, resamples: int, seed: int) -> Interval:

@@ -33,9 +33,9 @@ import numpy as np
 
 from chessgrpo.board import move_to_action
 from chessgrpo.board.move_facts import en_prise_actions
-from chessgrpo.eval.players import Player
+from chessgrpo.play.players import Player
 from chessgrpo.eval.positions import LabelledPosition
-from chessgrpo.eval.stats import Interval, bootstrap_interval
+from chessgrpo.stats import Interval, bootstrap_interval
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool

@@ -49,8 +49,8 @@ import chess
 
 from chessgrpo.board.validation import parse_board, parse_move
 from chessgrpo.errors import InputError, one_line
-from chessgrpo.eval.players import Player
-from chessgrpo.eval.stats import Interval, wilson_interval
+from chessgrpo.play.players import Player
+from chessgrpo.stats import Interval, wilson_interval
 from chessgrpo.files import open_decompressed, text_lines
 from chessgrpo.paths import find_data_path
 

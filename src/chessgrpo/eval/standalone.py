@@ -51,7 +51,7 @@ class EvalConfig:
     rating_bands: list[int] = dataclasses.field(default_factory=lambda: [1000, 1400, 1800, 2200])
     """`eval puzzles`: increasing edges of the rating bands ([1000, 1400] = <1000, 1000-1399, >=1400)."""
     baseline_nodes: int = 50
-    """Node budget of the Stockfish baseline (see `chessgrpo.eval.players.DEFAULT_BASELINE_NODES`)."""
+    """Node budget of the Stockfish baseline (see `chessgrpo.play.players.DEFAULT_BASELINE_NODES`)."""
     baselines: bool = True
     """Also evaluate the random and Stockfish baselines on the same positions."""
     seed: int = 0
@@ -116,7 +116,7 @@ def search_for(subject: Subject, config: EvalConfig) -> Any:
     Raises:
         ValueError: a bad search_* value, or a search budget for a --policy baseline.
     """
-    from chessgrpo.eval.players import search_settings
+    from chessgrpo.play.players import search_settings
 
     search = search_settings(
         config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
@@ -131,7 +131,7 @@ def players(subject: Subject, config: EvalConfig, pool: Any, stack: contextlib.E
 
     A searching policy's tablebase is released when `stack` closes.
     """
-    from chessgrpo.eval.players import PolicyPlayer, RandomPlayer, StockfishPlayer
+    from chessgrpo.play.players import PolicyPlayer, RandomPlayer, StockfishPlayer
 
     def baseline(name: str) -> Any:
         return RandomPlayer(config.seed) if name == "random" else StockfishPlayer(pool, config.baseline_nodes)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from chessgrpo.eval.stats import Interval, bootstrap_interval, paired_bootstrap_difference
+from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference
 
 CALIBRATION_BINS = 10
 

@@ -66,7 +66,7 @@ class Searcher:
     """A policy with a value head plus a search algorithm (`SearchSettings`).
 
     `evaluator_class` builds the leaf evaluator: `NetworkEvaluator`, or a subclass that presents
-    boards to the network differently (`chessgrpo.eval.uci_chess960.Chess960Evaluator`).
+    boards to the network differently (`chessgrpo.uci.chess960.Chess960Evaluator`).
     """
 
     def __init__(self, policy: ActionPolicy, settings: SearchSettings, *, evaluator_class: type[NetworkEvaluator] = NetworkEvaluator):

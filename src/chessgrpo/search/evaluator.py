@@ -81,7 +81,7 @@ class NetworkEvaluator:
     """Evaluates positions with an `ActionPolicy` that has a value head, batched (module docstring).
 
     `_network` is the one place boards meet the network; a subclass that encodes boards
-    differently overrides it (`chessgrpo.eval.uci_chess960.Chess960Evaluator` for Chess960).
+    differently overrides it (`chessgrpo.uci.chess960.Chess960Evaluator` for Chess960).
     """
 
     def __init__(

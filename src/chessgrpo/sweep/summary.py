@@ -366,7 +366,7 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     from chessgrpo.engine import EnginePool
     from chessgrpo.eval.compare import compare_records
     from chessgrpo.eval.offline import evaluate_offline
-    from chessgrpo.eval.players import PolicyPlayer
+    from chessgrpo.play.players import PolicyPlayer
     from chessgrpo.eval.positions import load_eval_positions
     from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
     from chessgrpo.files import write_json_atomic

@@ -1,7 +1,7 @@
 """GRPO on text: groups of sampled completions of a chess LM, as rollout rows, and the learner's forward.
 
 - `RookWorldTaskConfig`: what a group is (the `task:` section of a `kind: rookworld` config);
-- `sample_completion_groups`: G completions per prompt (`models.lm.generate`: batched, left-padded,
+- `sample_completion_groups`: G completions per prompt (`models.lm_generation.generate`: batched, left-padded,
   KV cache, temperature only), then the behaviour (and reference) log-probs and the exact per-token
   entropy from `models.lm.completion_log_probs` on the finished sequences;
 - `to_rollout_batch`: the B * G completions as `rl.RolloutBatch` rows (L tokens, mask through EOS);
@@ -18,7 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
-from chessgrpo.models.lm import ChessLM, Generation, completion_log_probs, completion_log_probs_and_kl, generate
+from chessgrpo.models.lm import ChessLM, completion_log_probs, completion_log_probs_and_kl
+from chessgrpo.models.lm_generation import Generation, generate
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, eval_mode_forward
 from chessgrpo.rl.learner import Forward
 from chessgrpo.tasks.reward_registry import check_weights

@@ -27,7 +27,7 @@ from typing import Any
 
 import chess
 
-from chessgrpo.eval.movers import PolicyMover, RandomMover
+from chessgrpo.play.movers import PolicyMover, RandomMover
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ thresholds are the fields of `Thresholds`, each documented; docs/diagnose.md lis
 Intervals: a trend is the change over the run of a least-squares line, with a moving-block
 bootstrap interval (blocks of ~n^(1/3) consecutive steps keep short-range autocorrelation).
 Two evaluation points are compared *paired* on the same positions/puzzles when the per-item
-records of ``eval/step_NNNNNN_*.json`` exist (`eval.stats.paired_bootstrap_difference`), else
+records of ``eval/step_NNNNNN_*.json`` exist (`stats.paired_bootstrap_difference`), else
 from their own intervals (difference +- the root sum of squares of the half-widths, which is
 wider than the paired interval: it errs towards "not significant").
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from chessgrpo.eval.stats import paired_bootstrap_difference
+from chessgrpo.stats import paired_bootstrap_difference
 from chessgrpo.eval.registry import held_out_metrics
 from chessgrpo.track.run_data import AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run, resolve_run_path
 

@@ -383,7 +383,7 @@ class MoveGroupKind(PolicyGRPOKind):
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
         """Held-out offline metrics and puzzle accuracy of the current policy (argmax), with intervals."""
-        from chessgrpo.eval.players import PolicyPlayer
+        from chessgrpo.play.players import PolicyPlayer
         from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
 
         self.wait_for_rollout()  # a pipelined next rollout uses the pool: let it finish first

@@ -97,7 +97,7 @@ class PolicyGRPOKind(GRPOKind):
         """Held-out ESL, top-1 and blunder rate of the argmax policy (intervals) on the same seeded sample of
         `source` every time; writes out_dir/step_NNNNNN_offline.json (what `chessgrpo eval compare` reads)."""
         from chessgrpo.eval.offline import evaluate_offline
-        from chessgrpo.eval.players import PolicyPlayer
+        from chessgrpo.play.players import PolicyPlayer
         from chessgrpo.eval.positions import load_eval_positions
 
         seed = self.context.seed

@@ -358,8 +358,8 @@ class SFTKind(Kind):
     @torch.no_grad()
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
         """Held-out loss and greedy well-formed rates (see the module docstring)."""
-        from chessgrpo.eval.lm import generate_texts
-        from chessgrpo.eval.stats import wilson_interval
+        from chessgrpo.models.lm_generation import generate_texts
+        from chessgrpo.stats import wilson_interval
         from chessgrpo.data.rookworld_format import Malformed, parse_environment_completion, parse_policy_completion
 
         config = self.config

@@ -8,7 +8,7 @@ Conventions (the logistic Elo model, as in FIDE/CCRL/fishtest's "logistic Elo"):
 
 What each interval is:
 
-- `score_interval`: the Wilson score interval (`chessgrpo.eval.stats.wilson_interval`) of the
+- `score_interval`: the Wilson score interval (`chessgrpo.stats.wilson_interval`) of the
   score, treating each game as one Bernoulli trial worth its points. Draws reduce the true
   per-game variance below the binomial p(1-p), so the interval is slightly conservative.
 - `elo_from_score`: that interval mapped through `elo_difference` (monotone, so the Elo interval
@@ -39,7 +39,7 @@ import math
 from statistics import NormalDist
 from typing import Iterable, Literal, Sequence
 
-from chessgrpo.eval.stats import Interval, wilson_interval
+from chessgrpo.stats import Interval, wilson_interval
 
 ELO_SEARCH_LIMIT = 10_000.0
 """Ratings are searched within +-this of the anchors; far beyond any real difference."""

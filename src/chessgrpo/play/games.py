@@ -1,7 +1,7 @@
 """Games between a policy and anchors: colour-swapped pairs, adjudication, PGN, parallel workers.
 
 The evaluated player is an action policy (`PolicyMover`) or, with `GameSettings.lm_player`, a chess
-LM (`eval.lm_player.LMMover`), whose per-game counts of ill-formed, illegal, re-sampled and fallback
+LM (`play.lm_player.LMMover`), whose per-game counts of ill-formed, illegal, re-sampled and fallback
 moves each `GameResult` carries (`player_stats`).
 
 `make_tasks` lays out the games: for each pair index i (opening i, cycling when the suite is
@@ -30,7 +30,7 @@ Adjudication (`Adjudicator`), checked before every move, in this order:
    plies, the losing side resigns. Off by default because it replaces play by an engine's
    opinion; useful to save time against strong anchors.
 
-Clocks (`GameSettings.tc`, `anchor_tc`; `eval.game_clock`): each side has a clock. Before each
+Clocks (`GameSettings.tc`, `anchor_tc`; `play.game_clock`): each side has a clock. Before each
 move the mover is told both clocks, increments and its moves to go (`ClockView`); the wall time
 the move really took (measured here, around the mover's call: engine pipes included, as
 cutechess-cli measures) is taken off its clock and the increment added, and at each ``MOVES``
@@ -74,17 +74,17 @@ import chess
 import chess.pgn
 
 from chessgrpo.board.openings import Opening
-from chessgrpo.eval.anchor_runs import pack
-from chessgrpo.eval.anchors import AnchorSpec
-from chessgrpo.eval.game_clock import (
+from chessgrpo.play.anchor_runs import pack
+from chessgrpo.play.anchors import AnchorSpec
+from chessgrpo.play.game_clock import (
     GameClock,
     TimeControl,
     parse_time_control,
     time_forfeit,
 )
-from chessgrpo.eval.lm_player import LMMover, LMPlayerConfig
-from chessgrpo.eval.movers import Mover, PolicyMover, make_mover
-from chessgrpo.eval.players import describe_search
+from chessgrpo.play.lm_player import LMMover, LMPlayerConfig
+from chessgrpo.play.movers import Mover, PolicyMover, make_mover
+from chessgrpo.play.players import describe_search
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.search import SearchSettings
@@ -177,9 +177,9 @@ class GameSettings:
     search: SearchSettings | None = None
     """The evaluated policy's search (None or 0 nodes = its argmax); checkpoint anchors never search."""
     lm_player: LMPlayerConfig | None = None
-    """Set when the checkpoint is a chess LM: how it plays (`eval.lm_player`); None for an action policy."""
+    """Set when the checkpoint is a chess LM: how it plays (`play.lm_player`); None for an action policy."""
     tc: str | None = None
-    """The evaluated player's time control (``MOVES/SECONDS+INC``, `eval.game_clock`); None = no clocks."""
+    """The evaluated player's time control (``MOVES/SECONDS+INC``, `play.game_clock`); None = no clocks."""
     anchor_tc: str | None = None
     """The anchors' time control when it differs from `tc` (None = `tc`)."""
 
@@ -244,11 +244,11 @@ class GameResult:
     opening: str = ""
     """FEN of the game's opening position: with anchor and pair, what pairs two players' games."""
     player_stats: dict[str, int] | None = None
-    """A chess LM player's counts of this game (`eval.lm_player.LMPlayerStats.counts`); None for a policy."""
+    """A chess LM player's counts of this game (`play.lm_player.LMPlayerStats.counts`); None for a policy."""
     flagged: str | None = None
     """Under a clock: "player" or "anchor", the side that ran out of time (termination "time forfeit"); else None."""
     anchor_search: dict[str, list] | None = None
-    """An engine anchor's moves in this game: reported depth, nodes and wall time (`eval.anchor_runs.pack`)."""
+    """An engine anchor's moves in this game: reported depth, nodes and wall time (`play.anchor_runs.pack`)."""
 
     @property
     def player_points(self) -> float:

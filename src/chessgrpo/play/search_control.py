@@ -3,7 +3,7 @@
 (`parse_go_flags`: ``infinite``, ``ponder``, ``searchmoves``), and the stop rule the protocol thread
 and the search thread share (`SearchControl`: ``stop``, ``ponderhit``, node limit, deadline).
 
-The protocol that uses them is `chessgrpo.eval.uci_engine`; ``docs/uci.md`` has the user's view.
+The protocol that uses them is `chessgrpo.uci.engine`; ``docs/uci.md`` has the user's view.
 """
 
 from __future__ import annotations

@@ -22,12 +22,12 @@ Anchors on the command line (`parse_anchor`):
 
 Under a clock (``eval games --tc``, `AnchorSpec.clock`) an engine plays on it, keeping only a limit
 given for it (``sf-nodes:N``, ``uci:...:nodes=N``, an engines file's limit); `AnchorSpec.asked` is
-what it is asked, which `eval.anchor_runs` holds against what it ran.
+what it is asked, which `play.anchor_runs` holds against what it ran.
 
 ``sf-*`` anchors need Stockfish at ``engine.path``; ``uci:`` and engines-file anchors play
 whatever engine they name. Their engines are checked before any game in
-`chessgrpo.eval.anchor_checks`, and the players that make their moves are in
-`chessgrpo.eval.movers`.
+`chessgrpo.play.anchor_checks`, and the players that make their moves are in
+`chessgrpo.play.movers`.
 
 Where anchor ratings come from (`anchor_rating`), and what they mean:
 
@@ -162,7 +162,7 @@ class AnchorSpec:
     given: str = ""
     """The anchor as given, when `text` is another name (a renamed ``uci:`` anchor)."""
     clock: str | None = None
-    """The time control it plays on (`eval.game_clock`, e.g. "40/10+0.1"); None = per-move limits only.
+    """The time control it plays on (`play.game_clock`, e.g. "40/10+0.1"); None = per-move limits only.
     Under a clock an engine keeps only a limit given for it (sf-nodes:N, ``uci:...:nodes=N``, an
     engines file's limit); the default anchor_nodes / anchor_depth give way to the clock."""
 

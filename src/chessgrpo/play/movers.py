@@ -1,5 +1,5 @@
 """The players that make the moves of rating games: the evaluated policy and its anchors
-(`chessgrpo.eval.anchors`).
+(`chessgrpo.play.anchors`).
 
 Players (`Mover`) choose one move given a `chess.Board` that carries the game's move stack, so
 repetitions are visible: `RandomMover`, `EngineMover` (any UCI engine, python-chess's client), and
@@ -7,12 +7,12 @@ repetitions are visible: `RandomMover`, `EngineMover` (any UCI engine, python-ch
 moves that allow a threefold repetition, see `PolicyMover`; or, with `SearchSettings`, the move
 of a search with its value head, which scores repeated positions as draws).
 
-Under a clock (`eval.game_clock`), `play_game` calls ``move(board, clock=ClockView)`` on the
+Under a clock (`play.game_clock`), `play_game` calls ``move(board, clock=ClockView)`` on the
 players that take one (``plays_on_clock``): `EngineMover` sends the clocks with ``go wtime btime
 winc binc movestogo`` (plus a limit given for the engine itself, `AnchorSpec.asked`), and
-`PolicyMover` with a search budgets its time as ``chessgrpo uci`` does (`eval.uci_go.clock_seconds`,
+`PolicyMover` with a search budgets its time as ``chessgrpo uci`` does (`play.search_control.clock_seconds`,
 its deadline kept by `uci_go.SearchControl`); without a search it plays its argmax at once.
-`EngineMover` also keeps the depth and nodes each move reported (`eval.anchor_runs`), so the
+`EngineMover` also keeps the depth and nodes each move reported (`play.anchor_runs`), so the
 match can say what the anchor ran.
 
 `make_mover` builds an anchor's player.
@@ -34,10 +34,10 @@ from chessgrpo.engine.locate import EngineError, find_stockfish
 from chessgrpo.engine.pool import RetryPolicy
 from chessgrpo.engine.uci import EngineTimeout, EngineUnsupported, UciOption, choose_settings
 from chessgrpo.errors import InputError
-from chessgrpo.eval.anchor_runs import MoveSearch
-from chessgrpo.eval.anchors import ENGINE_HASH_MB, AnchorSpec
-from chessgrpo.eval.game_clock import ClockView
-from chessgrpo.eval.players import build_searcher
+from chessgrpo.play.anchor_runs import MoveSearch
+from chessgrpo.play.anchors import ENGINE_HASH_MB, AnchorSpec
+from chessgrpo.play.game_clock import ClockView
+from chessgrpo.play.players import build_searcher
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -96,7 +96,7 @@ class EngineMover:
     engine, the position and the last fault (never a silent fallback move).
 
     Each move's reported depth and nodes (its last ``info`` values) and wall time are kept in
-    `searches` for the current game (`eval.anchor_runs`). Under a clock (``move(board, clock=...)``)
+    `searches` for the current game (`play.anchor_runs`). Under a clock (``move(board, clock=...)``)
     the engine gets both clocks, increments and moves to go, plus its own limit when one was given
     for it (`AnchorSpec.asked`), and the deadline is its remaining time plus `timeout_s`.
     """
@@ -124,7 +124,7 @@ class EngineMover:
         self._engine: chess.engine.SimpleEngine | None = None
         self._game: object = None
         self.searches: list[MoveSearch] = []
-        """This game's moves: reported depth, nodes and wall time of each (`eval.anchor_runs`)."""
+        """This game's moves: reported depth, nodes and wall time of each (`play.anchor_runs`)."""
 
     @property
     def label(self) -> str:
@@ -445,7 +445,7 @@ class PolicyMover:
         within the clock's budget for it when there is a clock."""
         should_stop = None
         if clock is not None:
-            from chessgrpo.eval.uci_go import GoLimits, SearchControl, clock_seconds
+            from chessgrpo.play.search_control import GoLimits, SearchControl, clock_seconds
 
             seconds = clock_seconds(
                 round(1000 * clock.remaining(board.turn)), round(1000 * clock.increment(board.turn)), clock.moves_to_go

@@ -1,14 +1,14 @@
 """A chess language model as a UCI engine (`chessgrpo uci --checkpoint LM_DIR`).
 
-`LMUciEngine` is the protocol loop of `eval.uci_engine.UciEngine` (positions with their history,
+`LMUciEngine` is the protocol loop of `uci.engine.UciEngine` (positions with their history,
 ``go`` in a thread with ``stop``/``ponderhit``/``infinite``, ``searchmoves``, ``isready`` during a
-move, robustness against any input) with the LM as the player (`eval.lm_player.LMPlayer`): the
+move, robustness against any input) with the LM as the player (`play.lm_player.LMPlayer`): the
 ``bestmove`` is the LM's greedy ``B:`` for ``"P: <FEN>"``, re-sampled when ill-formed or illegal,
 else a uniformly random legal move.
 
 The clock: ``go movetime`` and ``wtime/btime/winc/binc [movestogo]`` give the move a time budget as
-they give the action policy's search (`eval.uci_go.parse_go`, ``Move Overhead`` kept back), and one
-generation (an answer) is the step that `eval.uci_go.SearchControl` never starts when it would end
+they give the action policy's search (`play.search_control.parse_go`, ``Move Overhead`` kept back), and one
+generation (an answer) is the step that `play.search_control.SearchControl` never starts when it would end
 past the deadline: the LM is asked only while another answer fits (`LMPlayer.choose`'s
 ``should_stop``). Re-samples the budget cuts leave the random fallback; when not even the greedy
 answer fits, the move is a random legal one at once (counted as ``no_time``). A generation's time
@@ -43,8 +43,8 @@ from typing import Any, TextIO
 
 import chess
 
-from chessgrpo.eval.lm_player import LMPlayer, LMPlayerConfig
-from chessgrpo.eval.uci_engine import SearchJob, UciEngine
+from chessgrpo.play.lm_player import LMPlayer, LMPlayerConfig
+from chessgrpo.uci.engine import SearchJob, UciEngine
 
 logger = logging.getLogger(__name__)
 

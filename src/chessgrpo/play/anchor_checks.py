@@ -18,7 +18,7 @@ import chess
 from chessgrpo.engine.locate import EngineError, find_stockfish
 from chessgrpo.engine.uci import EngineUnsupported, UciProcess
 from chessgrpo.errors import InputError
-from chessgrpo.eval.anchors import ENGINE_HASH_MB, AnchorSpec, EngineSpec, check_unique
+from chessgrpo.play.anchors import ENGINE_HASH_MB, AnchorSpec, EngineSpec, check_unique
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from chessgrpo.eval.games import GameResult, GameSettings, GameTask
+from chessgrpo.play.games import GameResult, GameSettings, GameTask
 
 log = logging.getLogger(__name__)
 

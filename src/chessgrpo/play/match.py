@@ -4,19 +4,19 @@
 
 1. checks the config (`validate_games_config`) and builds the evaluated player's search, once,
    so a checkpoint without a value head is one clear error before any game; a chess LM checkpoint
-   (`models.checkpoint_kind`) is loaded once instead (`eval.lm_player`, settings ``lm.*``), and the
+   (`models.checkpoint_kind`) is loaded once instead (`play.lm_player`, settings ``lm.*``), and the
    options only an action policy has (search, temperature) are refused for it;
-2. the anchors (`eval.anchors`: random, Stockfish levels, UCI engines, checkpoints; the SPRT
-   opponent alone with ``sprt_elo0/1``), each engine probed and started once (`eval.anchor_checks`);
+2. the anchors (`play.anchors`: random, Stockfish levels, UCI engines, checkpoints; the SPRT
+   opponent alone with ``sprt_elo0/1``), each engine probed and started once (`play.anchor_checks`);
 3. the openings: a file, or a suite generated with Stockfish's node-limited balance check
    (`board.openings.generate_openings`);
-4. the games (`eval.games.make_tasks`, `run_games`) with a journal beside the PGN
-   (`eval.game_journal`): a rerun after an interruption plays only the games it lacks, and the
-   SPRT (`eval.elo.sprt`) sees the finished pairs in the order they first finished and stops the
+4. the games (`play.games.make_tasks`, `run_games`) with a journal beside the PGN
+   (`play.game_journal`): a rerun after an interruption plays only the games it lacks, and the
+   SPRT (`play.elo.sprt`) sees the finished pairs in the order they first finished and stops the
    match as soon as it decides;
 5. the PGN of every game, the summary (`summarise`: per-anchor W/D/L, Wilson score, pentanomial,
    Elo difference, losses on time per side under a clock (``time_losses``), and what each engine
-   anchor actually ran against the limit it was asked (``ran``, `eval.anchor_runs`); the maximum-likelihood Elo over rated anchors; the SPRT; a chess LM's
+   anchor actually ran against the limit it was asked (``ran``, `play.anchor_runs`); the maximum-likelihood Elo over rated anchors; the SPRT; a chess LM's
    ill-formed, illegal, re-sampled and fallback rates, ``lm_player``, per anchor and in all), with
    the per-pair records `eval compare` pairs, written to ``output`` when set.
 
@@ -35,8 +35,8 @@ from typing import Any, ContextManager, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
 from chessgrpo.errors import InputError
-from chessgrpo.eval.game_journal import GameJournal, journal_path, remaining
-from chessgrpo.eval.lm_player import LMPlayerConfig
+from chessgrpo.play.game_journal import GameJournal, journal_path, remaining
+from chessgrpo.play.lm_player import LMPlayerConfig
 
 
 @dataclasses.dataclass
@@ -121,18 +121,18 @@ class GamesConfig:
     output: str | None = None
     """If set, also write the JSON summary to this file."""
     resume: bool = True
-    """Keep each finished game in a journal beside the PGN (`chessgrpo.eval.game_journal`) and, when
+    """Keep each finished game in a journal beside the PGN (`chessgrpo.play.game_journal`) and, when
     the same command is run again after an interruption, play only the games it does not hold yet.
     false = ignore any journal and play every game (a journal is still written)."""
     tc: str | None = None
     """Time control of both sides, cutechess syntax MOVES/SECONDS+INC, SECONDS+INC or SECONDS (e.g.
     40/10+0.1); null = no clocks, per-move limits only. Under a clock engine anchors keep only a limit
     given for them (sf-nodes:N, uci:...:nodes=N), and the policy's search stops at its budget or its
-    clock's share, whichever first (`eval.game_clock`, docs/engines.md)."""
+    clock's share, whichever first (`play.game_clock`, docs/engines.md)."""
     anchor_tc: str | None = None
     """The anchors' time control when it differs from the policy's (cutechess's per-engine tc); null = tc."""
     lm: LMPlayerConfig = dataclasses.field(default_factory=LMPlayerConfig)
-    """How a chess LM checkpoint plays (`eval.lm_player`: re-samples, fallback, answer length, BOS);
+    """How a chess LM checkpoint plays (`play.lm_player`: re-samples, fallback, answer length, BOS);
     unused for an action policy."""
 
 
@@ -192,7 +192,7 @@ def validate_games_config(config: GamesConfig) -> None:
             raise InputError(f"--sprt needs elo0 < elo1, got {config.sprt_elo0:g},{config.sprt_elo1:g}")
     elif config.opponent is not None:
         raise InputError("--opponent is only used with --sprt ELO0,ELO1; add the checkpoint to --anchors instead")
-    from chessgrpo.eval.game_clock import parse_time_control
+    from chessgrpo.play.game_clock import parse_time_control
 
     if config.tc is not None:
         parse_time_control(config.tc, "tc")
@@ -206,7 +206,7 @@ def _check_lm_player(config: GamesConfig, checkpoint: Path) -> LMPlayerConfig:
     """The settings a chess LM checkpoint plays with, checked once here: the options only an action
     policy has are one clear error, and the LM is loaded once (a broken model fails before any game).
     Its answer length and BOS come back resolved, so the PGN and the journal record what was played."""
-    from chessgrpo.eval.lm_player import LMPlayer
+    from chessgrpo.play.lm_player import LMPlayer
 
     if config.search_nodes > 0:
         raise InputError(
@@ -240,7 +240,7 @@ def _check_search(checkpoint: Path, search: Any, device: str) -> None:
     instead of a worker's traceback."""
     if search is None:
         return
-    from chessgrpo.eval.movers import PolicyMover
+    from chessgrpo.play.movers import PolicyMover
 
     PolicyMover.from_checkpoint(checkpoint, device=device, search=search).close()
 
@@ -274,8 +274,8 @@ class _Lineup:
 def _lineup(config: GamesConfig, sprt_mode: bool) -> _Lineup:
     """The anchors (or the SPRT opponent), checked against the engine and started once: one clear error before any game."""
     from chessgrpo.engine import RetryPolicy
-    from chessgrpo.eval.anchor_checks import check_anchor, prepare_anchors, probe_engine
-    from chessgrpo.eval.anchors import load_engines, parse_anchor, parse_anchors, parse_ratings
+    from chessgrpo.play.anchor_checks import check_anchor, prepare_anchors, probe_engine
+    from chessgrpo.play.anchors import load_engines, parse_anchor, parse_anchors, parse_ratings
 
     retry = RetryPolicy(
         retries_per_position=config.engine.retries_per_position,
@@ -348,8 +348,8 @@ def _openings(config: GamesConfig, pairs: int) -> tuple[list[Any], str]:
 
 
 def _game_settings(config: GamesConfig, checkpoint: Path, search: Any, engine_name: str, lm_player: LMPlayerConfig | None = None) -> Any:
-    from chessgrpo.eval.games import GameSettings, checkpoint_name
-    from chessgrpo.eval.players import search_label
+    from chessgrpo.play.games import GameSettings, checkpoint_name
+    from chessgrpo.play.players import search_label
 
     player_name = checkpoint_name(str(checkpoint))  # the PGN's player name: the run's, not a path
     return GameSettings(
@@ -385,7 +385,7 @@ class _SprtWatch:
         self.result: Any = None
 
     def __call__(self, result: Any) -> bool:
-        from chessgrpo.eval.elo import pentanomial, sprt
+        from chessgrpo.play.elo import pentanomial, sprt
 
         config = self.config
         self.progress.update(1)
@@ -412,9 +412,9 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
     Writes the PGN (and ``output`` when set); `notify` receives the one-line note of a resumed match.
     """
     from chessgrpo.engine import available_cores
-    from chessgrpo.eval.anchors import CALIBRATION_NOTE, anchor_rating
-    from chessgrpo.eval.games import make_tasks, pair_records, run_games
-    from chessgrpo.eval.players import search_settings
+    from chessgrpo.play.anchors import CALIBRATION_NOTE, anchor_rating
+    from chessgrpo.play.games import make_tasks, pair_records, run_games
+    from chessgrpo.play.players import search_settings
     from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
 
     validate_games_config(config)
@@ -526,8 +526,8 @@ def _clock_note(config: GamesConfig, workers: int, cores: int) -> str | None:
 
 def summarise(results, anchors, described, ratings, *, confidence: float = 0.95, sprt_result=None) -> dict:
     """Per-anchor W/D/L, Wilson score, pentanomial, Elo difference, losses on time per side, what an engine
-    anchor ran (`eval.anchor_runs`); ML Elo over rated anchors."""
-    from chessgrpo.eval.elo import AnchorGames, elo_from_score, maximum_likelihood_elo, pentanomial, score_interval
+    anchor ran (`play.anchor_runs`); ML Elo over rated anchors."""
+    from chessgrpo.play.elo import AnchorGames, elo_from_score, maximum_likelihood_elo, pentanomial, score_interval
 
     rows = []
     rated: list[AnchorGames] = []
@@ -578,16 +578,16 @@ def summarise(results, anchors, described, ratings, *, confidence: float = 0.95,
 
 
 def _anchor_ran(anchor: Any, games: list[Any]) -> dict[str, Any]:
-    """What an engine anchor ran over its `games` against what it was asked (`eval.anchor_runs.anchor_run`)."""
-    from chessgrpo.eval.anchor_runs import anchor_run, unpack
+    """What an engine anchor ran over its `games` against what it was asked (`play.anchor_runs.anchor_run`)."""
+    from chessgrpo.play.anchor_runs import anchor_run, unpack
 
     moves = [m for r in games for m in unpack(r.anchor_search)]
     return anchor_run(anchor.text, anchor.asked(), anchor.asked_text(), moves, clocked=anchor.clock is not None)
 
 
 def _lm_stats(results: list[Any]) -> Any:
-    """The chess LM's counts summed over `results` (`eval.lm_player.LMPlayerStats`)."""
-    from chessgrpo.eval.lm_player import LMPlayerStats
+    """The chess LM's counts summed over `results` (`play.lm_player.LMPlayerStats`)."""
+    from chessgrpo.play.lm_player import LMPlayerStats
 
     total = LMPlayerStats()
     for result in results:

@@ -2,7 +2,7 @@
 
 `LMPlayer.choose(boards)` asks the LM, for each board, the RookWorld policy prompt
 ``"P: <FEN>"`` (`data.rookworld_format.policy_prompt`) and decodes the completion greedily
-(`eval.lm.generate_texts`, batched). When the completion parses (`parse_policy_completion`) and
+(`models.lm_generation.generate_texts`, batched). When the completion parses (`parse_policy_completion`) and
 its ``B:`` move is legal, that is the move. Otherwise the board's completion is **re-sampled** at
 `LMPlayerConfig.retry_temperature` (a seeded `torch.Generator`) up to `retries` times, and the
 first legal ``B:`` is played. When none is, the **fallback** is a uniformly random legal move
@@ -23,12 +23,12 @@ Counters (`LMPlayerStats`), as fractions of moves (`rates`):
 So ``ill_formed + illegal = resampled + fallback``: every failed greedy answer is either fixed or
 replaced.
 
-**A clock** (`choose`'s ``should_stop``, asked before each generation: `eval.uci_lm` asks its UCI
+**A clock** (`choose`'s ``should_stop``, asked before each generation: `uci.lm` asks its UCI
 ``go``'s deadline) can end the asking early: re-samples it cuts leave the random fallback (counted as
 ``fallback``), and a move it leaves no time to ask the LM at all is the random move too, counted as
 ``no_time`` (not in the sum above: no answer failed; `LMPlayerStats.line` shows it when there is one).
 
-`LMMover` plays games (`eval.movers.Mover`), `LMPlayer.picker` feeds `eval.endgame.evaluate_endgame`.
+`LMMover` plays games (`play.movers.Mover`), `LMPlayer.picker` feeds `eval.endgame.evaluate_endgame`.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ class LMPlayer:
 
     def answer_seconds(self, board: chess.Board | None = None) -> float:
         """How long one answer takes: a greedy P: completion of `board` (default the initial position), timed. A
-        clock's first guess of one generation (`eval.uci_lm`); not counted, and the random streams stay as they were."""
+        clock's first guess of one generation (`uci.lm`); not counted, and the random streams stay as they were."""
         state = self._seed_rng.getstate()
         started = time.perf_counter()
         self._generate([policy_prompt((board or chess.Board()).fen())], 0.0)
@@ -258,7 +258,7 @@ class LMPlayer:
     # ------------------------------------------------------------------------------------------
 
     def _generate(self, prompts: list[str], temperature: float) -> list[str]:
-        from chessgrpo.eval.lm import generate_texts
+        from chessgrpo.models.lm_generation import generate_texts
 
         budget = self.max_new_tokens
         limit = self.lm.max_positions
@@ -336,7 +336,7 @@ class LMPlayer:
 
 
 class LMMover:
-    """An `LMPlayer` as a game player (`eval.movers.Mover`): reseeded per game from the game's seed,
+    """An `LMPlayer` as a game player (`play.movers.Mover`): reseeded per game from the game's seed,
     so a game does not depend on which worker plays it; `game_stats` counts the current game's moves."""
 
     def __init__(self, player: LMPlayer):

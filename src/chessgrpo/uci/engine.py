@@ -2,7 +2,7 @@
 cutechess-cli, fastchess or lichess-bot. The protocol as implemented, option by option and with
 the score conventions, is described in ``docs/uci.md``.
 
-A chess language model plays through `chessgrpo.eval.uci_lm.LMUciEngine`, this protocol loop with the
+A chess language model plays through `chessgrpo.uci.lm.LMUciEngine`, this protocol loop with the
 LM as the player (``docs/uci.md``, "The chess LM as a player").
 
 When the checkpoint's policy has a value head, ``go`` **searches** (`chessgrpo.search`: PUCT by
@@ -30,7 +30,7 @@ Supported commands (https://backscattering.de/chess/uci/):
   - ``UCI_Chess960`` (check, default false): positions (``startpos``, Shredder-FEN or X-FEN) are
     Chess960 positions and castling is written king-takes-rook (``e1h1``) in ``bestmove``,
     ``pv`` and ``searchmoves``; the standard-chess network sees them through
-    `chessgrpo.eval.uci_chess960`.
+    `chessgrpo.uci.chess960`.
   - ``UCI_ShowWDL`` (check, default false): ``wdl W D L`` after every score.
   - ``Ponder`` (check): announced so GUIs offer pondering; ``go ponder`` works either way.
   - ``Move Overhead`` (spin, ms, default 50, at most 5000): kept back from every clock and
@@ -42,16 +42,16 @@ Supported commands (https://backscattering.de/chess/uci/):
     Hash * 256 nodes (~4 kB a node), at most `MAX_NODES`.
 
   A time limit is kept by never starting a search step that would end past it
-  (`chessgrpo.eval.uci_go.SearchControl`; the first step's time is measured at startup, `warm_up`).
+  (`chessgrpo.play.search_control.SearchControl`; the first step's time is measured at startup, `warm_up`).
 
 - ``isready`` -> ``readyok`` (also while a search runs); ``ucinewgame``; ``setoption name N value V``.
 - ``position startpos|fen <FEN> [moves m1 m2 ...]``: the game history is kept, so the search
   sees repetitions (it scores a repeated position as a draw), and so does the policy-only
-  player's repetition rule (`chessgrpo.eval.movers.PolicyMover.repetition_moves`). A rejected
+  player's repetition rule (`chessgrpo.play.movers.PolicyMover.repetition_moves`). A rejected
   ``position`` (malformed FEN, illegal or malformed move) leaves **no** position: ``go`` answers
   ``info string error: no valid position ...`` and ``bestmove 0000`` (the UCI null move) until a
   valid ``position`` (or ``ucinewgame``) arrives, so no move for another position is ever played.
-- ``go`` (`chessgrpo.eval.uci_go`: `parse_go`, `parse_go_flags`): ``nodes N`` = N search
+- ``go`` (`chessgrpo.play.search_control`: `parse_go`, `parse_go_flags`): ``nodes N`` = N search
   nodes; ``movetime MS`` = a time limit; ``wtime/btime/winc/binc [movestogo]`` = simple time
   management (`clock_seconds`); with both a node and a time limit, whichever comes first. ``depth``, ``mate`` and a plain ``go``
   search the ``Nodes`` budget (the network search has no meaningful depth).
@@ -70,7 +70,7 @@ Supported commands (https://backscattering.de/chess/uci/):
   one, and then runs. End of input: a finite search finishes, an infinite one is stopped, exit.
 
 Scores (``cp``/``mate``/``wdl``, always from the side to move's view) follow
-`chessgrpo.eval.uci_scores`; searches are `chessgrpo.search`'s, stopped, restricted to
+`chessgrpo.uci.scores`; searches are `chessgrpo.search`'s, stopped, restricted to
 ``searchmoves`` and followed through its hooks (`chessgrpo.search.base`).
 
 Robustness: no input makes it crash. Unknown commands are ignored with an ``info string``; a bad
@@ -94,8 +94,8 @@ import numpy as np
 import torch
 
 from chessgrpo.board.validation import parse_board
-from chessgrpo.eval.uci_chess960 import Chess960Evaluator, parse_board_960, parse_uci_move, policy_logits, softmax, standard_view
-from chessgrpo.eval.uci_go import (
+from chessgrpo.uci.chess960 import Chess960Evaluator, parse_board_960, parse_uci_move, policy_logits, softmax, standard_view
+from chessgrpo.play.search_control import (
     DEFAULT_HASH_MB,
     MAX_MOVE_OVERHEAD_MS,
     MAX_NODES,
@@ -105,7 +105,7 @@ from chessgrpo.eval.uci_go import (
     parse_go,
     parse_go_flags,
 )
-from chessgrpo.eval.uci_scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
+from chessgrpo.uci.scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
 from chessgrpo.search.base import SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -325,7 +325,7 @@ class UciEngine:
         return resolve_checkpoint(checkpoint)
 
     def load(self, device: str):
-        """The model of `self.checkpoint` on `device`, in eval mode (`eval.uci_lm` loads a chess LM instead)."""
+        """The model of `self.checkpoint` on `device`, in eval mode (`uci.lm` loads a chess LM instead)."""
         from chessgrpo.models.policy import load_policy
 
         return load_policy(self.checkpoint, device=device).eval()
@@ -844,7 +844,7 @@ class UciEngine:
     def _policy_move(self, job: SearchJob) -> chess.Move:
         """The policy's own move among the allowed moves (argmax or a sample at the temperature,
         with `PolicyMover`'s repetition rule), announced with MultiPV ``info`` lines and its probability."""
-        from chessgrpo.eval.movers import PolicyMover, material_balance
+        from chessgrpo.play.movers import PolicyMover, material_balance
 
         board = job.board
         assert board is not None
