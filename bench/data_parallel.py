@@ -31,15 +31,34 @@ from chessgrpo.engine.pool import available_cores  # noqa: E402
 
 KINDS = {
     "move_group": [
-        "train", "--config", "configs/grpo_tiny.yaml", "init_checkpoint=null", "positions=data/tiny", "position_mixture=[]",
-        "eval.positions=null", "eval.puzzles=null", "eval_at_start=false", "eval_every=0", "task.best_move_values=false",
-        "engine.cache=false", "checkpoint_every=0", "task.positions_per_step=32", "task.group_size=8",
-        "value_loss_weight=0", "value_positions=null", "bc_loss_weight=0",
+        "train",
+        "--config",
+        "configs/grpo_tiny.yaml",
+        "init_checkpoint=null",
+        "positions=data/tiny",
+        "position_mixture=[]",
+        "eval.positions=null",
+        "eval.puzzles=null",
+        "eval_at_start=false",
+        "eval_every=0",
+        "task.best_move_values=false",
+        "engine.cache=false",
+        "checkpoint_every=0",
+        "task.positions_per_step=32",
+        "task.group_size=8",
+        "value_loss_weight=0",
+        "value_positions=null",
+        "bc_loss_weight=0",
     ],
     "pretrain": [
-        "pretrain", "--config", "configs/pretrain_tiny.yaml", "eval_every=0", "checkpoint_every=0", "batch_size=256",
+        "pretrain",
+        "--config",
+        "configs/pretrain_tiny.yaml",
+        "eval_every=0",
+        "checkpoint_every=0",
+        "batch_size=256",
     ],
-}  # fmt: skip
+}
 
 
 def one_run(kind: str, nproc: int, steps: int, skip: int, out: Path, name: str) -> float:
@@ -51,8 +70,17 @@ def one_run(kind: str, nproc: int, steps: int, skip: int, out: Path, name: str) 
         if kind == "move_group":
             command.append(f"engine.processes={cores}")
     else:  # threads=0 and engine.processes=0: each rank takes cores / LOCAL_WORLD_SIZE
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m",
-                   "chessgrpo", *args, "threads=0"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "chessgrpo",
+            *args,
+            "threads=0",
+        ]
         if kind == "move_group":
             command.append("engine.processes=0")
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -71,7 +99,9 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out of each run's median")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     args = parser.parse_args()
-    print(f"{available_cores()} cores; {args.repeats} alternated repeats of {args.steps} steps (first {args.skip} skipped)")
+    print(
+        f"{available_cores()} cores; {args.repeats} alternated repeats of {args.steps} steps (first {args.skip} skipped)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         for kind in args.kinds:
@@ -81,11 +111,15 @@ def main() -> None:
                     tick = time.perf_counter()
                     value = one_run(kind, nproc, args.steps, args.skip, out, f"{kind}_{nproc}_{repeat}")
                     results[nproc].append(value)
-                    print(f"  {kind} nproc={nproc} repeat {repeat}: {value:.1f} samples/s ({time.perf_counter() - tick:.0f} s wall)")
+                    print(
+                        f"  {kind} nproc={nproc} repeat {repeat}: {value:.1f} samples/s ({time.perf_counter() - tick:.0f} s wall)"
+                    )
             one, many = statistics.median(results[1]), statistics.median(results[args.nproc])
             ratios = [b / a for a, b in zip(results[1], results[args.nproc])]
-            print(f"{kind}: 1 process {one:.1f} samples/s, {args.nproc} processes {many:.1f} samples/s, "
-                  f"ratio {many / one:.2f} (per-repeat ratios {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+            print(
+                f"{kind}: 1 process {one:.1f} samples/s, {args.nproc} processes {many:.1f} samples/s, "
+                f"ratio {many / one:.2f} (per-repeat ratios {', '.join(f'{r:.2f}' for r in ratios)})"
+            )
 
 
 if __name__ == "__main__":

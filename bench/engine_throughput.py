@@ -217,7 +217,9 @@ def start_variant(variant: str, path: str, processes: int, nodes: int, hash_mb: 
     raise ValueError(variant)
 
 
-def run_repeat(path: str, processes: int, fens: list[str], nodes: int, chunk: int, hash_mb: int = 16) -> dict[str, float]:
+def run_repeat(
+    path: str, processes: int, fens: list[str], nodes: int, chunk: int, hash_mb: int = 16
+) -> dict[str, float]:
     """Positions/s of each variant in one repeat.
 
     Every variant gets fresh engines (started before timing). The positions are cut into chunks
@@ -355,16 +357,28 @@ def machine_info(engine_name: str, processes: int) -> dict:
 def summarise(rates: dict[str, list[float]]) -> dict:
     out = {"positions_per_s": {}, "ratios": {}}
     for variant, values in rates.items():
-        out["positions_per_s"][variant] = {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+        out["positions_per_s"][variant] = {
+            "median": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+            "runs": values,
+        }
     for label, top, bottom in RATIOS:
         per_repeat = [a / b for a, b in zip(rates[top], rates[bottom], strict=True)]
-        out["ratios"][label] = {"median": statistics.median(per_repeat), "min": min(per_repeat), "max": max(per_repeat), "runs": per_repeat}
+        out["ratios"][label] = {
+            "median": statistics.median(per_repeat),
+            "min": min(per_repeat),
+            "max": max(per_repeat),
+            "runs": per_repeat,
+        }
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, default=available_cores(), help="Stockfish processes (default: usable cores)")
+    parser.add_argument(
+        "--processes", type=int, default=available_cores(), help="Stockfish processes (default: usable cores)"
+    )
     parser.add_argument("--positions", type=int, default=400, help="positions per run (default 400)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per variant; medians are reported (default 5)")
     parser.add_argument("--nodes", default="1000,10000", help="comma-separated node limits (default 1000,10000)")
@@ -380,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="Stockfish Hash in MB for every variant (default 1, the pool's default)",
     )
-    parser.add_argument("--cache-positions", type=int, default=2000, help="distinct positions for the cached-lookup test (default 2000)")
+    parser.add_argument(
+        "--cache-positions", type=int, default=2000, help="distinct positions for the cached-lookup test (default 2000)"
+    )
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     node_limits = [int(value) for value in args.nodes.split(",") if value.strip()]
@@ -399,11 +415,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine  : {engine_name} at {path}; {args.processes} processes x 1 thread, hash {args.hash_mb} MB")
     print(f"python  : {machine['python']} on {machine['platform']}")
     print(f"date    : {machine['date']}")
-    print(f"settings: {args.positions} random-playout positions (seed 0, max 80 plies), {args.repeats} repeats, nodes {node_limits}, "
-          f"variants alternate every {args.chunk or args.positions} positions")
+    print(
+        f"settings: {args.positions} random-playout positions (seed 0, max 80 plies), {args.repeats} repeats, nodes {node_limits}, "
+        f"variants alternate every {args.chunk or args.positions} positions"
+    )
     print()
 
-    results: dict = {"machine": machine, "settings": vars(args) | {"json": str(args.json) if args.json else None, "nodes": node_limits}, "limits": {}}
+    results: dict = {
+        "machine": machine,
+        "settings": vars(args) | {"json": str(args.json) if args.json else None, "nodes": node_limits},
+        "limits": {},
+    }
     for nodes in node_limits:
         rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
         loads = []
@@ -415,7 +437,12 @@ def main(argv: list[str] | None = None) -> int:
             for variant in VARIANTS:
                 rates[variant].append(repeat_rates[variant])
                 line.append(f"{variant} {repeat_rates[variant]:7.1f}")
-            print(f"  nodes={nodes} repeat {repeat + 1}/{args.repeats}: " + "  ".join(line) + f"  pos/s  ({meter.describe()})", flush=True)
+            print(
+                f"  nodes={nodes} repeat {repeat + 1}/{args.repeats}: "
+                + "  ".join(line)
+                + f"  pos/s  ({meter.describe()})",
+                flush=True,
+            )
         summary = summarise(rates)
         summary["load"] = loads
         results["limits"][str(nodes)] = summary
@@ -445,10 +472,16 @@ def main(argv: list[str] | None = None) -> int:
         pool_extra = args.processes * (1 / med["pool"]["median"] - 1 / med["raw"]["median"]) * 1e6
         clear_extra = args.processes * (1 / med["raw+clear"]["median"] - 1 / med["raw"]["median"]) * 1e6
         results["limits"][str(nodes)]["extra_us_per_search"] = {"pool_vs_raw": pool_extra, "clear_vs_raw": clear_extra}
-        print(f"nodes={nodes}: per search, pool costs {pool_extra:+.0f} us over raw; ucinewgame costs {clear_extra:+.0f} us")
-        others = [load["other_cores"] for load in results["limits"][str(nodes)]["load"] if load["other_cores"] is not None]
+        print(
+            f"nodes={nodes}: per search, pool costs {pool_extra:+.0f} us over raw; ucinewgame costs {clear_extra:+.0f} us"
+        )
+        others = [
+            load["other_cores"] for load in results["limits"][str(nodes)]["load"] if load["other_cores"] is not None
+        ]
         if others:
-            print(f"          other work on the machine meanwhile: {statistics.median(others):.2f} cores (median over repeats)")
+            print(
+                f"          other work on the machine meanwhile: {statistics.median(others):.2f} cores (median over repeats)"
+            )
     print()
 
     cache_sets = [("same positions", fens, min(node_limits))]

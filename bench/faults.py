@@ -54,8 +54,8 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # runnable from a checkout without installing
@@ -130,7 +130,7 @@ class Tally:
 class Case:
     group: str
     name: str
-    run: Callable[["Bench", Tally, int], None]
+    run: Callable[[Bench, Tally, int], None]
     """Runs trial number `trial` and adds its outcome to the tally."""
     trials: tuple[int, int] = (1, 1)
     """(quick, full) trials; 0 in quick leaves the case out of --quick."""
@@ -176,54 +176,186 @@ class Bench:
         common = [f"run.out_dir={self.runs}", f"run.name={name}", f"run.seed={self.seed}", "threads=1", "log_every=1"]
         syzygy = f"engine.syzygy_path={SYZYGY}"
         if kind == "move_group":  # engine rewards for 8 x 4 moves a step at 1000 nodes, 2 engines
-            args = ["train", "--config", CONFIGS / "grpo_tiny.yaml", *common, "init_checkpoint=null", "positions=random:256",
-                    "position_mixture=[]", "eval.positions=null", "eval.puzzles=null", "task.positions_per_step=8",
-                    "task.group_size=4", "task.reward_nodes=1000", "task.best_move_values=false", "grpo.minibatch_size=16",
-                    "engine.processes=2", "engine.cache=false", syzygy, "warmup_steps=0", "lr=3e-3", "steps=40",
-                    "eval_every=0", "eval_at_start=false", "checkpoint_every=5"]  # fmt: skip
+            args = [
+                "train",
+                "--config",
+                CONFIGS / "grpo_tiny.yaml",
+                *common,
+                "init_checkpoint=null",
+                "positions=random:256",
+                "position_mixture=[]",
+                "eval.positions=null",
+                "eval.puzzles=null",
+                "task.positions_per_step=8",
+                "task.group_size=4",
+                "task.reward_nodes=1000",
+                "task.best_move_values=false",
+                "grpo.minibatch_size=16",
+                "engine.processes=2",
+                "engine.cache=false",
+                syzygy,
+                "warmup_steps=0",
+                "lr=3e-3",
+                "steps=40",
+                "eval_every=0",
+                "eval_at_start=false",
+                "checkpoint_every=5",
+            ]
         elif kind == "trajectory":  # games against Stockfish, engine rewards
-            args = ["train", "--config", CONFIGS / "trajectory_stockfish_tiny.yaml", *common, "init_checkpoint=null",
-                    "positions=random:256", "task.positions_per_step=4", "task.group_size=4", "task.horizon=3",
-                    "task.opponent_nodes=50", "task.reward_nodes=300", "grpo.minibatch_size=8", "eval.offline_positions=null",
-                    "eval_at_start=false", "eval_every=0", "engine.processes=2", "engine.cache=false", syzygy,
-                    "warmup_steps=0", "steps=16", "checkpoint_every=4"]  # fmt: skip
+            args = [
+                "train",
+                "--config",
+                CONFIGS / "trajectory_stockfish_tiny.yaml",
+                *common,
+                "init_checkpoint=null",
+                "positions=random:256",
+                "task.positions_per_step=4",
+                "task.group_size=4",
+                "task.horizon=3",
+                "task.opponent_nodes=50",
+                "task.reward_nodes=300",
+                "grpo.minibatch_size=8",
+                "eval.offline_positions=null",
+                "eval_at_start=false",
+                "eval_every=0",
+                "engine.processes=2",
+                "engine.cache=false",
+                syzygy,
+                "warmup_steps=0",
+                "steps=16",
+                "checkpoint_every=4",
+            ]
         elif kind == "endgame":  # trajectories against the tablebase defender (no Stockfish)
-            args = ["train", "--config", CONFIGS / "endgame_kqk.yaml", *common, "init_checkpoint=null",
-                    "task.positions_per_step=4", "task.group_size=4", "task.horizon=4", "grpo.minibatch_size=8",
-                    "eval.positions=20", "eval.baselines=false", "eval_every=5", "eval_at_start=false", syzygy,
-                    "warmup_steps=0", "steps=15", "checkpoint_every=3"]  # fmt: skip
+            args = [
+                "train",
+                "--config",
+                CONFIGS / "endgame_kqk.yaml",
+                *common,
+                "init_checkpoint=null",
+                "task.positions_per_step=4",
+                "task.group_size=4",
+                "task.horizon=4",
+                "grpo.minibatch_size=8",
+                "eval.positions=20",
+                "eval.baselines=false",
+                "eval_every=5",
+                "eval_at_start=false",
+                syzygy,
+                "warmup_steps=0",
+                "steps=15",
+                "checkpoint_every=3",
+            ]
         elif kind == "pretrain":
-            args = ["pretrain", "--config", CONFIGS / "pretrain_tiny.yaml", *common, f"data={self.labelled_data()}",
-                    "batch_size=32", "steps=40", "warmup_steps=2", "eval_every=10", "checkpoint_every=5",
-                    "eval_batch_size=256", "model.dropout=0.1"]  # fmt: skip
+            args = [
+                "pretrain",
+                "--config",
+                CONFIGS / "pretrain_tiny.yaml",
+                *common,
+                f"data={self.labelled_data()}",
+                "batch_size=32",
+                "steps=40",
+                "warmup_steps=2",
+                "eval_every=10",
+                "checkpoint_every=5",
+                "eval_batch_size=256",
+                "model.dropout=0.1",
+            ]
         elif kind == "sft":
-            args = ["sft", "--config", CONFIGS / "rookworld_sft_tiny.yaml", *common, f"data={self.rookworld_data()}",
-                    "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.dropout=0.1", "steps=16", "batch_size=8",
-                    "warmup_steps=2", "eval_every=8", "eval_examples=16", "eval_prompts=2", "max_new_tokens=8",
-                    "checkpoint_every=4"]  # fmt: skip
+            args = [
+                "sft",
+                "--config",
+                CONFIGS / "rookworld_sft_tiny.yaml",
+                *common,
+                f"data={self.rookworld_data()}",
+                "model.n_layer=1",
+                "model.n_embd=32",
+                "model.n_head=2",
+                "model.dropout=0.1",
+                "steps=16",
+                "batch_size=8",
+                "warmup_steps=2",
+                "eval_every=8",
+                "eval_examples=16",
+                "eval_prompts=2",
+                "max_new_tokens=8",
+                "checkpoint_every=4",
+            ]
         elif kind == "rookworld":  # GRPO on text: engine rewards for unlisted moves
-            args = ["train", "--config", CONFIGS / "rookworld_grpo_tiny.yaml", *common, f"data={self.rookworld_data()}",
-                    f"init_checkpoint={self.reference('sft')[0]}", "task.prompts_per_step=3", "task.group_size=2",
-                    "task.max_new_tokens=20", "grpo.minibatch_size=3", "rewards.policy.nodes=50", "engine.processes=2",
-                    "engine.cache=false", syzygy, "eval.policy_prompts=3", "eval.environment_prompts=2", "eval_every=0",
-                    "eval_at_start=false", "eval.resamples=50", "steps=8", "checkpoint_every=2",
-                    "grpo.entropy_coef=0.01"]  # fmt: skip
+            args = [
+                "train",
+                "--config",
+                CONFIGS / "rookworld_grpo_tiny.yaml",
+                *common,
+                f"data={self.rookworld_data()}",
+                f"init_checkpoint={self.reference('sft')[0]}",
+                "task.prompts_per_step=3",
+                "task.group_size=2",
+                "task.max_new_tokens=20",
+                "grpo.minibatch_size=3",
+                "rewards.policy.nodes=50",
+                "engine.processes=2",
+                "engine.cache=false",
+                syzygy,
+                "eval.policy_prompts=3",
+                "eval.environment_prompts=2",
+                "eval_every=0",
+                "eval_at_start=false",
+                "eval.resamples=50",
+                "steps=8",
+                "checkpoint_every=2",
+                "grpo.entropy_coef=0.01",
+            ]
         else:
             raise ValueError(kind)
         return [*map(str, args), *extra]
 
     def generate_args(self, out: Path, *extra: str) -> list[str]:
-        return ["data", "generate", "--out", str(out), "--positions", "800", "--nodes", "100", "--multipv", "3",
-                "--seed", str(self.seed), "shard_size=100", "concurrent_games=16", "engine.processes=2",
-                f"engine.syzygy_path={SYZYGY}", *extra]  # fmt: skip
+        return [
+            "data",
+            "generate",
+            "--out",
+            str(out),
+            "--positions",
+            "800",
+            "--nodes",
+            "100",
+            "--multipv",
+            "3",
+            "--seed",
+            str(self.seed),
+            "shard_size=100",
+            "concurrent_games=16",
+            "engine.processes=2",
+            f"engine.syzygy_path={SYZYGY}",
+            *extra,
+        ]
 
     def games_args(self, pgn: Path, *extra: str) -> list[str]:
         openings = self.work / "openings.epd"
         openings.write_text("".join(fen + "\n" for fen in OPENINGS))
-        return ["eval", "games", "--checkpoint", str(self.reference("move_group")[0]), "--anchors", "random,sf-nodes:30",
-                "--games", "4", "--openings", str(openings), "--workers", "2", "--pgn", str(pgn), "--json", "max_plies=80",
-                f"engine.syzygy_path={SYZYGY}", "engine.cache=false", "anchor_ratings=[sf-nodes:30=1000]",
-                f"seed={self.seed}", *extra]  # fmt: skip
+        return [
+            "eval",
+            "games",
+            "--checkpoint",
+            str(self.reference("move_group")[0]),
+            "--anchors",
+            "random,sf-nodes:30",
+            "--games",
+            "4",
+            "--openings",
+            str(openings),
+            "--workers",
+            "2",
+            "--pgn",
+            str(pgn),
+            "--json",
+            "max_plies=80",
+            f"engine.syzygy_path={SYZYGY}",
+            "engine.cache=false",
+            "anchor_ratings=[sf-nodes:30=1000]",
+            f"seed={self.seed}",
+            *extra,
+        ]
 
     # -- references (undisturbed runs, one per configuration, shared by the cases) ----------
 
@@ -239,8 +371,23 @@ class Bench:
                 result = self.cli(self.generate_args(out))
             elif kind == "rookworld_data":
                 out = self.work / "rookworld-data-ref"
-                result = self.cli(["data", "rookworld", "--out", out, "--positions", "40", "--nodes", "50", "--seed",
-                                   self.seed, "engine.processes=2", "engine.cache=false", f"engine.syzygy_path={SYZYGY}"])  # fmt: skip
+                result = self.cli(
+                    [
+                        "data",
+                        "rookworld",
+                        "--out",
+                        out,
+                        "--positions",
+                        "40",
+                        "--nodes",
+                        "50",
+                        "--seed",
+                        self.seed,
+                        "engine.processes=2",
+                        "engine.cache=false",
+                        f"engine.syzygy_path={SYZYGY}",
+                    ]
+                )
             elif kind == "games":
                 out = self.work / "games-ref.pgn"
                 result = self.cli(self.games_args(out))
@@ -274,8 +421,11 @@ class Bench:
         if problem:
             return f"weights: {problem}"
         ignore = ("time", "perf/", "health/")
-        return rows_difference(metrics_rows(reference / "metrics.jsonl", ignore), metrics_rows(run_dir / "metrics.jsonl", ignore),
-                               what="metrics row")  # fmt: skip
+        return rows_difference(
+            metrics_rows(reference / "metrics.jsonl", ignore),
+            metrics_rows(run_dir / "metrics.jsonl", ignore),
+            what="metrics row",
+        )
 
     def judge_run(self, tally: Tally, kind: str, result: CommandResult, run_dir: Path, note: str = "") -> None:
         faults = len(result.faults)
@@ -328,7 +478,8 @@ def engine_startup_pool(bench: Bench, tally: Tally, trial: int) -> None:
     faults = len(killer.faults)
     youngest_tick = max([f.age_s for f in killer.faults] + [0.01])  # ages are in 10 ms clock ticks
     note = f"{faults} killed in their first {youngest_tick * 1000:.0f} ms" + (
-        f", {killer.missed} seen too late" if killer.missed else "")  # fmt: skip
+        f", {killer.missed} seen too late" if killer.missed else ""
+    )
     if got != expected:
         tally.add(WRONG, "evaluations differ from an undisturbed pool", faults)
     elif faults == 0:
@@ -346,23 +497,38 @@ def engine_startup_run(bench: Bench, tally: Tally, trial: int) -> None:
     bench.judge_run(tally, "move_group", result, bench.runs / name)
 
 
-def _kill_rate_case(kind: str, every: tuple[float, float], sig: int = signal.SIGKILL, extra: Sequence[str] = (),
-                    max_faults: int | None = None):  # fmt: skip
+def _kill_rate_case(
+    kind: str,
+    every: tuple[float, float],
+    sig: int = signal.SIGKILL,
+    extra: Sequence[str] = (),
+    max_faults: int | None = None,
+):
     def run(bench: Bench, tally: Tally, trial: int) -> None:
         bench.reference(kind)
         name = bench.unique(f"{kind}-{signal.Signals(sig).name.lower()}")
         seed = bench.rng.randrange(2**31)
-        result = bench.cli(bench.train_args(kind, name, *extra),
-                           injectors=[lambda pid: EngineFaults(pid, every=every, sig=sig, seed=seed, max_faults=max_faults)])  # fmt: skip
+        result = bench.cli(
+            bench.train_args(kind, name, *extra),
+            injectors=[lambda pid: EngineFaults(pid, every=every, sig=sig, seed=seed, max_faults=max_faults)],
+        )
         bench.judge_run(tally, kind, result, bench.runs / name)
 
     return run
 
 
-case("engine", "kills every 0.3-1 s, whole GRPO run (move_group)", trials=(1, 2))(_kill_rate_case("move_group", (0.3, 1.0)))
-case("engine", "kills every 0.1-0.3 s, whole GRPO run (move_group)", trials=(0, 1))(_kill_rate_case("move_group", (0.1, 0.3)))
-case("engine", "kills every 1.5-3 s, whole GRPO run (move_group)", trials=(0, 1))(_kill_rate_case("move_group", (1.5, 3.0)))
-case("engine", "kills every 0.3-1 s, trajectories vs Stockfish", trials=(0, 1))(_kill_rate_case("trajectory", (0.3, 1.0)))
+case("engine", "kills every 0.3-1 s, whole GRPO run (move_group)", trials=(1, 2))(
+    _kill_rate_case("move_group", (0.3, 1.0))
+)
+case("engine", "kills every 0.1-0.3 s, whole GRPO run (move_group)", trials=(0, 1))(
+    _kill_rate_case("move_group", (0.1, 0.3))
+)
+case("engine", "kills every 1.5-3 s, whole GRPO run (move_group)", trials=(0, 1))(
+    _kill_rate_case("move_group", (1.5, 3.0))
+)
+case("engine", "kills every 0.3-1 s, trajectories vs Stockfish", trials=(0, 1))(
+    _kill_rate_case("trajectory", (0.3, 1.0))
+)
 case("engine", "kills every 0.3-1 s, GRPO on text (rookworld)", trials=(0, 1))(_kill_rate_case("rookworld", (0.3, 1.0)))
 # Each stop stalls a batch for timeout_s, so a few stops per run (more would only slow it down).
 case("engine", "SIGSTOP (4 per run, every 1.5-3 s), timeout_s=2 (move_group)", trials=(1, 2))(
@@ -407,8 +573,11 @@ def engine_kills_games(bench: Bench, tally: Tally, trial: int) -> None:
 def _games_summary(text: str) -> dict:
     def strip(value):
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items()
-                    if k not in ("pgn", "seconds", "time", "games_resumed") and not k.startswith("games_per_")}  # fmt: skip
+            return {
+                k: strip(v)
+                for k, v in value.items()
+                if k not in ("pgn", "seconds", "time", "games_resumed") and not k.startswith("games_per_")
+            }
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
@@ -439,8 +608,9 @@ def engine_kills_shutdown(bench: Bench, tally: Tally, trial: int) -> None:
     bench.reference("move_group")
     name = bench.unique("mg-shutdown")
     last = bench.runs / name / "checkpoints" / "step_000040"
-    result = bench.cli(bench.train_args("move_group", name),
-                       injectors=[lambda pid: KillEnginesWhen(pid, last.exists, window_s=3.0)])  # fmt: skip
+    result = bench.cli(
+        bench.train_args("move_group", name), injectors=[lambda pid: KillEnginesWhen(pid, last.exists, window_s=3.0)]
+    )
     bench.judge_run(tally, "move_group", result, bench.runs / name)
 
 
@@ -449,8 +619,10 @@ def engine_stops_shutdown(bench: Bench, tally: Tally, trial: int) -> None:
     bench.reference("move_group")
     name = bench.unique("mg-shutdown-stop")
     last = bench.runs / name / "checkpoints" / "step_000040"
-    result = bench.cli(bench.train_args("move_group", name, "engine.timeout_s=5"),
-                       injectors=[lambda pid: KillEnginesWhen(pid, last.exists, sig=signal.SIGSTOP, window_s=1.0)])  # fmt: skip
+    result = bench.cli(
+        bench.train_args("move_group", name, "engine.timeout_s=5"),
+        injectors=[lambda pid: KillEnginesWhen(pid, last.exists, sig=signal.SIGSTOP, window_s=1.0)],
+    )
     bench.judge_run(tally, "move_group", result, bench.runs / name, note=f" ({result.seconds:.0f} s)")
 
 
@@ -469,7 +641,9 @@ def engine_binary_deleted(bench: Bench, tally: Tally, trial: int) -> None:
         return metrics.exists() and metrics.read_text().count("\n") >= 10
 
     args = bench.train_args("move_group", name, f"engine.path={binary}", "engine.startup_attempts=2")
-    result = bench.cli(args, injectors=[lambda pid: KillEnginesWhen(pid, ten_steps, before=binary.unlink, window_s=1.0)])
+    result = bench.cli(
+        args, injectors=[lambda pid: KillEnginesWhen(pid, ten_steps, before=binary.unlink, window_s=1.0)]
+    )
     faults = len(result.faults)
     if result.ok:
         tally.add(WRONG, "finished without its engine binary?", faults)
@@ -491,7 +665,7 @@ def engine_binary_deleted(bench: Bench, tally: Tally, trial: int) -> None:
 # kill -9 of the command, then --resume or the same command again
 
 
-def _kill_once(bench: "Bench", tally: "Tally", args: list, reference_s: float, kill_when=None, while_what: str = ""):
+def _kill_once(bench: Bench, tally: Tally, args: list, reference_s: float, kill_when=None, while_what: str = ""):
     """Run `args` and kill -9 it: when `kill_when()` turns true (`while_what` names that moment),
     else at a random 40-95% of the undisturbed run's time. Returns (result, moment), or None after
     tallying a crash when the command failed on its own before the kill."""
@@ -545,7 +719,9 @@ def _kill9_train_case(kind: str, at_checkpoint_write: bool = False):
             how = "no run directory yet, the same command re-ran"
             second = bench.cli(args)
         note = f" ({moment}; {how})"
-        bench.judge_run(tally, kind, second, run_dir, note=note if trial == 0 or not second.ok or how.startswith("--") else "")
+        bench.judge_run(
+            tally, kind, second, run_dir, note=note if trial == 0 or not second.ok or how.startswith("--") else ""
+        )
 
     return run
 
@@ -558,7 +734,9 @@ case("kill -9", "train trajectory (vs Stockfish), then --resume", trials=(0, 2))
 case("kill -9", "train trajectory (endgame, tablebase), then --resume", trials=(0, 2))(_kill9_train_case("endgame"))
 case("kill -9", "train rookworld (GRPO on text), then --resume", trials=(0, 2))(_kill9_train_case("rookworld"))
 case("kill -9", "pretrain, then --resume", trials=(1, 3))(_kill9_train_case("pretrain"))
-case("kill -9", "pretrain while writing a checkpoint, then --resume", trials=(0, 1))(_kill9_train_case("pretrain", True))
+case("kill -9", "pretrain while writing a checkpoint, then --resume", trials=(0, 1))(
+    _kill9_train_case("pretrain", True)
+)
 case("kill -9", "sft, then --resume", trials=(0, 2))(_kill9_train_case("sft"))
 
 
@@ -573,7 +751,9 @@ def _kill9_generate(at_shard_write: bool):
             return
         first, moment = killed
         second = bench.cli(args)
-        _judge_dataset(tally, second, reference, out, note=f" ({moment}; re-run)" if trial == 0 or not second.ok else "")
+        _judge_dataset(
+            tally, second, reference, out, note=f" ({moment}; re-run)" if trial == 0 or not second.ok else ""
+        )
 
     return run
 
@@ -601,8 +781,22 @@ def kill9_games(bench: Bench, tally: Tally, trial: int) -> None:
 def kill9_rookworld_data(bench: Bench, tally: Tally, trial: int) -> None:
     reference, reference_s = bench.reference("rookworld_data")
     out = bench.work / bench.unique("rookworld-data-kill9")
-    args = ["data", "rookworld", "--out", out, "--positions", "40", "--nodes", "50", "--seed", bench.seed,
-            "engine.processes=2", "engine.cache=false", f"engine.syzygy_path={SYZYGY}"]  # fmt: skip
+    args = [
+        "data",
+        "rookworld",
+        "--out",
+        out,
+        "--positions",
+        "40",
+        "--nodes",
+        "50",
+        "--seed",
+        bench.seed,
+        "engine.processes=2",
+        "engine.cache=false",
+        f"engine.syzygy_path={SYZYGY}",
+    ]
+
     # It writes everything at the end, into a hidden sibling renamed into place: killed once that
     # sibling (or the output) exists (while writing), or at a random moment on later trials.
     def writing() -> bool:
@@ -707,12 +901,30 @@ case("corrupt", "dataset shard scrambled, then data generate again", trials=(0, 
 
 
 def _cache_search(bench: Bench, cache: Path, cwd: Path) -> CommandResult:
-    return bench.cli(["engine", "eval", "--fen", ITALIAN, "--fen", START_FEN, "--json", "engine.nodes=300",
-                      "engine.processes=1", f"engine.cache_path={cache}", f"engine.syzygy_path={SYZYGY}"], cwd=cwd)  # fmt: skip
+    return bench.cli(
+        [
+            "engine",
+            "eval",
+            "--fen",
+            ITALIAN,
+            "--fen",
+            START_FEN,
+            "--json",
+            "engine.nodes=300",
+            "engine.processes=1",
+            f"engine.cache_path={cache}",
+            f"engine.syzygy_path={SYZYGY}",
+        ],
+        cwd=cwd,
+    )
 
 
 def _evaluations(text: str) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k != "cached"} for line in text.splitlines() if line.startswith("{")]
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "cached"}
+        for line in text.splitlines()
+        if line.startswith("{")
+    ]
 
 
 @case("corrupt", "evaluation cache entry corrupt (searched again, same values)", trials=(1, 1))
@@ -774,7 +986,7 @@ class Malformed:
 
     id: str
     description: str
-    setup: Callable[["Bench", Path], tuple[list[str], list[str], list[Path]]]
+    setup: Callable[[Bench, Path], tuple[list[str], list[str], list[Path]]]
     quick: bool = False
     stdin: str | None = None
     skip_ok: bool = False
@@ -864,8 +1076,21 @@ def _puzzles_on(make: Callable[[Path], Path]):
 def _import_pgn(make: Callable[[Path], Path]):
     def setup(bench: Bench, directory: Path):
         path = make(directory)
-        return ["data", "import-pgn", path, "--out", directory / "out", "--nodes", "50", "engine.processes=1",
-                f"engine.syzygy_path={SYZYGY}"], [path.name], [path]  # fmt: skip
+        return (
+            [
+                "data",
+                "import-pgn",
+                path,
+                "--out",
+                directory / "out",
+                "--nodes",
+                "50",
+                "engine.processes=1",
+                f"engine.syzygy_path={SYZYGY}",
+            ],
+            [path.name],
+            [path],
+        )
 
     return setup
 
@@ -897,9 +1122,27 @@ def _run_with(damage: Callable[[Path], None], command: Callable[[Path], list], n
 def _games_openings(content: bytes):
     def setup(bench: Bench, directory: Path):
         path = _bytes_file(directory, "openings.epd", content)
-        return ["eval", "games", "--checkpoint", bench.reference("move_group")[0], "--anchors", "random", "--games", "2",
-                "--workers", "1", "--openings", path, "--pgn", directory / "games.pgn", f"engine.syzygy_path={SYZYGY}"], \
-            [path.name], [path, directory / "games.pgn"]  # fmt: skip
+        return (
+            [
+                "eval",
+                "games",
+                "--checkpoint",
+                bench.reference("move_group")[0],
+                "--anchors",
+                "random",
+                "--games",
+                "2",
+                "--workers",
+                "1",
+                "--openings",
+                path,
+                "--pgn",
+                directory / "games.pgn",
+                f"engine.syzygy_path={SYZYGY}",
+            ],
+            [path.name],
+            [path, directory / "games.pgn"],
+        )
 
     return setup
 
@@ -914,8 +1157,20 @@ def _checkpoint_truncated(bench: Bench, directory: Path):
 
 def _cache_not_sqlite(bench: Bench, directory: Path):
     path = _bytes_file(directory, "cache.sqlite", NON_UTF8 * 100)
-    return ["engine", "eval", "--fen", ITALIAN, "engine.processes=1", "engine.nodes=100", f"engine.cache_path={path}",
-            f"engine.syzygy_path={SYZYGY}"], [path.name], [path]  # fmt: skip
+    return (
+        [
+            "engine",
+            "eval",
+            "--fen",
+            ITALIAN,
+            "engine.processes=1",
+            "engine.nodes=100",
+            f"engine.cache_path={path}",
+            f"engine.syzygy_path={SYZYGY}",
+        ],
+        [path.name],
+        [path],
+    )
 
 
 def _truncate_every_checkpoint(run: Path) -> None:
@@ -937,65 +1192,164 @@ BAD_LETTER_FEN = START_FEN.replace("RNBQKBNR", "RNBQKBNX")
 LR_NAMES = ["config key lr", "lr=", "'lr'", "lr:", "lr "]
 
 MALFORMED: list[Malformed] = [
-    Malformed("fen-bad", "engine eval --fen with an impossible piece letter", quick=True,
-              setup=lambda b, d: (["engine", "eval", "--fen", BAD_LETTER_FEN], ["RNBQKBNX"], [])),
-    Malformed("fen-10k", "engine eval --fen of 10,000 characters", quick=True,
-              setup=lambda b, d: (["engine", "eval", "--fen", LONG_FEN], [LONG_FEN[:20]], [])),
-    Malformed("fen-injection", "engine eval --fen with a UCI command after a newline",
-              setup=lambda b, d: (["engine", "eval", "--fen", START_FEN + "\nquit"], [START_FEN[:20]], [])),
-    Malformed("fen-file-non-utf8", "engine eval --file that is not UTF-8", quick=True, setup=_engine_eval_file(NON_UTF8)),
-    Malformed("fen-file-bad-line", "engine eval --file with a bad FEN on line 2",
-              skip_ok=True, setup=_engine_eval_file(f"{START_FEN}\nnot a fen\n".encode())),
-    Malformed("fen-file-missing", "engine eval --file that does not exist",
-              setup=lambda b, d: (["engine", "eval", "--file", d / "missing.fen"], ["missing.fen"], [])),
-    Malformed("positions-parquet-scrambled", "eval offline --positions, a scrambled Parquet shard", quick=True,
-              setup=_offline_on(_damaged_shard(lambda p, s: _scramble(p, s)))),
-    Malformed("positions-parquet-truncated", "eval offline --positions, a truncated Parquet shard",
-              setup=_offline_on(_damaged_shard(lambda p, s: _truncate(p)))),
-    Malformed("positions-epd-bad", "eval offline --positions, an EPD file with a bad line",
-              skip_ok=True, setup=_offline_on(lambda b, d: _bytes_file(d, "bad.epd", f"{START_FEN}\n8/8/8/8 w - -\n".encode()))),
-    Malformed("positions-pgn-non-utf8", "eval offline --positions, a PGN that is not UTF-8",
-              setup=_offline_on(lambda b, d: _bytes_file(d, "games.pgn", b'[Event "\xff\xfe"]\n\n1. e4 \xa0\xa1 *\n'))),
-    Malformed("puzzles-non-utf8", "eval puzzles --puzzles, a CSV that is not UTF-8",
-              setup=_puzzles_on(lambda d: _bytes_file(d, "puzzles.csv", NON_UTF8 * 3))),
-    Malformed("puzzles-bad-fen", "eval puzzles --puzzles, a row with a bad FEN",
-              skip_ok=True, setup=_puzzles_on(lambda d: _puzzles(d, bad_fen=True))),
-    Malformed("puzzles-wrong-columns", "eval puzzles --puzzles, a CSV without the puzzle columns",
-              setup=_puzzles_on(lambda d: _puzzles(d, header="a,b,c,d"))),
-    Malformed("import-pgn-non-utf8", "data import-pgn, a PGN that is not UTF-8 (read as Latin-1 with a warning naming it)",
-              skip_ok=True, setup=_import_pgn(lambda d: _bytes_file(d, "games.pgn", b'[Event "\xff"]\n\n1. e4 \xa0 *\n' * 3))),
+    Malformed(
+        "fen-bad",
+        "engine eval --fen with an impossible piece letter",
+        quick=True,
+        setup=lambda b, d: (["engine", "eval", "--fen", BAD_LETTER_FEN], ["RNBQKBNX"], []),
+    ),
+    Malformed(
+        "fen-10k",
+        "engine eval --fen of 10,000 characters",
+        quick=True,
+        setup=lambda b, d: (["engine", "eval", "--fen", LONG_FEN], [LONG_FEN[:20]], []),
+    ),
+    Malformed(
+        "fen-injection",
+        "engine eval --fen with a UCI command after a newline",
+        setup=lambda b, d: (["engine", "eval", "--fen", START_FEN + "\nquit"], [START_FEN[:20]], []),
+    ),
+    Malformed(
+        "fen-file-non-utf8", "engine eval --file that is not UTF-8", quick=True, setup=_engine_eval_file(NON_UTF8)
+    ),
+    Malformed(
+        "fen-file-bad-line",
+        "engine eval --file with a bad FEN on line 2",
+        skip_ok=True,
+        setup=_engine_eval_file(f"{START_FEN}\nnot a fen\n".encode()),
+    ),
+    Malformed(
+        "fen-file-missing",
+        "engine eval --file that does not exist",
+        setup=lambda b, d: (["engine", "eval", "--file", d / "missing.fen"], ["missing.fen"], []),
+    ),
+    Malformed(
+        "positions-parquet-scrambled",
+        "eval offline --positions, a scrambled Parquet shard",
+        quick=True,
+        setup=_offline_on(_damaged_shard(lambda p, s: _scramble(p, s))),
+    ),
+    Malformed(
+        "positions-parquet-truncated",
+        "eval offline --positions, a truncated Parquet shard",
+        setup=_offline_on(_damaged_shard(lambda p, s: _truncate(p))),
+    ),
+    Malformed(
+        "positions-epd-bad",
+        "eval offline --positions, an EPD file with a bad line",
+        skip_ok=True,
+        setup=_offline_on(lambda b, d: _bytes_file(d, "bad.epd", f"{START_FEN}\n8/8/8/8 w - -\n".encode())),
+    ),
+    Malformed(
+        "positions-pgn-non-utf8",
+        "eval offline --positions, a PGN that is not UTF-8",
+        setup=_offline_on(lambda b, d: _bytes_file(d, "games.pgn", b'[Event "\xff\xfe"]\n\n1. e4 \xa0\xa1 *\n')),
+    ),
+    Malformed(
+        "puzzles-non-utf8",
+        "eval puzzles --puzzles, a CSV that is not UTF-8",
+        setup=_puzzles_on(lambda d: _bytes_file(d, "puzzles.csv", NON_UTF8 * 3)),
+    ),
+    Malformed(
+        "puzzles-bad-fen",
+        "eval puzzles --puzzles, a row with a bad FEN",
+        skip_ok=True,
+        setup=_puzzles_on(lambda d: _puzzles(d, bad_fen=True)),
+    ),
+    Malformed(
+        "puzzles-wrong-columns",
+        "eval puzzles --puzzles, a CSV without the puzzle columns",
+        setup=_puzzles_on(lambda d: _puzzles(d, header="a,b,c,d")),
+    ),
+    Malformed(
+        "import-pgn-non-utf8",
+        "data import-pgn, a PGN that is not UTF-8 (read as Latin-1 with a warning naming it)",
+        skip_ok=True,
+        setup=_import_pgn(lambda d: _bytes_file(d, "games.pgn", b'[Event "\xff"]\n\n1. e4 \xa0 *\n' * 3)),
+    ),
     Malformed("import-pgn-truncated-gz", "data import-pgn, a truncated .pgn.gz", setup=_import_pgn(_gz_truncated)),
     Malformed("rookworld-text-non-utf8", "data rookworld --from-text, a file that is not UTF-8", setup=_rookworld_text),
-    Malformed("pretrain-shard-scrambled", "pretrain data= with a scrambled shard",
-              setup=lambda b, d: _pretrain_on_damaged(b, d, _scramble)),
-    Malformed("pretrain-shard-truncated", "pretrain data= with a truncated shard", quick=True,
-              setup=lambda b, d: _pretrain_on_damaged(b, d, lambda p, s: _truncate(p))),
-    Malformed("config-unknown-key", "train with an unknown config key", quick=True,
-              setup=_fresh_train("task.bogus_key=1", ["task.bogus_key"])),
+    Malformed(
+        "pretrain-shard-scrambled",
+        "pretrain data= with a scrambled shard",
+        setup=lambda b, d: _pretrain_on_damaged(b, d, _scramble),
+    ),
+    Malformed(
+        "pretrain-shard-truncated",
+        "pretrain data= with a truncated shard",
+        quick=True,
+        setup=lambda b, d: _pretrain_on_damaged(b, d, lambda p, s: _truncate(p)),
+    ),
+    Malformed(
+        "config-unknown-key",
+        "train with an unknown config key",
+        quick=True,
+        setup=_fresh_train("task.bogus_key=1", ["task.bogus_key"]),
+    ),
     Malformed("config-lr-inf", "train lr=.inf", quick=True, setup=_fresh_train("lr=.inf", LR_NAMES)),
     Malformed("config-lr-nan", "train lr=.nan", setup=_fresh_train("lr=.nan", LR_NAMES)),
-    Malformed("config-long-value", "train run.name= of 10,000 characters",
-              setup=_fresh_train("run.name=" + "x" * 10000, ["run.name"])),
-    Malformed("config-yaml-syntax", "train --config with a YAML syntax error",
-              setup=_config_file(b"kind: move_group\nsteps: [1,\n")),
-    Malformed("config-non-utf8", "train --config that is not UTF-8", setup=_config_file(b"kind: move_group\nsteps: \xff\xfe\n")),
+    Malformed(
+        "config-long-value",
+        "train run.name= of 10,000 characters",
+        setup=_fresh_train("run.name=" + "x" * 10000, ["run.name"]),
+    ),
+    Malformed(
+        "config-yaml-syntax",
+        "train --config with a YAML syntax error",
+        setup=_config_file(b"kind: move_group\nsteps: [1,\n"),
+    ),
+    Malformed(
+        "config-non-utf8",
+        "train --config that is not UTF-8",
+        setup=_config_file(b"kind: move_group\nsteps: \xff\xfe\n"),
+    ),
     Malformed("config-not-a-mapping", "train --config holding a list", setup=_config_file(b"- kind\n- steps\n")),
-    Malformed("resume-every-checkpoint-truncated", "train --resume, every checkpoint truncated",
-              setup=_run_with(_truncate_every_checkpoint, lambda r: ["train", "--resume", r], lambda r: [str(r)])),
-    Malformed("resume-config-garbage", "train --resume, config.yaml replaced by binary garbage",
-              setup=_run_with(lambda r: (r / "config.yaml").write_bytes(NON_UTF8 * 4), lambda r: ["train", "--resume", r],
-                              lambda r: ["config.yaml"])),  # fmt: skip
-    Malformed("checkpoint-truncated", "eval offline --checkpoint, a truncated checkpoint", quick=True, setup=_checkpoint_truncated),
+    Malformed(
+        "resume-every-checkpoint-truncated",
+        "train --resume, every checkpoint truncated",
+        setup=_run_with(_truncate_every_checkpoint, lambda r: ["train", "--resume", r], lambda r: [str(r)]),
+    ),
+    Malformed(
+        "resume-config-garbage",
+        "train --resume, config.yaml replaced by binary garbage",
+        setup=_run_with(
+            lambda r: (r / "config.yaml").write_bytes(NON_UTF8 * 4),
+            lambda r: ["train", "--resume", r],
+            lambda r: ["config.yaml"],
+        ),
+    ),
+    Malformed(
+        "checkpoint-truncated",
+        "eval offline --checkpoint, a truncated checkpoint",
+        quick=True,
+        setup=_checkpoint_truncated,
+    ),
     Malformed("openings-non-utf8", "eval games --openings that is not UTF-8", setup=_games_openings(NON_UTF8)),
-    Malformed("openings-bad-fen", "eval games --openings with a bad FEN", skip_ok=True, setup=_games_openings(b"8/8/8 w\n")),
+    Malformed(
+        "openings-bad-fen", "eval games --openings with a bad FEN", skip_ok=True, setup=_games_openings(b"8/8/8 w\n")
+    ),
     Malformed("compare-truncated-json", "eval compare, a truncated JSON result", setup=_compare_truncated),
-    Malformed("diagnose-garbage-metrics", "diagnose, metrics.jsonl replaced by binary garbage",
-              setup=_run_with(lambda r: (r / "metrics.jsonl").write_bytes(NON_UTF8 * 10), lambda r: ["diagnose", r],
-                              lambda r: ["metrics.jsonl"])),  # fmt: skip
-    Malformed("report-garbage-metrics", "report, metrics.jsonl replaced by binary garbage",
-              setup=_run_with(lambda r: (r / "metrics.jsonl").write_bytes(NON_UTF8 * 10),
-                              lambda r: ["report", r, "--out", r.parent / "report.html"], lambda r: ["metrics.jsonl"])),  # fmt: skip
-    Malformed("cache-not-sqlite", "engine eval, engine.cache_path is not an SQLite file", quick=True, setup=_cache_not_sqlite),
+    Malformed(
+        "diagnose-garbage-metrics",
+        "diagnose, metrics.jsonl replaced by binary garbage",
+        setup=_run_with(
+            lambda r: (r / "metrics.jsonl").write_bytes(NON_UTF8 * 10),
+            lambda r: ["diagnose", r],
+            lambda r: ["metrics.jsonl"],
+        ),
+    ),
+    Malformed(
+        "report-garbage-metrics",
+        "report, metrics.jsonl replaced by binary garbage",
+        setup=_run_with(
+            lambda r: (r / "metrics.jsonl").write_bytes(NON_UTF8 * 10),
+            lambda r: ["report", r, "--out", r.parent / "report.html"],
+            lambda r: ["metrics.jsonl"],
+        ),
+    ),
+    Malformed(
+        "cache-not-sqlite", "engine eval, engine.cache_path is not an SQLite file", quick=True, setup=_cache_not_sqlite
+    ),
 ]
 
 
@@ -1005,8 +1359,14 @@ def _pretrain_on_damaged(bench: Bench, directory: Path, damage: Callable[[Path, 
     shard = sorted((data / "train").glob("*.parquet"))[1]
     damage(shard, bench.seed)
     args = [*bench.train_args("pretrain", "fresh", "steps=2")]
-    args = [f"run.out_dir={directory / 'runs'}" if a.startswith("run.out_dir=") else f"data={data}" if a.startswith("data=") else a
-            for a in args]  # fmt: skip
+    args = [
+        f"run.out_dir={directory / 'runs'}"
+        if a.startswith("run.out_dir=")
+        else f"data={data}"
+        if a.startswith("data=")
+        else a
+        for a in args
+    ]
     return args, [shard.name], [data, directory / "runs"]
 
 
@@ -1024,7 +1384,10 @@ def _malformed_case(spec: Malformed):
         wrote = digest_difference(everything, tree_digest(directory)) if not changed else None
         wrote = f"; wrote {wrote.replace(str(directory) + '/', '')}" if wrote else ""
         if changed:
-            tally.add(WRONG, f"input changed: {changed.replace(str(directory) + '/', '')}" + (f"; {problem[1]}" if problem else ""))
+            tally.add(
+                WRONG,
+                f"input changed: {changed.replace(str(directory) + '/', '')}" + (f"; {problem[1]}" if problem else ""),
+            )
         elif problem:
             tally.add(problem[0], problem[1] + wrote)
         elif result.returncode == 0:
@@ -1047,8 +1410,14 @@ for _spec in MALFORMED:
 
 @case("malformed", "uci: malformed commands on stdin (the engine must answer on)", trials=(0, 1))
 def malformed_uci(bench: Bench, tally: Tally, trial: int) -> None:
-    commands = "uci\nposition fen not/a/fen w - - 0 1\nposition startpos moves e2e5\ngo nodes -3\n" + "x" * 10000 + "\nisready\nquit\n"
-    result = bench.cli(["uci", "--checkpoint", bench.reference("move_group")[0], "--search", "none"], stdin=commands, timeout_s=60)
+    commands = (
+        "uci\nposition fen not/a/fen w - - 0 1\nposition startpos moves e2e5\ngo nodes -3\n"
+        + "x" * 10000
+        + "\nisready\nquit\n"
+    )
+    result = bench.cli(
+        ["uci", "--checkpoint", bench.reference("move_group")[0], "--search", "none"], stdin=commands, timeout_s=60
+    )
     if result.timed_out or "Traceback" in result.stderr or (result.returncode or 0) < 0:
         tally.add(CRASHED, f"{_ended(result)}: {result.tail(1)}")
     elif "readyok" not in result.stdout:
@@ -1101,16 +1470,22 @@ def render(tallies: Sequence[Tally], work: Path | None = None) -> str:
     for t in tallies:
         notes = "; ".join(dict.fromkeys(n for n in t.notes if n))
         notes = (notes.replace(f"{work}/", "WORK/") if work else notes)[:300].replace("|", "/").replace("\n", " ")
-        lines.append(f"| {t.group} | {t.name} | {t.tried} | {t.clean} | {t.crashed} | {t.wrong} | {t.faults} | {t.seconds:.0f} | {notes} |")
+        lines.append(
+            f"| {t.group} | {t.name} | {t.tried} | {t.clean} | {t.crashed} | {t.wrong} | {t.faults} | {t.seconds:.0f} | {notes} |"
+        )
     total = {k: sum(getattr(t, k) for t in tallies) for k in ("tried", "clean", "crashed", "wrong", "faults")}
     seconds = sum(t.seconds for t in tallies)
-    lines.append(f"| **total** | {len(tallies)} cases | {total['tried']} | {total['clean']} | {total['crashed']} | {total['wrong']} | "
-                 f"{total['faults']} | {seconds:.0f} | |")  # fmt: skip
+    lines.append(
+        f"| **total** | {len(tallies)} cases | {total['tried']} | {total['clean']} | {total['crashed']} | {total['wrong']} | "
+        f"{total['faults']} | {seconds:.0f} | |"
+    )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a short subset (~2 minutes on 2 cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs, the kill moments and the injectors")
     parser.add_argument("--out-json", type=Path, help="also write the results (with the machine and date) here")
@@ -1136,7 +1511,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     when = datetime.datetime.now(datetime.timezone.utc)
     bench = Bench(work.resolve(), args.seed, args.quick)
     info = machine()
-    progress(f"fault injection: {len(selected)} cases, seed {args.seed}, {'quick' if args.quick else 'full'}; work {work}")
+    progress(
+        f"fault injection: {len(selected)} cases, seed {args.seed}, {'quick' if args.quick else 'full'}; work {work}"
+    )
     progress(f"machine: {info['cpu']}, {info['cores']} cores, load {info['load_average']}, {info['engine']}")
     tallies = []
     try:
@@ -1156,8 +1533,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     tally.add(CRASHED, f"harness: {type(error).__name__}: {error}")
                     traceback.print_exc()
             tally.seconds = time.monotonic() - case_started
-            status = f"clean {tally.clean}/{tally.tried}" + (f", crashed {tally.crashed}" if tally.crashed else "") + (
-                f", WRONG {tally.wrong}" if tally.wrong else "")  # fmt: skip
+            status = (
+                f"clean {tally.clean}/{tally.tried}"
+                + (f", crashed {tally.crashed}" if tally.crashed else "")
+                + (f", WRONG {tally.wrong}" if tally.wrong else "")
+            )
             detail = f"; {tally.notes[-1][:200]}" if tally.notes and (tally.crashed or tally.wrong) else ""
             progress(f"      {status}, {tally.faults} faults injected, {tally.seconds:.1f} s{detail}")
     except KeyboardInterrupt:
@@ -1166,16 +1546,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     elapsed = time.monotonic() - started
-    print(f"Fault injection, {'quick' if args.quick else 'full'} run, seed {args.seed}: {when:%Y-%m-%d %H:%M} UTC, "
-          f"{elapsed / 60:.1f} minutes; {info['cpu']}, {info['cores']} cores (load {info['load_average']}); {info['engine']}, "
-          f"torch {info['torch']}, Python {info['python']}\n")  # fmt: skip
+    print(
+        f"Fault injection, {'quick' if args.quick else 'full'} run, seed {args.seed}: {when:%Y-%m-%d %H:%M} UTC, "
+        f"{elapsed / 60:.1f} minutes; {info['cpu']}, {info['cores']} cores (load {info['load_average']}); {info['engine']}, "
+        f"torch {info['torch']}, Python {info['python']}\n"
+    )
     print(render(tallies, bench.work))
     if args.out_json:
-        args.out_json.write_text(json.dumps({
-            "date": when.isoformat(timespec="seconds"), "seconds": round(elapsed, 1), "seed": args.seed, "quick": args.quick,
-            "machine": info, "cases": [dataclasses.asdict(t) for t in tallies],
-            "totals": {k: sum(getattr(t, k) for t in tallies) for k in ("tried", "clean", "crashed", "wrong", "faults")},
-        }, indent=1))  # fmt: skip
+        args.out_json.write_text(
+            json.dumps(
+                {
+                    "date": when.isoformat(timespec="seconds"),
+                    "seconds": round(elapsed, 1),
+                    "seed": args.seed,
+                    "quick": args.quick,
+                    "machine": info,
+                    "cases": [dataclasses.asdict(t) for t in tallies],
+                    "totals": {
+                        k: sum(getattr(t, k) for t in tallies) for k in ("tried", "clean", "crashed", "wrong", "faults")
+                    },
+                },
+                indent=1,
+            )
+        )
     return 0 if all(t.clean == t.tried for t in tallies) else 1
 
 

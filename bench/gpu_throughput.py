@@ -62,13 +62,17 @@ def peak_tflops(device: torch.device, bf16: bool, given: float | None) -> float 
     return None
 
 
-def random_policy_batch(batch: int, move_facts: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_policy_batch(
+    batch: int, move_facts: bool, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inputs with the token layout's value ranges, a legal mask with ~35 legal moves, a legal target."""
     generator = torch.Generator().manual_seed(0)
     board = torch.randint(0, 31, (batch, SEQUENCE_LENGTH), generator=generator, dtype=torch.uint8)
     inputs = board
     if move_facts:
-        inputs = torch.cat([board, torch.randint(0, 2, (batch, NUM_ACTIONS), generator=generator, dtype=torch.uint8)], dim=1)
+        inputs = torch.cat(
+            [board, torch.randint(0, 2, (batch, NUM_ACTIONS), generator=generator, dtype=torch.uint8)], dim=1
+        )
     legal = torch.rand(batch, NUM_ACTIONS, generator=generator) < 35 / NUM_ACTIONS
     legal[:, 0] = True
     target = torch.multinomial(legal.float(), 1, generator=generator).squeeze(1)
@@ -100,8 +104,17 @@ def count_step_flops(size: str, batch: int, move_facts: bool, device: torch.devi
     return int(counter.get_total_flops())
 
 
-def time_policy(size: str, batch: int, bf16: bool, compiled: bool, move_facts: bool, device: torch.device,
-                steps: int, warmup: int, repeats: int) -> dict:  # fmt: skip
+def time_policy(
+    size: str,
+    batch: int,
+    bf16: bool,
+    compiled: bool,
+    move_facts: bool,
+    device: torch.device,
+    steps: int,
+    warmup: int,
+    repeats: int,
+) -> dict:
     torch.manual_seed(0)
     model = ActionPolicy(PolicyConfig(**{**PolicyConfig.from_size(size).__dict__, "move_facts": move_facts})).to(device)
     model.train()
@@ -126,10 +139,17 @@ def time_policy(size: str, batch: int, bf16: bool, compiled: bool, move_facts: b
     step_s = statistics.median(windows)
     peak_mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return {
-        "size": size, "batch": batch, "bf16": bf16, "compile": compiled, "move_facts": move_facts,
-        "parameters": model.num_parameters(), "step_ms": 1000 * step_s, "positions_per_s": batch / step_s,
-        "warmup_s": warm_s, "peak_mem_gib": peak_mem,
-    }  # fmt: skip
+        "size": size,
+        "batch": batch,
+        "bf16": bf16,
+        "compile": compiled,
+        "move_facts": move_facts,
+        "parameters": model.num_parameters(),
+        "step_ms": 1000 * step_s,
+        "positions_per_s": batch / step_s,
+        "warmup_s": warm_s,
+        "peak_mem_gib": peak_mem,
+    }
 
 
 def run_policy(args: argparse.Namespace, device: torch.device) -> list[dict]:
@@ -143,13 +163,15 @@ def run_policy(args: argparse.Namespace, device: torch.device) -> list[dict]:
                 print(f"{size} batch {batch}: out of memory (counting FLOPs in fp32), skipped", flush=True)
                 torch.cuda.empty_cache()
                 continue
-            for bf16 in ([False, True] if args.precisions == "both" else [args.precisions == "bf16"]):
-                for compiled in ([False, True] if args.compile == "both" else [args.compile == "on"]):
+            for bf16 in [False, True] if args.precisions == "both" else [args.precisions == "bf16"]:
+                for compiled in [False, True] if args.compile == "both" else [args.compile == "on"]:
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
                         torch.cuda.reset_peak_memory_stats(device)
                     try:
-                        row = time_policy(size, batch, bf16, compiled, args.move_facts, device, args.steps, args.warmup, args.repeats)
+                        row = time_policy(
+                            size, batch, bf16, compiled, args.move_facts, device, args.steps, args.warmup, args.repeats
+                        )
                     except torch.OutOfMemoryError:
                         print(f"{size} batch {batch}: out of memory, skipped", flush=True)
                         torch.cuda.empty_cache()
@@ -185,11 +207,20 @@ def gpt2_124m_with_offline_bpe(device: torch.device, n_layer: int, n_embd: int, 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=2000, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tokenizer.train_from_iterator(samples, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>")
-    config = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=1024, vocab_size=50257,
-                        eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id)  # fmt: skip
+    config = GPT2Config(
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_positions=1024,
+        vocab_size=50257,
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).to(device).eval()
     prompts = []  # the task prompts as RL samples them: a P: line up to M:, an A: line up to its third '+'
@@ -206,21 +237,33 @@ def run_lm(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
     model, tokenizer, prompts = gpt2_124m_with_offline_bpe(device, args.n_layer, args.n_embd, args.n_head)
     parameters = sum(p.numel() for p in model.parameters())
-    print(f"GPT-2 shape {args.n_layer} x {args.n_embd}, {parameters / 1e6:.1f}M parameters, {len(prompts)} prompts "
-          f"(median {statistics.median(len(p) for p in prompts)} tokens)", flush=True)  # fmt: skip
+    print(
+        f"GPT-2 shape {args.n_layer} x {args.n_embd}, {parameters / 1e6:.1f}M parameters, {len(prompts)} prompts "
+        f"(median {statistics.median(len(p) for p in prompts)} tokens)",
+        flush=True,
+    )
     rows = []
-    for bf16 in ([False, True] if args.precisions == "both" else [args.precisions == "bf16"]):
+    for bf16 in [False, True] if args.precisions == "both" else [args.precisions == "bf16"]:
         dtype = torch.bfloat16 if bf16 else torch.float32
         model.to(dtype)
         for batch in [int(b) for b in args.batches.split(",")]:
             batch_prompts = [prompts[i % len(prompts)] for i in range(batch)]
             generator = torch.Generator(device=device).manual_seed(0)
 
-            def once() -> float:
+            def once(
+                batch_prompts: list[str] = batch_prompts, generator: torch.Generator = generator, batch: int = batch
+            ) -> float:
                 synchronize(device)
                 tick = time.perf_counter()
-                out = generate(model, batch_prompts, eos_token_id=-1, max_new_tokens=args.new_tokens, temperature=1.0,
-                               generator=generator, pad_token_id=tokenizer.eos_token_id)  # fmt: skip
+                out = generate(
+                    model,
+                    batch_prompts,
+                    eos_token_id=-1,
+                    max_new_tokens=args.new_tokens,
+                    temperature=1.0,
+                    generator=generator,
+                    pad_token_id=tokenizer.eos_token_id,
+                )
                 synchronize(device)
                 assert out.completion_ids.shape == (batch, args.new_tokens)
                 return time.perf_counter() - tick
@@ -231,14 +274,21 @@ def run_lm(args: argparse.Namespace, device: torch.device) -> list[dict]:
                 once()
             seconds = statistics.median(once() for _ in range(args.repeats))
             row = {
-                "batch": batch, "bf16": bf16, "new_tokens": args.new_tokens, "seconds": seconds,
-                "completions_per_s": batch / seconds, "tokens_per_s": batch * args.new_tokens / seconds,
+                "batch": batch,
+                "bf16": bf16,
+                "new_tokens": args.new_tokens,
+                "seconds": seconds,
+                "completions_per_s": batch / seconds,
+                "tokens_per_s": batch * args.new_tokens / seconds,
                 "parameters": parameters,
                 "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-            }  # fmt: skip
+            }
             rows.append(row)
-            print(f"{'bf16' if bf16 else 'fp32'} batch {batch:>4}: {row['completions_per_s']:8.1f} completions/s "
-                  f"({row['tokens_per_s']:9.0f} tokens/s, {seconds:.2f} s per batch of {args.new_tokens}-token answers)", flush=True)  # fmt: skip
+            print(
+                f"{'bf16' if bf16 else 'fp32'} batch {batch:>4}: {row['completions_per_s']:8.1f} completions/s "
+                f"({row['tokens_per_s']:9.0f} tokens/s, {seconds:.2f} s per batch of {args.new_tokens}-token answers)",
+                flush=True,
+            )
     return rows
 
 
@@ -250,8 +300,12 @@ def main() -> int:
     policy.add_argument("--batches", default="256,1024,4096")
     policy.add_argument("--precisions", choices=["fp32", "bf16", "both"], default="both")
     policy.add_argument("--compile", choices=["off", "on", "both"], default="both")
-    policy.add_argument("--move-facts", action="store_true", help="inputs with the 1968 move-fact bytes (the recipe's policies)")
-    policy.add_argument("--peak-tflops", type=float, help="the card's dense peak for the chosen precision (default: by name)")
+    policy.add_argument(
+        "--move-facts", action="store_true", help="inputs with the 1968 move-fact bytes (the recipe's policies)"
+    )
+    policy.add_argument(
+        "--peak-tflops", type=float, help="the card's dense peak for the chosen precision (default: by name)"
+    )
     policy.add_argument("--steps", type=int, default=20)
     policy.add_argument("--warmup", type=int, default=5)
     lm = sub.add_parser("lm", help="LM generation throughput (GPT-2 124M shape)")
@@ -276,7 +330,10 @@ def main() -> int:
         print(f"device: cpu ({torch.get_num_threads()} threads), torch {torch.__version__}", flush=True)
     rows = run_policy(args, device) if args.what == "policy" else run_lm(args, device)
     if args.json:
-        meta = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__}
+        meta = {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+        }
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 

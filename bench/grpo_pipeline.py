@@ -48,7 +48,14 @@ SETTINGS: dict[str, tuple[str, str, list[str]]] = {
     "trajectory_1x1": (TRAJECTORY[0], TRAJECTORY[1], [*TRAJECTORY[2], *ONE_BY_ONE]),
     "trajectory": TRAJECTORY,
 }
-COMMON = ["engine.cache=false", "eval_at_start=false", "eval_every=0", "checkpoint_every=100000", "log_every=1", "steps=100000"]
+COMMON = [
+    "engine.cache=false",
+    "eval_at_start=false",
+    "eval_every=0",
+    "checkpoint_every=100000",
+    "log_every=1",
+    "steps=100000",
+]
 MODES = ("serial", "pipelined")
 
 
@@ -64,10 +71,18 @@ def worker(setting: str, args: argparse.Namespace) -> dict:
         trainers = {}
         try:
             for mode in MODES:
-                options = [f"init_checkpoint={args.init}", f"positions={args.positions}", f"run.out_dir={directory}", f"run.name={mode}",
-                           *COMMON, *overrides, f"grpo.pipeline={str(mode == 'pipelined').lower()}", *args.set]  # fmt: skip
+                options = [
+                    f"init_checkpoint={args.init}",
+                    f"positions={args.positions}",
+                    f"run.out_dir={directory}",
+                    f"run.name={mode}",
+                    *COMMON,
+                    *overrides,
+                    f"grpo.pipeline={str(mode == 'pipelined').lower()}",
+                    *args.set,
+                ]
                 trainers[mode] = Trainer(load_config(config_class(kind), ROOT / config_path, options))
-            for mode, trainer in trainers.items():
+            for trainer in trainers.values():
                 for _ in range(args.warmup):
                     trainer.train_step()
             for _ in range(args.blocks):
@@ -78,7 +93,9 @@ def worker(setting: str, args: argparse.Namespace) -> dict:
                     wall = time.perf_counter() - tick
                     samples = sum(row.get("rollout/plies", row.get("learn/rows", 0.0)) for row in rows)
                     out["blocks"][mode].append({"wall_s": wall, "steps": len(rows), "samples": samples})
-                    out["steps"][mode].extend({k: v for k, v in row.items() if k.startswith(("perf/", "reward/", "ratio/"))} for row in rows)
+                    out["steps"][mode].extend(
+                        {k: v for k, v in row.items() if k.startswith(("perf/", "reward/", "ratio/"))} for row in rows
+                    )
         finally:
             for trainer in trainers.values():
                 trainer.close()
@@ -103,6 +120,7 @@ def summarise(result: dict, resamples: int, seed: int) -> tuple[list[str], dict]
         low, high = bootstrap(step_s, statistics.median, resamples, rng)
         rewards = [s["reward/mean"] for s in steps if "reward/mean" in s]
         r_low, r_high = bootstrap(rewards, statistics.fmean, resamples, rng)
+
         def phase(key: str, steps: list[dict] = steps) -> float:
             return statistics.median(s.get(key, 0.0) for s in steps)
 
@@ -122,14 +140,24 @@ def summarise(result: dict, resamples: int, seed: int) -> tuple[list[str], dict]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--init", default="runs/quickstart/pretrain", help="the starting policy (run or checkpoint dir)")
+    parser.add_argument(
+        "--init", default="runs/quickstart/pretrain", help="the starting policy (run or checkpoint dir)"
+    )
     parser.add_argument("--positions", default="data/tiny", help="start positions (dataset dir: its train split)")
-    parser.add_argument("--settings", default="one_move_1x1,trajectory_1x1,one_move,trajectory", help=f"comma-separated, of {list(SETTINGS)}")
-    parser.add_argument("--blocks", type=int, default=8, help="rounds; each times a block of each mode (serial, then pipelined)")
+    parser.add_argument(
+        "--settings",
+        default="one_move_1x1,trajectory_1x1,one_move,trajectory",
+        help=f"comma-separated, of {list(SETTINGS)}",
+    )
+    parser.add_argument(
+        "--blocks", type=int, default=8, help="rounds; each times a block of each mode (serial, then pipelined)"
+    )
     parser.add_argument("--block-steps", type=int, default=3, help="steps per block")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each mode first")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
-    parser.add_argument("--set", action="append", default=[], help="an extra config override for every setting (key=value)")
+    parser.add_argument(
+        "--set", action="append", default=[], help="an extra config override for every setting (key=value)"
+    )
     parser.add_argument("--json", type=Path, help="write every block and step here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -140,22 +168,43 @@ def main() -> int:
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown settings {unknown}; choose from {list(SETTINGS)}")
-    head = ("| setting | mode | step s, median [95%] | samples/s | sample s | reward s | learn s | rollout wait s | "
-            "training reward, mean [95%] |")  # fmt: skip
+    head = (
+        "| setting | mode | step s, median [95%] | samples/s | sample s | reward s | learn s | rollout wait s | "
+        "training reward, mean [95%] |"
+    )
     lines, ratios, results = [head, "|" + "---|" * (head.count("|") - 1)], [], {}
     for setting in settings:
         started = time.perf_counter()
-        command = [sys.executable, __file__, "--worker", setting, "--init", args.init, "--positions", args.positions,
-                   "--blocks", str(args.blocks), "--block-steps", str(args.block_steps), "--warmup", str(args.warmup),
-                   *(f"--set={o}" for o in args.set)]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)}
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            setting,
+            "--init",
+            args.init,
+            "--positions",
+            args.positions,
+            "--blocks",
+            str(args.blocks),
+            "--block-steps",
+            str(args.block_steps),
+            "--warmup",
+            str(args.warmup),
+            *(f"--set={o}" for o in args.set),
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p),
+        }
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{setting} failed:\n{done.stderr[-3000:]}")
         results[setting] = json.loads(done.stdout.strip().splitlines()[-1])
         rows, ratio = summarise(results[setting], args.resamples, seed=len(ratios))
         lines += rows
-        ratios.append(f"{setting}: pipelined / serial step rate {ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]")
+        ratios.append(
+            f"{setting}: pipelined / serial step rate {ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
+        )
         print(f"{setting}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     print("\n".join(lines) + "\n\n" + "\n".join(ratios))
     if args.json:

@@ -40,20 +40,35 @@ def run_variant(name: str, overrides: list[str], args: argparse.Namespace) -> di
     run_dir = Path(args.out) / name
     if not (run_dir / "checkpoints" / "latest").exists():
         command = [
-            str(ROOT / ".venv" / "bin" / "chessgrpo"), "train", "--config", args.config,
-            f"init_checkpoint={args.init}", f"run.out_dir={args.out}", f"run.name={name}", f"steps={args.steps}",
-            f"eval_every={args.steps}", f"run.seed={args.seed}", *args.common, *overrides,
-        ]  # fmt: skip
+            str(ROOT / ".venv" / "bin" / "chessgrpo"),
+            "train",
+            "--config",
+            args.config,
+            f"init_checkpoint={args.init}",
+            f"run.out_dir={args.out}",
+            f"run.name={name}",
+            f"steps={args.steps}",
+            f"eval_every={args.steps}",
+            f"run.seed={args.seed}",
+            *args.common,
+            *overrides,
+        ]
         started = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
+        done = subprocess.run(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False
+        )
         if done.returncode != 0:
             raise SystemExit(f"variant {name} failed ({done.returncode}); run it by hand: {' '.join(command)}")
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     rows = [row for row in read_metrics(run_dir / "metrics.jsonl") if "reward/mean" in row]
     fifth = max(1, len(rows) // 5)
     mean = lambda rs, key: statistics.mean(r[key] for r in rs if key in r)  # noqa: E731
-    offline = compare_files(run_dir / "eval" / "step_000000_offline.json", run_dir / "eval" / f"step_{args.steps:06d}_offline.json")
-    puzzles = compare_files(run_dir / "eval" / "step_000000_puzzles.json", run_dir / "eval" / f"step_{args.steps:06d}_puzzles.json")
+    offline = compare_files(
+        run_dir / "eval" / "step_000000_offline.json", run_dir / "eval" / f"step_{args.steps:06d}_offline.json"
+    )
+    puzzles = compare_files(
+        run_dir / "eval" / "step_000000_puzzles.json", run_dir / "eval" / f"step_{args.steps:06d}_puzzles.json"
+    )
     return {
         "name": name,
         "overrides": overrides,
@@ -66,7 +81,9 @@ def run_variant(name: str, overrides: list[str], args: argparse.Namespace) -> di
         "clip_frac": mean(rows, "ratio/clip_frac"),
         "frac_reward_zero_std": mean(rows, "rollout/frac_reward_zero_std"),
         "samples_per_s": statistics.median(r["perf/samples_per_s"] for r in rows),
-        "phase_s": {phase: statistics.median(r[f"perf/{phase}_s"] for r in rows) for phase in ("sample", "reward", "learn")},
+        "phase_s": {
+            phase: statistics.median(r[f"perf/{phase}_s"] for r in rows) for phase in ("sample", "reward", "learn")
+        },
     }
 
 
@@ -77,12 +94,18 @@ def _cell(metric: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--init", required=True, help="pretrained checkpoint or run directory every variant starts from")
+    parser.add_argument(
+        "--init", required=True, help="pretrained checkpoint or run directory every variant starts from"
+    )
     parser.add_argument("--config", default="configs/grpo_tiny.yaml")
-    parser.add_argument("--out", default="runs/bench_grpo", help="parent directory of the variants' runs (reused if present)")
+    parser.add_argument(
+        "--out", default="runs/bench_grpo", help="parent directory of the variants' runs (reused if present)"
+    )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variant", action="append", help="name[:key=value,...]; repeat (default: estimators and temperature)")
+    parser.add_argument(
+        "--variant", action="append", help="name[:key=value,...]; repeat (default: estimators and temperature)"
+    )
     parser.add_argument("--common", nargs="*", default=[], help="overrides applied to every variant")
     parser.add_argument("--json", type=Path, help="write all results here")
     args = parser.parse_args()
@@ -91,7 +114,9 @@ def main() -> int:
     for spec in args.variant or DEFAULT_VARIANTS:
         name, _, rest = spec.partition(":")
         results.append(run_variant(name, [item for item in rest.split(",") if item], args))
-    print(f"| variant | held-out ESL end - start [95%] | top-1 end - start | puzzle first move end - start | rollout ESL first -> last | entropy | KL(ref) | samples/s | sample / reward / learn s |")
+    print(
+        "| variant | held-out ESL end - start [95%] | top-1 end - start | puzzle first move end - start | rollout ESL first -> last | entropy | KL(ref) | samples/s | sample / reward / learn s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         phases = " / ".join(f"{r['phase_s'][p]:.2f}" for p in ("sample", "reward", "learn"))

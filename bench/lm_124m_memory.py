@@ -50,25 +50,49 @@ def main() -> None:
 
     tick = time.perf_counter()
     with torch.no_grad():
-        behaviour, _ = completion_log_probs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=0.5,
-                                            with_entropy=True, chunk_rows=args.chunk_rows)  # fmt: skip
-    print(f"behaviour log-probs + entropy ({args.rows} rows, chunks of {args.chunk_rows}): {time.perf_counter() - tick:.1f} s, "
-          f"peak RSS {rss_gb():.2f} GB", flush=True)  # fmt: skip
+        behaviour, _ = completion_log_probs(
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            temperature=0.5,
+            with_entropy=True,
+            chunk_rows=args.chunk_rows,
+        )
+    print(
+        f"behaviour log-probs + entropy ({args.rows} rows, chunks of {args.chunk_rows}): {time.perf_counter() - tick:.1f} s, "
+        f"peak RSS {rss_gb():.2f} GB",
+        flush=True,
+    )
 
     batch = RolloutBatch(
-        inputs={"prompt_ids": prompt_ids, "prompt_mask": prompt_mask}, actions=completion_ids, behaviour_logp=behaviour,
-        mask=completion_mask, rewards=torch.arange(args.rows, dtype=torch.float32) % 3,
-        group_ids=torch.arange(args.rows) // 8, ref_logp=behaviour.clone(),
-    )  # fmt: skip
+        inputs={"prompt_ids": prompt_ids, "prompt_mask": prompt_mask},
+        actions=completion_ids,
+        behaviour_logp=behaviour,
+        mask=completion_mask,
+        rewards=torch.arange(args.rows, dtype=torch.float32) % 3,
+        group_ids=torch.arange(args.rows) // 8,
+        ref_logp=behaviour.clone(),
+    )
     config = GRPOConfig(micro_batch_size=args.micro_batch_size, kl_coef=0.02)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-6)
     tick = time.perf_counter()
     update = Learner(optimizer, list(model.parameters()), max_grad_norm=1.0).update
-    metrics = optimize(batch, make_forward(model, temperature=0.5, chunk_rows=args.chunk_rows, entropy_grad=False), update,
-                       config, KLController.from_config(config), parameters=list(model.parameters()), generator=None)  # fmt: skip
-    print(f"learner minibatch ({args.rows} rows, micro-batches of {args.micro_batch_size}, AdamW step): "
-          f"{time.perf_counter() - tick:.1f} s, peak RSS {rss_gb():.2f} GB, first ratio dev {metrics['ratio/first_max_abs_dev']:.2e}",
-          flush=True)  # fmt: skip
+    metrics = optimize(
+        batch,
+        make_forward(model, temperature=0.5, chunk_rows=args.chunk_rows, entropy_grad=False),
+        update,
+        config,
+        KLController.from_config(config),
+        parameters=list(model.parameters()),
+        generator=None,
+    )
+    print(
+        f"learner minibatch ({args.rows} rows, micro-batches of {args.micro_batch_size}, AdamW step): "
+        f"{time.perf_counter() - tick:.1f} s, peak RSS {rss_gb():.2f} GB, first ratio dev {metrics['ratio/first_max_abs_dev']:.2e}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from chessgrpo.config import load_config
-from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
-from chessgrpo.train.loop import Trainer
+from chessgrpo.config import load_config  # noqa: E402 (after the sys.path entry above)
+from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig  # noqa: E402
+from chessgrpo.train.loop import Trainer  # noqa: E402
 
 
 def synchronize(device: torch.device) -> None:
@@ -52,8 +52,12 @@ def synchronize(device: torch.device) -> None:
 
 def machine(device: torch.device) -> dict[str, Any]:
     """What the figures were measured on."""
-    info: dict[str, Any] = {"device": str(device), "torch": torch.__version__, "cpu_count": os.cpu_count(),
-                            "torch_threads": torch.get_num_threads()}  # fmt: skip
+    info: dict[str, Any] = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -61,11 +65,22 @@ def machine(device: torch.device) -> dict[str, Any]:
 
 def build_config(args: argparse.Namespace, out_dir: str) -> PretrainTrainConfig:
     overrides = [
-        f"data={args.data}", f"model.size={args.size}", f"batch_size={args.batch}", f"device={args.device}",
-        f"bf16={str(args.bf16).lower()}", f"compile={str(args.compile).lower()}", f"threads={args.threads}",
-        f"run.out_dir={out_dir}", "run.name=bench", "steps=1000000", "warmup_steps=10", "eval_every=0",
-        "checkpoint_every=0", "log_every=1000000", f"prefetch_batches={args.prefetch}",
-    ]  # fmt: skip
+        f"data={args.data}",
+        f"model.size={args.size}",
+        f"batch_size={args.batch}",
+        f"device={args.device}",
+        f"bf16={str(args.bf16).lower()}",
+        f"compile={str(args.compile).lower()}",
+        f"threads={args.threads}",
+        f"run.out_dir={out_dir}",
+        "run.name=bench",
+        "steps=1000000",
+        "warmup_steps=10",
+        "eval_every=0",
+        "checkpoint_every=0",
+        "log_every=1000000",
+        f"prefetch_batches={args.prefetch}",
+    ]
     return load_config(PretrainTrainConfig, ROOT / "configs" / "pretrain_tiny.yaml", overrides)
 
 
@@ -83,8 +98,10 @@ def host_costs(kind: PretrainKind, device: torch.device, batch: int, count: int 
             times.append(time.perf_counter() - tick)
         return 1000 * statistics.median(times)
 
-    out = {"build_int64_ms": median_ms(lambda i: data.batch(i)),
-           "build_uint8_ms": median_ms(lambda i: data.batch(i, token_dtype=torch.uint8))}  # fmt: skip
+    out = {
+        "build_int64_ms": median_ms(lambda i: data.batch(i)),
+        "build_uint8_ms": median_ms(lambda i: data.batch(i, token_dtype=torch.uint8)),
+    }
     if device.type == "cuda":
         out["build_uint8_pinned_ms"] = median_ms(lambda i: data.batch(i, token_dtype=torch.uint8).pin_memory())
         pinned = data.batch(draws[0], token_dtype=torch.uint8).pin_memory()
@@ -107,9 +124,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as out_dir, Trainer(build_config(args, out_dir)) as trainer:
         kind = trainer.kind
         assert isinstance(kind, PretrainKind)
-        info = {**machine(device), "size": args.size, "batch": args.batch, "bf16": args.bf16, "compile": args.compile,
-                "parameters": kind.model.num_parameters(), "positions": len(kind.train_data), "data": str(args.data),
-                "input_columns": kind.model.input_length}  # fmt: skip
+        info = {
+            **machine(device),
+            "size": args.size,
+            "batch": args.batch,
+            "bf16": args.bf16,
+            "compile": args.compile,
+            "parameters": kind.model.num_parameters(),
+            "positions": len(kind.train_data),
+            "data": str(args.data),
+            "input_columns": kind.model.input_length,
+        }
         real_next_batch, base_config = kind.next_batch, kind.config
         fixed = real_next_batch()  # the model-only batch: on the device, reused
 
@@ -130,38 +155,64 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     trainer.train_step()
                 synchronize(device)
                 windows[variant].append(args.batch * args.steps / (time.perf_counter() - tick))
-            print(f"round {round_ + 1}/{args.repeats}: " + ", ".join(f"{v} {windows[v][-1]:,.0f}" for v in variants),
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"round {round_ + 1}/{args.repeats}: " + ", ".join(f"{v} {windows[v][-1]:,.0f}" for v in variants),
+                file=sys.stderr,
+                flush=True,
+            )
         use("model_only")
         costs = host_costs(kind, device, args.batch)
-    rows = [{"variant": v, "samples_per_s": statistics.median(windows[v]), "windows": windows[v],
-             "step_ms": 1000 * args.batch / statistics.median(windows[v])} for v in variants]  # fmt: skip
+    rows = [
+        {
+            "variant": v,
+            "samples_per_s": statistics.median(windows[v]),
+            "windows": windows[v],
+            "step_ms": 1000 * args.batch / statistics.median(windows[v]),
+        }
+        for v in variants
+    ]
     model_only = rows[0]["samples_per_s"]
     ratios = {f"{row['variant']}_over_model_only": row["samples_per_s"] / model_only for row in rows[1:]}
-    return {"meta": info, "rows": rows, "ratios": ratios, "host": costs, "prefetch": args.prefetch,
-            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}  # fmt: skip
+    return {
+        "meta": info,
+        "rows": rows,
+        "ratios": ratios,
+        "host": costs,
+        "prefetch": args.prefetch,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+    }
 
 
 def table(result: dict[str, Any]) -> str:
     meta = result["meta"]
     where = meta.get("gpu", f"cpu, {meta['torch_threads']} threads")
-    head = (f"{meta['size']} ({meta['parameters'] / 1e6:.2f}M parameters), batch {meta['batch']}, "
-            f"{'bf16' if meta['bf16'] else 'fp32'}, {where}, torch {meta['torch']}")  # fmt: skip
+    head = (
+        f"{meta['size']} ({meta['parameters'] / 1e6:.2f}M parameters), batch {meta['batch']}, "
+        f"{'bf16' if meta['bf16'] else 'fp32'}, {where}, torch {meta['torch']}"
+    )
     lines = [head, "| variant | samples/s (median) | ms/step | / model-only |", "|---|---|---|---|"]
     model_only = result["rows"][0]["samples_per_s"]
     for row in result["rows"]:
-        lines.append(f"| {row['variant']} | {row['samples_per_s']:,.0f} | {row['step_ms']:.1f} | {row['samples_per_s'] / model_only:.2f} |")
+        lines.append(
+            f"| {row['variant']} | {row['samples_per_s']:,.0f} | {row['step_ms']:.1f} | {row['samples_per_s'] / model_only:.2f} |"
+        )
     lines.append("host: " + ", ".join(f"{k} {v:.2f}" for k, v in result["host"].items()))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="data/tiny", help="dataset directory (train split; `chessgrpo data generate`)")
+    parser.add_argument(
+        "--data", default="data/tiny", help="dataset directory (train split; `chessgrpo data generate`)"
+    )
     parser.add_argument("--size", default="small", help="model size (tiny, small, medium)")
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast (default: on CUDA)")
+    parser.add_argument(
+        "--bf16", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast (default: on CUDA)"
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = one per core)")
     parser.add_argument("--prefetch", type=int, default=2, help="prefetch_batches of the prefetching variant")

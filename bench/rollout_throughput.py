@@ -43,14 +43,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 MATCHED = [
-    "eval.offline_positions=null", "task.positions_per_step=8", "task.group_size=8", "task.horizon=8",
-    "task.temperature=1.0", "task.opponent_nodes=200", "task.reward_nodes=200", "grpo.kl_coef=0.0",
-    "grpo.num_iterations=1", "grpo.minibatch_size=64",
-]  # fmt: skip
+    "eval.offline_positions=null",
+    "task.positions_per_step=8",
+    "task.group_size=8",
+    "task.horizon=8",
+    "task.temperature=1.0",
+    "task.opponent_nodes=200",
+    "task.reward_nodes=200",
+    "grpo.kl_coef=0.0",
+    "grpo.num_iterations=1",
+    "grpo.minibatch_size=64",
+]
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "one_move": ("configs/grpo_tiny.yaml", ["position_mixture=[]", "eval.positions=null", "eval.puzzles=null"]),
     "trajectory": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null"]),
-    "trajectory_overlap": ("configs/trajectory_stockfish_tiny.yaml", ["eval.offline_positions=null", "task.overlap_rewards=true"]),
+    "trajectory_overlap": (
+        "configs/trajectory_stockfish_tiny.yaml",
+        ["eval.offline_positions=null", "task.overlap_rewards=true"],
+    ),
     "matched": ("configs/trajectory_stockfish_tiny.yaml", MATCHED),
     "matched_protocol": ("configs/trajectory_stockfish_tiny.yaml", [*MATCHED, "engine.clear_hash=false"]),
 }
@@ -107,11 +117,10 @@ class ModelComputeClock:
 
 def worker(setting: str, init: str, positions: str, steps: int, warmup: int, extra: list[str]) -> list[dict]:
     """Run one setting in this process; one dict per timed step."""
+    import chessgrpo
     from chessgrpo.config import load_config
     from chessgrpo.tasks.kinds import config_class
     from chessgrpo.train.loop import Trainer
-
-    import chessgrpo
 
     config_path, overrides = SETTINGS[setting]
     checkout = Path(chessgrpo.__file__).resolve().parents[2]  # the configs of the code under test
@@ -119,8 +128,18 @@ def worker(setting: str, init: str, positions: str, steps: int, warmup: int, ext
         kind = "move_group" if setting == "one_move" else "trajectory"
         # one_move's value and bc anchors read labelled positions too: the same dataset (the config's data/tiny by default)
         anchors = [f"value_positions={positions}"] if kind == "move_group" else []
-        options = [f"kind={kind}", f"init_checkpoint={init}", f"positions={positions}", *anchors, f"run.out_dir={out}", "run.name=bench",
-                   f"steps={warmup + steps}", *COMMON, *overrides, *extra]  # fmt: skip
+        options = [
+            f"kind={kind}",
+            f"init_checkpoint={init}",
+            f"positions={positions}",
+            *anchors,
+            f"run.out_dir={out}",
+            "run.name=bench",
+            f"steps={warmup + steps}",
+            *COMMON,
+            *overrides,
+            *extra,
+        ]
         config = load_config(config_class(kind), checkout / config_path, options)
         rows = []
         clock = ModelComputeClock()
@@ -134,24 +153,53 @@ def worker(setting: str, init: str, positions: str, steps: int, warmup: int, ext
                 engine = (_engine_cpu_seconds(pool.pids) if pool is not None else 0.0) - engine
                 if step < warmup:
                     continue
-                samples = metrics.get("rollout/plies", metrics.get("rollout/samples", float(config.task.positions_per_step * config.task.group_size)))
-                rows.append({
-                    "setting": setting, "step": step, "wall_s": wall, "samples": samples, "main_cpu_s": cpu, "model_cpu_s": compute, "host_cpu_s": cpu - compute,
-                    "engine_cpu_s": engine,
-                    **{k: v for k, v in metrics.items() if k.startswith("perf/")},
-                })  # fmt: skip
+                samples = metrics.get(
+                    "rollout/plies",
+                    metrics.get("rollout/samples", float(config.task.positions_per_step * config.task.group_size)),
+                )
+                rows.append(
+                    {
+                        "setting": setting,
+                        "step": step,
+                        "wall_s": wall,
+                        "samples": samples,
+                        "main_cpu_s": cpu,
+                        "model_cpu_s": compute,
+                        "host_cpu_s": cpu - compute,
+                        "engine_cpu_s": engine,
+                        **{k: v for k, v in metrics.items() if k.startswith("perf/")},
+                    }
+                )
         return rows
 
 
-def run_setting(setting: str, args: argparse.Namespace, src: Path, env_extra: dict[str, str] | None = None) -> list[dict]:
+def run_setting(
+    setting: str, args: argparse.Namespace, src: Path, env_extra: dict[str, str] | None = None
+) -> list[dict]:
     """`worker` in a fresh Python process importing chessgrpo from `src` (this checkout or --baseline-src),
     with `env_extra` added to its environment (a --compare-env variant)."""
-    command = [sys.executable, __file__, "--worker", setting, "--init", args.init, "--positions", args.positions,
-               "--steps", str(args.steps), "--warmup", str(args.warmup), *(f"--set={o}" for o in args.set)]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        setting,
+        "--init",
+        args.init,
+        "--positions",
+        args.positions,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        *(f"--set={o}" for o in args.set),
+    ]
     # src first; what was on PYTHONPATH (e.g. packages installed to a --target directory) stays after it.
-    env = {**os.environ, **(env_extra or {}),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    env = {
+        **os.environ,
+        **(env_extra or {}),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{setting} ({src}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -176,19 +224,30 @@ def cpu_ratio(rows: list[dict], baseline: list[dict], key: str, resamples: int =
         statistics.median(rng.choices(ours, k=len(ours))) / statistics.median(rng.choices(theirs, k=len(theirs)))
         for _ in range(resamples)
     )
-    return statistics.median(ours) / statistics.median(theirs), ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+    return (
+        statistics.median(ours) / statistics.median(theirs),
+        ratios[int(0.025 * resamples)],
+        ratios[int(0.975 * resamples) - 1],
+    )
 
 
 def table(results: dict[str, list[dict]]) -> str:
     """Markdown: one line per (setting, code)."""
-    head = ("| setting | samples/s | step s | policy s | opponent wait s | reward wait s | learn s | "
-            "engine wait ms/sample | other ms/sample | main CPU ms/sample | of it model ms/sample | of it host ms/sample | "
-            "engine CPU ms/sample |")  # fmt: skip
+    head = (
+        "| setting | samples/s | step s | policy s | opponent wait s | reward wait s | learn s | "
+        "engine wait ms/sample | other ms/sample | main CPU ms/sample | of it model ms/sample | of it host ms/sample | "
+        "engine CPU ms/sample |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name, rows in results.items():
         per_s = statistics.median(row["samples"] / row["wall_s"] for row in rows)
-        wait = statistics.median((row.get("perf/opponent_s", 0.0) + row.get("perf/reward_s", 0.0)) / row["samples"] for row in rows)
-        other = statistics.median((row["wall_s"] - row.get("perf/opponent_s", 0.0) - row.get("perf/reward_s", 0.0)) / row["samples"] for row in rows)
+        wait = statistics.median(
+            (row.get("perf/opponent_s", 0.0) + row.get("perf/reward_s", 0.0)) / row["samples"] for row in rows
+        )
+        other = statistics.median(
+            (row["wall_s"] - row.get("perf/opponent_s", 0.0) - row.get("perf/reward_s", 0.0)) / row["samples"]
+            for row in rows
+        )
         lines.append(
             f"| {name} | {per_s:.0f} | {_median(rows, 'wall_s'):.3f} | {_median(rows, 'perf/policy_s'):.3f} | "
             f"{_median(rows, 'perf/opponent_s'):.3f} | {_median(rows, 'perf/reward_s'):.3f} | {_median(rows, 'perf/learn_s'):.3f} | "
@@ -201,17 +260,28 @@ def table(results: dict[str, list[dict]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--init", default="runs/quickstart/pretrain", help="the starting policy (run or checkpoint dir)")
+    parser.add_argument(
+        "--init", default="runs/quickstart/pretrain", help="the starting policy (run or checkpoint dir)"
+    )
     parser.add_argument("--positions", default="data/tiny", help="start positions (dataset dir: its train split)")
     parser.add_argument("--settings", default="one_move,trajectory", help=f"comma-separated, of {list(SETTINGS)}")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per setting and round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (allocations, engine start)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the settings alternate within each")
-    parser.add_argument("--baseline-src", type=Path, help="also run every setting on the chessgrpo in this src/ directory")
-    parser.add_argument("--set", action="append", default=[], help="an extra config override for every setting (key=value)")
-    parser.add_argument("--compare-env", action="append", default=[], metavar="KEY=VALUE",
-                        help="also run every setting of this code with KEY=VALUE in its environment, alternated "
-                             "(e.g. OMP_WAIT_POLICY=ACTIVE: OpenMP threads that spin; repeat for several variants)")  # fmt: skip
+    parser.add_argument(
+        "--baseline-src", type=Path, help="also run every setting on the chessgrpo in this src/ directory"
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], help="an extra config override for every setting (key=value)"
+    )
+    parser.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also run every setting of this code with KEY=VALUE in its environment, alternated "
+        "(e.g. OMP_WAIT_POLICY=ACTIVE: OpenMP threads that spin; repeat for several variants)",
+    )
     parser.add_argument("--json", type=Path, help="write every timed step here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -237,12 +307,19 @@ def main() -> int:
                 started = time.perf_counter()
                 rows = run_setting(setting, args, src, env_extra)
                 results.setdefault(setting + suffix, []).extend(rows)
-                print(f"round {round_ + 1}/{args.repeats} {setting}{suffix}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+                print(
+                    f"round {round_ + 1}/{args.repeats} {setting}{suffix}: {time.perf_counter() - started:.0f} s",
+                    file=sys.stderr,
+                )
     print(table(results))
-    medians = {name: statistics.median(row["samples"] / row["wall_s"] for row in rows) for name, rows in results.items()}
+    medians = {
+        name: statistics.median(row["samples"] / row["wall_s"] for row in rows) for name, rows in results.items()
+    }
     for suffix in codes:
         if "one_move" + suffix in medians and "trajectory" + suffix in medians:
-            print(f"\ntrajectory / one-move samples/s{suffix}: {medians['trajectory' + suffix] / medians['one_move' + suffix]:.2f}")
+            print(
+                f"\ntrajectory / one-move samples/s{suffix}: {medians['trajectory' + suffix] / medians['one_move' + suffix]:.2f}"
+            )
     for setting in settings:
         for suffix in codes:
             if not suffix:
@@ -251,8 +328,10 @@ def main() -> int:
             print(f"{setting}: this code / {other} samples/s: {medians[setting] / medians[other]:.2f}")
             for key in ("main_cpu_s", "host_cpu_s", "model_cpu_s"):
                 ratio, low, high = cpu_ratio(results[setting], results[other], key)
-                print(f"{setting}: this code / {other} {key.removesuffix('_s').replace('_', ' ')} per sample: "
-                      f"{ratio:.2f} [{low:.2f}, {high:.2f}]")  # fmt: skip
+                print(
+                    f"{setting}: this code / {other} {key.removesuffix('_s').replace('_', ' ')} per sample: "
+                    f"{ratio:.2f} [{low:.2f}, {high:.2f}]"
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT / "src"))
 import chess  # noqa: E402
 
 from chessgrpo.data.rookworld_format import PolicyAnswer, parse_environment_line, parse_policy_line  # noqa: E402
+from chessgrpo.data.rookworld_grading import regret_credit  # noqa: E402
 from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values  # noqa: E402
 from chessgrpo.engine import EnginePool  # noqa: E402
-from chessgrpo.data.rookworld_grading import regret_credit  # noqa: E402
 
 SAMPLES = ROOT / "data" / "rookworld_samples.txt"  # shipped with the repository
 
@@ -44,7 +44,9 @@ SAMPLES = ROOT / "data" / "rookworld_samples.txt"  # shipped with the repository
 def read_samples(path: Path, with_a_positions: bool) -> list[tuple[str, PolicyAnswer | None]]:
     """(FEN, upstream answer) of every P: line of the samples file, then (FEN, None) of its A: lines' positions."""
     lines = path.read_text().splitlines()
-    samples: list[tuple[str, PolicyAnswer | None]] = [parse_policy_line(line) for line in lines if line.startswith("P:")]
+    samples: list[tuple[str, PolicyAnswer | None]] = [
+        parse_policy_line(line) for line in lines if line.startswith("P:")
+    ]
     if with_a_positions:
         samples += [(parse_environment_line(line)[0].fen, None) for line in lines if line.startswith("A:")]
     return samples
@@ -81,8 +83,14 @@ def move_credit(pool: EnginePool, truth: PolicyTruth, move: str, nodes: int, tol
     return regret_credit(move_regret(pool, truth, move, nodes), tolerance=tolerance, zero_at=zero_at)
 
 
-def measure(pool: EnginePool, samples: list[tuple[str, PolicyAnswer | None]], budgets: list[int], reference: int,
-            tolerance: float, zero_at: float) -> list[dict[str, float]]:  # fmt: skip
+def measure(
+    pool: EnginePool,
+    samples: list[tuple[str, PolicyAnswer | None]],
+    budgets: list[int],
+    reference: int,
+    tolerance: float,
+    zero_at: float,
+) -> list[dict[str, float]]:
     fens = [fen for fen, _ in samples]
     truths = Truths(pool, fens)
     deep = truths.at(reference)
@@ -92,28 +100,40 @@ def measure(pool: EnginePool, samples: list[tuple[str, PolicyAnswer | None]], bu
         here, double = truths.at(nodes), truths.at(2 * nodes)
         up = [move_credit(pool, here[i], a.best, nodes, tolerance, zero_at) for i, a in labelled]
         white = [chess.Board(fens[i]).turn == chess.WHITE for i, _ in labelled]
-        rows.append({
-            "nodes": nodes,
-            "self_2n": statistics.mean(h.best == d.best for h, d in zip(here, double)),
-            "credit_2n": statistics.mean(move_credit(pool, d, h.best, 2 * nodes, tolerance, zero_at) for h, d in zip(here, double)),
-            "credit_ref": statistics.mean(move_credit(pool, r, h.best, reference, tolerance, zero_at) for h, r in zip(here, deep)),
-            "regret_ref": statistics.mean(max(0.0, move_regret(pool, r, h.best, reference)) for h, r in zip(here, deep)),
-            "upstream_exact": statistics.mean(here[i].best == a.best for i, a in labelled),
-            "upstream_credit": statistics.mean(up),
-            "upstream_credit_white": statistics.mean(c for c, w in zip(up, white) if w),
-            "seconds": truths.seconds[nodes],
-        })  # fmt: skip
+        rows.append(
+            {
+                "nodes": nodes,
+                "self_2n": statistics.mean(h.best == d.best for h, d in zip(here, double)),
+                "credit_2n": statistics.mean(
+                    move_credit(pool, d, h.best, 2 * nodes, tolerance, zero_at) for h, d in zip(here, double)
+                ),
+                "credit_ref": statistics.mean(
+                    move_credit(pool, r, h.best, reference, tolerance, zero_at) for h, r in zip(here, deep)
+                ),
+                "regret_ref": statistics.mean(
+                    max(0.0, move_regret(pool, r, h.best, reference)) for h, r in zip(here, deep)
+                ),
+                "upstream_exact": statistics.mean(here[i].best == a.best for i, a in labelled),
+                "upstream_credit": statistics.mean(up),
+                "upstream_credit_white": statistics.mean(c for c, w in zip(up, white) if w),
+                "seconds": truths.seconds[nodes],
+            }
+        )
     return rows
 
 
 def markdown(rows: list[dict[str, float]], n: int, n_labelled: int, n_white: int) -> str:
-    head = ("| nodes | self@2N | credit@2N | credit@ref | regret@ref (pp) | =upstream | upstream credit (all) "
-            f"| upstream credit (White, n={n_white}) | s/truth |")  # fmt: skip
+    head = (
+        "| nodes | self@2N | credit@2N | credit@ref | regret@ref (pp) | =upstream | upstream credit (all) "
+        f"| upstream credit (White, n={n_white}) | s/truth |"
+    )
     out = [head, "|" + "---|" * 9]
     for r in rows:
-        out.append(f"| {r['nodes']} | {r['self_2n']:.2f} | {r['credit_2n']:.2f} | {r['credit_ref']:.2f} | {100 * r['regret_ref']:.2f} "
-                   f"| {r['upstream_exact']:.2f} "
-                   f"| {r['upstream_credit']:.2f} | {r['upstream_credit_white']:.2f} | {r['seconds']:.3f} |")  # fmt: skip
+        out.append(
+            f"| {r['nodes']} | {r['self_2n']:.2f} | {r['credit_2n']:.2f} | {r['credit_ref']:.2f} | {100 * r['regret_ref']:.2f} "
+            f"| {r['upstream_exact']:.2f} "
+            f"| {r['upstream_credit']:.2f} | {r['upstream_credit_white']:.2f} | {r['seconds']:.3f} |"
+        )
     return "\n".join(out) + f"\n\n(stability columns: n = {n} positions; upstream columns: n = {n_labelled} P: lines)"
 
 
@@ -133,8 +153,10 @@ def main() -> int:
     with EnginePool(args.engine, processes=1, hash_mb=args.hash_mb, cache_path=None) as pool:
         rows = measure(pool, samples, sorted(args.budgets), args.reference, args.tolerance, args.zero_at)
         engine = pool.engine_name
-    print(f"{datetime.date.today()} {engine}, {platform.machine()} {platform.node()}, one process, one thread, hash {args.hash_mb} MB, "
-          f"reference {args.reference} nodes, tolerance {args.tolerance}, zero credit at {args.zero_at}")  # fmt: skip
+    print(
+        f"{datetime.date.today()} {engine}, {platform.machine()} {platform.node()}, one process, one thread, hash {args.hash_mb} MB, "
+        f"reference {args.reference} nodes, tolerance {args.tolerance}, zero credit at {args.zero_at}"
+    )
     print(markdown(rows, len(samples), sum(a is not None for _, a in samples), n_white))
     return 0
 

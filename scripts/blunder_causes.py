@@ -95,16 +95,22 @@ def classify(games: Path, anchor: str, nodes: int, drop: float) -> tuple[int, co
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pgn", type=Path, help="PGN written by `chessgrpo eval games`")
-    parser.add_argument("--anchor", required=True, help="the games against this anchor (its Anchor header), e.g. sf-skill:0")
+    parser.add_argument(
+        "--anchor", required=True, help="the games against this anchor (its Anchor header), e.g. sf-skill:0"
+    )
     parser.add_argument("--nodes", type=int, default=5000, help="Stockfish nodes per valuation (default 5000)")
-    parser.add_argument("--drop", type=float, default=0.2, help="a big loss: more expected score than this (default 0.2)")
+    parser.add_argument(
+        "--drop", type=float, default=0.2, help="a big loss: more expected score than this (default 0.2)"
+    )
     args = parser.parse_args()
     if not args.pgn.is_file():
         parser.error(f"{args.pgn} is not a file")
     moves, counts, lost = classify(args.pgn, args.anchor, args.nodes, args.drop)
     if not moves:
         parser.error(f"no games against {args.anchor!r} with a policy side in {args.pgn}")
-    print(f"{moves} policy moves against {args.anchor}; {sum(counts.values())} lost more than {args.drop} of expected score")
+    print(
+        f"{moves} policy moves against {args.anchor}; {sum(counts.values())} lost more than {args.drop} of expected score"
+    )
     print(f"{'after the move':34s} {'moves':>6s} {'per move':>9s} {'score lost':>11s}")
     for kind in CLASSES:
         print(f"{kind:34s} {counts[kind]:6d} {counts[kind] / moves:9.3f} {lost[kind]:11.1f}")

@@ -129,11 +129,21 @@ def find_browser(explicit: str | None) -> str | None:
 
 def _browser_command(browser: str, *extra: str) -> list[str]:
     # --no-sandbox: Chromium refuses to run as root with its sandbox (containers, CI); the page is our own file.
-    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-            "--allow-file-access-from-files", *extra]  # fmt: skip
+    return [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--allow-file-access-from-files",
+        *extra,
+    ]
 
 
-def check(report: Path, browser: str, screenshot: Path | None, timeout: float, width: int = 1400, height: int = 900) -> int:
+def check(
+    report: Path, browser: str, screenshot: Path | None, timeout: float, width: int = 1400, height: int = 900
+) -> int:
     text = report.read_text(encoding="utf-8")
     counter = _ImgCounter()
     counter.feed(text)
@@ -158,7 +168,10 @@ def check(report: Path, browser: str, screenshot: Path | None, timeout: float, w
         reader = _ResultReader()
         reader.feed(done.stdout)
         if not reader.text:
-            print(f"{browser} gave no result (exit {done.returncode}); stderr tail:\n{done.stderr[-1500:]}", file=sys.stderr)
+            print(
+                f"{browser} gave no result (exit {done.returncode}); stderr tail:\n{done.stderr[-1500:]}",
+                file=sys.stderr,
+            )
             return 2
         result = json.loads(reader.text)
         if screenshot is not None:
@@ -167,8 +180,10 @@ def check(report: Path, browser: str, screenshot: Path | None, timeout: float, w
             shot = _browser_command(browser, size, target, report.resolve().as_uri())
             subprocess.run(shot, capture_output=True, text=True, timeout=timeout, check=False)
             print(f"screenshot: {screenshot}" if screenshot.is_file() else f"screenshot failed: {screenshot}")
-    print(f"{report}: {result['images']} images in the browser ({counter.images} <img> in the file), "
-          f"natural widths {sorted(set(result['widths']))}")  # fmt: skip
+    print(
+        f"{report}: {result['images']} images in the browser ({counter.images} <img> in the file), "
+        f"natural widths {sorted(set(result['widths']))}"
+    )
     if result["images"] != counter.images:
         print(f"FAIL: the browser saw {result['images']} images, the file has {counter.images}", file=sys.stderr)
         return 1
@@ -192,19 +207,29 @@ def _check_layout(result: dict, width: int, height: int) -> int:
     if verdict is None:
         print("FAIL: no verdict (.headline) in the report", file=sys.stderr)
         return 1
-    print(f"verdict ({verdict['tone']}): {verdict['text']!r}, at {verdict['top']:.0f}-{verdict['bottom']:.0f} px of a "
-          f"{width}x{verdict['screen']} window")  # fmt: skip
+    print(
+        f"verdict ({verdict['tone']}): {verdict['text']!r}, at {verdict['top']:.0f}-{verdict['bottom']:.0f} px of a "
+        f"{width}x{verdict['screen']} window"
+    )
     if verdict["bottom"] > verdict["screen"]:
-        print(f"FAIL: the verdict ends at {verdict['bottom']:.0f} px, below the first screen ({verdict['screen']} px)", file=sys.stderr)
+        print(
+            f"FAIL: the verdict ends at {verdict['bottom']:.0f} px, below the first screen ({verdict['screen']} px)",
+            file=sys.stderr,
+        )
         return 1
     missing = [href for href in result.get("pgn", []) if not _file_of(href).is_file()]
-    print(f"PGN links: {len(result.get('pgn', []))}" + (f", {len(missing)} broken" if missing else ", every one to an existing file"))
+    print(
+        f"PGN links: {len(result.get('pgn', []))}"
+        + (f", {len(missing)} broken" if missing else ", every one to an existing file")
+    )
     if missing:
         print(f"FAIL: PGN link(s) to no file: {missing[:5]}", file=sys.stderr)
         return 1
     narrow = result.get("narrow") or {}
-    print(f"tables: {result.get('tables', 0)}, {result.get('scrolling', 0)} scrolling inside their panel "
-          f"({narrow.get('scrolling', 0)} when the page is squeezed to 600 px)")  # fmt: skip
+    print(
+        f"tables: {result.get('tables', 0)}, {result.get('scrolling', 0)} scrolling inside their panel "
+        f"({narrow.get('scrolling', 0)} when the page is squeezed to 600 px)"
+    )
     for overflow, where in ((result.get("overflow"), f"at {width} px"), (narrow.get("overflow"), "squeezed to 600 px")):
         if overflow:
             print(f"FAIL: {len(overflow)} table(s) overflow their panel {where}: {overflow[:5]}", file=sys.stderr)
@@ -223,15 +248,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--browser", default=None, help="Chromium/Chrome executable (default: $CHROMIUM or PATH)")
     parser.add_argument("--screenshot", type=Path, default=None, help="also save a full-page screenshot here")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the browser")
-    parser.add_argument("--window", default="1400x900", help="browser window WIDTHxHEIGHT: the first screen the verdict must fit")
+    parser.add_argument(
+        "--window", default="1400x900", help="browser window WIDTHxHEIGHT: the first screen the verdict must fit"
+    )
     args = parser.parse_args(argv)
     if not args.report.is_file():
         print(f"no report at {args.report}", file=sys.stderr)
         return 2
     browser = find_browser(args.browser)
     if browser is None:
-        print("no Chromium or Chrome found (tried $CHROMIUM, --browser and " + ", ".join(BROWSERS) + " on PATH); install one, "
-              "e.g. `apt-get install chromium` on Debian/Ubuntu, or pass --browser PATH", file=sys.stderr)  # fmt: skip
+        print(
+            "no Chromium or Chrome found (tried $CHROMIUM, --browser and "
+            + ", ".join(BROWSERS)
+            + " on PATH); install one, "
+            "e.g. `apt-get install chromium` on Debian/Ubuntu, or pass --browser PATH",
+            file=sys.stderr,
+        )
         return 2
     try:
         width, height = (int(v) for v in args.window.lower().split("x"))

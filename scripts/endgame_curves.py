@@ -42,14 +42,18 @@ def curve_rows(run_dir: Path, every: int) -> list[str]:
         mate = f"{row['eval/mate_rate']:.3f} [{row['eval/mate_rate_low']:.3f}, {row['eval/mate_rate_high']:.3f}]"
         repetition = row.get("eval/draw_threefold_repetition_rate", 0.0)
         limit_text = "-" if dtz is None or (isinstance(dtz, float) and math.isnan(dtz)) else f"{int(dtz)}"
-        out.append(f"| {run_dir.name} | {step} | {own / 1e3:.0f}k | {mins:.1f} | {limit_text} | {mate} | "
-                   f"{row['eval/dtz_optimal_rate']:.3f} | {repetition:.3f} |")  # fmt: skip
+        out.append(
+            f"| {run_dir.name} | {step} | {own / 1e3:.0f}k | {mins:.1f} | {limit_text} | {mate} | "
+            f"{row['eval/dtz_optimal_rate']:.3f} | {repetition:.3f} |"
+        )
     return out
 
 
 def last_and_best(run_dir: Path, last_few: int = 3) -> str:
     """One line: the last held-out mate rate, the mean of the last `last_few`, and the best (with its step)."""
-    evaluations = [(int(row["step"]), row) for row in read_metrics(run_dir / "metrics.jsonl") if "eval/mate_rate" in row]
+    evaluations = [
+        (int(row["step"]), row) for row in read_metrics(run_dir / "metrics.jsonl") if "eval/mate_rate" in row
+    ]
     if not evaluations:
         raise SystemExit(f"{run_dir}: no held-out endgame evaluation in metrics.jsonl")
     step, last = evaluations[-1]
@@ -65,9 +69,13 @@ def last_and_best(run_dir: Path, last_few: int = 3) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (each with metrics.jsonl)")
-    parser.add_argument("--every", type=int, default=100, help="show evaluations at multiples of this step (default 100)")
+    parser.add_argument(
+        "--every", type=int, default=100, help="show evaluations at multiples of this step (default 100)"
+    )
     args = parser.parse_args()
-    print("| run | step | own plies | minutes | DTZ limit | held-out mate rate [95%] | DTZ-optimal | drawn by repetition |")
+    print(
+        "| run | step | own plies | minutes | DTZ limit | held-out mate rate [95%] | DTZ-optimal | drawn by repetition |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for run in args.runs:
         print("\n".join(curve_rows(run, max(args.every, 1))))

@@ -79,8 +79,11 @@ def preflight(args: argparse.Namespace) -> int:
             missing.append(f"{module} ({type(error).__name__}: {error})")
     if missing:
         print("gpu_check: cannot import " + "; ".join(missing), file=sys.stderr)
-        print("gpu_check: on a machine without the project's packages run `bash scripts/gpu_check.sh --prepare` on one with\n"
-              "           network access first and carry runs/gpu_carry (see the script's header)", file=sys.stderr)  # fmt: skip
+        print(
+            "gpu_check: on a machine without the project's packages run `bash scripts/gpu_check.sh --prepare` on one with\n"
+            "           network access first and carry runs/gpu_carry (see the script's header)",
+            file=sys.stderr,
+        )
         return 2
     import torch
 
@@ -97,15 +100,23 @@ def preflight(args: argparse.Namespace) -> int:
         info["device"] = f"cpu ({os.cpu_count()} cores)"
     wanted = _pinned("transformers")
     if wanted and info["transformers"] != wanted:
-        print(f"gpu_check: warning: transformers {info['transformers']} but pyproject.toml pins {wanted} "
-              "(generation and cache APIs move between releases); carry the pinned wheel (--prepare)", file=sys.stderr)  # fmt: skip
+        print(
+            f"gpu_check: warning: transformers {info['transformers']} but pyproject.toml pins {wanted} "
+            "(generation and cache APIs move between releases); carry the pinned wheel (--prepare)",
+            file=sys.stderr,
+        )
     write_stage(Path(args.work), "preflight", {"rc": 0, **info})
-    print(f"gpu_check: {info['device']}; torch {info['torch']} (CUDA {info['torch_cuda']}), transformers "
-          f"{info['transformers']}, tokenizers {info['tokenizers']}, python-chess {info['chess']}, Python {info['python']}")  # fmt: skip
+    print(
+        f"gpu_check: {info['device']}; torch {info['torch']} (CUDA {info['torch_cuda']}), transformers "
+        f"{info['transformers']}, tokenizers {info['tokenizers']}, python-chess {info['chess']}, Python {info['python']}"
+    )
     if args.require_cuda and not info["cuda_available"]:
-        print("gpu_check: error: no CUDA device: torch.cuda.is_available() is false on this machine "
-              f"(torch {info['torch']}, built for CUDA {info['torch_cuda']}). This check measures a GPU; on a CPU-only "
-              "machine run `bash scripts/gpu_check.sh --dry-run` (the same pipeline, tiny sizes, on CPU).", file=sys.stderr)  # fmt: skip
+        print(
+            "gpu_check: error: no CUDA device: torch.cuda.is_available() is false on this machine "
+            f"(torch {info['torch']}, built for CUDA {info['torch_cuda']}). This check measures a GPU; on a CPU-only "
+            "machine run `bash scripts/gpu_check.sh --dry-run` (the same pipeline, tiny sizes, on CPU).",
+            file=sys.stderr,
+        )
         return 3
     return 0
 
@@ -161,8 +172,12 @@ def run_cli(args: argparse.Namespace) -> int:
         budget_hit.set()
         for trainer in trainers:
             trainer.request_stop(f"gpu_check time budget of {args.budget_s:.0f} s")
-        print(f"gpu_check: {args.stage}: time budget of {args.budget_s:.0f} s reached: the run finishes its step, "
-              "checkpoints and stops", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"gpu_check: {args.stage}: time budget of {args.budget_s:.0f} s reached: the run finishes its step, "
+            "checkpoints and stops",
+            file=sys.stderr,
+            flush=True,
+        )
 
     timer = threading.Timer(args.budget_s, stop) if args.budget_s else None
     if timer is not None:
@@ -177,8 +192,13 @@ def run_cli(args: argparse.Namespace) -> int:
         if timer is not None:
             timer.cancel()
     seconds = time.perf_counter() - tick
-    record: dict[str, Any] = {"rc": rc, "seconds": seconds, "argv": argv, "budget_s": args.budget_s,
-                              "stopped_by_budget": budget_hit.is_set()}  # fmt: skip
+    record: dict[str, Any] = {
+        "rc": rc,
+        "seconds": seconds,
+        "argv": argv,
+        "budget_s": args.budget_s,
+        "stopped_by_budget": budget_hit.is_set(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         record["cuda_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         record["cuda_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
@@ -204,8 +224,15 @@ def pytest_result(log: Path) -> str:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return "no log"
-    result = next((line.strip(" =") for line in reversed(lines) if re.search(r"\b(passed|failed|skipped|error|errors|no tests ran)\b", line)
-                   and re.search(r"\bin [0-9.]+s", line)), "no result line (killed?)")  # fmt: skip
+    result = next(
+        (
+            line.strip(" =")
+            for line in reversed(lines)
+            if re.search(r"\b(passed|failed|skipped|error|errors|no tests ran)\b", line)
+            and re.search(r"\bin [0-9.]+s", line)
+        ),
+        "no result line (killed?)",
+    )
     failed = sorted({m.group(1) for line in lines if (m := re.match(r"(?:FAILED|ERROR) (\S+)", line))})
     return result + (("; failing: " + ", ".join(failed)) if failed else "")
 
@@ -289,9 +316,18 @@ def train_outcome(run_dir: Path) -> dict[str, Any]:
     if trained:
         out["step_s_mean"] = statistics.fmean(float(r["perf/step_s"]) for r in trained[1:] or trained)
         out["first_step_s"] = float(trained[0]["perf/step_s"])
-    for key in ("loss/train", "eval/loss", "eval/policy_format_rate", "eval/environment_format_rate",
-                "eval/policy_best_label_accuracy", "perf/tokens_per_s", "reward/mean", "reward/policy_total",
-                "reward/environment_total", "perf/samples_per_s"):  # fmt: skip (SFT's, then GRPO's)
+    for key in (
+        "loss/train",
+        "eval/loss",
+        "eval/policy_format_rate",
+        "eval/environment_format_rate",
+        "eval/policy_best_label_accuracy",
+        "perf/tokens_per_s",
+        "reward/mean",
+        "reward/policy_total",
+        "reward/environment_total",
+        "perf/samples_per_s",
+    ):  # SFT's, then GRPO's
         values = [r[key] for r in rows if key in r]
         if values:
             out[key] = values[-1]
@@ -334,38 +370,54 @@ def summary(args: argparse.Namespace) -> int:
     work = Path(args.work)
     meta = read_stage(work, "meta") or {}
     pre = read_stage(work, "preflight") or {}
-    head = (f"gpu_check ({meta.get('mode', '?')}) on {pre.get('device', '?')}: torch {pre.get('torch', '?')} "
-            f"(CUDA {pre.get('torch_cuda')}), transformers {pre.get('transformers', '?')}, Python {pre.get('python', '?')}")  # fmt: skip
+    head = (
+        f"gpu_check ({meta.get('mode', '?')}) on {pre.get('device', '?')}: torch {pre.get('torch', '?')} "
+        f"(CUDA {pre.get('torch_cuda')}), transformers {pre.get('transformers', '?')}, Python {pre.get('python', '?')}"
+    )
     lines = [head]
     result: dict[str, Any] = {"meta": meta, "preflight": pre}
 
     setup = [read_stage(work, s) for s in ("data", "model")]
     if any(setup):
-        lines.append(f"{status(setup[0])} data ({fmt((setup[0] or {}).get('seconds'), '.0f')} s), "
-                     f"{status(setup[1])} model directory ({fmt((setup[1] or {}).get('seconds'), '.0f')} s)")  # fmt: skip
+        lines.append(
+            f"{status(setup[0])} data ({fmt((setup[0] or {}).get('seconds'), '.0f')} s), "
+            f"{status(setup[1])} model directory ({fmt((setup[1] or {}).get('seconds'), '.0f')} s)"
+        )
 
     grpo = read_stage(work, "grpo_throughput")
     if grpo is not None:
         numbers = grpo_throughput(Path(meta.get("grpo_run", work / "grpo_throughput")))
         result["grpo_throughput"] = {**grpo, **(numbers or {})}
-        lines.append(f"{status(grpo)} GRPO throughput ({meta.get('grpo_config', '?')}, {fmt(grpo.get('seconds'), '.0f')} s wall)")
+        lines.append(
+            f"{status(grpo)} GRPO throughput ({meta.get('grpo_config', '?')}, {fmt(grpo.get('seconds'), '.0f')} s wall)"
+        )
         if numbers:
             rest = numbers["measured_steps"]
             met = numbers["completions_per_s"] >= TARGET_COMPLETIONS_PER_S
-            lines.append(f"     {numbers['completions_per_step']} completions/step of <= {numbers['max_new_tokens']} tokens, micro-batch "
-                         f"{numbers['micro_batch_size']}, log-prob chunks {numbers['logprob_chunk_rows']}, device {numbers['device']}, "
-                         f"bf16 {numbers['bf16']}")  # fmt: skip
-            lines.append(f"     steps {rest[0]}-{rest[-1]}: {fmt(numbers['completions_per_s'], '.1f')} completions/s; step "
-                         f"{fmt(numbers['step_s'])} s = sampling {fmt(numbers['sample_s'])} + rewards {fmt(numbers['reward_s'])} "
-                         f"+ learning {fmt(numbers['learn_s'])}")  # fmt: skip
-            lines.append(f"     first step (warm-up) {fmt(numbers['first_step_s'])} s (sampling {fmt(numbers['first_sample_s'])}, "
-                         f"learning {fmt(numbers['first_learn_s'])}); {fmt(numbers['completion_tokens_mean'], '.0f')} "
-                         f"tokens/completion, {fmt(numbers['sampled_tokens_per_s'], '.0f')} sampled tokens/s")  # fmt: skip
-            lines.append(f"     CUDA peak {fmt(grpo.get('cuda_peak_allocated_gib'), '.1f')} GiB allocated "
-                         f"({fmt(grpo.get('cuda_peak_reserved_gib'), '.1f')} reserved); first-minibatch |ratio-1| max "
-                         f"{fmt(numbers['ratio_first_max_abs_dev'], '.2e')}")  # fmt: skip
-            lines.append(f"     target >= {TARGET_COMPLETIONS_PER_S:.0f} completions/s: {'MET' if met else 'NOT MET'}"
-                         + (" (dry run: CPU, tiny sizes: not a measurement)" if meta.get("mode") == "dry-run" else ""))  # fmt: skip
+            lines.append(
+                f"     {numbers['completions_per_step']} completions/step of <= {numbers['max_new_tokens']} tokens, micro-batch "
+                f"{numbers['micro_batch_size']}, log-prob chunks {numbers['logprob_chunk_rows']}, device {numbers['device']}, "
+                f"bf16 {numbers['bf16']}"
+            )
+            lines.append(
+                f"     steps {rest[0]}-{rest[-1]}: {fmt(numbers['completions_per_s'], '.1f')} completions/s; step "
+                f"{fmt(numbers['step_s'])} s = sampling {fmt(numbers['sample_s'])} + rewards {fmt(numbers['reward_s'])} "
+                f"+ learning {fmt(numbers['learn_s'])}"
+            )
+            lines.append(
+                f"     first step (warm-up) {fmt(numbers['first_step_s'])} s (sampling {fmt(numbers['first_sample_s'])}, "
+                f"learning {fmt(numbers['first_learn_s'])}); {fmt(numbers['completion_tokens_mean'], '.0f')} "
+                f"tokens/completion, {fmt(numbers['sampled_tokens_per_s'], '.0f')} sampled tokens/s"
+            )
+            lines.append(
+                f"     CUDA peak {fmt(grpo.get('cuda_peak_allocated_gib'), '.1f')} GiB allocated "
+                f"({fmt(grpo.get('cuda_peak_reserved_gib'), '.1f')} reserved); first-minibatch |ratio-1| max "
+                f"{fmt(numbers['ratio_first_max_abs_dev'], '.2e')}"
+            )
+            lines.append(
+                f"     target >= {TARGET_COMPLETIONS_PER_S:.0f} completions/s: {'MET' if met else 'NOT MET'}"
+                + (" (dry run: CPU, tiny sizes: not a measurement)" if meta.get("mode") == "dry-run" else "")
+            )
         else:
             lines.append("     no step timings in the run's metrics.jsonl")
     else:
@@ -374,7 +426,9 @@ def summary(args: argparse.Namespace) -> int:
     tests = read_stage(work, "tests")
     if tests is not None:
         result["tests"] = tests
-        lines.append(f"{status(tests)} tests/test_cuda.py: {tests.get('result', '?')} ({fmt(tests.get('seconds'), '.0f')} s wall)")
+        lines.append(
+            f"{status(tests)} tests/test_cuda.py: {tests.get('result', '?')} ({fmt(tests.get('seconds'), '.0f')} s wall)"
+        )
     else:
         lines.append("[--] tests/test_cuda.py: not run")
 
@@ -387,17 +441,32 @@ def summary(args: argparse.Namespace) -> int:
             outcome = train_outcome(Path(meta.get(run, "")))
             result[name] = {**stage, **outcome}
             extra = ", ".join(f"{k} {fmt(v, '.3f')}" for k, v in outcome.items() if "/" in k)
-            lines.append(f"{status(stage)} {name}: {outcome['last_step']} steps in {fmt(stage.get('seconds'), '.0f')} s "
-                         f"({fmt(outcome.get('step_s_mean'), '.3f')} s/step{', stopped by the time budget' if stage.get('stopped_by_budget') else ''})"
-                         + (f"; {extra}" if extra else ""))  # fmt: skip
+            lines.append(
+                f"{status(stage)} {name}: {outcome['last_step']} steps in {fmt(stage.get('seconds'), '.0f')} s "
+                f"({fmt(outcome.get('step_s_mean'), '.3f')} s/step{', stopped by the time budget' if stage.get('stopped_by_budget') else ''})"
+                + (f"; {extra}" if extra else "")
+            )
         before, after = read_stage(work, "eval_sft"), read_stage(work, "eval_grpo")
         if before and after:
             a, b = lm_metrics(work / "eval_sft.json"), lm_metrics(work / "eval_grpo.json")
             result["eval_lm"] = {"sft": a, "grpo": b}
-            keys = [k for k in ("p_format_rate", "p_legal_rate", "p_best_accuracy", "p_reward", "a_format_rate", "a_exact_state_accuracy",
-                                "a_reward") if k in a or k in b]  # fmt: skip
-            lines.append(f"{status(before)}{status(after)} eval lm (SFT -> GRPO): "
-                         + ", ".join(f"{k} {fmt(a.get(k), '.3f')} -> {fmt(b.get(k), '.3f')}" for k in keys))  # fmt: skip
+            keys = [
+                k
+                for k in (
+                    "p_format_rate",
+                    "p_legal_rate",
+                    "p_best_accuracy",
+                    "p_reward",
+                    "a_format_rate",
+                    "a_exact_state_accuracy",
+                    "a_reward",
+                )
+                if k in a or k in b
+            ]
+            lines.append(
+                f"{status(before)}{status(after)} eval lm (SFT -> GRPO): "
+                + ", ".join(f"{k} {fmt(a.get(k), '.3f')} -> {fmt(b.get(k), '.3f')}" for k in keys)
+            )
         compare = work / "eval_compare.txt"
         if compare.exists():
             lines.append("     paired GRPO - SFT (chessgrpo eval lm --compare):")
@@ -461,21 +530,39 @@ def pretrain_figures(path: Path) -> dict[str, Any] | None:
         return None
     rates = {row["variant"]: row["samples_per_s"] for row in data["rows"]}
     prefetch = data.get("prefetch", 2)
-    model_only, off, on = rates.get("model_only"), rates.get("pipeline_prefetch0"), rates.get(f"pipeline_prefetch{prefetch}")
+    model_only, off, on = (
+        rates.get("model_only"),
+        rates.get("pipeline_prefetch0"),
+        rates.get(f"pipeline_prefetch{prefetch}"),
+    )
     if not model_only:
         return None
-    return {"model_only": model_only, "prefetch0": off, "prefetch": on, "prefetch_batches": prefetch,
-            "ratio": on / model_only if on else None, "ratio_prefetch0": off / model_only if off else None,
-            "host": data.get("host", {}), "meta": data.get("meta", {}),
-            "windows": {row["variant"]: row.get("windows") for row in data["rows"]}}  # fmt: skip
+    return {
+        "model_only": model_only,
+        "prefetch0": off,
+        "prefetch": on,
+        "prefetch_batches": prefetch,
+        "ratio": on / model_only if on else None,
+        "ratio_prefetch0": off / model_only if off else None,
+        "host": data.get("host", {}),
+        "meta": data.get("meta", {}),
+        "windows": {row["variant"]: row.get("windows") for row in data["rows"]},
+    }
 
 
-def _figure(key: str, name: str, cuda: Any, cpu: Any, target: float | None = None, *, ran: bool = True) -> dict[str, Any]:
+def _figure(
+    key: str, name: str, cuda: Any, cpu: Any, target: float | None = None, *, ran: bool = True
+) -> dict[str, Any]:
     """One row of the report: the cuda and CPU figures, their ratio, the target on cuda and whether it is met."""
     number = lambda v: float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None
     cuda, cpu = number(cuda), number(cpu)
-    row: dict[str, Any] = {"key": key, "name": name, "cuda": cuda, "cpu": cpu,
-                           "cuda_over_cpu": cuda / cpu if cuda is not None and cpu else None}  # fmt: skip
+    row: dict[str, Any] = {
+        "key": key,
+        "name": name,
+        "cuda": cuda,
+        "cpu": cpu,
+        "cuda_over_cpu": cuda / cpu if cuda is not None and cpu else None,
+    }
     if target is not None:
         row["target"] = target
         row["pass"] = None if cuda is None else cuda >= target
@@ -492,61 +579,144 @@ def build_report(work: Path, summary: dict[str, Any]) -> dict[str, Any]:
     dry = meta.get("mode") == "dry-run"
     rollout = {column: rollout_figures(bench / f"rollout_{column}.json") for column in ("cuda", "cpu")}
     pretrain = {column: pretrain_figures(bench / f"pretrain_{column}.json") for column in ("cuda", "cpu")}
-    stages = {name: read_stage(work, name) for name in ("pretrain_data", "rollout_init", "rollout_cuda", "rollout_cpu",
-                                                        "pretrain_cuda", "pretrain_cpu", "grpo_throughput", "tests")}  # fmt: skip
+    stages = {
+        name: read_stage(work, name)
+        for name in (
+            "pretrain_data",
+            "rollout_init",
+            "rollout_cuda",
+            "rollout_cpu",
+            "pretrain_cuda",
+            "pretrain_cpu",
+            "grpo_throughput",
+            "tests",
+        )
+    }
     ran = lambda *names: any(stages[n] is not None for n in names)
     roll = lambda column, setting, key="samples_per_s": ((rollout[column] or {}).get(setting) or {}).get(key)
     pre_fig = lambda column, key: (pretrain[column] or {}).get(key)
     size = meta.get("pretrain_size", "small")
     prefetch = meta.get("prefetch", 2)
     figures = [
-        _figure("one_move_samples_per_s", "GRPO one-move groups (grpo_tiny shape), samples/s", roll("cuda", "one_move"),
-                roll("cpu", "one_move"), TARGET_ONE_MOVE, ran=ran("rollout_cuda")),
-        _figure("trajectory_plies_per_s", "GRPO trajectories vs Stockfish (trajectory_stockfish_tiny), own plies/s",
-                roll("cuda", "trajectory"), roll("cpu", "trajectory"), TARGET_TRAJECTORY, ran=ran("rollout_cuda")),
+        _figure(
+            "one_move_samples_per_s",
+            "GRPO one-move groups (grpo_tiny shape), samples/s",
+            roll("cuda", "one_move"),
+            roll("cpu", "one_move"),
+            TARGET_ONE_MOVE,
+            ran=ran("rollout_cuda"),
+        ),
+        _figure(
+            "trajectory_plies_per_s",
+            "GRPO trajectories vs Stockfish (trajectory_stockfish_tiny), own plies/s",
+            roll("cuda", "trajectory"),
+            roll("cpu", "trajectory"),
+            TARGET_TRAJECTORY,
+            ran=ran("rollout_cuda"),
+        ),
         # Issue 53: the trainer's CPU per one-move sample (the issue measured 2.8 ms on an H200 before its cuts).
-        *(_figure(f"one_move_{part}_cpu_ms_per_sample", f"GRPO one-move: trainer CPU ms per sample, {words}",
-                  roll("cuda", "one_move", f"{part}_cpu_ms_per_sample"), roll("cpu", "one_move", f"{part}_cpu_ms_per_sample"))
-          for part, words in (("main", "all"), ("model", "of it the network"), ("host", "of it host work"))),
-        _figure("pretrain_model_only_samples_per_s", f"pretraining {size}, model only (one batch reused), samples/s",
-                pre_fig("cuda", "model_only"), pre_fig("cpu", "model_only")),
-        _figure("pretrain_prefetch0_samples_per_s", f"pretraining {size}, real pipeline, batch built in the step, samples/s",
-                pre_fig("cuda", "prefetch0"), pre_fig("cpu", "prefetch0")),
-        _figure("pretrain_pipeline_samples_per_s", f"pretraining {size}, real pipeline, prefetch_batches {prefetch}, samples/s",
-                pre_fig("cuda", "prefetch"), pre_fig("cpu", "prefetch")),
-        _figure("pretrain_pipeline_over_model_only", f"pretraining {size}: real pipeline (prefetch {prefetch}) / model only",
-                pre_fig("cuda", "ratio"), pre_fig("cpu", "ratio"), TARGET_PRETRAIN_RATIO, ran=ran("pretrain_cuda")),
-        _figure("pretrain_prefetch0_over_model_only", f"pretraining {size}: real pipeline without prefetching / model only",
-                pre_fig("cuda", "ratio_prefetch0"), pre_fig("cpu", "ratio_prefetch0")),
-    ]  # fmt: skip
+        *(
+            _figure(
+                f"one_move_{part}_cpu_ms_per_sample",
+                f"GRPO one-move: trainer CPU ms per sample, {words}",
+                roll("cuda", "one_move", f"{part}_cpu_ms_per_sample"),
+                roll("cpu", "one_move", f"{part}_cpu_ms_per_sample"),
+            )
+            for part, words in (("main", "all"), ("model", "of it the network"), ("host", "of it host work"))
+        ),
+        _figure(
+            "pretrain_model_only_samples_per_s",
+            f"pretraining {size}, model only (one batch reused), samples/s",
+            pre_fig("cuda", "model_only"),
+            pre_fig("cpu", "model_only"),
+        ),
+        _figure(
+            "pretrain_prefetch0_samples_per_s",
+            f"pretraining {size}, real pipeline, batch built in the step, samples/s",
+            pre_fig("cuda", "prefetch0"),
+            pre_fig("cpu", "prefetch0"),
+        ),
+        _figure(
+            "pretrain_pipeline_samples_per_s",
+            f"pretraining {size}, real pipeline, prefetch_batches {prefetch}, samples/s",
+            pre_fig("cuda", "prefetch"),
+            pre_fig("cpu", "prefetch"),
+        ),
+        _figure(
+            "pretrain_pipeline_over_model_only",
+            f"pretraining {size}: real pipeline (prefetch {prefetch}) / model only",
+            pre_fig("cuda", "ratio"),
+            pre_fig("cpu", "ratio"),
+            TARGET_PRETRAIN_RATIO,
+            ran=ran("pretrain_cuda"),
+        ),
+        _figure(
+            "pretrain_prefetch0_over_model_only",
+            f"pretraining {size}: real pipeline without prefetching / model only",
+            pre_fig("cuda", "ratio_prefetch0"),
+            pre_fig("cpu", "ratio_prefetch0"),
+        ),
+    ]
     grpo = summary.get("grpo_throughput") or {}
-    figures.append(_figure("lm_grpo_completions_per_s", "LM GRPO (rookworld_124m_gpu.yaml, random GPT-2 124M), completions/s",
-                           grpo.get("completions_per_s"), None, TARGET_COMPLETIONS_PER_S, ran=ran("grpo_throughput")))  # fmt: skip
+    figures.append(
+        _figure(
+            "lm_grpo_completions_per_s",
+            "LM GRPO (rookworld_124m_gpu.yaml, random GPT-2 124M), completions/s",
+            grpo.get("completions_per_s"),
+            None,
+            TARGET_COMPLETIONS_PER_S,
+            ran=ran("grpo_throughput"),
+        )
+    )
     tests = stages["tests"]
-    test_row = {"key": "test_cuda", "name": "tests/test_cuda.py", "result": (tests or {}).get("result"),
-                "pass": None if tests is None else tests.get("rc") == 0 and not tests.get("timed_out"),
-                "verdict": "not run" if tests is None else status(tests).strip("[]").replace("ok", "PASS")}  # fmt: skip
+    test_row = {
+        "key": "test_cuda",
+        "name": "tests/test_cuda.py",
+        "result": (tests or {}).get("result"),
+        "pass": None if tests is None else tests.get("rc") == 0 and not tests.get("timed_out"),
+        "verdict": "not run" if tests is None else status(tests).strip("[]").replace("ok", "PASS"),
+    }
     targets = [f for f in figures if "target" in f] + [test_row]
     machine = {
-        "gpu": pre.get("gpu"), "gpu_memory_gib": pre.get("gpu_memory_gib"), "device": pre.get("device"),
-        "cpu_count": pre.get("cpu_count"), "cpu": pre.get("cpu"), "torch": pre.get("torch"), "torch_cuda": pre.get("torch_cuda"),
-        "python": pre.get("python"), "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-    }  # fmt: skip
+        "gpu": pre.get("gpu"),
+        "gpu_memory_gib": pre.get("gpu_memory_gib"),
+        "device": pre.get("device"),
+        "cpu_count": pre.get("cpu_count"),
+        "cpu": pre.get("cpu"),
+        "torch": pre.get("torch"),
+        "torch_cuda": pre.get("torch_cuda"),
+        "python": pre.get("python"),
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }
     return {
         "mode": meta.get("mode"),
         "dry_run": dry,
         "machine": machine,
         "figures": figures,
         "tests": test_row,
-        "all_targets_met": all(t.get("pass") for t in targets if t["verdict"] != "not run") and any(t["verdict"] != "not run" for t in targets),
-        "settings": {k: meta.get(k) for k in ("accel", "accel_threads", "prefetch", "pretrain_size", "pretrain_batch",
-                                              "pretrain_cpu_batch", "rollout_steps", "grpo_config", "budget_s")},
+        "all_targets_met": all(t.get("pass") for t in targets if t["verdict"] != "not run")
+        and any(t["verdict"] != "not run" for t in targets),
+        "settings": {
+            k: meta.get(k)
+            for k in (
+                "accel",
+                "accel_threads",
+                "prefetch",
+                "pretrain_size",
+                "pretrain_batch",
+                "pretrain_cpu_batch",
+                "rollout_steps",
+                "grpo_config",
+                "budget_s",
+            )
+        },
         "total_s": meta.get("total_s"),
         "rollout": rollout,
         "pretrain": pretrain,
         "stages": stages,
         "summary": summary,
-    }  # fmt: skip
+    }
 
 
 def _commit() -> str | None:
@@ -554,8 +724,14 @@ def _commit() -> str | None:
     import subprocess
 
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1], capture_output=True,
-                              text=True, timeout=10, check=False)  # fmt: skip
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None if done.returncode == 0 else None
@@ -574,24 +750,36 @@ def report_markdown(report: dict[str, Any]) -> str:
     m, settings = report["machine"], report["settings"]
     threads = f"{m['cpu_count']} threads" if m.get("cpu_count") else "all threads"
     gpu = m.get("gpu") or ("none: the cuda column ran on the CPU, one thread" if report["dry_run"] else "none")
-    where = (f"Machine: GPU {gpu}; CPU {m.get('cpu_count', '?')} x {m.get('cpu', '?')}; torch {m.get('torch', '?')} (CUDA "
-             f"{m.get('torch_cuda')}), Python {m.get('python', '?')}; commit {m.get('commit') or '?'}; {m.get('date')}; "
-             f"{_number(report.get('total_s'))} s of a {_number(settings.get('budget_s'))} s budget.")  # fmt: skip
+    where = (
+        f"Machine: GPU {gpu}; CPU {m.get('cpu_count', '?')} x {m.get('cpu', '?')}; torch {m.get('torch', '?')} (CUDA "
+        f"{m.get('torch_cuda')}), Python {m.get('python', '?')}; commit {m.get('commit') or '?'}; {m.get('date')}; "
+        f"{_number(report.get('total_s'))} s of a {_number(settings.get('budget_s'))} s budget."
+    )
     lines = [f"# gpu_check ({report['mode']})", "", where]
     if report["dry_run"]:
-        lines.append("Dry run: tiny sizes on the CPU; the figures and verdicts exercise the pipeline, they are not measurements.")
-    lines += ["", f"| figure | cuda | CPU ({threads}) | cuda / CPU | target (cuda) | verdict |", "|---|---|---|---|---|---|"]
+        lines.append(
+            "Dry run: tiny sizes on the CPU; the figures and verdicts exercise the pipeline, they are not measurements."
+        )
+    lines += [
+        "",
+        f"| figure | cuda | CPU ({threads}) | cuda / CPU | target (cuda) | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for f in report["figures"]:
         ratio = f["key"].endswith("_over_model_only")
         target = f"≥ {_number(f['target'], ratio)}" if "target" in f else ""
         cross = "" if ratio or f["cuda_over_cpu"] is None else f"{f['cuda_over_cpu']:.2f}x"
         exact = ratio or f["key"].endswith("_ms_per_sample")  # two decimals
-        lines.append(f"| {f['name']} | {_number(f['cuda'], exact)} | {_number(f['cpu'], exact)} | {cross} | {target} | {f.get('verdict', '')} |")
+        lines.append(
+            f"| {f['name']} | {_number(f['cuda'], exact)} | {_number(f['cpu'], exact)} | {cross} | {target} | {f.get('verdict', '')} |"
+        )
     tests = report["tests"]
     lines.append(f"| {tests['name']} | {tests.get('result') or '—'} | | | all pass | {tests['verdict']} |")
-    sizes = (f"Settings: rollouts {settings.get('rollout_steps')} timed steps per setting and column (one round); pretraining "
-             f"{settings.get('pretrain_size')} at batch {settings.get('pretrain_batch')} on cuda, {settings.get('pretrain_cpu_batch')} "
-             f"on the CPU threads, prefetch_batches {settings.get('prefetch')}; the cuda column's device: {settings.get('accel')}.")  # fmt: skip
+    sizes = (
+        f"Settings: rollouts {settings.get('rollout_steps')} timed steps per setting and column (one round); pretraining "
+        f"{settings.get('pretrain_size')} at batch {settings.get('pretrain_batch')} on cuda, {settings.get('pretrain_cpu_batch')} "
+        f"on the CPU threads, prefetch_batches {settings.get('prefetch')}; the cuda column's device: {settings.get('accel')}."
+    )
     lines += ["", sizes, f"All targets met: {'yes' if report['all_targets_met'] else 'no'}."]
     return "\n".join(lines) + "\n"
 

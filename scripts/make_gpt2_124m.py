@@ -36,7 +36,9 @@ def train_bpe(samples: list[str], vocab_size: int):
     )
 
 
-def make_gpt2_124m(out: Path, samples_path: Path, *, vocab_size: int = 2000, seed: int = 0, shape: dict | None = None) -> Path:
+def make_gpt2_124m(
+    out: Path, samples_path: Path, *, vocab_size: int = 2000, seed: int = 0, shape: dict | None = None
+) -> Path:
     """Write the model and tokenizer to `out`; returns it. `shape`: GPT2Config fields to change (n_layer, n_embd,
     n_head, n_positions) for a smaller stand-in (scripts/gpu_check.sh --dry-run); None = the 124M defaults."""
     import torch
@@ -44,7 +46,9 @@ def make_gpt2_124m(out: Path, samples_path: Path, *, vocab_size: int = 2000, see
 
     samples = [line for line in samples_path.read_text().splitlines() if line and not line.startswith("#")]
     fast = train_bpe(samples, vocab_size)
-    config = GPT2Config(eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id, **(shape or {}))  # 124M defaults
+    config = GPT2Config(
+        eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id, **(shape or {})
+    )  # 124M defaults
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(config)
     out.mkdir(parents=True, exist_ok=True)
@@ -63,9 +67,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     # A smaller model of the same family and vocabulary (tests and CPU dry runs); the defaults are GPT-2 124M's.
     for name in ("n_layer", "n_embd", "n_head", "n_positions"):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"GPT2Config {name} (default: 124M's)")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, default=None, help=f"GPT2Config {name} (default: 124M's)"
+        )
     args = parser.parse_args()
-    shape = {name: getattr(args, name) for name in ("n_layer", "n_embd", "n_head", "n_positions") if getattr(args, name) is not None}
+    shape = {
+        name: getattr(args, name)
+        for name in ("n_layer", "n_embd", "n_head", "n_positions")
+        if getattr(args, name) is not None
+    }
     make_gpt2_124m(args.out, args.samples, vocab_size=args.bpe_vocab, seed=args.seed, shape=shape)
 
 

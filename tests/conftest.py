@@ -27,24 +27,32 @@ class CLI:
     def __init__(self, capsys: pytest.CaptureFixture[str]):
         self._capsys = capsys
 
-    def run(self, *args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:  # fmt: skip
+    def run(
+        self, *args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
         """`python -m chessgrpo.cli ARGS` in `cwd` (default: the current directory) with `env` (default: this one's)."""
         return subprocess.run(
-            [sys.executable, "-m", "chessgrpo.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+            [sys.executable, "-m", "chessgrpo.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
             env=env if env is not None else dict(os.environ),
-        )  # fmt: skip
+        )
 
-    def start(self, *args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-              **popen) -> subprocess.Popen:  # fmt: skip
+    def start(
+        self, *args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None, **popen
+    ) -> subprocess.Popen:
         """`python -m chessgrpo.cli ARGS` started and not waited for, for tests that kill it or talk to it: stdout
         and stderr piped as text unless `popen` says otherwise (it also takes stdin=, start_new_session=, ...).
         The caller waits for the process or kills it."""
         options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
         return subprocess.Popen(
-            [sys.executable, "-m", "chessgrpo.cli", *args], cwd=cwd, env=env if env is not None else dict(os.environ),
+            [sys.executable, "-m", "chessgrpo.cli", *args],
+            cwd=cwd,
+            env=env if env is not None else dict(os.environ),
             **options,
-        )  # fmt: skip
+        )
 
     def main(self, *args: str) -> tuple[int, str, str]:
         """(exit code, stdout, stderr) of `chessgrpo.cli.main(ARGS)` in this process."""

@@ -32,9 +32,18 @@ import time
 import chess
 
 MODES = (
-    "ok", "no-uciok", "garbage-bestmove", "illegal-bestmove", "none-bestmove", "null-bestmove", "hang", "exit",
-    "no-score", "no-pv", "ignore-nodes",
-)  # fmt: skip
+    "ok",
+    "no-uciok",
+    "garbage-bestmove",
+    "illegal-bestmove",
+    "none-bestmove",
+    "null-bestmove",
+    "hang",
+    "exit",
+    "no-score",
+    "no-pv",
+    "ignore-nodes",
+)
 
 
 def say(line: str) -> None:

@@ -26,6 +26,7 @@ def data_file(name: str) -> Path:
         pytest.fail(f"shipped data {path} is missing from the checkout (see data/README.md)")
     return path
 
+
 # configs/grpo_tiny.yaml trains the value head and a bc anchor on data/tiny's labelled positions; runs from a fresh
 # policy (no value head) on random positions, without data/tiny, switch both off.
 NO_LABELLED_LOSSES = ("value_loss_weight=0", "value_positions=null", "bc_loss_weight=0")

@@ -37,9 +37,9 @@ from chessgrpo.errors import CheckpointError, one_line, quote
 from chessgrpo.eval.positions import load_eval_positions
 from chessgrpo.eval.puzzles import read_puzzles
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
+from chessgrpo.tasks.kinds import config_class
 from chessgrpo.train.checkpoint import TRAINER_STATE_FILE, load_trainer_state
 from chessgrpo.train.dataset import load_split
-from chessgrpo.tasks.kinds import config_class
 
 NOT_UTF8 = b"\xff\xfe not text \x80\n"
 START = chess.STARTING_FEN
@@ -60,10 +60,20 @@ def position_rows(count: int) -> list[dict]:
     rows = []
     for board in random_playout_positions(count, seed=3, max_plies=40):
         move = sorted(board.legal_moves, key=chess.Move.uci)[0]
-        rows.append({
-            "fen": board.fen(), "source": "random_playout", "best_move": move.uci(), "best_action": move_to_action(move),
-            "moves": [move.uci()], "win_probs": [0.5], "value": 0.5, "legal_moves": None, "legal_win_probs": None, "nodes": 50,
-        })  # fmt: skip
+        rows.append(
+            {
+                "fen": board.fen(),
+                "source": "random_playout",
+                "best_move": move.uci(),
+                "best_action": move_to_action(move),
+                "moves": [move.uci()],
+                "win_probs": [0.5],
+                "value": 0.5,
+                "legal_moves": None,
+                "legal_win_probs": None,
+                "nodes": 50,
+            }
+        )
     return rows
 
 
@@ -131,9 +141,17 @@ def test_scrambled_parquet_shard_names_the_file(cli, scrambled_dataset, tmp_path
         message = str(caught.value)
         assert str(shard) in message and "\n" not in message and len(message) < 500, message
     code, _, stderr = cli.main(
-        "eval", "offline", "--policy", "random", "--positions", str(shard), "engine.processes=1", "engine.cache=false",
-        "baselines=false", f"output={tmp_path / 'result.json'}",
-    )  # fmt: skip
+        "eval",
+        "offline",
+        "--policy",
+        "random",
+        "--positions",
+        str(shard),
+        "engine.processes=1",
+        "engine.cache=false",
+        "baselines=false",
+        f"output={tmp_path / 'result.json'}",
+    )
     assert code == 2
     assert_one_line(stderr, str(shard), "not a readable Parquet file")
     assert not (tmp_path / "result.json").exists()
@@ -146,11 +164,23 @@ def test_truncated_parquet_shard_and_rookworld_shard_name_the_file(tmp_path):
         schema.read_positions(tmp_path, "train")
 
     rookworld = tmp_path / "rookworld"
-    rows = [{
-        "task": "policy", "prompt": f"P: {board.fen()} ", "completion": "M: e2e4 B: e2e4", "fen": board.fen(),
-        "source": "random_playout", "moves": ["e2e4"], "pawns": [0.1], "defect": False, "nodes": 50,
-    } for board in random_playout_positions(300, seed=5)]  # fmt: skip
-    path = schema.write_parquet(pa.Table.from_pylist(rows, schema=ROOKWORLD_SCHEMA), rookworld / "test" / "shard-00000.parquet")
+    rows = [
+        {
+            "task": "policy",
+            "prompt": f"P: {board.fen()} ",
+            "completion": "M: e2e4 B: e2e4",
+            "fen": board.fen(),
+            "source": "random_playout",
+            "moves": ["e2e4"],
+            "pawns": [0.1],
+            "defect": False,
+            "nodes": 50,
+        }
+        for board in random_playout_positions(300, seed=5)
+    ]
+    path = schema.write_parquet(
+        pa.Table.from_pylist(rows, schema=ROOKWORLD_SCHEMA), rookworld / "test" / "shard-00000.parquet"
+    )
     assert len(read_rookworld(rookworld, "test")) == 300
     scramble(path)
     with pytest.raises(ValueError, match="RookWorld shard .*shard-00000.parquet"):
@@ -378,9 +408,17 @@ def test_a_truncated_pgn_import_fails_naming_the_file_and_leaves_only_whole_shar
     pgn.write_bytes(packed[: int(len(packed) * 0.7)])
     out = tmp_path / "dataset"
     code, _, stderr = cli.main(
-        "data", "import-pgn", str(pgn), "--out", str(out), "nodes=50", "multipv=1", "positions_per_game=1",
-        "shard_size=3", "engine.processes=1",
-    )  # fmt: skip
+        "data",
+        "import-pgn",
+        str(pgn),
+        "--out",
+        str(out),
+        "nodes=50",
+        "multipv=1",
+        "positions_per_game=1",
+        "shard_size=3",
+        "engine.processes=1",
+    )
     assert code == 2
     assert_one_line(stderr, str(pgn), "truncated or corrupt")
     shards = schema.shard_paths(out)

@@ -33,7 +33,12 @@ PGN = """[Event "chessgrpo eval games"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "blunder_causes.py"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "blunder_causes.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_defender_walking_away_is_counted_as_leaving_a_piece_hanging(tmp_path):
@@ -44,7 +49,13 @@ def test_a_defender_walking_away_is_counted_as_leaving_a_piece_hanging(tmp_path)
     lines = result.stdout.splitlines()
     assert lines[0].startswith("1 policy moves against sf-skill:0; 1 lost more than 0.2")
     counts = {line[:34].strip(): int(line[34:].split()[0]) for line in lines[2:]}
-    assert counts == {"allows mate": 0, "en prise": 0, "leaves hanging": 1, "a piece can be taken at a gain": 0, "deeper tactic": 0}
+    assert counts == {
+        "allows mate": 0,
+        "en prise": 0,
+        "leaves hanging": 1,
+        "a piece can be taken at a gain": 0,
+        "deeper tactic": 0,
+    }
     # The random-anchor game (never read for sf-skill:0) has two policy moves: f6 loses ~0.4 to no capture
     # (a deeper tactic: Qh5+ comes), then g5, from an already lost position, allows Qh4 mate (~0.08 more).
     other = _run(str(games), "--anchor", "random", "--nodes", "2000", "--drop", "0.05")

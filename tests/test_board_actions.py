@@ -7,7 +7,6 @@ import csv
 import chess
 import numpy as np
 import pytest
-from helpers import random_playout_positions, data_file
 
 from chessgrpo.board import (
     ACTION_INDEX,
@@ -19,6 +18,7 @@ from chessgrpo.board import (
     legal_masks,
     move_to_action,
 )
+from helpers import data_file, random_playout_positions
 
 # Hand-written positions covering the special move kinds.
 SPECIAL_FENS = {
@@ -68,10 +68,28 @@ def test_table_size_and_uniqueness() -> None:
 def test_first_entries_for_a1_are_queen_then_knight_moves() -> None:
     # Queen from a1 in ascending square index: rank 1, then b2/a2... per rank.
     queen_a1 = [
-        "a1b1", "a1c1", "a1d1", "a1e1", "a1f1", "a1g1", "a1h1",
-        "a1a2", "a1b2", "a1a3", "a1c3", "a1a4", "a1d4", "a1a5", "a1e5",
-        "a1a6", "a1f6", "a1a7", "a1g7", "a1a8", "a1h8",
-    ]  # fmt: skip
+        "a1b1",
+        "a1c1",
+        "a1d1",
+        "a1e1",
+        "a1f1",
+        "a1g1",
+        "a1h1",
+        "a1a2",
+        "a1b2",
+        "a1a3",
+        "a1c3",
+        "a1a4",
+        "a1d4",
+        "a1a5",
+        "a1e5",
+        "a1a6",
+        "a1f6",
+        "a1a7",
+        "a1g7",
+        "a1a8",
+        "a1h8",
+    ]
     knight_a1 = ["a1c2", "a1b3"]
     assert list(ACTIONS[:23]) == queen_a1 + knight_a1
     assert ACTIONS[23] == "b1a1"
@@ -90,20 +108,38 @@ def test_knight_moves_follow_queen_moves_for_e4() -> None:
 
 def test_last_entries_are_h7_promotions() -> None:
     assert list(ACTIONS[-12:]) == [
-        "g7h8q", "g7h8r", "g7h8b", "g7h8n",
-        "h7h8q", "h7h8r", "h7h8b", "h7h8n",
-        "h7g8q", "h7g8r", "h7g8b", "h7g8n",
-    ]  # fmt: skip
+        "g7h8q",
+        "g7h8r",
+        "g7h8b",
+        "g7h8n",
+        "h7h8q",
+        "h7h8r",
+        "h7h8b",
+        "h7h8n",
+        "h7g8q",
+        "h7g8r",
+        "h7g8b",
+        "h7g8n",
+    ]
 
 
 def test_first_promotions_are_rank2_to_rank1() -> None:
     first = ACTION_INDEX["a2a1q"]
     assert first == 1456 + 336
     assert list(ACTIONS[first : first + 12]) == [
-        "a2a1q", "a2a1r", "a2a1b", "a2a1n",
-        "a2b1q", "a2b1r", "a2b1b", "a2b1n",
-        "b2b1q", "b2b1r", "b2b1b", "b2b1n",
-    ]  # fmt: skip
+        "a2a1q",
+        "a2a1r",
+        "a2a1b",
+        "a2a1n",
+        "a2b1q",
+        "a2b1r",
+        "a2b1b",
+        "a2b1n",
+        "b2b1q",
+        "b2b1r",
+        "b2b1b",
+        "b2b1n",
+    ]
     # b-file: straight, then left (a), then right (c).
     assert [a for a in ACTIONS[first:] if a.startswith("b2")][::4] == ["b2b1q", "b2a1q", "b2c1q"]
     # All rank-2 promotions precede all rank-7 promotions.

@@ -8,7 +8,6 @@ import random
 import chess
 import numpy as np
 import pytest
-from helpers import data_file
 
 from chessgrpo.board import (
     SEQUENCE_LENGTH,
@@ -18,6 +17,7 @@ from chessgrpo.board import (
     encode_fen,
     encode_fens,
 )
+from helpers import data_file
 
 EMPTY_RANK = "." * 8
 
@@ -45,10 +45,7 @@ def test_vocabulary_order() -> None:
 
 
 def test_start_position() -> None:
-    expected = (
-        "w" + "rnbqkbnr" + "pppppppp" + "." * 32 + "PPPPPPPP" + "RNBQKBNR"
-        + "KQkq" + ".." + "0.." + "1.."
-    )  # fmt: skip
+    expected = "w" + "rnbqkbnr" + "pppppppp" + "." * 32 + "PPPPPPPP" + "RNBQKBNR" + "KQkq" + ".." + "0.." + "1.."
     tokens = encode_fen(chess.STARTING_FEN)
     assert tokens.dtype == np.uint8 and tokens.shape == (77,)
     assert tokens.tolist() == _tokens(expected)
@@ -59,27 +56,34 @@ def test_start_position() -> None:
 def test_black_to_move_with_en_passant() -> None:
     fen = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"
     expected = (
-        "b" + "rnbqkbnr" + "pppppppp" + EMPTY_RANK + EMPTY_RANK + "....P..." + EMPTY_RANK
-        + "PPPP.PPP" + "RNBQKBNR" + "KQkq" + "e3" + "0.." + "1.."
-    )  # fmt: skip
+        "b"
+        + "rnbqkbnr"
+        + "pppppppp"
+        + EMPTY_RANK
+        + EMPTY_RANK
+        + "....P..."
+        + EMPTY_RANK
+        + "PPPP.PPP"
+        + "RNBQKBNR"
+        + "KQkq"
+        + "e3"
+        + "0.."
+        + "1.."
+    )
     assert encode_fen(fen).tolist() == _tokens(expected)
 
 
 def test_partial_castling_and_multi_digit_counters() -> None:
     fen = "r3k2r/1p3ppp/8/8/8/8/PPP2P2/R3K2R w Kq - 12 105"
-    expected = (
-        "w" + "r...k..r" + ".p...ppp" + EMPTY_RANK * 4 + "PPP..P.." + "R...K..R"
-        + "Kq.." + ".." + "12." + "105"
-    )  # fmt: skip
+    expected = "w" + "r...k..r" + ".p...ppp" + EMPTY_RANK * 4 + "PPP..P.." + "R...K..R" + "Kq.." + ".." + "12." + "105"
     assert encode_fen(fen).tolist() == _tokens(expected)
 
 
 def test_no_castling_and_white_en_passant() -> None:
     fen = "4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 2"
     expected = (
-        "w" + "....k..." + EMPTY_RANK * 2 + "...pP..." + EMPTY_RANK * 3 + "....K..."
-        + "...." + "d6" + "0.." + "2.."
-    )  # fmt: skip
+        "w" + "....k..." + EMPTY_RANK * 2 + "...pP..." + EMPTY_RANK * 3 + "....K..." + "...." + "d6" + "0.." + "2.."
+    )
     assert encode_fen(fen).tolist() == _tokens(expected)
 
 
@@ -100,9 +104,7 @@ def test_counter_clamping(half: str, full: str, half_chars: str, full_chars: str
 
 
 def test_epd_like_four_fields_default_counters() -> None:
-    assert np.array_equal(
-        encode_fen("8/8/8/8/8/8/8/K6k b - -"), encode_fen("8/8/8/8/8/8/8/K6k b - - 0 1")
-    )
+    assert np.array_equal(encode_fen("8/8/8/8/8/8/8/K6k b - -"), encode_fen("8/8/8/8/8/8/8/K6k b - - 0 1"))
 
 
 MALFORMED_FENS = [

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import random
 import statistics
-from pathlib import Path
 
 import pytest
 import torch
 
 from chessgrpo.board import ACTIONS
-from helpers import data_file
+from chessgrpo.data.rookworld_format import parse_environment_prompt, policy_prompt
 from chessgrpo.models.chess_tokenizer import ALPHABET, EOS_TOKEN, TOKENIZER_FILE, ChessTokenizer, chess_vocabulary
 from chessgrpo.models.lm import CHAR_TOKENIZER_FILE, CharTokenizer, LMModelConfig, build_lm, load_lm, save_lm
-from chessgrpo.data.rookworld_format import parse_environment_prompt, policy_prompt
+from helpers import data_file
+
 
 def _sample_lines() -> list[str]:
     samples = data_file("rookworld_samples.txt")
@@ -65,8 +65,15 @@ def test_moves_fen_items_and_numbers_are_single_tokens(tokenizer):
     for move in random.Random(0).sample(ACTIONS, 50):
         assert tokenizer.tokens(f"M: {move} {move}") == ["M: ", move, " " + move]
     assert tokenizer.tokens("A: 8/8/8/8/8/8/8/1R1b1b2 b KQkq e3 0 34+") == [
-        "A: ", *"8/8/8/8/8/8/8/1R1b1b2", " b", " KQkq", " e3", " 0", " 34", "+",
-    ]  # fmt: skip
+        "A: ",
+        *"8/8/8/8/8/8/8/1R1b1b2",
+        " b",
+        " KQkq",
+        " e3",
+        " 0",
+        " 34",
+        "+",
+    ]
     assert tokenizer.tokens("E: -3.06 999.85 0.0") == ["E: ", "-3", ".06", " 99", "9", ".85", " 0", ".0"]
     assert tokenizer.tokens("+1.0+0+1") == ["+", "1", ".0", "+", "0", "+", "1"]
     assert tokenizer.tokens(" " * 40 + "B: ") == [" " * 40, "B: "]
@@ -123,7 +130,10 @@ def test_fresh_model_uses_the_chess_tokenizer_saves_and_reloads(tmp_path):
     assert config.tokenizer == "chess"
     lm = build_lm(config, seed=0)
     assert isinstance(lm.tokenizer, ChessTokenizer)
-    assert lm.model.config.vocab_size == lm.tokenizer.vocab_size and lm.model.config.eos_token_id == lm.tokenizer.eos_token_id
+    assert (
+        lm.model.config.vocab_size == lm.tokenizer.vocab_size
+        and lm.model.config.eos_token_id == lm.tokenizer.eos_token_id
+    )
     save_lm(lm, tmp_path / "model")
     assert (tmp_path / "model" / TOKENIZER_FILE).is_file() and not (tmp_path / "model" / CHAR_TOKENIZER_FILE).exists()
     loaded = load_lm(tmp_path / "model")

@@ -6,6 +6,7 @@ import json
 import os
 
 import yaml
+
 from helpers import SYZYGY_DIR
 
 
@@ -20,10 +21,16 @@ def test_doctor_reports_the_shipped_data_from_another_directory(cli, tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "CHESSGRPO_DATA"}
     result = cli.run("doctor", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
-    rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines() if "  " in line}
+    rows = {
+        line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines() if "  " in line
+    }
     # The default data/syzygy, found in the checkout, and said to be the shipped set.
-    assert rows["syzygy"].startswith("35 WDL tables up to 4 pieces in ") and rows["syzygy"].endswith("(shipped with the repository)")
-    assert rows["puzzles"].startswith("found: ") and rows["puzzles"].endswith("lichess_puzzles_dev.csv (shipped with the repository)")
+    assert rows["syzygy"].startswith("35 WDL tables up to 4 pieces in ") and rows["syzygy"].endswith(
+        "(shipped with the repository)"
+    )
+    assert rows["puzzles"].startswith("found: ") and rows["puzzles"].endswith(
+        "lichess_puzzles_dev.csv (shipped with the repository)"
+    )
     assert rows["rookworld samples"].startswith("found: ")
     assert rows["data/tiny"].startswith(("found: ", "MISSING (optional; "))  # made by `chessgrpo data generate`
     assert "all required components found" in result.stdout
@@ -35,7 +42,9 @@ def test_version_names_chessgrpo_torch_and_python_chess(cli):
     result = cli.run("--version")
     assert result.returncode == 0 and result.stderr == ""
     [line] = result.stdout.splitlines()
-    assert line.startswith(f"chessgrpo {version('chessgrpo')} (torch {version('torch')}, python-chess {version('chess')}, Python ")
+    assert line.startswith(
+        f"chessgrpo {version('chessgrpo')} (torch {version('torch')}, python-chess {version('chess')}, Python "
+    )
 
 
 def test_doctor_fails_clearly_without_stockfish(cli, tmp_path):
@@ -46,11 +55,18 @@ def test_doctor_fails_clearly_without_stockfish(cli, tmp_path):
 
 def test_engine_eval_json_and_run_directory(cli, tmp_path):
     result = cli.run(
-        "engine", "eval", "--json",
-        "--fen", "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1",
-        "--fen", "6k1/5ppp/8/8/8/8/5PPP/r5K1 w - - 0 1",
-        f"run.out_dir={tmp_path}", "run.name=smoke", "engine.nodes=1000", "engine.cache=false",
-    )  # fmt: skip
+        "engine",
+        "eval",
+        "--json",
+        "--fen",
+        "r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1",
+        "--fen",
+        "6k1/5ppp/8/8/8/8/5PPP/r5K1 w - - 0 1",
+        f"run.out_dir={tmp_path}",
+        "run.name=smoke",
+        "engine.nodes=1000",
+        "engine.cache=false",
+    )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["best_move"], r["win_probability"]) for r in rows] == [("a8a1", 1.0), (None, 0.0)]
@@ -61,9 +77,13 @@ def test_engine_eval_json_and_run_directory(cli, tmp_path):
 
 def test_engine_eval_random_positions_with_cache(cli, tmp_path):
     args = [
-        "engine", "eval", f"run.out_dir={tmp_path}", "random_positions=12", "engine.nodes=500",
+        "engine",
+        "eval",
+        f"run.out_dir={tmp_path}",
+        "random_positions=12",
+        "engine.nodes=500",
         f"engine.cache_path={tmp_path / 'cache.sqlite'}",
-    ]  # fmt: skip
+    ]
     first, second = cli.run(*args), cli.run(*args)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert "12 positions (12 searched, 0 from cache" in first.stdout
@@ -77,7 +97,9 @@ def test_bad_inputs_give_one_clear_error(cli, tmp_path):
     assert "Traceback" not in unknown.stderr
     injected = cli.run("engine", "eval", "--fen", "8/8/8/8/8/8/8/K6k w - - 0 1\nquit", f"run.out_dir={tmp_path}")
     assert injected.returncode == 2 and "malformed FEN" in injected.stderr and "Traceback" not in injected.stderr
-    missing = cli.run("engine", "eval", "engine.path=/nonexistent/stockfish", f"run.out_dir={tmp_path}", "random_positions=1")
+    missing = cli.run(
+        "engine", "eval", "engine.path=/nonexistent/stockfish", f"run.out_dir={tmp_path}", "random_positions=1"
+    )
     assert missing.returncode != 0 and "apt-get install stockfish" in missing.stderr
     assert "Traceback" not in missing.stderr
 

@@ -23,7 +23,9 @@ def test_defaults_without_file_or_overrides():
 def test_file_then_overrides_with_types(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("engine:\n  nodes: 5000\n  cache: false\nrandom_positions: 7\n")
-    config = load_config(EngineEvalConfig, path, ["engine.nodes=123", "engine.depth=null", "engine.timeout_s=5", "run.name=123"])
+    config = load_config(
+        EngineEvalConfig, path, ["engine.nodes=123", "engine.depth=null", "engine.timeout_s=5", "run.name=123"]
+    )
     assert config.engine.nodes == 123
     assert config.engine.cache is False
     assert config.engine.depth is None

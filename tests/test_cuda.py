@@ -28,7 +28,6 @@ from safetensors.torch import load_file
 
 from chessgrpo.models.policy import load_policy, log_probs
 from chessgrpo.train.checkpoint import latest_checkpoint
-
 from helpers import SYZYGY_DIR, data_file
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -43,8 +42,14 @@ def _env() -> dict[str, str]:
 
 
 def cli(*args: str, torchrun: bool = False) -> subprocess.CompletedProcess:
-    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1"] if torchrun else [sys.executable]
-    done = subprocess.run([*prefix, "-m", "chessgrpo", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    prefix = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1"]
+        if torchrun
+        else [sys.executable]
+    )
+    done = subprocess.run(
+        [*prefix, "-m", "chessgrpo", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return done
 
@@ -58,11 +63,18 @@ def assert_trained(run_dir: Path, steps: int) -> list[dict]:
     logged = rows(run_dir)
     assert max(r["step"] for r in logged) == steps
     for row in logged:
-        bad = {k: v for k, v in row.items() if isinstance(v, float) and v != v and k != "ratio/first_max_abs_dev" and not k.startswith("eval/")}
+        bad = {
+            k: v
+            for k, v in row.items()
+            if isinstance(v, float) and v != v and k != "ratio/first_max_abs_dev" and not k.startswith("eval/")
+        }
         assert not bad, bad
     start = run_dir / "checkpoints" / "step_000000"
     if start.exists():
-        a, b = load_file(str(start / "model.safetensors")), load_file(str(latest_checkpoint(run_dir) / "model.safetensors"))
+        a, b = (
+            load_file(str(start / "model.safetensors")),
+            load_file(str(latest_checkpoint(run_dir) / "model.safetensors")),
+        )
         assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) > 1e-4
     return logged
 
@@ -70,15 +82,39 @@ def assert_trained(run_dir: Path, steps: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def labelled(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cuda_data") / "data"
-    cli("data", "generate", "--config", "configs/data_tiny.yaml", f"out={out}", "positions=400", "nodes=50",
-        "engine.processes=2", "test_fraction=0.2", "shard_size=200")  # fmt: skip
+    cli(
+        "data",
+        "generate",
+        "--config",
+        "configs/data_tiny.yaml",
+        f"out={out}",
+        "positions=400",
+        "nodes=50",
+        "engine.processes=2",
+        "test_fraction=0.2",
+        "shard_size=200",
+    )
     return out
 
 
 def pretrain_args(out: Path, name: str, data: Path, *extra: str) -> list[str]:
-    return ["pretrain", "--config", "configs/pretrain_tiny.yaml", f"data={data}", f"run.out_dir={out}", f"run.name={name}",
-            "batch_size=64", "steps=8", "eval_every=4", "warmup_steps=0", "threads=1", "checkpoint_every=4",
-            "keep_checkpoints=10", "lr=3e-3", *extra]  # fmt: skip
+    return [
+        "pretrain",
+        "--config",
+        "configs/pretrain_tiny.yaml",
+        f"data={data}",
+        f"run.out_dir={out}",
+        f"run.name={name}",
+        "batch_size=64",
+        "steps=8",
+        "eval_every=4",
+        "warmup_steps=0",
+        "threads=1",
+        "checkpoint_every=4",
+        "keep_checkpoints=10",
+        "lr=3e-3",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +127,10 @@ def pretrained(tmp_path_factory, labelled) -> Path:
 def test_pretraining_on_cuda_is_the_cpu_experiment(tmp_path, labelled, pretrained):
     cli(*pretrain_args(tmp_path, "cpu", labelled, "device=cpu"))
     assert_trained(pretrained, 8)
-    a, b = load_file(str(latest_checkpoint(pretrained) / "model.safetensors")), load_file(str(latest_checkpoint(tmp_path / "cpu") / "model.safetensors"))
+    a, b = (
+        load_file(str(latest_checkpoint(pretrained) / "model.safetensors")),
+        load_file(str(latest_checkpoint(tmp_path / "cpu") / "model.safetensors")),
+    )
     # Same data order and init; GPU and CPU kernels only differ in float summation order.
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 2e-3
     cpu_rows, gpu_rows = rows(tmp_path / "cpu"), rows(pretrained)
@@ -105,8 +144,11 @@ def test_a_checkpoint_written_on_the_gpu_plays_the_same_on_the_cpu(pretrained):
 
     gpu = load_policy(pretrained, device="cuda").eval()
     cpu = load_policy(pretrained, device="cpu").eval()
-    boards = [chess.Board(), chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"),
-              chess.Board("8/8/8/8/8/5k2/7q/5K2 b - - 0 1")]  # fmt: skip
+    boards = [
+        chess.Board(),
+        chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"),
+        chess.Board("8/8/8/8/8/5k2/7q/5K2 b - - 0 1"),
+    ]
     inputs, mask = cpu.inputs(boards)
     with torch.no_grad():
         on_cpu = log_probs(cpu(inputs), mask)
@@ -115,16 +157,41 @@ def test_a_checkpoint_written_on_the_gpu_plays_the_same_on_the_cpu(pretrained):
     assert on_cpu.argmax(-1).tolist() == on_gpu.argmax(-1).tolist()
 
 
-@pytest.mark.parametrize("extra", [["device=cuda"], ["device=cuda", "bf16=true"], ["device=cuda", "compile=true"]],
-                         ids=["fp32", "bf16", "compile"])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra",
+    [["device=cuda"], ["device=cuda", "bf16=true"], ["device=cuda", "compile=true"]],
+    ids=["fp32", "bf16", "compile"],
+)
 def test_move_group_grpo_on_cuda(tmp_path, labelled, pretrained, extra):
     args = [
-        "train", "--config", "configs/grpo_tiny.yaml", f"run.out_dir={tmp_path}", "run.name=grpo", f"init_checkpoint={pretrained}",
-        "positions=random:64", "position_mixture=[]", "eval.positions=null", f"eval.puzzles={data_file('lichess_puzzles_dev.csv')}",
-        "eval.max_puzzles=16", "task.positions_per_step=8", "task.group_size=4", "task.reward_nodes=30", "grpo.minibatch_size=16",
-        "engine.processes=2", "engine.cache=false", "steps=3", "eval_every=3", "checkpoint_every=1", "keep_checkpoints=10",
-        "lr=3e-3", "warmup_steps=0", "value_loss_weight=1.0", f"value_positions={labelled}", "bc_loss_weight=0.3", *extra,
-    ]  # fmt: skip
+        "train",
+        "--config",
+        "configs/grpo_tiny.yaml",
+        f"run.out_dir={tmp_path}",
+        "run.name=grpo",
+        f"init_checkpoint={pretrained}",
+        "positions=random:64",
+        "position_mixture=[]",
+        "eval.positions=null",
+        f"eval.puzzles={data_file('lichess_puzzles_dev.csv')}",
+        "eval.max_puzzles=16",
+        "task.positions_per_step=8",
+        "task.group_size=4",
+        "task.reward_nodes=30",
+        "grpo.minibatch_size=16",
+        "engine.processes=2",
+        "engine.cache=false",
+        "steps=3",
+        "eval_every=3",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+        "lr=3e-3",
+        "warmup_steps=0",
+        "value_loss_weight=1.0",
+        f"value_positions={labelled}",
+        "bc_loss_weight=0.3",
+        *extra,
+    ]
     cli(*args)
     logged = assert_trained(tmp_path / "grpo", 3)
     steps = [r for r in logged if "ratio/first_max_abs_dev" in r]
@@ -133,10 +200,27 @@ def test_move_group_grpo_on_cuda(tmp_path, labelled, pretrained, extra):
 
 
 def test_trajectory_grpo_on_cuda(tmp_path):
-    cli("train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}", "run.name=traj", "init_checkpoint=null",
-        f"engine.syzygy_path={SYZYGY_DIR}", "task.positions_per_step=4", "task.group_size=4", "task.horizon=3",
-        "grpo.minibatch_size=8", "eval_every=0", "eval_at_start=false", "eval.positions=16", "steps=3",
-        "checkpoint_every=1", "keep_checkpoints=10", "lr=3e-3", "device=cuda")  # fmt: skip
+    cli(
+        "train",
+        "--config",
+        "configs/endgame_kqk.yaml",
+        f"run.out_dir={tmp_path}",
+        "run.name=traj",
+        "init_checkpoint=null",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "task.positions_per_step=4",
+        "task.group_size=4",
+        "task.horizon=3",
+        "grpo.minibatch_size=8",
+        "eval_every=0",
+        "eval_at_start=false",
+        "eval.positions=16",
+        "steps=3",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+        "lr=3e-3",
+        "device=cuda",
+    )
     assert_trained(tmp_path / "traj", 3)
 
 
@@ -147,18 +231,69 @@ def test_sft_and_rookworld_grpo_on_cuda(tmp_path, memory):
     sft_memory = ["micro_batch_size=4"] if memory else []
     grpo_memory = ["grpo.micro_batch_size=2", "task.logprob_chunk_rows=3"] if memory else []
     data = tmp_path / "rw"
-    cli("data", "rookworld", "--out", str(data), "--positions", "40", "--nodes", "100", "engine.processes=2",
-        "test_fraction=0.2", "engine.cache=false")  # fmt: skip
-    cli("train", "--config", "configs/rookworld_sft_tiny.yaml", f"data={data}", f"run.out_dir={tmp_path}", "run.name=sft",
-        "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "steps=4", "batch_size=8", "eval_every=4",
-        "eval_examples=8", "eval_prompts=2", "max_new_tokens=8", "checkpoint_every=1", "keep_checkpoints=10",
-        "lr=3e-3", "warmup_steps=0", "device=cuda", "bf16=true", *sft_memory)  # fmt: skip
+    cli(
+        "data",
+        "rookworld",
+        "--out",
+        str(data),
+        "--positions",
+        "40",
+        "--nodes",
+        "100",
+        "engine.processes=2",
+        "test_fraction=0.2",
+        "engine.cache=false",
+    )
+    cli(
+        "train",
+        "--config",
+        "configs/rookworld_sft_tiny.yaml",
+        f"data={data}",
+        f"run.out_dir={tmp_path}",
+        "run.name=sft",
+        "model.n_layer=1",
+        "model.n_embd=32",
+        "model.n_head=2",
+        "steps=4",
+        "batch_size=8",
+        "eval_every=4",
+        "eval_examples=8",
+        "eval_prompts=2",
+        "max_new_tokens=8",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+        "lr=3e-3",
+        "warmup_steps=0",
+        "device=cuda",
+        "bf16=true",
+        *sft_memory,
+    )
     assert_trained(tmp_path / "sft", 4)
-    cli("train", "--config", "configs/rookworld_grpo_tiny.yaml", f"data={data}", f"init_checkpoint={tmp_path / 'sft'}",
-        f"run.out_dir={tmp_path}", "run.name=rw", "task.prompts_per_step=4", "task.group_size=2", "task.max_new_tokens=20",
-        "grpo.minibatch_size=4", "rewards.policy.nodes=100", "engine.processes=2", "engine.cache=false",
-        "eval.policy_prompts=2", "eval.environment_prompts=2", "eval_every=0", "eval_at_start=false", "steps=3",
-        "grpo.entropy_coef=0.01", "checkpoint_every=1", "device=cuda", *grpo_memory)  # fmt: skip
+    cli(
+        "train",
+        "--config",
+        "configs/rookworld_grpo_tiny.yaml",
+        f"data={data}",
+        f"init_checkpoint={tmp_path / 'sft'}",
+        f"run.out_dir={tmp_path}",
+        "run.name=rw",
+        "task.prompts_per_step=4",
+        "task.group_size=2",
+        "task.max_new_tokens=20",
+        "grpo.minibatch_size=4",
+        "rewards.policy.nodes=100",
+        "engine.processes=2",
+        "engine.cache=false",
+        "eval.policy_prompts=2",
+        "eval.environment_prompts=2",
+        "eval_every=0",
+        "eval_at_start=false",
+        "steps=3",
+        "grpo.entropy_coef=0.01",
+        "checkpoint_every=1",
+        "device=cuda",
+        *grpo_memory,
+    )
     logged = assert_trained(tmp_path / "rw", 3)
     assert all(r["ratio/first_max_abs_dev"] < 1e-4 for r in logged if "ratio/first_max_abs_dev" in r)
 

@@ -34,7 +34,9 @@ def pool():
 
 
 def tiny_config(out, **changes) -> GenerateConfig:
-    settings = dict(out=str(out), positions=150, nodes=NODES, multipv=MULTIPV, seed=1, shard_size=60, concurrent_games=8)
+    settings = dict(
+        out=str(out), positions=150, nodes=NODES, multipv=MULTIPV, seed=1, shard_size=60, concurrent_games=8
+    )
     settings.update(changes)
     return GenerateConfig(**settings)
 
@@ -92,9 +94,15 @@ def test_converging_games_are_deduplicated(pool, tmp_path):
     # One random ply, greedy play, games of 3 plies: games that open alike repeat each other
     # (20 first moves, at most 40 distinct positions), yet the dataset holds exactly 30 distinct ones.
     config = tiny_config(
-        tmp_path / "greedy", positions=30, shard_size=12, random_playout_fraction=0.0,
-        opening_random_plies_min=1, opening_random_plies_max=1, sampling_temperature=0.0, max_game_plies=3,
-    )  # fmt: skip
+        tmp_path / "greedy",
+        positions=30,
+        shard_size=12,
+        random_playout_fraction=0.0,
+        opening_random_plies_min=1,
+        opening_random_plies_max=1,
+        sampling_temperature=0.0,
+        max_game_plies=3,
+    )
     summary = generate_dataset(config, pool=pool)
     fens = schema.read_positions(tmp_path / "greedy").column("fen").to_pylist()
     assert summary.total == len(fens) == 30 == len({schema.position_key(fen) for fen in fens})
@@ -116,7 +124,9 @@ def test_black_labels_are_the_best_move_for_black(pool, dataset):
 
 
 def test_all_legal_values(pool):
-    [row] = label_boards(pool, [chess.Board(BLACK_MATES_IN_ONE)], "test", LabelSettings(NODES, MULTIPV, all_legal_values=True))
+    [row] = label_boards(
+        pool, [chess.Board(BLACK_MATES_IN_ONE)], "test", LabelSettings(NODES, MULTIPV, all_legal_values=True)
+    )
     board = chess.Board(BLACK_MATES_IN_ONE)
     assert sorted(row["legal_moves"]) == sorted(move.uci() for move in board.legal_moves)
     values = dict(zip(row["legal_moves"], row["legal_win_probs"]))
@@ -126,11 +136,17 @@ def test_all_legal_values(pool):
 
 
 def test_move_sampling_follows_the_temperature():
-    lines = [MoveEvaluation("e2e4", 0.60, (0, 0, 0)), MoveEvaluation("d2d4", 0.58, (0, 0, 0)), MoveEvaluation("a2a3", 0.30, (0, 0, 0))]
+    lines = [
+        MoveEvaluation("e2e4", 0.60, (0, 0, 0)),
+        MoveEvaluation("d2d4", 0.58, (0, 0, 0)),
+        MoveEvaluation("a2a3", 0.30, (0, 0, 0)),
+    ]
     assert {sample_move(lines, 0.0, random.Random(seed)) for seed in range(20)} == {"e2e4"}
     picks = collections.Counter(sample_move(lines, 0.05, random.Random(seed)) for seed in range(400))
     assert picks["e2e4"] > picks["d2d4"] > 100 and picks["a2a3"] < 5
-    assert [sample_move(lines, 0.05, random.Random(3)) for _ in range(5)] == [sample_move(lines, 0.05, random.Random(3)) for _ in range(5)]
+    assert [sample_move(lines, 0.05, random.Random(3)) for _ in range(5)] == [
+        sample_move(lines, 0.05, random.Random(3)) for _ in range(5)
+    ]
 
 
 def test_engine_overrides_keep_labelling_defaults():
@@ -159,8 +175,23 @@ def test_bad_arguments_give_one_clear_error(tmp_path, capsys):
 @pytest.mark.slow
 def test_killed_run_resumes_without_duplicates_or_corrupt_shards(cli, tmp_path, pool):
     out = tmp_path / "resumed"
-    args = ["data", "generate", "--out", str(out), "--positions", "200", "--nodes", str(NODES), "--multipv", str(MULTIPV),
-            "--seed", "1", "shard_size=40", "concurrent_games=8", "engine.processes=2"]  # fmt: skip
+    args = [
+        "data",
+        "generate",
+        "--out",
+        str(out),
+        "--positions",
+        "200",
+        "--nodes",
+        str(NODES),
+        "--multipv",
+        str(MULTIPV),
+        "--seed",
+        "1",
+        "shard_size=40",
+        "concurrent_games=8",
+        "engine.processes=2",
+    ]
     # Own session, so the kill also takes the engines; we kill only what we started.
     process = cli.start(*args, start_new_session=True)
     first = out / "train" / "shard-00000.parquet"

@@ -111,7 +111,18 @@ def test_output_directory_checks(tmp_path):
     assert json.loads((directory / "manifest.json").read_text())["schema_version"] == schema.SCHEMA_VERSION
 
 
-OLD_SCHEMA_NAMES = ("fen", "source", "best_move", "best_action", "moves", "win_probs", "value", "legal_moves", "legal_win_probs", "nodes")
+OLD_SCHEMA_NAMES = (
+    "fen",
+    "source",
+    "best_move",
+    "best_action",
+    "moves",
+    "win_probs",
+    "value",
+    "legal_moves",
+    "legal_win_probs",
+    "nodes",
+)
 
 
 def write_old_style_shard(rows: list[dict], path) -> None:
@@ -119,7 +130,9 @@ def write_old_style_shard(rows: list[dict], path) -> None:
     import pyarrow as pa
 
     old_schema = pa.schema([schema.POSITION_SCHEMA.field(name) for name in OLD_SCHEMA_NAMES])
-    schema.write_parquet(pa.Table.from_pylist([{k: row[k] for k in OLD_SCHEMA_NAMES} for row in rows], schema=old_schema), path)
+    schema.write_parquet(
+        pa.Table.from_pylist([{k: row[k] for k in OLD_SCHEMA_NAMES} for row in rows], schema=old_schema), path
+    )
 
 
 def test_an_old_shard_without_the_game_columns_reads_with_them_null(tmp_path):
@@ -170,5 +183,7 @@ def test_a_relative_dataset_directory_is_found_from_any_current_directory(tmp_pa
     monkeypatch.chdir(tmp_path / "elsewhere")
     monkeypatch.setenv("CHESSGRPO_DATA", str(tmp_path / "shared"))
     assert has_split("mydata", "train") and len(load_split("mydata", "train")) == 3
-    with pytest.raises(FileNotFoundError, match=r"dataset directory 'nodata' does not exist \(looked at .*CHESSGRPO_DATA"):
+    with pytest.raises(
+        FileNotFoundError, match=r"dataset directory 'nodata' does not exist \(looked at .*CHESSGRPO_DATA"
+    ):
         load_split("nodata", "train")

@@ -40,14 +40,13 @@ from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
 from chessgrpo.models.policy import load_policy
 from chessgrpo.rl import GRPOConfig
+from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
-from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from chessgrpo.track.run_data import load_run
-from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
-from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
-
+from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from helpers import data_file
 
 # ------------------------------------------------------------------------------------------------
@@ -103,9 +102,17 @@ def _grpo_run(config: MoveGroupTrainConfig) -> Path:
 def labelled_row(board, moves, wins, nodes: int) -> dict:
     """A dataset row (data.schema) for `board` labelled with its multipv `moves` and their win probabilities."""
     return {
-        "fen": board.fen(), "source": "random_playout", "best_move": moves[0], "best_action": move_to_action(moves[0]),
-        "moves": moves, "win_probs": wins, "value": wins[0], "legal_moves": None, "legal_win_probs": None, "nodes": nodes,
-    }  # fmt: skip
+        "fen": board.fen(),
+        "source": "random_playout",
+        "best_move": moves[0],
+        "best_action": move_to_action(moves[0]),
+        "moves": moves,
+        "win_probs": wins,
+        "value": wins[0],
+        "legal_moves": None,
+        "legal_win_probs": None,
+        "nodes": nodes,
+    }
 
 
 def build_lab(root: Path) -> Lab:
@@ -116,31 +123,53 @@ def build_lab(root: Path) -> Lab:
         boards = random_playout_positions(120, seed=7, max_plies=16)
         with EnginePool(processes=1, nodes=200, cache_path=None) as pool:
             analyses = pool.analyse_many(boards, multipv=3)
-        rows = [labelled_row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 200)
-                for b, a in zip(boards, analyses)]
+        rows = [
+            labelled_row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 200)
+            for b, a in zip(boards, analyses)
+        ]
         write_shard(rows[:100], data / "train" / "shard-00000.parquet")
         write_shard(rows[100:], data / "test" / "shard-00000.parquet")
     pretrain = root / "pretrain"
     if not (pretrain / "checkpoints" / "latest").exists():
         config = PretrainTrainConfig(
-            run=RunConfig(name="pretrain", out_dir=str(root)), data=str(data), batch_size=64, steps=40, lr=3e-3, warmup_steps=5,
-            log_every=5, eval_every=20, checkpoint_every=0, threads=1,
-        )  # fmt: skip
+            run=RunConfig(name="pretrain", out_dir=str(root)),
+            data=str(data),
+            batch_size=64,
+            steps=40,
+            lr=3e-3,
+            warmup_steps=5,
+            log_every=5,
+            eval_every=20,
+            checkpoint_every=0,
+            threads=1,
+        )
         save_config(config, pretrain / "config.yaml")
         with Trainer(config) as trainer:
             trainer.train()
     healthy_eval = MoveGroupEvalConfig(
-        positions=str(data), max_positions=20, nodes=100, puzzles=str(data_file("lichess_puzzles_dev.csv")),
-        max_puzzles=30, resamples=200,
-    )  # fmt: skip
+        positions=str(data),
+        max_positions=20,
+        nodes=100,
+        puzzles=str(data_file("lichess_puzzles_dev.csv")),
+        max_puzzles=30,
+        resamples=200,
+    )
     mismatch_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, check_invariants=False)
     # One minibatch per epoch: the policy term's value is then small (-mean(A) = 0 on the first epoch), so
     # only the gradient norms can say whether the bonus dominates (at 0.1 it is ~20% of the gradient).
     entropy_grpo = ENTROPY_GRPO
     # dr_grpo's unscaled advantages make a small policy gradient; a bc anchor at 1.0 then pulls ~4x harder.
-    anchored_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.05, advantage_estimator="dr_grpo", term_gradient_every=1)
+    anchored_grpo = GRPOConfig(
+        num_iterations=2, minibatch_size=32, kl_coef=0.05, advantage_estimator="dr_grpo", term_gradient_every=1
+    )
     adaptive_grpo = GRPOConfig(
-        num_iterations=2, minibatch_size=32, kl_coef=0.01, kl_schedule="adaptive", kl_target=1e-4, kl_coef_max=0.02, kl_horizon=16
+        num_iterations=2,
+        minibatch_size=32,
+        kl_coef=0.01,
+        kl_schedule="adaptive",
+        kl_target=1e-4,
+        kl_coef_max=0.02,
+        kl_horizon=16,
     )
     collapse_grpo = GRPOConfig(num_iterations=2, minibatch_size=32, kl_coef=0.0)  # nothing holds the policy back
     return Lab(
@@ -150,7 +179,9 @@ def build_lab(root: Path) -> Lab:
         healthy=_grpo_run(grpo_config(root, "healthy", steps=16, eval=healthy_eval, eval_every=8)),
         mismatch=_grpo_run(grpo_config(root, "mismatch", steps=6, debug_learn_temperature=1.3, grpo=mismatch_grpo)),
         entropy=_grpo_run(grpo_config(root, "entropy", grpo=entropy_grpo)),
-        anchored=_grpo_run(grpo_config(root, "anchored", bc_loss_weight=1.0, bc_positions=str(data), grpo=anchored_grpo)),
+        anchored=_grpo_run(
+            grpo_config(root, "anchored", bc_loss_weight=1.0, bc_positions=str(data), grpo=anchored_grpo)
+        ),
         adaptive_kl=_grpo_run(grpo_config(root, "adaptive_kl", steps=12, grpo=adaptive_grpo)),
         collapse=_grpo_run(grpo_config(root, "collapse", steps=16, lr=3e-3, max_start_positions=2, grpo=collapse_grpo)),
     )
@@ -202,7 +233,9 @@ def test_temperature_mismatch_is_a_critical_ratio_finding(lab):
 
 def test_entropy_bonus_dominating_the_loss_is_found(lab):
     rows = [r for r in read_metrics(lab.entropy / "metrics.jsonl") if "grad_norm/entropy" in r]
-    shares = sorted(r["grad_norm/entropy"] / (r["grad_norm/policy"] + r["grad_norm/kl"] + r["grad_norm/entropy"]) for r in rows)
+    shares = sorted(
+        r["grad_norm/entropy"] / (r["grad_norm/policy"] + r["grad_norm/kl"] + r["grad_norm/entropy"]) for r in rows
+    )
     assert len(rows) == 8 and shares[len(shares) // 2] > 0.75  # the bonus really pulls > 3x harder than the rest
     finding = _by_id(diagnose(load_run(lab.entropy)), "loss_budget.entropy")
     assert finding.severity in ("warning", "critical") and finding.evidence["median_share"] > 0.75
@@ -214,12 +247,18 @@ def test_entropy_bonus_dominating_the_loss_is_found(lab):
 def test_term_gradients_leave_the_update_unchanged(lab, tmp_path):
     """Measuring each term's gradient (autograd.grad on a retained graph) must not touch the update: the
     entropy run repeated without the measurement ends with the same weights and the same losses."""
-    config = grpo_config(lab.root, "entropy_unmeasured", grpo=dataclasses.replace(ENTROPY_GRPO, term_gradient_every=0),
-                         run=RunConfig(name="entropy_unmeasured", out_dir=str(tmp_path), seed=0))  # fmt: skip
+    config = grpo_config(
+        lab.root,
+        "entropy_unmeasured",
+        grpo=dataclasses.replace(ENTROPY_GRPO, term_gradient_every=0),
+        run=RunConfig(name="entropy_unmeasured", out_dir=str(tmp_path), seed=0),
+    )
     unmeasured = _grpo_run(config)
     measured_rows, plain_rows = read_metrics(lab.entropy / "metrics.jsonl"), read_metrics(unmeasured / "metrics.jsonl")
     assert not any("grad_norm/policy" in r for r in plain_rows)
-    assert [r["loss/total"] for r in measured_rows if "loss/total" in r] == [r["loss/total"] for r in plain_rows if "loss/total" in r]
+    assert [r["loss/total"] for r in measured_rows if "loss/total" in r] == [
+        r["loss/total"] for r in plain_rows if "loss/total" in r
+    ]
     a, b = load_policy(lab.entropy).state_dict(), load_policy(unmeasured).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -253,7 +292,9 @@ def test_collapse_and_no_signal_are_found(lab):
 
 def test_a_from_scratch_policy_is_near_uniform(lab, tmp_path):
     """Real run: GRPO of a freshly initialised policy samples nearly uniformly."""
-    config = grpo_config(lab.root, "scratch", init_checkpoint=None, steps=4, run=RunConfig(name="scratch", out_dir=str(tmp_path)))
+    config = grpo_config(
+        lab.root, "scratch", init_checkpoint=None, steps=4, run=RunConfig(name="scratch", out_dir=str(tmp_path))
+    )
     findings = diagnose(load_run(_grpo_run(config)))
     finding = _by_id(findings, "entropy.near_uniform")
     assert finding.evidence["median_ratio"] > 0.95 and "init_checkpoint" in finding.advice
@@ -303,24 +344,63 @@ def _synthetic_rows(steps: int = 120, seed: int = 0) -> list[dict[str, float]]:
     rows = []
     for step in range(1, steps + 1):
         sample, reward, learn = 0.02, 0.05 + 0.01 * rng.random(), 0.06
-        rows.append({
-            "step": step, "reward/mean": 0.3 + 0.001 * step + 0.02 * rng.standard_normal(), "reward/std": 0.2,
-            "entropy/mean": 1.6 + 0.05 * rng.standard_normal(), "entropy/ln_legal": 3.3, "rollout/frac_reward_zero_std": 0.2,
-            "rollout/unique_moves": 5.0, "loss/policy": -0.01, "loss/kl": 0.1, "loss/kl_weighted": 0.005, "loss/entropy": 0.0,
-            "loss/total": -0.005, "loss/share_policy": 0.7, "loss/share_kl": 0.3, "loss/share_entropy": 0.0, "kl/value": 0.1,
-            "kl/min": 0.0, "kl/exact": 0.09, "kl/coef": 0.05, "kl/frac_at_min": 0.0, "kl/frac_at_max": 0.0, "ratio/mean": 1.0,
-            "ratio/min": 0.9, "ratio/max": 1.1, "ratio/max_abs_dev": 0.1, "ratio/first_max_abs_dev": 0.0, "ratio/clip_frac": 0.01,
-            "grad_norm": float(np.exp(0.1 * rng.standard_normal())), "lr": 1e-4, "learn/rows": 256.0, "learn/minibatches": 4.0,
-            "loss/skipped": 0.0, "perf/sample_s": sample, "perf/reward_s": reward, "perf/learn_s": learn,
-            "perf/step_s": sample + reward + learn, "perf/samples_per_s": 256 / (sample + reward + learn),
-            "perf/cache_hit_rate": 0.5, "perf/engine_retries": 0.0, "perf/engine_failures": 0.0,
-        })  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "reward/mean": 0.3 + 0.001 * step + 0.02 * rng.standard_normal(),
+                "reward/std": 0.2,
+                "entropy/mean": 1.6 + 0.05 * rng.standard_normal(),
+                "entropy/ln_legal": 3.3,
+                "rollout/frac_reward_zero_std": 0.2,
+                "rollout/unique_moves": 5.0,
+                "loss/policy": -0.01,
+                "loss/kl": 0.1,
+                "loss/kl_weighted": 0.005,
+                "loss/entropy": 0.0,
+                "loss/total": -0.005,
+                "loss/share_policy": 0.7,
+                "loss/share_kl": 0.3,
+                "loss/share_entropy": 0.0,
+                "kl/value": 0.1,
+                "kl/min": 0.0,
+                "kl/exact": 0.09,
+                "kl/coef": 0.05,
+                "kl/frac_at_min": 0.0,
+                "kl/frac_at_max": 0.0,
+                "ratio/mean": 1.0,
+                "ratio/min": 0.9,
+                "ratio/max": 1.1,
+                "ratio/max_abs_dev": 0.1,
+                "ratio/first_max_abs_dev": 0.0,
+                "ratio/clip_frac": 0.01,
+                "grad_norm": float(np.exp(0.1 * rng.standard_normal())),
+                "lr": 1e-4,
+                "learn/rows": 256.0,
+                "learn/minibatches": 4.0,
+                "loss/skipped": 0.0,
+                "perf/sample_s": sample,
+                "perf/reward_s": reward,
+                "perf/learn_s": learn,
+                "perf/step_s": sample + reward + learn,
+                "perf/samples_per_s": 256 / (sample + reward + learn),
+                "perf/cache_hit_rate": 0.5,
+                "perf/engine_retries": 0.0,
+                "perf/engine_failures": 0.0,
+            }
+        )
     return rows
 
 
 def _eval_row(step: int, esl: float, top1: float, half: float = 0.01) -> dict[str, float]:
-    return {"step": step, "eval/esl": esl, "eval/esl_low": esl - half, "eval/esl_high": esl + half,
-            "eval/top1": top1, "eval/top1_low": top1 - 4 * half, "eval/top1_high": top1 + 4 * half}  # fmt: skip
+    return {
+        "step": step,
+        "eval/esl": esl,
+        "eval/esl_low": esl - half,
+        "eval/esl_high": esl + half,
+        "eval/top1": top1,
+        "eval/top1_low": top1 - 4 * half,
+        "eval/top1_high": top1 + 4 * half,
+    }
 
 
 def _write_run(directory: Path, rows: list[dict], config: MoveGroupTrainConfig | None = None) -> Path:
@@ -366,7 +446,9 @@ def test_negative_kl_estimates(tmp_path):
     finding = _by_id(diagnose(load_run(_write_run(tmp_path / "k3", rows))), "kl.negative")
     assert finding.severity == "critical" and finding.evidence["kl/min"]["steps"][0] == 31
     k1 = MoveGroupTrainConfig(run=RunConfig(name="k1", out_dir=str(tmp_path)), grpo=GRPOConfig(kl_estimator="k1"))
-    assert "kl.negative" not in _ids(diagnose(load_run(_write_run(tmp_path / "k1", rows, k1))))  # k1 may go below 0 per token
+    assert "kl.negative" not in _ids(
+        diagnose(load_run(_write_run(tmp_path / "k1", rows, k1)))
+    )  # k1 may go below 0 per token
 
 
 def test_engine_retries_and_failures(tmp_path):
@@ -391,13 +473,17 @@ def test_no_learning_and_decreasing_objective(tmp_path):
     rng = np.random.default_rng(1)
     for row in flat:
         row["reward/mean"] = 0.3 + 0.02 * rng.standard_normal()
-    finding = _by_id(diagnose(load_run(_write_run(tmp_path / "flat", flat + _healthy_evals()))), "learning.no_objective_trend")
+    finding = _by_id(
+        diagnose(load_run(_write_run(tmp_path / "flat", flat + _healthy_evals()))), "learning.no_objective_trend"
+    )
     low, high = finding.evidence["interval"]
     assert finding.severity == "warning" and low < 0 < high
     falling = _synthetic_rows()
     for row in falling:
         row["reward/mean"] = 0.5 - 0.002 * row["step"] + 0.01 * rng.standard_normal()
-    assert "learning.objective_worse" in _ids(diagnose(load_run(_write_run(tmp_path / "falling", falling + _healthy_evals()))))
+    assert "learning.objective_worse" in _ids(
+        diagnose(load_run(_write_run(tmp_path / "falling", falling + _healthy_evals())))
+    )
     short = _synthetic_rows(steps=20)
     findings = diagnose(load_run(_write_run(tmp_path / "short", short)))
     assert _by_id(findings, "learning.too_short").severity == "info" and not _ids(findings, "warning", "critical")
@@ -414,7 +500,9 @@ def test_noise_read_as_progress(tmp_path):
     # The same curve with a real gain at the end: the peak is no longer the story.
     real = evals[:2] + [_eval_row(120, 0.07, 0.30)]
     findings = diagnose(load_run(_write_run(tmp_path / "real", _synthetic_rows() + real)))
-    assert "learning.no_heldout_gain" not in _ids(findings) and "eval.noise_as_progress" not in _ids(findings, "warning")
+    assert "learning.no_heldout_gain" not in _ids(findings) and "eval.noise_as_progress" not in _ids(
+        findings, "warning"
+    )
 
 
 def test_gradient_spikes(tmp_path):
@@ -432,8 +520,16 @@ def test_inert_controller_phase_time_and_cache(tmp_path):
     """Synthetic: an adaptive coefficient that never moves, the engine taking 90% of the time, a cold cache."""
     rows = _synthetic_rows()
     for row in rows:
-        row.update({"kl/value": 0.5, "perf/reward_s": 0.9, "perf/step_s": 1.0, "perf/sample_s": 0.05, "perf/learn_s": 0.05,
-                    "perf/cache_hit_rate": 0.02})  # fmt: skip
+        row.update(
+            {
+                "kl/value": 0.5,
+                "perf/reward_s": 0.9,
+                "perf/step_s": 1.0,
+                "perf/sample_s": 0.05,
+                "perf/learn_s": 0.05,
+                "perf/cache_hit_rate": 0.02,
+            }
+        )
     adaptive = MoveGroupTrainConfig(
         run=RunConfig(name="a", out_dir=str(tmp_path)),
         grpo=GRPOConfig(kl_coef=0.05, kl_schedule="adaptive", kl_target=0.01, kl_horizon=10_000_000),
@@ -475,8 +571,13 @@ def test_equal_rewards_are_not_called_no_signal_under_critic_supervision(tmp_pat
             row["rollout/frac_reward_zero_std"] = 0.9
     outcome = load_run(_write_run(tmp_path / "outcome", rows))
     assert "signal.zero_reward_variance" in _ids(diagnose(outcome))
-    critic = from_dict(TrajectoryTrainConfig, {"run": {"name": "critic", "out_dir": str(tmp_path)},
-                                               "task": {"supervision": "critic", "reward": "tablebase", "regret": True}})  # fmt: skip
+    critic = from_dict(
+        TrajectoryTrainConfig,
+        {
+            "run": {"name": "critic", "out_dir": str(tmp_path)},
+            "task": {"supervision": "critic", "reward": "tablebase", "regret": True},
+        },
+    )
     assert "signal.zero_reward_variance" not in _ids(diagnose(load_run(_write_run(tmp_path / "critic", rows, critic))))
 
 
@@ -501,8 +602,18 @@ def test_a_puzzle_loss_from_fewer_checks_is_explained(tmp_path):
             correct = (i < 120) if step == 0 else (i < 30 or 300 <= i < 380)
             if not check_first and step == 0:
                 correct = i < 350
-            out.append({"id": str(i), "rating": 1500, "first_move_correct": correct, "solved": correct, "played": ["e2e4"],
-                        "themes": [], "solution_check": check_first, "played_check": step == 0 and i < 400})  # fmt: skip
+            out.append(
+                {
+                    "id": str(i),
+                    "rating": 1500,
+                    "first_move_correct": correct,
+                    "solved": correct,
+                    "played": ["e2e4"],
+                    "themes": [],
+                    "solution_check": check_first,
+                    "played_check": step == 0 and i < 400,
+                }
+            )
         return out
 
     run_dir = _write_run(tmp_path / "checks", _synthetic_rows() + _healthy_evals())
@@ -519,20 +630,33 @@ def test_a_puzzle_loss_from_fewer_checks_is_explained(tmp_path):
 
     # Records written before the check fields existed: the warning stays, with no explanation.
     for step in (0, 120):
-        _puzzle_eval_file(run_dir, step, [{k: v for k, v in r.items() if k not in ("solution_check", "played_check")}
-                                          for r in records(step)])  # fmt: skip
+        _puzzle_eval_file(
+            run_dir,
+            step,
+            [{k: v for k, v in r.items() if k not in ("solution_check", "played_check")} for r in records(step)],
+        )
     findings = diagnose(load_run(run_dir))
     assert "learning.heldout_worse" in _ids(findings) and "learning.puzzles_fewer_checks" not in _ids(findings)
 
 
-def _games_against(directory: Path, anchor: str, wins: int, draws: int, losses: int, elo: tuple[float, float, float]) -> None:
+def _games_against(
+    directory: Path, anchor: str, wins: int, draws: int, losses: int, elo: tuple[float, float, float]
+) -> None:
     """eval/games_vs_start.json as `eval games --anchors START` writes it (the fields diagnose reads)."""
     games = wins + draws + losses
-    row = {"anchor": anchor, "settings": f"policy {anchor}/checkpoints/step_001000", "wins": wins, "draws": draws,
-           "losses": losses, "score": {"value": (wins + draws / 2) / games, "n": games},
-           "elo_difference": {"value": elo[0], "low": elo[1], "high": elo[2], "n": games}}  # fmt: skip
+    row = {
+        "anchor": anchor,
+        "settings": f"policy {anchor}/checkpoints/step_001000",
+        "wins": wins,
+        "draws": draws,
+        "losses": losses,
+        "score": {"value": (wins + draws / 2) / games, "n": games},
+        "elo_difference": {"value": elo[0], "low": elo[1], "high": elo[2], "n": games},
+    }
     (directory / "eval").mkdir(exist_ok=True)
-    (directory / "eval" / "games_vs_start.json").write_text(json.dumps({"anchors": [row], "checkpoint": str(directory)}))
+    (directory / "eval" / "games_vs_start.json").write_text(
+        json.dumps({"anchors": [row], "checkpoint": str(directory)})
+    )
 
 
 def test_games_against_the_start_are_read_and_soften_a_missing_heldout_gain(tmp_path):
@@ -576,16 +700,34 @@ def _lm_eval(directory: Path, step: int, moves: list[str]) -> dict[str, float]:
     """eval/step_NNNNNN_lm.json as `kind: rookworld` writes it (P: records with each greedy B: move), and its metrics row."""
     from chessgrpo.eval.lm import policy_metrics
 
-    records = [{"prompt": f"P: position {i}", "completion": f"M: {m} E: 0.1 B: {m}", "total": 1.0, "malformed": None,
-                "best": 0.0, "top5_hit": 0.0, "legal": 1.0, "top5": 0.0, "best_move": m, "best_legal": 1.0}
-               for i, m in enumerate(moves)]  # fmt: skip
+    records = [
+        {
+            "prompt": f"P: position {i}",
+            "completion": f"M: {m} E: 0.1 B: {m}",
+            "total": 1.0,
+            "malformed": None,
+            "best": 0.0,
+            "top5_hit": 0.0,
+            "legal": 1.0,
+            "top5": 0.0,
+            "best_move": m,
+            "best_legal": 1.0,
+        }
+        for i, m in enumerate(moves)
+    ]
     metrics = policy_metrics(records, confidence=0.95, resamples=200, seed=0)
     (directory / "eval").mkdir(parents=True, exist_ok=True)
     payload = {"metrics": {k: v.to_json() for k, v in metrics.items()}, "records": {"policy": records}, "step": step}
     (directory / "eval" / f"step_{step:06d}_lm.json").write_text(json.dumps(payload))
     row = {"step": step}
     for name in ("p_distinct_best", "p_top_best_share"):
-        row.update({f"eval/{name}": metrics[name].value, f"eval/{name}_low": metrics[name].low, f"eval/{name}_high": metrics[name].high})
+        row.update(
+            {
+                f"eval/{name}": metrics[name].value,
+                f"eval/{name}_low": metrics[name].low,
+                f"eval/{name}_high": metrics[name].high,
+            }
+        )
     return row
 
 
@@ -605,4 +747,6 @@ def test_an_lm_collapsing_onto_one_move_is_found_and_a_diverse_one_is_said_to_ho
     rows = [_lm_eval(steady, 0, before), _lm_eval(steady, 40, list(reversed(before)))]
     _write_run(steady, _synthetic_rows(40) + rows)
     findings = diagnose(load_run(steady))
-    assert "lm.collapse" not in _ids(findings, "warning") and "40 -> 40" in _by_id(findings, "lm.answers_diverse").message
+    assert (
+        "lm.collapse" not in _ids(findings, "warning") and "40 -> 40" in _by_id(findings, "lm.answers_diverse").message
+    )

@@ -31,7 +31,6 @@ from chessgrpo.models.policy import ActionPolicy, PolicyConfig, multinomial_by_g
 from chessgrpo.tasks.move_group import sample_groups
 from chessgrpo.train.checkpoint import latest_checkpoint
 from chessgrpo.train.distributed import Parallel, group_generators
-
 from helpers import NO_LABELLED_LOSSES, SYZYGY_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,13 +45,24 @@ def _env() -> dict[str, str]:
 
 
 def run_single(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "chessgrpo", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "chessgrpo", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
 def run_torchrun(*args: str, nproc: int = 2, check: bool = True) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "chessgrpo", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "chessgrpo",
+        *args,
+    ]
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     if check:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -101,12 +111,34 @@ def _rows(run_dir: Path) -> list[dict]:
 
 def move_group_args(out: Path, name: str, *extra: str) -> list[str]:
     return [
-        "train", "--config", "configs/grpo_tiny.yaml", f"run.out_dir={out}", f"run.name={name}", "init_checkpoint=null",
-        "positions=random:64", "position_mixture=[]", "eval.positions=null", "eval.puzzles=null", "task.positions_per_step=4",
-        "task.group_size=4", "task.reward_nodes=30", "task.best_move_values=false", "grpo.minibatch_size=8",
-        "engine.processes=1", "engine.cache=false", "threads=1", "warmup_steps=0", "lr=3e-3", "steps=4", "eval_every=0",
-        "eval_at_start=false", "checkpoint_every=1", "keep_checkpoints=10", *NO_LABELLED_LOSSES, *extra,
-    ]  # fmt: skip
+        "train",
+        "--config",
+        "configs/grpo_tiny.yaml",
+        f"run.out_dir={out}",
+        f"run.name={name}",
+        "init_checkpoint=null",
+        "positions=random:64",
+        "position_mixture=[]",
+        "eval.positions=null",
+        "eval.puzzles=null",
+        "task.positions_per_step=4",
+        "task.group_size=4",
+        "task.reward_nodes=30",
+        "task.best_move_values=false",
+        "grpo.minibatch_size=8",
+        "engine.processes=1",
+        "engine.cache=false",
+        "threads=1",
+        "warmup_steps=0",
+        "lr=3e-3",
+        "steps=4",
+        "eval_every=0",
+        "eval_at_start=false",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+        *NO_LABELLED_LOSSES,
+        *extra,
+    ]
 
 
 # -- every kind: 2 processes == 1 process -----------------------------------------------------------
@@ -118,8 +150,19 @@ def labelled(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dp_data") / "data"
     # opening_random_plies_min=2: the data the tolerances below were measured on (with data_tiny's 0 since issue 54 the
     # mixture's weights differ by 1.07e-4 between one and two processes: float rounding that Adam amplifies, over ATOL).
-    run_single("data", "generate", "--config", "configs/data_tiny.yaml", f"out={out}", "positions=160", "nodes=50",
-               "engine.processes=1", "test_fraction=0.2", "shard_size=100", "opening_random_plies_min=2")  # fmt: skip
+    run_single(
+        "data",
+        "generate",
+        "--config",
+        "configs/data_tiny.yaml",
+        f"out={out}",
+        "positions=160",
+        "nodes=50",
+        "engine.processes=1",
+        "test_fraction=0.2",
+        "shard_size=100",
+        "opening_random_plies_min=2",
+    )
     return out
 
 
@@ -136,11 +179,25 @@ def test_move_group_on_two_processes_is_the_one_process_experiment(tmp_path):
 @pytest.mark.slow
 def test_trajectory_on_two_processes_is_the_one_process_experiment(tmp_path):
     args = [
-        "train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}", "init_checkpoint=null",
-        f"engine.syzygy_path={SYZYGY_DIR}", "task.positions_per_step=4", "task.group_size=4", "task.horizon=3",
-        "grpo.minibatch_size=8", "eval_every=0", "eval_at_start=false", "eval.positions=16", "steps=3", "threads=1",
-        "checkpoint_every=1", "keep_checkpoints=10", "lr=3e-3",
-    ]  # fmt: skip
+        "train",
+        "--config",
+        "configs/endgame_kqk.yaml",
+        f"run.out_dir={tmp_path}",
+        "init_checkpoint=null",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "task.positions_per_step=4",
+        "task.group_size=4",
+        "task.horizon=3",
+        "grpo.minibatch_size=8",
+        "eval_every=0",
+        "eval_at_start=false",
+        "eval.positions=16",
+        "steps=3",
+        "threads=1",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+        "lr=3e-3",
+    ]
     run_single(*args, "run.name=one")
     run_torchrun(*args, "run.name=two")
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="rollout/plies")
@@ -152,20 +209,48 @@ def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path, l
     # and the one-move task's value loss (on its rows) and bc anchor (on labelled positions, every minibatch)
     # must count as in one process. Before: DDP stopped ("parameters that were not used in producing loss").
     config = {
-        "kind": "mixture", "init_checkpoint": None, "model": {"size": "tiny", "value_head": True}, "groups_per_step": 4,
+        "kind": "mixture",
+        "init_checkpoint": None,
+        "model": {"size": "tiny", "value_head": True},
+        "groups_per_step": 4,
         "tasks": [
-            {"name": "one_move", "kind": "move_group", "weight": 0.5,
-             "config": {"positions": "random:64", "task": {"group_size": 4, "reward_nodes": 30, "best_move_values": True},
-                        "value_loss_weight": 0.5, "value_positions": None, "bc_loss_weight": 0.5, "bc_positions": str(labelled),
-                        "bc_batch_size": 8, "eval": {"positions": None, "puzzles": None}}},
-            {"name": "kqk", "kind": "trajectory", "weight": 0.5,
-             "config": {"positions": "endgame:KQvK", "task": {"group_size": 4, "horizon": 3, "opponent": "tablebase"},
-                        "eval": {"positions": 16, "baselines": False}}},
+            {
+                "name": "one_move",
+                "kind": "move_group",
+                "weight": 0.5,
+                "config": {
+                    "positions": "random:64",
+                    "task": {"group_size": 4, "reward_nodes": 30, "best_move_values": True},
+                    "value_loss_weight": 0.5,
+                    "value_positions": None,
+                    "bc_loss_weight": 0.5,
+                    "bc_positions": str(labelled),
+                    "bc_batch_size": 8,
+                    "eval": {"positions": None, "puzzles": None},
+                },
+            },
+            {
+                "name": "kqk",
+                "kind": "trajectory",
+                "weight": 0.5,
+                "config": {
+                    "positions": "endgame:KQvK",
+                    "task": {"group_size": 4, "horizon": 3, "opponent": "tablebase"},
+                    "eval": {"positions": 16, "baselines": False},
+                },
+            },
         ],
-        "grpo": {"minibatch_size": 8}, "engine": {"processes": 1, "cache": False, "syzygy_path": str(SYZYGY_DIR)},
-        "steps": 3, "lr": 3e-3, "warmup_steps": 0, "eval_every": 0, "eval_at_start": False, "threads": 1,
-        "checkpoint_every": 1, "keep_checkpoints": 10,
-    }  # fmt: skip
+        "grpo": {"minibatch_size": 8},
+        "engine": {"processes": 1, "cache": False, "syzygy_path": str(SYZYGY_DIR)},
+        "steps": 3,
+        "lr": 3e-3,
+        "warmup_steps": 0,
+        "eval_every": 0,
+        "eval_at_start": False,
+        "threads": 1,
+        "checkpoint_every": 1,
+        "keep_checkpoints": 10,
+    }
     path = tmp_path / "mixture.yaml"
     path.write_text(json.dumps(config))
     args = ["train", "--config", str(path), f"run.out_dir={tmp_path}"]
@@ -178,9 +263,20 @@ def test_task_mixture_on_two_processes_is_the_one_process_experiment(tmp_path, l
 
 @pytest.mark.slow
 def test_pretrain_on_two_processes_is_the_one_process_experiment(tmp_path, labelled):
-    args = ["pretrain", "--config", "configs/pretrain_tiny.yaml", f"data={labelled}", f"run.out_dir={tmp_path}",
-            "batch_size=32", "steps=6", "eval_every=0", "warmup_steps=0", "threads=1", "checkpoint_every=1",
-            "keep_checkpoints=10"]  # fmt: skip
+    args = [
+        "pretrain",
+        "--config",
+        "configs/pretrain_tiny.yaml",
+        f"data={labelled}",
+        f"run.out_dir={tmp_path}",
+        "batch_size=32",
+        "steps=6",
+        "eval_every=0",
+        "warmup_steps=0",
+        "threads=1",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+    ]
     run_single(*args, "run.name=one")
     run_torchrun(*args, "run.name=two")
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric=None)
@@ -191,7 +287,15 @@ def test_move_group_with_value_and_bc_losses_on_two_processes_is_the_one_process
     # The value head's loss and the bc anchor run extra forwards on labelled positions drawn per
     # minibatch: every rank must draw the same ones, weight them like its rows and call forward as
     # often as the others (DDP once hung here broadcasting buffers inside forward).
-    losses = ("model.value_head=true", "task.best_move_values=true", "value_loss_weight=0.5", f"value_positions={labelled}", "value_batch_size=8", "bc_loss_weight=0.5", "bc_batch_size=8")
+    losses = (
+        "model.value_head=true",
+        "task.best_move_values=true",
+        "value_loss_weight=0.5",
+        f"value_positions={labelled}",
+        "value_batch_size=8",
+        "bc_loss_weight=0.5",
+        "bc_batch_size=8",
+    )
     run_single(*move_group_args(tmp_path, "one"), *losses)
     run_torchrun(*move_group_args(tmp_path, "two"), *losses)
     assert_same_experiment(tmp_path / "one", tmp_path / "two", rollout_metric="reward/mean")
@@ -202,21 +306,68 @@ def test_move_group_with_value_and_bc_losses_on_two_processes_is_the_one_process
 @pytest.mark.slow
 def test_sft_and_rookworld_on_two_processes_are_the_one_process_experiments(tmp_path):
     data = tmp_path / "rw"
-    run_single("data", "rookworld", "--out", str(data), "--positions", "40", "--nodes", "100", "engine.processes=1",
-               "test_fraction=0.2", "engine.cache=false")  # fmt: skip
-    sft = ["train", "--config", "configs/rookworld_sft_tiny.yaml", f"data={data}", f"run.out_dir={tmp_path}",
-           "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "steps=4", "batch_size=8", "eval_every=0",
-           "eval_examples=8", "eval_prompts=2", "max_new_tokens=8", "checkpoint_every=1", "keep_checkpoints=10",
-           "threads=1", "lr=3e-3", "warmup_steps=0", "first_tasks_steps=2"]  # fmt: skip  (the A:-first stage, then both)
+    run_single(
+        "data",
+        "rookworld",
+        "--out",
+        str(data),
+        "--positions",
+        "40",
+        "--nodes",
+        "100",
+        "engine.processes=1",
+        "test_fraction=0.2",
+        "engine.cache=false",
+    )
+    sft = [
+        "train",
+        "--config",
+        "configs/rookworld_sft_tiny.yaml",
+        f"data={data}",
+        f"run.out_dir={tmp_path}",
+        "model.n_layer=1",
+        "model.n_embd=32",
+        "model.n_head=2",
+        "steps=4",
+        "batch_size=8",
+        "eval_every=0",
+        "eval_examples=8",
+        "eval_prompts=2",
+        "max_new_tokens=8",
+        "checkpoint_every=1",
+        "keep_checkpoints=10",
+        "threads=1",
+        "lr=3e-3",
+        "warmup_steps=0",
+        "first_tasks_steps=2",
+    ]  # the A:-first stage, then both
     run_single(*sft, "run.name=sft_one")
     run_torchrun(*sft, "run.name=sft_two")
     assert_same_experiment(tmp_path / "sft_one", tmp_path / "sft_two")
 
-    grpo = ["train", "--config", "configs/rookworld_grpo_tiny.yaml", f"data={data}", f"init_checkpoint={tmp_path / 'sft_one'}",
-            f"run.out_dir={tmp_path}", "task.prompts_per_step=4", "task.group_size=2", "task.max_new_tokens=20",
-            "grpo.minibatch_size=4", "rewards.policy.nodes=100", "engine.processes=1", "engine.cache=false",
-            "eval.policy_prompts=2", "eval.environment_prompts=2", "eval_every=0", "eval_at_start=false", "steps=3",
-            "grpo.entropy_coef=0.01", "threads=1", "checkpoint_every=1"]  # fmt: skip
+    grpo = [
+        "train",
+        "--config",
+        "configs/rookworld_grpo_tiny.yaml",
+        f"data={data}",
+        f"init_checkpoint={tmp_path / 'sft_one'}",
+        f"run.out_dir={tmp_path}",
+        "task.prompts_per_step=4",
+        "task.group_size=2",
+        "task.max_new_tokens=20",
+        "grpo.minibatch_size=4",
+        "rewards.policy.nodes=100",
+        "engine.processes=1",
+        "engine.cache=false",
+        "eval.policy_prompts=2",
+        "eval.environment_prompts=2",
+        "eval_every=0",
+        "eval_at_start=false",
+        "steps=3",
+        "grpo.entropy_coef=0.01",
+        "threads=1",
+        "checkpoint_every=1",
+    ]
     run_single(*grpo, "run.name=rw_one")
     run_torchrun(*grpo, "run.name=rw_two")
     a, b = weights(tmp_path / "rw_one"), weights(tmp_path / "rw_two")
@@ -255,11 +406,25 @@ def test_two_node_processes_on_loopback_match_one_process(tmp_path):
     port = _free_port()
     nodes = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-             f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=loopback", "-m", "chessgrpo",
-             *move_group_args(tmp_path, "nodes")],
-            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "--rdzv-id=loopback",
+                "-m",
+                "chessgrpo",
+                *move_group_args(tmp_path, "nodes"),
+            ],
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outputs = [node.communicate(timeout=300) for node in nodes]
@@ -310,8 +475,16 @@ def test_a_reference_on_device_answers_on_the_callers_device():
     policy = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
     reference = ActionPolicy(PolicyConfig.from_size("tiny")).eval().requires_grad_(False)
     boards = [chess.Board(), chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1")]
-    plain = sample_groups(policy, boards, 4, temperature=1.0, generator=group_generators(0, 0, range(2)), reference=reference)
-    placed = sample_groups(policy, boards, 4, temperature=1.0, generator=group_generators(0, 0, range(2)),
-                           reference=OnDevice(reference, "cpu"))  # fmt: skip
+    plain = sample_groups(
+        policy, boards, 4, temperature=1.0, generator=group_generators(0, 0, range(2)), reference=reference
+    )
+    placed = sample_groups(
+        policy,
+        boards,
+        4,
+        temperature=1.0,
+        generator=group_generators(0, 0, range(2)),
+        reference=OnDevice(reference, "cpu"),
+    )
     assert placed.actions.equal(plain.actions) and placed.ref_logp.equal(plain.ref_logp)
     assert not OnDevice(reference, "cpu").training

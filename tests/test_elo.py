@@ -141,7 +141,9 @@ def test_sprt_bounds_and_normal_approximation():
         sprt([1, 1, 1, 1, 1], 10, 0)
 
 
-def _simulate(true_elo: float, elo0: float, elo1: float, rng: random.Random, draw_rate: float = 0.3, max_pairs: int = 3000):
+def _simulate(
+    true_elo: float, elo0: float, elo1: float, rng: random.Random, draw_rate: float = 0.3, max_pairs: int = 3000
+):
     """Play simulated colour-swapped pairs until the SPRT decides; returns the decision and pairs."""
     score = expected_score(true_elo)
     win = score - draw_rate / 2  # expected score = win + draw / 2

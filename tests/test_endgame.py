@@ -18,7 +18,6 @@ from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import TablebaseState, game_over
 from chessgrpo.eval.endgame import evaluate_endgame, random_picker, tablebase_picker
 from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
-
 from helpers import SYZYGY_DIR
 
 
@@ -76,7 +75,9 @@ def test_training_draws_never_contain_held_out_positions(tablebase):
     starts = _starts("KQvK", tablebase, colours="white")
     held_boards = starts.hold_out(200, seed=0)
     held = {b.epd() for b in held_boards}
-    images = set().union(*(symmetric_epds(b) for b in held_boards))  # rotations and mirrors: the same position to the game
+    images = set().union(
+        *(symmetric_epds(b) for b in held_boards)
+    )  # rotations and mirrors: the same position to the game
     assert len(images) > 4 * len(held)
     for step in range(5):
         drawn = starts.draw(400, seed=0, step=step)
@@ -127,7 +128,9 @@ def test_states_and_step_rewards_follow_the_documented_formula(tablebase):
     mated.push_uci("f1f8")
     after = tablebase.state(mated, chess.WHITE)
     assert after.delivered_mate and after.score == 1.0 and after.plies == 0
-    assert step_reward(white, after, shaping=0.1) == pytest.approx(1.0 + 0.1 * 0.5)  # mate = 1, plus the last half move of progress
+    assert step_reward(white, after, shaping=0.1) == pytest.approx(
+        1.0 + 0.1 * 0.5
+    )  # mate = 1, plus the last half move of progress
     assert tablebase.state(mated, chess.BLACK).mated
     stalemate = mate_in_one.copy()
     stalemate.push_uci("f1f7")  # Qf7?? stalemate
@@ -144,7 +147,9 @@ def test_states_and_step_rewards_follow_the_documented_formula(tablebase):
     assert step_reward(lose5, draw, shaping=0.2) == pytest.approx(1.0)
     # Regret form: the best a ply can earn against perfect defence.
     assert best_step_reward(white, shaping=0.2) == pytest.approx(1.0 + 0.1)  # mate in one on the board
-    assert best_step_reward(win9, shaping=0.2) == pytest.approx(0.2) and best_step_reward(lose5, shaping=0.2) == pytest.approx(-0.2)
+    assert best_step_reward(win9, shaping=0.2) == pytest.approx(0.2) and best_step_reward(
+        lose5, shaping=0.2
+    ) == pytest.approx(-0.2)
     assert best_step_reward(draw, shaping=0.2) == 0.0
 
 
@@ -173,15 +178,20 @@ def test_a_king_only_player_is_seen_and_diagnosed_as_the_king_only_optimum(table
     king-only player through the real evaluation, its metrics in a run directory, `diagnose` on that run."""
     import random as random_module
 
-    from chessgrpo.train.metrics import MetricsWriter
     from chessgrpo.track.diagnose import diagnose
     from chessgrpo.track.run_data import load_run
+    from chessgrpo.train.metrics import MetricsWriter
 
     rng = random_module.Random(0)
 
     def king_only(boards):
-        return [rng.choice([m for m in board.legal_moves if board.piece_type_at(m.from_square) == chess.KING]
-                           or list(board.legal_moves)) for board in boards]  # fmt: skip
+        return [
+            rng.choice(
+                [m for m in board.legal_moves if board.piece_type_at(m.from_square) == chess.KING]
+                or list(board.legal_moves)
+            )
+            for board in boards
+        ]
 
     starts = _starts("KQvK", tablebase).hold_out(20, seed=5)
     start = evaluate_endgame(random_picker(0), starts, tablebase, max_moves=20)
@@ -189,7 +199,9 @@ def test_a_king_only_player_is_seen_and_diagnosed_as_the_king_only_optimum(table
     assert set(start.piece_shares) == {"K", "Q"} and start.piece_shares["Q"] > 0.3
     assert stuck.piece_shares.get("Q", 0.0) < 0.05 and stuck.mate_rate.value == 0.0
     assert stuck.metrics()["eval/piece_share/K"] > 0.95
-    assert sum(v for k, v in stuck.metrics().items() if k.startswith("eval/draw_")) == pytest.approx(stuck.win_lost_rate.value)
+    assert sum(v for k, v in stuck.metrics().items() if k.startswith("eval/draw_")) == pytest.approx(
+        stuck.win_lost_rate.value
+    )
     with MetricsWriter(tmp_path / "run" / "metrics.jsonl") as writer:
         writer.log(0, start.metrics())
         writer.log(50, stuck.metrics())
@@ -204,16 +216,19 @@ def test_a_king_only_player_is_seen_and_diagnosed_as_the_king_only_optimum(table
 
 
 def test_a_converting_player_has_no_endgame_warning(tablebase, tmp_path):
-    from chessgrpo.train.metrics import MetricsWriter
     from chessgrpo.track.diagnose import diagnose
     from chessgrpo.track.run_data import load_run
+    from chessgrpo.train.metrics import MetricsWriter
 
     starts = _starts("KQvK", tablebase).hold_out(20, seed=5)
     perfect = evaluate_endgame(tablebase_picker(tablebase), starts, tablebase, max_moves=20)
     with MetricsWriter(tmp_path / "run" / "metrics.jsonl") as writer:
         writer.log(0, perfect.metrics())
         writer.log(50, perfect.metrics())
-    assert not {f.id for f in diagnose(load_run(tmp_path / "run"))} & {"endgame.piece_vanished", "endgame.win_given_away"}
+    assert not {f.id for f in diagnose(load_run(tmp_path / "run"))} & {
+        "endgame.piece_vanished",
+        "endgame.win_given_away",
+    }
 
 
 def test_cheap_dtz_optimality_agrees_with_the_exact_check(tablebase):
@@ -228,7 +243,11 @@ def test_cheap_dtz_optimality_agrees_with_the_exact_check(tablebase):
                 reason = game_over(after)
                 if reason is None:
                     after.push(tablebase.tablebase_move(after))
-                    cheap = game_over(after) is None and tablebase.probe_wdl(after) == 2 and before - tablebase.probe_dtz(after) >= 2
+                    cheap = (
+                        game_over(after) is None
+                        and tablebase.probe_wdl(after) == 2
+                        and before - tablebase.probe_dtz(after) >= 2
+                    )
                 else:
                     cheap = reason == "checkmate"
                 assert cheap == (move in best), (material, board.fen(), move.uci())

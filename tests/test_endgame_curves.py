@@ -20,14 +20,21 @@ def test_the_curves_report_the_last_evaluation_beside_the_best(tmp_path: Path) -
         row = {"step": step, "time": float(step), "rollout/plies": 1000.0, "perf/step_s": 3.0}
         if step in rates:
             rate = rates[step]
-            row |= {"eval/mate_rate": rate, "eval/mate_rate_low": rate - 0.05, "eval/mate_rate_high": rate + 0.04,
-                    "eval/dtz_optimal_rate": 0.5, "eval/draw_threefold_repetition_rate": 1 - rate}  # fmt: skip
+            row |= {
+                "eval/mate_rate": rate,
+                "eval/mate_rate_low": rate - 0.05,
+                "eval/mate_rate_high": rate + 0.04,
+                "eval/dtz_optimal_rate": 0.5,
+                "eval/draw_threefold_repetition_rate": 1 - rate,
+            }
         rows.append(json.dumps(row))
     (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     out = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "endgame_curves.py"), str(run), "--every", "50"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "| eg_run | 200 | 200k | 10.0 | - | 0.805 [0.755, 0.845] |" in out
     summary = out.strip().splitlines()[-1]
     assert summary.startswith("eg_run: last (step 200) 0.805 [0.755, 0.845]")

@@ -374,7 +374,9 @@ def test_submit_returns_at_once_and_gives_what_evaluate_gives(pool, positions):
     pending = pool.submit(positions[:12], nodes=500)
     submitted = pending.result()
     assert [e.fen for e in submitted] == positions[:12]
-    assert [(e.best_move, e.cp, e.mate) for e in submitted] == [(e.best_move, e.cp, e.mate) for e in pool.evaluate(positions[:12], nodes=500)]
+    assert [(e.best_move, e.cp, e.mate) for e in submitted] == [
+        (e.best_move, e.cp, e.mate) for e in pool.evaluate(positions[:12], nodes=500)
+    ]
     with pytest.raises(RuntimeError, match="already"):
         pending.result()
 

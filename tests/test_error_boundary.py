@@ -18,10 +18,22 @@ from chessgrpo.errors import ChessGRPOError, InputError
 
 # A one-step move-group run from a fresh policy on random positions (as tests/test_user_rewards.py trains).
 OVERRIDES = [
-    "init_checkpoint=null", "positions=random:8", "task.group_size=4", "task.positions_per_step=2", "task.reward_nodes=50",
-    "grpo.num_iterations=1", "grpo.minibatch_size=0", "engine.processes=1", "engine.cache=false", "eval.positions=null",
-    "eval.puzzles=null", "steps=1", "warmup_steps=0", "checkpoint_every=0", "threads=1",
-]  # fmt: skip
+    "init_checkpoint=null",
+    "positions=random:8",
+    "task.group_size=4",
+    "task.positions_per_step=2",
+    "task.reward_nodes=50",
+    "grpo.num_iterations=1",
+    "grpo.minibatch_size=0",
+    "engine.processes=1",
+    "engine.cache=false",
+    "eval.positions=null",
+    "eval.puzzles=null",
+    "steps=1",
+    "warmup_steps=0",
+    "checkpoint_every=0",
+    "threads=1",
+]
 
 BROKEN_REWARD = '''
 def shape_check(board, move, win_probability):
@@ -53,13 +65,20 @@ def test_an_internal_valueerror_reaches_the_user_with_its_traceback(cli, tmp_pat
     (tmp_path / "broken_rewards.py").write_text(textwrap.dedent(BROKEN_REWARD))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     result = cli.run(
-        "train", "kind=move_group", *OVERRIDES, f"run.out_dir={tmp_path / 'runs'}", "task.reward_fn=broken_rewards:shape_check",
-        env=env, timeout=300,
-    )  # fmt: skip
+        "train",
+        "kind=move_group",
+        *OVERRIDES,
+        f"run.out_dir={tmp_path / 'runs'}",
+        "task.reward_fn=broken_rewards:shape_check",
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
     assert "Traceback (most recent call last)" in result.stderr, result.stderr[-3000:]
     assert 'broken_rewards.py", line' in result.stderr  # the stack reaches the code that raised
-    assert result.stderr.rstrip().endswith("ValueError: internal: rewards of shape [4] for a group of 3"), result.stderr[-3000:]
+    assert result.stderr.rstrip().endswith("ValueError: internal: rewards of shape [4] for a group of 3"), (
+        result.stderr[-3000:]
+    )
     assert not any(line.startswith("chessgrpo:") for line in result.stderr.splitlines()), result.stderr[-3000:]
 
 
@@ -68,7 +87,13 @@ def test_a_plain_valueerror_propagates_out_of_main(cli, tmp_path, monkeypatch):
     (tmp_path / "broken_rewards_inproc.py").write_text(textwrap.dedent(BROKEN_REWARD))
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match="internal: rewards of shape") as caught:
-        cli.main("train", "kind=move_group", *OVERRIDES, f"run.out_dir={tmp_path / 'runs'}", "task.reward_fn=broken_rewards_inproc:shape_check")
+        cli.main(
+            "train",
+            "kind=move_group",
+            *OVERRIDES,
+            f"run.out_dir={tmp_path / 'runs'}",
+            "task.reward_fn=broken_rewards_inproc:shape_check",
+        )
     assert not isinstance(caught.value, InputError)
 
 

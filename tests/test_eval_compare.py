@@ -10,7 +10,16 @@ from chessgrpo.eval.compare import compare_files, compare_records
 
 
 def _offline(fen: str, esl: float, top1: bool) -> dict:
-    return {"fen": fen, "chosen": "e2e4", "best": "e2e4", "v_best": 0.5, "v_chosen": 0.5 - esl, "esl": esl, "top1": top1, "blunder": esl > 0.2}
+    return {
+        "fen": fen,
+        "chosen": "e2e4",
+        "best": "e2e4",
+        "v_best": 0.5,
+        "v_chosen": 0.5 - esl,
+        "esl": esl,
+        "top1": top1,
+        "blunder": esl > 0.2,
+    }
 
 
 def _write(path, player: str, records: list[dict]) -> None:
@@ -38,7 +47,9 @@ def test_a_consistent_improvement_is_found_and_pairs_are_matched_by_fen():
 
 @pytest.mark.slow
 def test_cli_compares_puzzle_files_and_rejects_mixed_kinds(cli, tmp_path):
-    puzzles_a = [{"id": str(i), "rating": 1500, "first_move_correct": i < 20, "solved": i < 10, "played": []} for i in range(100)]
+    puzzles_a = [
+        {"id": str(i), "rating": 1500, "first_move_correct": i < 20, "solved": i < 10, "played": []} for i in range(100)
+    ]
     puzzles_b = [{**p, "first_move_correct": int(p["id"]) < 40} for p in puzzles_a]
     _write(tmp_path / "a.json", "before", puzzles_a)
     _write(tmp_path / "b.json", "after", puzzles_b)
@@ -61,8 +72,15 @@ def test_puzzles_split_by_check_first_solutions_and_a_descriptive_check_rate():
     # 60 check-first puzzles: A solves 30 by checking, B none (it stopped checking); 40 quiet-first:
     # A solves 10, B 30. The overall accuracy hides the shift; the split rows show it.
     def record(i: int, correct: bool, check_first: bool, played_check: bool) -> dict:
-        return {"id": str(i), "rating": 1500, "first_move_correct": correct, "solved": correct, "played": [],
-                "solution_check": check_first, "played_check": played_check}  # fmt: skip
+        return {
+            "id": str(i),
+            "rating": 1500,
+            "first_move_correct": correct,
+            "solved": correct,
+            "played": [],
+            "solution_check": check_first,
+            "played_check": played_check,
+        }
 
     a = [record(i, i < 30, True, True) for i in range(60)] + [record(i, i < 70, False, True) for i in range(60, 100)]
     b = [record(i, False, True, False) for i in range(60)] + [record(i, i < 90, False, False) for i in range(60, 100)]
@@ -73,7 +91,9 @@ def test_puzzles_split_by_check_first_solutions_and_a_descriptive_check_rate():
     assert check_first.difference.value == pytest.approx(-0.5) and check_first.verdict == "worse"
     assert quiet_first.difference.value == pytest.approx(+0.5) and quiet_first.verdict == "better"
     played = rows["played_check_rate"]
-    assert played.higher_is_better is None and played.difference.value == pytest.approx(-1.0) and played.verdict == "lower"
+    assert (
+        played.higher_is_better is None and played.difference.value == pytest.approx(-1.0) and played.verdict == "lower"
+    )
 
     # Files written before the fields existed compare as before: no split rows.
     old = [{k: v for k, v in r.items() if k not in ("solution_check", "played_check")} for r in a]

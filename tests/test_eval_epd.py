@@ -68,7 +68,7 @@ def test_the_suite_parses_and_its_answers_hold():
                 mates.add(move.uci())
             position.board.pop()
         assert mates == best or not best  # every bm is the only mate in one
-    scholar = parse_epd('r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - bm Qxf7#; am Qxe5+;')
+    scholar = parse_epd("r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - bm Qxf7#; am Qxe5+;")
     assert scholar.solved_by(chess.Move.from_uci("h5f7")) and not scholar.solved_by(chess.Move.from_uci("h5e5"))
     assert not scholar.solved_by(chess.Move.from_uci("c4b5"))  # not a bm move
     only_avoid = parse_epd("rnbqkbnr/pppp1ppp/8/4p3/8/5P2/PPPPP1PP/RNBQKBNR w KQkq - am g4;")
@@ -82,14 +82,23 @@ def test_cli_epd_solved_count_is_the_models_own_argmax_count(cli, tmp_path):
     boards = [chess.Board(fen) for fen, _, _ in EXPECTED.values()]
     chosen = argmax_moves(checkpoint, boards)
     solved = [
-        (not best or move.uci() in best) and move.uci() not in avoid for move, (_, best, avoid) in zip(chosen, EXPECTED.values())
+        (not best or move.uci() in best) and move.uci() not in avoid
+        for move, (_, best, avoid) in zip(chosen, EXPECTED.values())
     ]
     expected = sum(solved)
     assert 0 < expected < len(EXPECTED)  # the suite tells this model's moves apart
 
     output = tmp_path / "epd.json"
     code, out, err = cli.main(
-        "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "--json", "baselines=false", f"output={output}"
+        "eval",
+        "epd",
+        "--checkpoint",
+        str(checkpoint),
+        "--epd",
+        str(SUITE),
+        "--json",
+        "baselines=false",
+        f"output={output}",
     )
     assert code == 0, err
     report = json.loads(out)
@@ -101,7 +110,9 @@ def test_cli_epd_solved_count_is_the_models_own_argmax_count(cli, tmp_path):
     assert [r["id"] for r in records] == list(EXPECTED)
     assert [r["move"] for r in records] == [m.uci() for m in chosen] and [r["solved"] for r in records] == solved
 
-    code, out, err = cli.main("eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "-v", "baselines=false")
+    code, out, err = cli.main(
+        "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE), "-v", "baselines=false"
+    )
     assert code == 0, err
     assert f"{expected}/{len(EXPECTED)}" in out and "Wilson" in out
     lines = [line for line in out.splitlines() if line.startswith(("  solved  ", "  missed  "))]
@@ -113,9 +124,19 @@ def test_cli_epd_solved_count_is_the_models_own_argmax_count(cli, tmp_path):
 def test_cli_epd_with_search_mates_in_one(cli, tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "tiny")
     result = cli.run(
-        "eval", "epd", "--checkpoint", str(checkpoint), "--epd", str(SUITE),
-        "--search-nodes", "8", "--json", "baselines=false", "engine.syzygy_path=null", f"output={tmp_path / 'out.json'}",
-    )  # fmt: skip
+        "eval",
+        "epd",
+        "--checkpoint",
+        str(checkpoint),
+        "--epd",
+        str(SUITE),
+        "--search-nodes",
+        "8",
+        "--json",
+        "baselines=false",
+        "engine.syzygy_path=null",
+        f"output={tmp_path / 'out.json'}",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["player"] == f"{checkpoint} (puct 8 nodes)" and report["search"]["nodes"] == 8
@@ -149,7 +170,9 @@ def test_bad_lines_are_skipped_with_a_warning_naming_file_and_line(cli, tmp_path
         [message] = [w for w in warnings if w.startswith(f"{path}:{number}: skipped: ")]
         assert "\n" not in message and len(message) < len(str(path)) + 400, message
     assert "illegal san: 'Qa8#'" in suite.skipped[2].reason and "no bm or am" in suite.skipped[1].reason
-    assert f"({len(lines[6])} characters)" in suite.skipped[3].reason and len(suite.skipped[3].reason) < 400  # a short echo
+    assert (
+        f"({len(lines[6])} characters)" in suite.skipped[3].reason and len(suite.skipped[3].reason) < 400
+    )  # a short echo
     assert suite.skipped[4].reason.startswith("invalid position") and "opposite check" in suite.skipped[4].reason
     assert "no legal moves" in suite.skipped[5].reason and "every bm move is also an am move" in suite.skipped[6].reason
     assert any("skipped 7 bad EPD lines" in w for w in warnings)
@@ -182,5 +205,6 @@ def test_compressed_suite_and_random_player(tmp_path):
     result = solve_epd(RandomPlayer(0), suite.positions, batch_size=4)
     assert result.solved.n == len(EXPECTED) and len(result.records) == len(EXPECTED)
     assert result.solved_count == sum(
-        (not EXPECTED[r.id][1] or r.move in EXPECTED[r.id][1]) and r.move not in EXPECTED[r.id][2] for r in result.records
+        (not EXPECTED[r.id][1] or r.move in EXPECTED[r.id][1]) and r.move not in EXPECTED[r.id][2]
+        for r in result.records
     )

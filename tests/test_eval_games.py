@@ -12,16 +12,16 @@ import chess
 import chess.pgn
 import pytest
 import torch
-from helpers import SYZYGY_DIR, data_file
 
 from chessgrpo.board import move_to_action
 from chessgrpo.board.openings import Opening
 from chessgrpo.eval.compare import compare_files
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from chessgrpo.play.anchor_checks import check_anchor, probe_engine
 from chessgrpo.play.anchors import anchor_rating, parse_anchor, parse_anchors, parse_ratings, skill_level_elo
-from chessgrpo.play.movers import EngineMover, PolicyMover, RandomMover
 from chessgrpo.play.games import (
     Adjudicator,
+    GameResult,
     GameSettings,
     GameTask,
     checkpoint_name,
@@ -30,7 +30,8 @@ from chessgrpo.play.games import (
     play_game,
     run_games,
 )
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from chessgrpo.play.movers import EngineMover, PolicyMover, RandomMover
+from helpers import SYZYGY_DIR, data_file
 
 OPENINGS = [
     Opening(fen="rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", moves=("e2e4",), source="test:1"),
@@ -58,7 +59,13 @@ def engine_info():
 
 
 def settings_for(checkpoint, **changes) -> GameSettings:
-    base = dict(checkpoint=str(checkpoint), player_name="tiny", engine_name="Stockfish 15.1", syzygy_path=str(SYZYGY_DIR), max_plies=120)
+    base = dict(
+        checkpoint=str(checkpoint),
+        player_name="tiny",
+        engine_name="Stockfish 15.1",
+        syzygy_path=str(SYZYGY_DIR),
+        max_plies=120,
+    )
     base.update(changes)
     return GameSettings(**base)
 
@@ -84,7 +91,10 @@ def test_anchor_names_limits_and_ratings(engine_info, checkpoint):
     assert engine_info.name == "Stockfish 15.1" and engine_info.elo_min is not None
     skill, elo, nodes, rnd = parse_anchors("sf-skill:0,sf-elo:1500,sf-nodes:10,random", nodes=300)
     assert skill.describe(engine_info.name) == "Stockfish 15.1; Threads=1; Hash=16; Skill Level=0; nodes=300"
-    assert elo.describe(engine_info.name) == "Stockfish 15.1; Threads=1; Hash=16; UCI_LimitStrength=true; UCI_Elo=1500; nodes=300"
+    assert (
+        elo.describe(engine_info.name)
+        == "Stockfish 15.1; Threads=1; Hash=16; UCI_LimitStrength=true; UCI_Elo=1500; nodes=300"
+    )
     assert nodes.describe(engine_info.name) == "Stockfish 15.1; Threads=1; Hash=16; nodes=10"
     assert parse_anchor("sf-skill:3", depth=5).describe() == "Stockfish; Threads=1; Hash=16; Skill Level=3; depth=5"
     assert parse_anchor(str(checkpoint)).kind == "checkpoint"
@@ -130,7 +140,9 @@ def test_stockfish_beats_the_random_mover_and_pgns_parse_back(checkpoint):
         for pair, opening in enumerate(OPENINGS):
             for game in (0, 1):
                 # The "player" seat holds the random mover, the anchor seat Stockfish at 20 nodes.
-                results.append(play_game(task("sf-nodes:20", opening, game, pair), RandomMover(), engine, adjudicator, settings))
+                results.append(
+                    play_game(task("sf-nodes:20", opening, game, pair), RandomMover(), engine, adjudicator, settings)
+                )
     finally:
         engine.close()
         adjudicator.close()
@@ -142,7 +154,9 @@ def test_stockfish_beats_the_random_mover_and_pgns_parse_back(checkpoint):
         headers = game.headers
         # Standard Termination values; the specific reason in TerminationDetails.
         assert headers["Result"] == result.result and headers["TerminationDetails"] == result.termination
-        assert headers["Termination"] == ("adjudication" if result.termination in ("tablebase", "move cap") else "normal")
+        assert headers["Termination"] == (
+            "adjudication" if result.termination in ("tablebase", "move cap") else "normal"
+        )
         assert headers["Round"] == str(result.pair + 1)
         assert headers["Anchor"] == "sf-nodes:20"
         assert headers["AnchorSettings"] == "Stockfish 15.1; Threads=1; Hash=16; nodes=20"
@@ -170,7 +184,14 @@ def test_the_policy_against_the_random_mover_on_two_workers_is_reproducible(chec
     assert not stopped and len(parallel) == len(seen) == 4
     assert [(r.pair, r.game) for r in parallel] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for r in parallel:
-        assert r.termination in {"move cap", "checkmate", "stalemate", "threefold repetition", "insufficient material", "tablebase"}
+        assert r.termination in {
+            "move cap",
+            "checkmate",
+            "stalemate",
+            "threefold repetition",
+            "insufficient material",
+            "tablebase",
+        }
         assert r.plies <= 40
     # Argmax policy + seeded random mover: the same games in one process.
     serial, _ = run_games(settings, tasks, workers=1)
@@ -198,11 +219,17 @@ def test_tablebase_adjudication_on_small_positions(checkpoint):
         assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 w - - 0 1"), 0) == ("1-0", "tablebase")
         assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 b - - 0 1"), 0) == ("1-0", "tablebase")
         assert adjudicator.check(chess.Board("3qk3/8/8/8/8/8/8/4K3 w - - 0 1"), 0) == ("0-1", "tablebase")
-        assert adjudicator.check(chess.Board("7k/8/7K/7P/8/8/8/8 w - - 0 1"), 0) == ("1/2-1/2", "tablebase")  # KPvK, rook pawn
+        assert adjudicator.check(chess.Board("7k/8/7K/7P/8/8/8/8 w - - 0 1"), 0) == (
+            "1/2-1/2",
+            "tablebase",
+        )  # KPvK, rook pawn
         # A win that cannot be converted before the 50-move rule is a draw.
         assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/3QK3 w - - 95 80"), 0) == ("1/2-1/2", "tablebase")
         # The rules come first: KBvK is insufficient material, a mate is a mate.
-        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/2B1K3 w - - 0 1"), 0) == ("1/2-1/2", "insufficient material")
+        assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/8/2B1K3 w - - 0 1"), 0) == (
+            "1/2-1/2",
+            "insufficient material",
+        )
         assert adjudicator.check(chess.Board("7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"), 0) == ("1-0", "checkmate")
         # Five pieces: no tablebase verdict, the game goes on.
         assert adjudicator.check(chess.Board("8/8/8/4k3/8/8/3PP3/3QK3 w - - 0 1"), 0) is None
@@ -291,8 +318,8 @@ def test_policy_avoids_threefold_repetition_only_when_winning():
 
 
 def test_policy_mover_with_search_mates_in_one_and_plays_legal_moves(value_checkpoint):
-    from chessgrpo.play.players import search_settings
     from chessgrpo.models.policy import load_policy
+    from chessgrpo.play.players import search_settings
 
     mover = PolicyMover.from_checkpoint(value_checkpoint, search=search_settings(200, syzygy_path=str(SYZYGY_DIR)))
     try:
@@ -318,10 +345,26 @@ def test_eval_games_command_json_and_pgn(cli, tmp_path, checkpoint):
     openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")
     pgn = tmp_path / "games.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random,sf-nodes:1", "--games", "2",
-        "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json",
-        "max_plies=60", f"engine.syzygy_path={SYZYGY_DIR}", "anchor_ratings=[sf-nodes:1=1000]", cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "random,sf-nodes:1",
+        "--games",
+        "2",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=60",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "anchor_ratings=[sf-nodes:1=1000]",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
     assert [row["anchor"] for row in summary["anchors"]] == ["random", "sf-nodes:1"]
@@ -348,7 +391,11 @@ def test_eval_games_command_json_and_pgn(cli, tmp_path, checkpoint):
     (tmp_path / "a.json").write_text(json.dumps(summary))
     comparison = compare_files(tmp_path / "a.json", tmp_path / "a.json")
     assert comparison.kind == "games" and comparison.n == 2
-    assert {m.metric: m.difference.value for m in comparison.metrics} == {"score": 0.0, "win_rate": 0.0, "stalemate_rate": 0.0}
+    assert {m.metric: m.difference.value for m in comparison.metrics} == {
+        "score": 0.0,
+        "win_rate": 0.0,
+        "stalemate_rate": 0.0,
+    }
 
 
 @pytest.mark.slow
@@ -358,9 +405,18 @@ def test_eval_games_command_rejects_bad_input_clearly(cli, tmp_path, checkpoint)
     unknown = cli.run("eval", "games", "--checkpoint", str(checkpoint), "no_such_key=1", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown config key no_such_key" in unknown.stderr
     weak = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-elo:1000", "--games", "2",
-        "--openings", str(tmp_path / "missing.epd"), cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "sf-elo:1000",
+        "--games",
+        "2",
+        "--openings",
+        str(tmp_path / "missing.epd"),
+        cwd=tmp_path,
+    )
     assert weak.returncode == 2 and "accepts UCI_Elo" in weak.stderr
     sprt = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--sprt", "0,10", cwd=tmp_path)
     assert sprt.returncode == 2 and "--opponent" in sprt.stderr
@@ -371,10 +427,27 @@ def test_eval_games_command_with_a_search_budget_records_it(cli, tmp_path, value
     openings.write_text(OPENINGS[0].fen + "\n")
     pgn = tmp_path / "games.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random", "--games", "2", "--search-nodes", "16",
-        "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=60",
-        f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(value_checkpoint),
+        "--anchors",
+        "random",
+        "--games",
+        "2",
+        "--search-nodes",
+        "16",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=60",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
     assert summary["games_played"] == 2
@@ -392,14 +465,31 @@ def test_eval_games_command_with_a_search_budget_records_it(cli, tmp_path, value
 def test_eval_games_search_without_a_value_head_fails_before_any_game(cli, tmp_path, checkpoint):
     pgn = tmp_path / "games.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2", "--search-nodes", "8",
-        "--openings", str(tmp_path / "unused.epd"), "--workers", "2", "--pgn", str(pgn), cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "random",
+        "--games",
+        "2",
+        "--search-nodes",
+        "8",
+        "--openings",
+        str(tmp_path / "unused.epd"),
+        "--workers",
+        "2",
+        "--pgn",
+        str(pgn),
+        cwd=tmp_path,
+    )
     assert completed.returncode == 2 and completed.stdout == ""
     [line] = completed.stderr.strip().splitlines()
     assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line
     assert not pgn.exists()
-    sampled = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--search-nodes", "8", "--temperature", "1", cwd=tmp_path)
+    sampled = cli.run(
+        "eval", "games", "--checkpoint", str(checkpoint), "--search-nodes", "8", "--temperature", "1", cwd=tmp_path
+    )
     assert sampled.returncode == 2 and "search plays deterministically" in sampled.stderr
 
 
@@ -407,10 +497,26 @@ def test_sprt_between_two_checkpoints_stops_when_decided(cli, tmp_path, checkpoi
     # The same weights on both sides: every colour-swapped pair scores exactly 1, far from elo0 = 200.
     pgn = tmp_path / "sprt.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--sprt", "200,400", "--opponent", str(checkpoint),
-        "--games", "40", "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=16", "engine.cache=false",
-        f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--sprt",
+        "200,400",
+        "--opponent",
+        str(checkpoint),
+        "--games",
+        "40",
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=16",
+        "engine.cache=false",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
     assert summary["sprt"]["decision"] == "H0" and summary["stopped_early"]
@@ -425,9 +531,25 @@ def test_sprt_between_two_checkpoints_stops_when_decided(cli, tmp_path, checkpoi
 
 
 def test_pgn_termination_values_are_standard():
-    standard = {"abandoned", "adjudication", "death", "emergency", "normal", "rules infraction", "time forfeit", "unterminated"}
-    rules = ["checkmate", "stalemate", "insufficient material", "threefold repetition", "fifty-move rule",
-             "seventy-five-move rule", "fivefold repetition"]  # fmt: skip
+    standard = {
+        "abandoned",
+        "adjudication",
+        "death",
+        "emergency",
+        "normal",
+        "rules infraction",
+        "time forfeit",
+        "unterminated",
+    }
+    rules = [
+        "checkmate",
+        "stalemate",
+        "insufficient material",
+        "threefold repetition",
+        "fifty-move rule",
+        "seventy-five-move rule",
+        "fivefold repetition",
+    ]
     assert {reason: pgn_termination(reason) for reason in rules} == dict.fromkeys(rules, "normal")
     for reason in ("tablebase", "move cap", "resignation (engine eval)"):
         assert pgn_termination(reason) == "adjudication"
@@ -465,15 +587,19 @@ def test_checkpoint_names_come_from_the_run_not_the_path(tmp_path, checkpoint):
     headers = game.headers
     assert (headers["White"], headers["Black"]) == ("grpo-tiny step 800", "ckpt")
     assert headers["WhiteSource"] == str(step.resolve()) and headers["BlackSource"] == str(checkpoint)
-    assert (headers["Termination"], headers["TerminationDetails"], headers["Result"]) == ("adjudication", "tablebase", "1-0")
+    assert (headers["Termination"], headers["TerminationDetails"], headers["Result"]) == (
+        "adjudication",
+        "tablebase",
+        "1-0",
+    )
     assert headers["Anchor"] == str(step)
 
 
 def test_configs_games_yaml_matches_the_defaults():
     from pathlib import Path
 
-    from chessgrpo.play.match import GamesConfig
     from chessgrpo.config import load_config, to_dict
+    from chessgrpo.play.match import GamesConfig
 
     path = Path(__file__).resolve().parents[1] / "configs" / "games.yaml"
     assert to_dict(load_config(GamesConfig, path)) == to_dict(GamesConfig())
@@ -533,11 +659,28 @@ def test_workers_leave_when_eval_games_is_killed(cli, tmp_path, value_checkpoint
     openings = tmp_path / "openings.epd"
     openings.write_text(OPENINGS[0].fen + "\n")
     parent = cli.start(
-        "eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random",
-        "--games", "400", "--search-nodes", "16", "--openings", str(openings), "--workers", "2", "--pgn", str(tmp_path / "g.pgn"),
-        "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}",
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(value_checkpoint),
+        "--anchors",
+        "random",
+        "--games",
+        "400",
+        "--search-nodes",
+        "16",
+        "--openings",
+        str(openings),
+        "--workers",
+        "2",
+        "--pgn",
+        str(tmp_path / "g.pgn"),
+        "max_plies=200",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         workers: list[int] = []
@@ -564,10 +707,20 @@ def test_workers_leave_when_eval_games_is_killed(cli, tmp_path, value_checkpoint
 # The journal: an interrupted run resumes
 
 
-def _result_for(task: GameTask, points: str = "1-0") -> "GameResult":
-    from chessgrpo.play.games import GameResult
-
-    return GameResult(task.anchor_index, task.anchor.text, task.pair, task.game, task.player_white, points, "checkmate", 40, 1.5, f'[Event "{task.pair}/{task.game}"]\n\n1-0\n', task.opening.fen)
+def _result_for(task: GameTask, points: str = "1-0") -> GameResult:
+    return GameResult(
+        task.anchor_index,
+        task.anchor.text,
+        task.pair,
+        task.game,
+        task.player_white,
+        points,
+        "checkmate",
+        40,
+        1.5,
+        f'[Event "{task.pair}/{task.game}"]\n\n1-0\n',
+        task.opening.fen,
+    )
 
 
 def test_journal_keys_follow_settings_weights_and_openings(tmp_path, checkpoint, value_checkpoint):
@@ -613,8 +766,24 @@ def test_eval_games_killed_then_rerun_plays_only_the_missing_games(cli, tmp_path
     openings.write_text("\n".join(o.fen for o in OPENINGS) + "\n")
     pgn = tmp_path / "g.pgn"
     journal = tmp_path / "g.pgn.journal.jsonl"
-    common = ["eval", "games", "--checkpoint", str(value_checkpoint), "--anchors", "random", "--search-nodes", "16",
-              "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "max_plies=60", f"engine.syzygy_path={SYZYGY_DIR}"]  # fmt: skip
+    common = [
+        "eval",
+        "games",
+        "--checkpoint",
+        str(value_checkpoint),
+        "--anchors",
+        "random",
+        "--search-nodes",
+        "16",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "max_plies=60",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+    ]
     first = cli.start(*common, "--games", "400", cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

@@ -14,10 +14,10 @@ import chess
 import chess.pgn
 import pytest
 import torch
-from helpers import SYZYGY_DIR
 
 from chessgrpo.board.openings import Opening
 from chessgrpo.commands.games import format_summary
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from chessgrpo.play.anchors import anchor_rating, parse_anchor
 from chessgrpo.play.game_clock import (
     GameClock,
@@ -28,7 +28,7 @@ from chessgrpo.play.game_clock import (
 from chessgrpo.play.games import Adjudicator, GameSettings, GameTask, play_game
 from chessgrpo.play.match import GamesConfig, play_match, summarise
 from chessgrpo.play.movers import EngineMover, RandomMover
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from helpers import SYZYGY_DIR
 
 OPENING = Opening(fen="rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", moves=("e2e4",), source="test:1")
 QUEENS_VS_KING = Opening(fen="4k3/8/8/8/8/8/8/QQQ1K3 w - - 0 1", source="test:queens")
@@ -57,7 +57,12 @@ def test_time_control_grammar_good_and_bad():
     assert parse_time_control("30+0.3") == TimeControl(seconds=30, increment=0.3)
     assert parse_time_control(" 60 ") == TimeControl(seconds=60)
     assert parse_time_control("0.5+.05") == TimeControl(seconds=0.5, increment=0.05)
-    assert [parse_time_control(t).text for t in ("40/10+0.1", "30+0.3", "60", "40/60")] == ["40/10+0.1", "30+0.3", "60", "40/60"]
+    assert [parse_time_control(t).text for t in ("40/10+0.1", "30+0.3", "60", "40/60")] == [
+        "40/10+0.1",
+        "30+0.3",
+        "60",
+        "40/60",
+    ]
     for bad in ("", "abc", "40/", "/10", "10+", "40/10+0.1+2", "-5", "10s", "0", "0/10", "1:30"):
         with pytest.raises(ValueError, match=r"^tc '.*'"):
             parse_time_control(bad)
@@ -71,9 +76,13 @@ def test_clock_spends_adds_increments_refills_each_period_and_flags():
     assert (view.white, view.black, view.white_increment, view.black_increment, view.moves_to_go) == (1, 3, 0.5, 0, 2)
     assert not clock.spend(chess.WHITE, 0.25) and clock.left[chess.WHITE] == pytest.approx(1.25)
     assert clock.view(chess.WHITE).moves_to_go == 1 and clock.view(chess.BLACK).moves_to_go == 0
-    assert not clock.spend(chess.WHITE, 0.25) and clock.left[chess.WHITE] == pytest.approx(2.5)  # + increment + next period
+    assert not clock.spend(chess.WHITE, 0.25) and clock.left[chess.WHITE] == pytest.approx(
+        2.5
+    )  # + increment + next period
     assert clock.view(chess.WHITE).moves_to_go == 2
-    assert not clock.spend(chess.BLACK, 2.9) and clock.spend(chess.BLACK, 0.2)  # below zero: flagged, no increment saves it
+    assert not clock.spend(chess.BLACK, 2.9) and clock.spend(
+        chess.BLACK, 0.2
+    )  # below zero: flagged, no increment saves it
     assert time_forfeit(chess.Board(), chess.WHITE) == "0-1" and time_forfeit(chess.Board(), chess.BLACK) == "1-0"
     assert time_forfeit(chess.Board(QUEENS_VS_KING.fen), chess.WHITE) == "1/2-1/2"  # Black cannot mate: a draw
     assert time_forfeit(chess.Board(QUEENS_VS_KING.fen), chess.BLACK) == "1-0"
@@ -81,7 +90,12 @@ def test_clock_spends_adds_increments_refills_each_period_and_flags():
 
 def test_a_slow_player_loses_on_time_and_draws_when_the_opponent_cannot_mate(checkpoint):
     settings = GameSettings(
-        checkpoint=str(checkpoint), player_name="slow", syzygy_path=str(SYZYGY_DIR), max_plies=60, tc="0.1+0", anchor_tc="10+0.1"
+        checkpoint=str(checkpoint),
+        player_name="slow",
+        syzygy_path=str(SYZYGY_DIR),
+        max_plies=60,
+        tc="0.1+0",
+        anchor_tc="10+0.1",
     )
     anchor = dataclasses.replace(parse_anchor("sf-nodes:20"), clock="10+0.1")
     engine, adjudicator = EngineMover(anchor), Adjudicator(settings)
@@ -102,9 +116,13 @@ def test_a_slow_player_loses_on_time_and_draws_when_the_opponent_cannot_mate(che
     game = chess.pgn.read_game(io.StringIO(lost_white.pgn))
     assert game.headers["Termination"] == "time forfeit" and game.headers["TerminationDetails"] == "time forfeit"
     assert game.headers["WhiteTimeControl"] == "0.1" and game.headers["BlackTimeControl"] == "10+0.1"
-    assert game.headers["AnchorSettings"].endswith("Hash=16; tc=10+0.1; nodes=20")  # a limit given for it stays beside the clock
+    assert game.headers["AnchorSettings"].endswith(
+        "Hash=16; tc=10+0.1; nodes=20"
+    )  # a limit given for it stays beside the clock
     first = next(iter(game.mainline()))
-    assert first.clock() is not None and 9.5 < first.clock() <= 10.1  # Stockfish's clock after its move, increment added
+    assert (
+        first.clock() is not None and 9.5 < first.clock() <= 10.1
+    )  # Stockfish's clock after its move, increment added
     summary = summarise(results, [anchor], [anchor.describe()], [anchor_rating(anchor)])
     assert summary["time_losses"] == {"player": 3, "anchor": 0} and summary["anchors"][0]["time_losses"]["player"] == 3
     ran = summary["anchors"][0]["ran"]
@@ -117,10 +135,27 @@ def test_eval_games_on_a_clock_against_stockfish_reports_time_losses_and_pgn_tag
     openings.write_text(OPENING.fen + "\n")
     pgn = tmp_path / "games.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-skill:0", "--games", "2", "--tc", "40/1+0.02",
-        "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=60",
-        f"engine.syzygy_path={SYZYGY_DIR}", cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "sf-skill:0",
+        "--games",
+        "2",
+        "--tc",
+        "40/1+0.02",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=60",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
     assert summary["tc"] == "40/1+0.02" and "1 game at a time" in summary["clock_note"]
@@ -182,8 +217,18 @@ def test_the_verdict_on_a_limit_beside_a_clock():
     deep = [MoveSearch(12, 80_000, 0.2)] * 9
     assert anchor_run("sf", ("nodes", 2000), "nodes=2000", shallow)["kept"] is False
     clocked = anchor_run("sf", ("nodes", 2000), "tc=0.05+0, nodes=2000", shallow, clocked=True)
-    assert clocked["kept"] is None and clocked["warning"] is None and clocked["line"].endswith("1 ms/move: the clock came first)")
+    assert (
+        clocked["kept"] is None
+        and clocked["warning"] is None
+        and clocked["line"].endswith("1 ms/move: the clock came first)")
+    )
     beyond = anchor_run("Ethereal", ("nodes", 200), "tc=40/2+0.05, nodes=200", deep, clocked=True)
     assert beyond["kept"] is False and "searched far beyond it" in beyond["warning"]
-    assert anchor_run("sf", ("clock", None), "tc=60", deep, clocked=True)["line"] == "sf (asked tc=60; ran depth 12, ~80000 nodes/move, 200 ms/move)"
-    assert anchor_run("x", ("nodes", 100), "nodes=100", [MoveSearch(3, None, 0.01)] * 3)["verdict"] == "did not report nodes"
+    assert (
+        anchor_run("sf", ("clock", None), "tc=60", deep, clocked=True)["line"]
+        == "sf (asked tc=60; ran depth 12, ~80000 nodes/move, 200 ms/move)"
+    )
+    assert (
+        anchor_run("x", ("nodes", 100), "nodes=100", [MoveSearch(3, None, 0.01)] * 3)["verdict"]
+        == "did not report nodes"
+    )

@@ -10,10 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from chessgrpo.board import ACTIONS
-
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
-from chessgrpo.eval import BLUNDER_THRESHOLD, LabelledPosition, evaluate_offline, load_eval_positions, move_values, score_moves
+from chessgrpo.eval import (
+    BLUNDER_THRESHOLD,
+    LabelledPosition,
+    evaluate_offline,
+    load_eval_positions,
+    move_values,
+    score_moves,
+)
 from chessgrpo.play.players import RandomPlayer, StockfishPlayer
 
 NODES = 500
@@ -98,7 +104,9 @@ def test_esl_is_never_negative_and_the_label_is_near_the_top(pool):
 
 def test_move_values_are_for_the_mover_and_exact_at_mate(pool):
     white, black = chess.Board(WHITE_MATES), chess.Board(BLACK_MATES)
-    mate_white, mate_black = move_values(pool, [white, black], [chess.Move.from_uci("a1a8"), chess.Move.from_uci("a8a1")])
+    mate_white, mate_black = move_values(
+        pool, [white, black], [chess.Move.from_uci("a1a8"), chess.Move.from_uci("a8a1")]
+    )
     assert (mate_white, mate_black) == (1.0, 1.0)
     with pytest.raises(ValueError, match="illegal move"):
         move_values(pool, [white], [chess.Move.from_uci("a8a1")])
@@ -124,7 +132,9 @@ def test_stockfish_baseline_beats_random_on_a_fen_file(pool, tmp_path):
 
 def test_positions_from_epd_pgn_parquet_and_dataset(pool, tmp_path):
     epd = tmp_path / "suite.epd"
-    epd.write_text(f"{' '.join(WHITE_TAKES_QUEEN.split()[:4])} bm Rxd5; id \"q\";\n{' '.join(BLACK_TAKES_QUEEN.split()[:4])} bm Rxd4;\n")
+    epd.write_text(
+        f'{" ".join(WHITE_TAKES_QUEEN.split()[:4])} bm Rxd5; id "q";\n{" ".join(BLACK_TAKES_QUEEN.split()[:4])} bm Rxd4;\n'
+    )
     assert [p.best_move.uci() for p in load_eval_positions(epd, pool=pool, nodes=NODES)] == ["d1d5", "d8d4"]
 
     pgn = tmp_path / "games.pgn"
@@ -138,7 +148,9 @@ def test_positions_from_epd_pgn_parquet_and_dataset(pool, tmp_path):
     assert len(fens) == len(set(fens)) == 1 + 8 + 2 + 3  # start once, shared opening once, mate dropped
     assert all(p.board.is_legal(p.best_move) for p in every)
     sample = load_eval_positions(pgn, max_positions=5, seed=1, pool=pool, nodes=NODES)
-    assert [p.fen for p in sample] == [p.fen for p in load_eval_positions(pgn, max_positions=5, seed=1, pool=pool, nodes=NODES)]
+    assert [p.fen for p in sample] == [
+        p.fen for p in load_eval_positions(pgn, max_positions=5, seed=1, pool=pool, nodes=NODES)
+    ]
     assert len(sample) == 5 and {p.fen for p in sample} < set(fens)
     assert [p.fen for p in sample] != [p.fen for p in load_eval_positions(pgn, max_positions=5, seed=2, pool=pool)]
 
@@ -195,7 +207,18 @@ ENGINE_ARGS = (f"nodes={NODES}", "engine.processes=2", "engine.cache=false", "ba
 def test_cli_offline_json_shape(cli, tmp_path):
     path = tmp_path / "positions.fen"
     path.write_text("\n".join(TACTICAL + QUIET) + "\n")
-    result = cli.run("eval", "offline", "--policy", "random", "--positions", str(path), "--max-positions", "6", "--json", *ENGINE_ARGS)
+    result = cli.run(
+        "eval",
+        "offline",
+        "--policy",
+        "random",
+        "--positions",
+        str(path),
+        "--max-positions",
+        "6",
+        "--json",
+        *ENGINE_ARGS,
+    )
     assert result.returncode == 0, result.stderr
     [line] = result.stdout.strip().splitlines()
     report = json.loads(line)
@@ -213,7 +236,9 @@ def test_cli_offline_table_and_errors(cli, tmp_path):
     path = tmp_path / "positions.epd"
     path.write_text("\n".join(TACTICAL) + "\n")
     output = tmp_path / "out" / "offline.json"
-    table = cli.run("eval", "offline", "--policy", "stockfish", "--positions", str(path), f"output={output}", *ENGINE_ARGS)
+    table = cli.run(
+        "eval", "offline", "--policy", "stockfish", "--positions", str(path), f"output={output}", *ENGINE_ARGS
+    )
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith("offline eval: 4 positions") and "top-1 agreement" in lines[1]
@@ -229,8 +254,9 @@ def test_cli_offline_table_and_errors(cli, tmp_path):
 @pytest.mark.slow
 def test_policy_player_from_a_checkpoint_through_the_cli(cli, tmp_path):
     import torch
-    from chessgrpo.play.players import PolicyPlayer
+
     from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+    from chessgrpo.play.players import PolicyPlayer
 
     torch.manual_seed(0)
     checkpoint = save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), tmp_path / "ckpt")
@@ -242,7 +268,17 @@ def test_policy_player_from_a_checkpoint_through_the_cli(cli, tmp_path):
 
     path = tmp_path / "positions.fen"
     path.write_text("\n".join(TACTICAL + QUIET) + "\n")
-    result = cli.run("eval", "offline", "--checkpoint", str(checkpoint), "--positions", str(path), "--json", "baselines=false", *ENGINE_ARGS)
+    result = cli.run(
+        "eval",
+        "offline",
+        "--checkpoint",
+        str(checkpoint),
+        "--positions",
+        str(path),
+        "--json",
+        "baselines=false",
+        *ENGINE_ARGS,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["player"] == str(checkpoint) and report["baselines"] == {} and report["top1"]["n"] == 8
@@ -258,6 +294,7 @@ BACK_RANK_MATE = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8# (a1a8) is the on
 
 def value_head_checkpoint(directory):
     import torch
+
     from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
     torch.manual_seed(0)
@@ -293,13 +330,25 @@ def test_cli_offline_with_search_nodes(cli, tmp_path):
     path = tmp_path / "positions.fen"
     path.write_text("\n".join([BACK_RANK_MATE, *TACTICAL[:2]]) + "\n")
     result = cli.run(
-        "eval", "offline", "--checkpoint", str(checkpoint), "--positions", str(path), "--search-nodes", "16",
-        "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}", *ENGINE_ARGS,
-    )  # fmt: skip
+        "eval",
+        "offline",
+        "--checkpoint",
+        str(checkpoint),
+        "--positions",
+        str(path),
+        "--search-nodes",
+        "16",
+        "--json",
+        "baselines=false",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        *ENGINE_ARGS,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["player"] == f"{checkpoint} (puct 16 nodes)" and report["top1"]["n"] == 3
     assert report["search"]["nodes"] == 16 and report["search"]["algorithm"] == "puct"
     assert report["search"]["syzygy_path"] == str(SYZYGY_DIR)
-    baseline = cli.run("eval", "offline", "--policy", "random", "--positions", str(path), "--search-nodes", "8", *ENGINE_ARGS)
+    baseline = cli.run(
+        "eval", "offline", "--policy", "random", "--positions", str(path), "--search-nodes", "8", *ENGINE_ARGS
+    )
     assert baseline.returncode == 2 and "only a --checkpoint policy searches" in baseline.stderr

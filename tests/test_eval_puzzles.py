@@ -9,10 +9,10 @@ from pathlib import Path
 
 import chess
 import pytest
-from helpers import data_file
 
-from chessgrpo.play.players import RandomPlayer
 from chessgrpo.eval.puzzles import parse_puzzle, rating_bucket, read_puzzles, solve_puzzles
+from chessgrpo.play.players import RandomPlayer
+from helpers import data_file
 
 HEADER = "PuzzleId,FEN,Moves,Rating,RatingDeviation,Popularity,NbPlays,Themes,GameUrl,OpeningTags"
 # Black's setup move c7c6, then White mates with Ra8# -- or with Rb8#, which Lichess accepts too.
@@ -128,14 +128,28 @@ def _mates(board: chess.Board, move: chess.Move) -> bool:
 
 def test_rating_buckets(tmp_path):
     assert [rating_bucket(r) for r in (400, 999, 1000, 1399, 1400, 1799, 1800, 2199, 2200, 3000)] == [
-        "<1000", "<1000", "1000-1399", "1000-1399", "1400-1799", "1400-1799", "1800-2199", "1800-2199", ">=2200", ">=2200",
-    ]  # fmt: skip
+        "<1000",
+        "<1000",
+        "1000-1399",
+        "1000-1399",
+        "1400-1799",
+        "1400-1799",
+        "1800-2199",
+        "1800-2199",
+        ">=2200",
+        ">=2200",
+    ]
     rows = shared_rows(3)
     csv_rows = [TWO_MATES] + [f"{r['PuzzleId']},{r['FEN']},{r['Moves']},2300,1,1,1,{r['Themes']},," for r in rows]
     puzzles = read_puzzles(write_csv(tmp_path / "buckets.csv", csv_rows)).puzzles
     result = solve_puzzles(OraclePlayer(puzzles), puzzles)
     assert {bucket: m["solve_rate"].n for bucket, m in result.by_rating.items()} == {"<1000": 1, ">=2200": 3}
-    assert result.to_json()["by_rating"][">=2200"]["solve_rate"] == {"value": 1.0, "low": pytest.approx(0.4385, abs=1e-3), "high": 1.0, "n": 3}
+    assert result.to_json()["by_rating"][">=2200"]["solve_rate"] == {
+        "value": 1.0,
+        "low": pytest.approx(0.4385, abs=1e-3),
+        "high": 1.0,
+        "n": 3,
+    }
 
 
 def test_malformed_rows_are_skipped_and_counted_or_raise_when_strict(tmp_path, caplog):
@@ -176,9 +190,18 @@ def _write(path: Path, text: str) -> Path:
 def test_cli_puzzles_json_with_baseline(cli, tmp_path):
     csv_path = data_file("lichess_puzzles_dev.csv")
     result = cli.run(
-        "eval", "puzzles", "--policy", "random", "--puzzles", str(csv_path), "--max-puzzles", "60", "--json",
-        "engine.processes=2", "engine.cache=false",
-    )  # fmt: skip
+        "eval",
+        "puzzles",
+        "--policy",
+        "random",
+        "--puzzles",
+        str(csv_path),
+        "--max-puzzles",
+        "60",
+        "--json",
+        "engine.processes=2",
+        "engine.cache=false",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["player"] == "random" and set(report["baselines"]) == {"stockfish"}
@@ -193,7 +216,9 @@ def test_cli_puzzles_json_with_baseline(cli, tmp_path):
 @pytest.mark.slow
 def test_cli_puzzles_table_without_engine(cli, tmp_path):
     path = write_csv(tmp_path / "two.csv", [TWO_MATES, "BADFEN,not a fen,e2e4 e7e5,1500,1,1,1,,,"])
-    result = cli.run("eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent")
+    result = cli.run(
+        "eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent"
+    )
     assert result.returncode == 0, result.stderr
     assert "puzzles: 1 from" in result.stdout and "(1 malformed rows skipped)" in result.stdout
     assert "solve rate by rating" in result.stdout and "<1000" in result.stdout
@@ -215,9 +240,20 @@ def test_cli_puzzles_with_search_nodes(cli, tmp_path):
 
     checkpoint = value_head_checkpoint(tmp_path / "vh")
     result = cli.run(
-        "eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(data_file("lichess_puzzles_dev.csv")),
-        "--max-puzzles", "5", "--search-nodes", "16", "--json", "baselines=false", f"engine.syzygy_path={SYZYGY_DIR}",
-    )  # fmt: skip
+        "eval",
+        "puzzles",
+        "--checkpoint",
+        str(checkpoint),
+        "--puzzles",
+        str(data_file("lichess_puzzles_dev.csv")),
+        "--max-puzzles",
+        "5",
+        "--search-nodes",
+        "16",
+        "--json",
+        "baselines=false",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["player"] == f"{checkpoint} (puct 16 nodes)" and report["solve_rate"]["n"] == 5
@@ -228,7 +264,17 @@ def test_cli_puzzles_with_search_nodes(cli, tmp_path):
 def test_cli_puzzles_search_without_a_value_head_is_one_clear_error(cli, tmp_path):
     checkpoint = value_head_checkpoint(tmp_path / "plain", value_head=False)
     path = write_csv(tmp_path / "one.csv", [TWO_MATES])
-    result = cli.run("eval", "puzzles", "--checkpoint", str(checkpoint), "--puzzles", str(path), "--search-nodes", "8", "baselines=false")
+    result = cli.run(
+        "eval",
+        "puzzles",
+        "--checkpoint",
+        str(checkpoint),
+        "--puzzles",
+        str(path),
+        "--search-nodes",
+        "8",
+        "baselines=false",
+    )
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"chessgrpo: checkpoint {checkpoint}: search needs a policy with a value head"), line
@@ -298,9 +344,18 @@ def test_cli_puzzles_from_zst_gives_the_plain_csv_results(cli, tmp_path):
     reports = {}
     for path in (plain, zst):
         code, out, err = cli.main(
-            "eval", "puzzles", "--policy", "random", "--puzzles", str(path), "--max-puzzles", "40", "--json",
-            "baselines=false", f"output={path}.json",
-        )  # fmt: skip
+            "eval",
+            "puzzles",
+            "--policy",
+            "random",
+            "--puzzles",
+            str(path),
+            "--max-puzzles",
+            "40",
+            "--json",
+            "baselines=false",
+            f"output={path}.json",
+        )
         assert code == 0, err
         reports[path] = json.loads(out)
         assert reports[path].pop("puzzles") == {"source": str(path), "n": 40, "skipped": 0}
@@ -365,7 +420,9 @@ def test_by_theme_and_by_rating_band_counts_and_intervals():
         for theme in set(puzzle.themes):
             counts[theme] = counts.get(theme, 0) + 1
     assert set(result.by_theme) == {theme for theme, n in counts.items() if n >= 25} and len(result.by_theme) >= 5
-    assert [result.by_theme[t]["solve_rate"].n for t in result.by_theme] == sorted((counts[t] for t in result.by_theme), reverse=True)
+    assert [result.by_theme[t]["solve_rate"].n for t in result.by_theme] == sorted(
+        (counts[t] for t in result.by_theme), reverse=True
+    )
     expected_themes = {theme: [p for p in puzzles if theme in p.themes] for theme in result.by_theme}
 
     for groups, table in ((expected_bands, result.by_rating), (expected_themes, result.by_theme)):
@@ -375,7 +432,9 @@ def test_by_theme_and_by_rating_band_counts_and_intervals():
             first = metrics["first_move_accuracy"]
             assert first.n == metrics["solve_rate"].n == len(group)
             assert first.value == pytest.approx((len(group) - wrong_first) / len(group))
-            assert metrics["solve_rate"].value == pytest.approx((len(group) - wrong_first) / len(group))  # the oracle solves the rest
+            assert metrics["solve_rate"].value == pytest.approx(
+                (len(group) - wrong_first) / len(group)
+            )  # the oracle solves the rest
             for interval in metrics.values():
                 assert interval.low <= interval.value <= interval.high and interval.high - interval.low > 0
     assert 0.6 < result.first_move_accuracy.value < 0.7  # unchanged totals: 1 in 3 missed
@@ -386,7 +445,16 @@ def test_by_theme_and_by_rating_band_counts_and_intervals():
 
 def test_cli_puzzles_prints_and_writes_the_theme_and_band_table(cli, tmp_path, capsys):
     path = write_csv(tmp_path / "two.csv", [TWO_MATES, TWO_MATES.replace("2MATE", "3MATE").replace(",900,", ",1600,")])
-    args = ["eval", "puzzles", "--policy", "random", "--puzzles", str(path), "baselines=false", "engine.path=/nonexistent"]
+    args = [
+        "eval",
+        "puzzles",
+        "--policy",
+        "random",
+        "--puzzles",
+        str(path),
+        "baselines=false",
+        "engine.path=/nonexistent",
+    ]
     code, out, err = cli.main(*args, "--min-theme-puzzles", "2", "--rating-bands", "1000,1500")
     assert code == 0, err
     assert "solve rate by rating" in out and "by rating band and by theme (themes of >= 2 puzzles)" in out

@@ -63,10 +63,19 @@ def _write_run(run: Path, evaluation: Evaluation, before: list[float], after: li
         payload = _result(step, legal)
         (run / "eval" / evaluation.step_file(step)).write_text(json.dumps(payload))
         held = payload["legal_rate"]
-        rows.append({"step": step, "loss/total": 1.0, "eval/legal_rate": held["value"], "eval/legal_rate_low": held["low"],
-                     "eval/legal_rate_high": held["high"]})  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "loss/total": 1.0,
+                "eval/legal_rate": held["value"],
+                "eval/legal_rate_low": held["low"],
+                "eval/legal_rate_high": held["high"],
+            }
+        )
     (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (run / "eval" / "legality_final.json").write_text(json.dumps({**_result(None, after), "baselines": {"random": _result(None, before)}}))
+    (run / "eval" / "legality_final.json").write_text(
+        json.dumps({**_result(None, after), "baselines": {"random": _result(None, before)}})
+    )
 
 
 def test_an_evaluation_registered_once_is_compared_and_read_back(tmp_path, cli, legality):
@@ -119,13 +128,25 @@ def test_without_its_entry_the_files_are_not_recognised(tmp_path, cli):
 def test_the_built_in_entries():
     assert list(EVALUATIONS) == ["offline", "puzzles", "endgame", "lm", "games", "epd", "value"]
     assert list(held_out_metrics()) == [
-        "esl", "top1", "blunder_rate", "puzzle_first_move_accuracy", "puzzle_solve_rate", "mate_rate", "dtz_optimal_rate",
-        "p_reward", "p_format_rate", "p_best_accuracy", "a_format_rate", "a_exact_state_accuracy",
-    ]  # fmt: skip
+        "esl",
+        "top1",
+        "blunder_rate",
+        "puzzle_first_move_accuracy",
+        "puzzle_solve_rate",
+        "mate_rate",
+        "dtz_optimal_rate",
+        "p_reward",
+        "p_format_rate",
+        "p_best_accuracy",
+        "a_format_rate",
+        "a_exact_state_accuracy",
+    ]
     assert EVALUATIONS["offline"].step_file(20) == "step_000020_offline.json"
     # Sweep objectives whose change is paired from per-step files, and those that are not.
     assert paired_objective("eval/puzzle_solve_rate") == (EVALUATIONS["puzzles"], "solve_rate")
     assert paired_objective("eval/mate_rate") == (EVALUATIONS["endgame"], "mate_rate")
-    assert [paired_objective(m) for m in ("eval/dtz_optimal_rate", "eval/p_reward", "eval/nll", "reward/mean")] == [None] * 4
+    assert [paired_objective(m) for m in ("eval/dtz_optimal_rate", "eval/p_reward", "eval/nll", "reward/mean")] == [
+        None
+    ] * 4
     with pytest.raises(ValueError, match="already registered"):
         register(EVALUATIONS["offline"])

@@ -8,7 +8,14 @@ import chess
 import pytest
 
 from chessgrpo.board import fast_moves
-from chessgrpo.board.move_facts import CHECKMATE, FIFTY_MOVES, INSUFFICIENT_MATERIAL, STALEMATE, move_facts, move_facts_reference
+from chessgrpo.board.move_facts import (
+    CHECKMATE,
+    FIFTY_MOVES,
+    INSUFFICIENT_MATERIAL,
+    STALEMATE,
+    move_facts,
+    move_facts_reference,
+)
 
 pytestmark = pytest.mark.skipif(fast_moves.backend() != "rust_chess", reason="rust_chess is not installed")
 
@@ -89,7 +96,9 @@ def won_endgames(count: int, seed: int) -> list[chess.Board]:
         board.set_piece_at(squares[0], chess.Piece(chess.KING, chess.WHITE))
         board.set_piece_at(squares[1], chess.Piece(chess.KING, chess.BLACK))
         for square in squares[2:]:
-            board.set_piece_at(square, chess.Piece(rng.choice([chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT]), chess.WHITE))
+            board.set_piece_at(
+                square, chess.Piece(rng.choice([chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT]), chess.WHITE)
+            )
         if board.is_valid() and not board.is_game_over() and any(board.gives_check(m) for m in board.legal_moves):
             out.append(board)
     return out

@@ -42,7 +42,6 @@ from chessgrpo.testing.faults import (
     tree_digest,
     weights_difference,
 )
-
 from helpers import NO_LABELLED_LOSSES, REPO_ROOT, SYZYGY_DIR
 
 CLI = [sys.executable, "-m", "chessgrpo.cli"]
@@ -118,13 +117,36 @@ def test_a_sigstopped_engine_is_detected_within_its_timeout_and_replaced(positio
 def grpo_args(out_dir: Path, name: str, *extra: str) -> list[str]:
     """A from-scratch move_group run of 20 steps, engine rewards at 1000 nodes on 2 engines."""
     return [
-        *CLI, "train", "--config", str(REPO_ROOT / "configs/grpo_tiny.yaml"), f"run.out_dir={out_dir}", f"run.name={name}",
-        "init_checkpoint=null", "positions=random:128", "position_mixture=[]", "eval.positions=null", "eval.puzzles=null",
-        "task.positions_per_step=8", "task.group_size=4", "task.reward_nodes=1000", "task.best_move_values=false",
-        "grpo.minibatch_size=16", "engine.processes=2", "engine.cache=false", f"engine.syzygy_path={SYZYGY_DIR}",
-        "threads=1", "log_every=1", "warmup_steps=0", "lr=3e-3", "steps=20", "eval_every=0", "eval_at_start=false",
-        "checkpoint_every=5", *NO_LABELLED_LOSSES, *extra,
-    ]  # fmt: skip
+        *CLI,
+        "train",
+        "--config",
+        str(REPO_ROOT / "configs/grpo_tiny.yaml"),
+        f"run.out_dir={out_dir}",
+        f"run.name={name}",
+        "init_checkpoint=null",
+        "positions=random:128",
+        "position_mixture=[]",
+        "eval.positions=null",
+        "eval.puzzles=null",
+        "task.positions_per_step=8",
+        "task.group_size=4",
+        "task.reward_nodes=1000",
+        "task.best_move_values=false",
+        "grpo.minibatch_size=16",
+        "engine.processes=2",
+        "engine.cache=false",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "threads=1",
+        "log_every=1",
+        "warmup_steps=0",
+        "lr=3e-3",
+        "steps=20",
+        "eval_every=0",
+        "eval_at_start=false",
+        "checkpoint_every=5",
+        *NO_LABELLED_LOSSES,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -138,15 +160,21 @@ def undisturbed_grpo(tmp_path_factory) -> Path:
 def assert_same_run(run_dir: Path, reference: Path) -> None:
     assert weights_difference(reference, run_dir) is None
     ignore = ("time", "perf/", "health/")  # timings and fault counters differ; nothing else may
-    assert rows_difference(metrics_rows(reference / "metrics.jsonl", ignore), metrics_rows(run_dir / "metrics.jsonl", ignore)) is None
+    assert (
+        rows_difference(
+            metrics_rows(reference / "metrics.jsonl", ignore), metrics_rows(run_dir / "metrics.jsonl", ignore)
+        )
+        is None
+    )
 
 
 @pytest.mark.slow
 def test_a_grpo_run_whose_engines_are_killed_every_0_3_to_1_s_ends_bitwise_equal(tmp_path, undisturbed_grpo):
     result = run_command(
-        grpo_args(tmp_path, "killed"), timeout_s=300,
+        grpo_args(tmp_path, "killed"),
+        timeout_s=300,
         injectors=[lambda pid: EngineFaults(pid, every=(0.3, 1.0), seed=3)],  # no engines yet: no-ops
-    )  # fmt: skip
+    )
     assert result.ok, result.stderr[-2000:]
     assert len(result.faults) >= 2, "too few kills landed to test anything"
     assert result.leftovers == 0
@@ -158,9 +186,10 @@ def test_kill_9_of_a_grpo_run_then_resume_is_bitwise_equal(tmp_path, undisturbed
     run_dir = tmp_path / "killed"
     metrics = run_dir / "metrics.jsonl"
     first = run_command(
-        grpo_args(tmp_path, "killed"), timeout_s=300,
+        grpo_args(tmp_path, "killed"),
+        timeout_s=300,
         kill_when=lambda: metrics.exists() and metrics.read_text().count("\n") >= 8,  # past the step-5 checkpoint
-    )  # fmt: skip
+    )
     assert first.killed and first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     assert first.leftovers == 0  # the orphaned engines noticed and exited
     resumed = run_command([*CLI, "train", "--resume", str(run_dir)], timeout_s=300)
@@ -169,8 +198,25 @@ def test_kill_9_of_a_grpo_run_then_resume_is_bitwise_equal(tmp_path, undisturbed
 
 
 def generate_args(out: Path) -> list[str]:
-    return [*CLI, "data", "generate", "--out", str(out), "--positions", "300", "--nodes", "100", "--multipv", "3", "--seed", "2",
-            "shard_size=50", "concurrent_games=8", "engine.processes=2", f"engine.syzygy_path={SYZYGY_DIR}"]  # fmt: skip
+    return [
+        *CLI,
+        "data",
+        "generate",
+        "--out",
+        str(out),
+        "--positions",
+        "300",
+        "--nodes",
+        "100",
+        "--multipv",
+        "3",
+        "--seed",
+        "2",
+        "shard_size=50",
+        "concurrent_games=8",
+        "engine.processes=2",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+    ]
 
 
 @pytest.mark.slow
@@ -179,7 +225,11 @@ def test_kill_9_of_data_generate_then_the_same_command_gives_the_same_rows(tmp_p
     assert straight.ok, straight.stderr[-2000:]
     out = tmp_path / "killed"
     shards = out / "train"
-    first = run_command(generate_args(out), timeout_s=300, kill_when=lambda: shards.is_dir() and len(list(shards.glob("*.parquet"))) >= 2)
+    first = run_command(
+        generate_args(out),
+        timeout_s=300,
+        kill_when=lambda: shards.is_dir() and len(list(shards.glob("*.parquet"))) >= 2,
+    )
     assert first.killed, "the run ended before it could be killed"
     again = run_command(generate_args(out), timeout_s=300)
     assert again.ok, again.stderr[-2000:]

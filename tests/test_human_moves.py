@@ -26,15 +26,34 @@ from chessgrpo.data import schema
 from chessgrpo.data.pgn_import import ImportPgnConfig, import_pgn, mainline_positions
 from chessgrpo.engine import EnginePool
 from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
-from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.dataset import HumanMoves, NoRowsLeft, load_split
 from chessgrpo.train.loop import Trainer
+from chessgrpo.train.metrics import read_metrics
 
 NODES = 30
 OLD_COLUMNS = (
-    "fen", "source", "best_move", "best_action", "moves", "win_probs", "value", "legal_moves", "legal_win_probs", "nodes",
-)  # fmt: skip
-GAME_KEYS = ("ply", "human_move", "mover_rating", "opponent_rating", "pgn_eval_cp", "pgn_eval_mate", "mover_clock", "result", "time_control")
+    "fen",
+    "source",
+    "best_move",
+    "best_action",
+    "moves",
+    "win_probs",
+    "value",
+    "legal_moves",
+    "legal_win_probs",
+    "nodes",
+)
+GAME_KEYS = (
+    "ply",
+    "human_move",
+    "mover_rating",
+    "opponent_rating",
+    "pgn_eval_cp",
+    "pgn_eval_mate",
+    "mover_clock",
+    "result",
+    "time_control",
+)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +132,10 @@ def test_import_keeps_the_human_move_ratings_eval_and_clock_of_each_position(poo
     assert "[%eval 0.30]" in text and "[%clk 0:02:59.5]" in text and "[%eval #5]" in text  # real annotations
     pgn = tmp_path / "games.pgn"
     pgn.write_text(text + "\n" + LICHESS_STYLE)
-    summary = import_pgn(ImportPgnConfig(pgn=str(pgn), out=str(tmp_path / "out"), nodes=NODES, multipv=2, positions_per_game=None), pool=pool)
+    summary = import_pgn(
+        ImportPgnConfig(pgn=str(pgn), out=str(tmp_path / "out"), nodes=NODES, multipv=2, positions_per_game=None),
+        pool=pool,
+    )
     assert summary.games.games_used == 2 and summary.total == 9 + 4  # every ply; the start position once
     rows = {schema.position_key(row["fen"]): row for row in schema.read_positions(tmp_path / "out").to_pylist()}
 
@@ -133,13 +155,17 @@ def test_import_keeps_the_human_move_ratings_eval_and_clock_of_each_position(poo
     assert schema.read_manifest(tmp_path / "out")["game_columns"] is True
     # The same values straight from the parser, without the engine (every ply, terminal ones included).
     infos = [info for _, info in mainline_positions(chess.pgn.read_game(io.StringIO(text)))]
-    assert [(i["ply"], i["human_move"], i["mover_clock"]) for i in infos] == [(r[0], r[1], r[6]) for r in RUY_LOPEZ_ROWS]
+    assert [(i["ply"], i["human_move"], i["mover_clock"]) for i in infos] == [
+        (r[0], r[1], r[6]) for r in RUY_LOPEZ_ROWS
+    ]
 
 
 def test_generated_rows_have_null_game_columns(pool, tmp_path):
     from chessgrpo.data.labelling import LabelSettings, label_boards
 
-    rows = label_boards(pool, random_playout_positions(3, seed=2), "random_playout", LabelSettings(nodes=NODES, multipv=1))
+    rows = label_boards(
+        pool, random_playout_positions(3, seed=2), "random_playout", LabelSettings(nodes=NODES, multipv=1)
+    )
     schema.write_shard(rows, tmp_path / "train" / "shard-00000.parquet")
     for row in schema.read_positions(tmp_path, "train").to_pylist():
         assert all(row[key] is None for key in GAME_KEYS)
@@ -185,8 +211,13 @@ def habit_dataset(pool, tmp_path_factory):
     directory = tmp_path_factory.mktemp("habit")
     (directory / "games.pgn").write_text(habit_pgn(160))
     config = ImportPgnConfig(
-        pgn=str(directory / "games.pgn"), out=str(directory / "data"), nodes=NODES, multipv=1, positions_per_game=None, test_fraction=0.25
-    )  # fmt: skip
+        pgn=str(directory / "games.pgn"),
+        out=str(directory / "data"),
+        nodes=NODES,
+        multipv=1,
+        positions_per_game=None,
+        test_fraction=0.25,
+    )
     summary = import_pgn(config, pool=pool)
     assert summary.games.games_used == 160 and summary.counts["splits"]["test"] >= 60
     return directory / "data"
@@ -194,9 +225,18 @@ def habit_dataset(pool, tmp_path_factory):
 
 def _config(data, tmp_path, name="run", **overrides) -> PretrainTrainConfig:
     values = dict(
-        data=str(data), objective="human", batch_size=64, steps=30, lr=3e-3, warmup_steps=3, log_every=5,
-        eval_every=15, eval_at_start=True, checkpoint_every=0, threads=1,
-    )  # fmt: skip
+        data=str(data),
+        objective="human",
+        batch_size=64,
+        steps=30,
+        lr=3e-3,
+        warmup_steps=3,
+        log_every=5,
+        eval_every=15,
+        eval_at_start=True,
+        checkpoint_every=0,
+        threads=1,
+    )
     values.update(overrides)
     return PretrainTrainConfig(run=RunConfig(name=name, out_dir=str(tmp_path)), **values)
 
@@ -243,9 +283,11 @@ def test_rating_band_keeps_exactly_the_rows_inside_it(habit_dataset, tmp_path):
 
     def expected(low: int | None, high: int | None) -> int:
         return sum(
-            row["mover_rating"] is not None and (low is None or row["mover_rating"] >= low) and (high is None or row["mover_rating"] <= high)
+            row["mover_rating"] is not None
+            and (low is None or row["mover_rating"] >= low)
+            and (high is None or row["mover_rating"] <= high)
             for row in moves
-        )  # fmt: skip
+        )
 
     assert loaded(HumanMoves()) == len(moves)  # no bound: every row with a human move, unrated ones too
     for low, high in ((1400, 1700), (1650, None), (None, 1349), (1550, 1550)):
@@ -263,9 +305,13 @@ def test_rating_band_keeps_exactly_the_rows_inside_it(habit_dataset, tmp_path):
 
 
 def test_an_illegal_human_move_is_an_error_naming_the_row(habit_dataset, tmp_path):
-    rows = [row for row in schema.read_positions(habit_dataset, "test").to_pylist() if row["human_move"] is not None][:3]
+    rows = [row for row in schema.read_positions(habit_dataset, "test").to_pylist() if row["human_move"] is not None][
+        :3
+    ]
     board = chess.Board(rows[2]["fen"])
-    rows[2]["human_move"] = next(move for move in ("e2e4", "e7e5", "a1a8", "h8h1") if chess.Move.from_uci(move) not in board.legal_moves)
+    rows[2]["human_move"] = next(
+        move for move in ("e2e4", "e7e5", "a1a8", "h8h1") if chess.Move.from_uci(move) not in board.legal_moves
+    )
     schema.write_shard(rows, tmp_path / "bad" / "test" / "shard-00000.parquet")
     assert len(load_split(tmp_path / "bad", "test")) == 3  # the engine labels alone are fine
     with pytest.raises(ValueError, match=rf"row 2 .*human_move '{rows[2]['human_move']}' is not legal there"):
@@ -277,10 +323,16 @@ def test_pretrain_config_checks_the_human_keys(habit_dataset, tmp_path):
         return from_dict(PretrainTrainConfig, {"data": str(habit_dataset), **values})
 
     assert make(objective="human", human_min_rating=1000, human_max_rating=1000).human_moves == HumanMoves(1000, 1000)
-    assert make(objective="bc").human_moves is None and make(objective="human").best_metric() == ("eval/human_nll", "min")
+    assert make(objective="bc").human_moves is None and make(objective="human").best_metric() == (
+        "eval/human_nll",
+        "min",
+    )
     cases = [
         (dict(objective="maia"), "objective"),
-        (dict(objective="bc", human_min_rating=1500), "human_min_rating filters the human moves: it needs objective: human"),
+        (
+            dict(objective="bc", human_min_rating=1500),
+            "human_min_rating filters the human moves: it needs objective: human",
+        ),
         (dict(objective="human", human_max_rating=-1), "human_max_rating must be an integer rating >= 0"),
         (dict(objective="human", human_min_rating=1600, human_max_rating=1500), "rating band is empty"),
         (dict(objective="human", human_min_rating="high"), "human_min_rating"),
@@ -309,20 +361,40 @@ def test_an_old_dataset_without_the_game_columns_reads_and_pretrains(habit_datas
     assert everything.schema == schema.POSITION_SCHEMA and everything.num_rows == schema.read_manifest(old)["positions"]
     assert all(everything.column(key).null_count == everything.num_rows for key in GAME_KEYS)
     named = schema.read_positions(old, "train", ["fen", "best_move", "human_move"])
-    assert named.column_names == ["fen", "best_move", "human_move"] and named.column("human_move").null_count == named.num_rows
+    assert (
+        named.column_names == ["fen", "best_move", "human_move"]
+        and named.column("human_move").null_count == named.num_rows
+    )
     assert len(load_split(old, "train")) == len(named)
 
-    with Trainer(_config(old, tmp_path, name="bc", objective="bc", steps=3, eval_every=3, eval_at_start=False)) as trainer:
+    with Trainer(
+        _config(old, tmp_path, name="bc", objective="bc", steps=3, eval_every=3, eval_at_start=False)
+    ) as trainer:
         result = trainer.train()
     assert result.finished and result.eval_metrics["eval/top1"] >= 0.0
     # Resuming its import says that the rows so far have no game columns.
     config = ImportPgnConfig(
-        pgn=str(habit_dataset.parent / "games.pgn"), out=str(old), nodes=NODES, multipv=1, positions_per_game=None, test_fraction=0.25
-    )  # fmt: skip
+        pgn=str(habit_dataset.parent / "games.pgn"),
+        out=str(old),
+        nodes=NODES,
+        multipv=1,
+        positions_per_game=None,
+        test_fraction=0.25,
+    )
     with caplog.at_level("WARNING"):
         assert import_pgn(config).already_complete
     assert "before imports kept the game columns" in caplog.text
     # Human imitation on it is one clear error (no human moves to imitate), not a crash.
-    code = cli.main(["pretrain", f"data={old}", f"run.out_dir={tmp_path}", "run.name=human", "objective=human", "steps=1", "threads=1"])
+    code = cli.main(
+        [
+            "pretrain",
+            f"data={old}",
+            f"run.out_dir={tmp_path}",
+            "run.name=human",
+            "objective=human",
+            "steps=1",
+            "threads=1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "no row to imitate" in err and "import-pgn" in err

@@ -27,8 +27,12 @@ def _lint(package_parent: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(package_parent)}
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(REPO / "pyproject.toml")],
-        cwd=package_parent, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=package_parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _planted_copy(tmp_path: Path, module: str, line: str) -> Path:
@@ -50,15 +54,35 @@ def test_the_package_keeps_its_layers_and_has_no_cycles() -> None:
     ("module", "line", "expected"),
     [
         # rl/ may import nothing of chessgrpo but the base modules; a lazy import counts.
-        ("rl/loss.py", "from chessgrpo.tasks.kinds import kind_class  # noqa", "chessgrpo.rl is not allowed to import chessgrpo.tasks"),
+        (
+            "rl/loss.py",
+            "from chessgrpo.tasks.kinds import kind_class  # noqa",
+            "chessgrpo.rl is not allowed to import chessgrpo.tasks",
+        ),
         # eval/ sits below the spine.
-        ("eval/compare.py", "import chessgrpo.train.loop  # noqa", "chessgrpo.eval is not allowed to import chessgrpo.train"),
+        (
+            "eval/compare.py",
+            "import chessgrpo.train.loop  # noqa",
+            "chessgrpo.eval is not allowed to import chessgrpo.train",
+        ),
         # the match driver sits below the evaluations, which run games through it.
-        ("play/elo.py", "import chessgrpo.eval.registry  # noqa", "chessgrpo.play is not allowed to import chessgrpo.eval"),
+        (
+            "play/elo.py",
+            "import chessgrpo.eval.registry  # noqa",
+            "chessgrpo.play is not allowed to import chessgrpo.eval",
+        ),
         # the evaluations and the UCI engine are independent siblings.
-        ("uci/scores.py", "import chessgrpo.eval.registry  # noqa", "chessgrpo.uci is not allowed to import chessgrpo.eval"),
+        (
+            "uci/scores.py",
+            "import chessgrpo.eval.registry  # noqa",
+            "chessgrpo.uci is not allowed to import chessgrpo.eval",
+        ),
         # board/ and rl/ are independent siblings.
-        ("board/actions.py", "import chessgrpo.rl.loss  # noqa", "chessgrpo.board is not allowed to import chessgrpo.rl"),
+        (
+            "board/actions.py",
+            "import chessgrpo.rl.loss  # noqa",
+            "chessgrpo.board is not allowed to import chessgrpo.rl",
+        ),
         # a cycle inside one package: the spine's loop already imports checkpoint.
         ("train/checkpoint.py", "import chessgrpo.train.loop  # noqa", "No cycles are allowed in chessgrpo.train"),
     ],

@@ -43,13 +43,22 @@ def tiny_lm(tmp_path_factory) -> ChessLM:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tokenizer.train_from_iterator([P_PROMPT + P_ANSWER, A_PROMPT + A_ANSWER] * 20, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     directory = tmp_path_factory.mktemp("tiny_gpt2_memory")
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=256, vocab_size=len(fast) + 37,  # padded like 50257
-                        eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id)  # fmt: skip
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        n_positions=256,
+        vocab_size=len(fast) + 37,  # padded like 50257
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+    )
     GPT2LMHeadModel(config).save_pretrained(str(directory))
     fast.save_pretrained(str(directory))
     lm = load_lm(directory)
@@ -60,7 +69,9 @@ def tiny_lm(tmp_path_factory) -> ChessLM:
 def _groups(lm: ChessLM, temperature: float = 0.8, reference: torch.nn.Module | None = None):
     prompts = [P_PROMPT, A_PROMPT, P_PROMPT[:-9]]
     generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
-    return sample_completion_groups(lm, prompts, 3, temperature=temperature, max_new_tokens=12, generator=generators, reference=reference)
+    return sample_completion_groups(
+        lm, prompts, 3, temperature=temperature, max_new_tokens=12, generator=generators, reference=reference
+    )
 
 
 def _reference_log_probs(model, g, temperature: float):
@@ -68,7 +79,9 @@ def _reference_log_probs(model, g, temperature: float):
     ids = torch.cat([g.prompt_ids, g.completion_ids], 1)
     attention = torch.cat([g.prompt_mask, g.completion_mask], 1).long()
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, g.prompt_ids.shape[1] - 1 : -1]
+    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[
+        :, g.prompt_ids.shape[1] - 1 : -1
+    ]
     full = F.log_softmax(logits.float() / temperature, dim=-1)
     logp = full.gather(-1, g.completion_ids.unsqueeze(-1)).squeeze(-1)
     zero = torch.zeros_like(logp)
@@ -109,9 +122,15 @@ def _learn(
     model = copy.deepcopy(lm.model)
     update = Learner(torch.optim.SGD(model.parameters(), lr=lr), list(model.parameters()), max_grad_norm=0.0).update
     metrics = optimize(
-        copy.deepcopy(batch), make_forward(model, temperature=0.8, chunk_rows=2, reference=reference), update, config, KLController.from_config(config),
-        parameters=list(model.parameters()), generator=None, shuffle_seed=0,
-    )  # fmt: skip
+        copy.deepcopy(batch),
+        make_forward(model, temperature=0.8, chunk_rows=2, reference=reference),
+        update,
+        config,
+        KLController.from_config(config),
+        parameters=list(model.parameters()),
+        generator=None,
+        shuffle_seed=0,
+    )
     return model, metrics
 
 
@@ -148,8 +167,15 @@ def test_micro_batches_through_the_training_spines_learner(tiny_lm):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         learner = Learner(optimizer, list(model.parameters()), max_grad_norm=0.0)
         config = GRPOConfig(micro_batch_size=micro)
-        optimize(copy.deepcopy(batch), make_forward(model, temperature=0.8), learner.update, config, KLController.from_config(config),
-                 generator=None, shuffle_seed=0)  # fmt: skip
+        optimize(
+            copy.deepcopy(batch),
+            make_forward(model, temperature=0.8),
+            learner.update,
+            config,
+            KLController.from_config(config),
+            generator=None,
+            shuffle_seed=0,
+        )
         models.append(model)
         assert all(p.grad is None for p in model.parameters())
     for a, b in zip(models[0].parameters(), models[1].parameters()):
@@ -174,14 +200,19 @@ def test_first_minibatch_ratio_is_checked_on_every_micro_batch(tiny_lm):
 def test_sft_micro_batches_accumulate_the_whole_batch_gradient(tiny_lm, prompt_weight):
     """`SFTKind._learn` with micro-batches: the gradient of the batch's token mean, and its loss
     (with prompt tokens scored too: the weighted token mean)."""
-    from chessgrpo.tasks.sft import loss_tokens
-
     from chessgrpo.tasks.kinds.sft import SFTKind
+    from chessgrpo.tasks.sft import loss_tokens
     from chessgrpo.train.distributed import Parallel
 
-    examples = [types.SimpleNamespace(prompt=p, completion=c, task=t, line=p + c)
-                for p, c, t in [(P_PROMPT, P_ANSWER, "policy"), (A_PROMPT, A_ANSWER, "environment"),
-                                (P_PROMPT, P_ANSWER[:20], "policy")] * 2]  # fmt: skip
+    examples = [
+        types.SimpleNamespace(prompt=p, completion=c, task=t, line=p + c)
+        for p, c, t in [
+            (P_PROMPT, P_ANSWER, "policy"),
+            (A_PROMPT, A_ANSWER, "environment"),
+            (P_PROMPT, P_ANSWER[:20], "policy"),
+        ]
+        * 2
+    ]
     data = tokenize_examples(tiny_lm, examples)
     results = []
     for micro in (0, 1, 4):
@@ -197,12 +228,15 @@ def test_sft_micro_batches_accumulate_the_whole_batch_gradient(tiny_lm, prompt_w
 
         stub = types.SimpleNamespace(
             config=types.SimpleNamespace(micro_batch_size=micro, prompt_loss_weight=prompt_weight),
-            lm=ChessLM(model, tiny_lm.tokenizer), learner_model=model,
+            lm=ChessLM(model, tiny_lm.tokenizer),
+            learner_model=model,
             context=types.SimpleNamespace(parallel=Parallel(), autocast=contextlib.nullcontext),
             train_data=data,
-        )  # fmt: skip
+        )
         tokens = sum(loss_tokens(p, c, prompt_weight) for p, c in zip(data.prompts, data.completions))
-        loss, _ = SFTKind._learn(stub, data.prompts, data.completions, len(data), tokens, types.SimpleNamespace(update=update))
+        loss, _ = SFTKind._learn(
+            stub, data.prompts, data.completions, len(data), tokens, types.SimpleNamespace(update=update)
+        )
         assert len(grads) == 1
         results.append((loss, grads[0]))
     for loss, grads in results[1:]:
@@ -216,8 +250,10 @@ def test_sft_loss_scores_prompt_tokens_at_their_weight(tiny_lm):
     tokens), by hand from one unpadded forward per line; w = 0 is the completion-only loss."""
     from chessgrpo.tasks.sft import loss_tokens, sft_loss
 
-    examples = [types.SimpleNamespace(prompt=p, completion=c, task="policy", line=p + c)
-                for p, c in [(P_PROMPT, P_ANSWER), (A_PROMPT[:30], A_ANSWER[:11])]]  # fmt: skip
+    examples = [
+        types.SimpleNamespace(prompt=p, completion=c, task="policy", line=p + c)
+        for p, c in [(P_PROMPT, P_ANSWER), (A_PROMPT[:30], A_ANSWER[:11])]
+    ]
     data = tokenize_examples(tiny_lm, examples)
     sums = {"prompt": 0.0, "completion": 0.0}
     counts = {"prompt": 0, "completion": 0}
@@ -234,8 +270,12 @@ def test_sft_loss_scores_prompt_tokens_at_their_weight(tiny_lm):
             loss, total = sft_loss(tiny_lm, data.prompts, data.completions, prompt_weight=weight)
             expected_total = counts["completion"] + weight * counts["prompt"]
             assert total == pytest.approx(expected_total)
-            assert total == pytest.approx(sum(loss_tokens(p, c, weight) for p, c in zip(data.prompts, data.completions)))
-            assert float(loss) == pytest.approx((sums["completion"] + weight * sums["prompt"]) / expected_total, rel=1e-5)
+            assert total == pytest.approx(
+                sum(loss_tokens(p, c, weight) for p, c in zip(data.prompts, data.completions))
+            )
+            assert float(loss) == pytest.approx(
+                (sums["completion"] + weight * sums["prompt"]) / expected_total, rel=1e-5
+            )
     with pytest.raises(ValueError, match="prompt_weight"):
         sft_loss(tiny_lm, data.prompts, data.completions, prompt_weight=-1.0)
 
@@ -248,8 +288,13 @@ def test_checkpoint_without_optimizer_state_is_smaller_and_resumes_with_fresh_op
     assert optimizer.state
 
     def save(run: str, with_optimizer: bool):
-        return save_checkpoint(tmp_path / run, 1, save_model=lambda d: model.save_pretrained(str(d)),
-                               trainer_state={"step": 1, **optimizer_state(optimizer, with_optimizer)}, keep=1)  # fmt: skip
+        return save_checkpoint(
+            tmp_path / run,
+            1,
+            save_model=lambda d: model.save_pretrained(str(d)),
+            trainer_state={"step": 1, **optimizer_state(optimizer, with_optimizer)},
+            keep=1,
+        )
 
     full, slim = save("full", True), save("slim", False)
     size = lambda d: (d / "trainer_state.pt").stat().st_size  # noqa: E731
@@ -267,20 +312,30 @@ def test_prompt_split_inside_a_bpe_token_keeps_the_generated_token_boundary(tiny
     assert isinstance(tokenizer, HFTokenizer)
     # Cut the line inside what its joint encoding makes one token: the separate encodings differ.
     line = P_PROMPT + P_ANSWER
-    cut = next(i for i in range(len(P_PROMPT), len(line)) if tokenizer.encode(line[:i]) + tokenizer.encode(line[i:]) != tokenizer.encode(line))
+    cut = next(
+        i
+        for i in range(len(P_PROMPT), len(line))
+        if tokenizer.encode(line[:i]) + tokenizer.encode(line[i:]) != tokenizer.encode(line)
+    )
     prompt, completion = line[:cut], line[cut:]
     # SFT trains exactly the split that sampling sees: the prompt's own ids, then the completion's.
-    data = tokenize_examples(tiny_lm, [types.SimpleNamespace(prompt=prompt, completion=completion, task="policy", line=line)])
+    data = tokenize_examples(
+        tiny_lm, [types.SimpleNamespace(prompt=prompt, completion=completion, task="policy", line=line)]
+    )
     assert data.prompts[0] == tokenizer.encode(prompt)
     assert data.completions[0] == tokenizer.encode(completion) + [tokenizer.eos_token_id]
     # GRPO takes log-probs of the generated ids themselves, never of the decoded text re-encoded.
-    groups = sample_completion_groups(tiny_lm, [prompt], 2, temperature=1.0, max_new_tokens=10, generator=torch.Generator().manual_seed(0))
+    groups = sample_completion_groups(
+        tiny_lm, [prompt], 2, temperature=1.0, max_new_tokens=10, generator=torch.Generator().manual_seed(0)
+    )
     batch = to_rollout_batch(groups, torch.tensor([0.0, 1.0]))
     g = groups.generation
     assert torch.equal(batch.actions, g.completion_ids) and torch.equal(batch.mask, g.completion_mask)
     assert g.prompt_ids[0][g.prompt_mask[0]].tolist() == tokenizer.encode(prompt)
     with torch.no_grad():
-        logp, _ = completion_log_probs(tiny_lm.model, g.prompt_ids, g.prompt_mask, batch.actions, batch.mask, temperature=1.0)
+        logp, _ = completion_log_probs(
+            tiny_lm.model, g.prompt_ids, g.prompt_mask, batch.actions, batch.mask, temperature=1.0
+        )
     torch.testing.assert_close(logp, batch.behaviour_logp, atol=1e-6, rtol=0)
     assert tokenizer.decode(g.prompt_ids[0][g.prompt_mask[0]].tolist() + g.completion_tokens(0)).startswith(prompt)
 
@@ -292,7 +347,9 @@ def test_prompt_bos_prefixes_prompts_only(tiny_lm):
     assert with_prompt_bos(tiny_lm, False) is tiny_lm
     assert prefixed.tokenizer.encode(P_PROMPT) == [bos, *tokenizer.encode(P_PROMPT)]
     assert prefixed.tokenizer.decode([5, 6]) == tokenizer.decode([5, 6]) and prefixed.model is tiny_lm.model
-    data = tokenize_examples(tiny_lm, [types.SimpleNamespace(prompt=P_PROMPT, completion=P_ANSWER, task="policy", line="")], prompt_bos=True)
+    data = tokenize_examples(
+        tiny_lm, [types.SimpleNamespace(prompt=P_PROMPT, completion=P_ANSWER, task="policy", line="")], prompt_bos=True
+    )
     assert data.prompts[0] == [bos, *tokenizer.encode(P_PROMPT)] and data.completions[0][0] != bos
     groups = sample_completion_groups(prefixed, [P_PROMPT], 2, temperature=1.0, max_new_tokens=4)
     assert groups.generation.prompt_ids[0, 0].item() == bos

@@ -18,15 +18,15 @@ import chess.engine
 import chess.pgn
 import pytest
 import torch
-from helpers import SYZYGY_DIR
 
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, policy_prompt
-from chessgrpo.play.lm_player import LMMover, LMPlayer, LMPlayerConfig, LMPlayerStats, run_prompt_bos
-from chessgrpo.uci.lm import LM_OPTIONS, LMUciEngine
 from chessgrpo.files import write_manifest
 from chessgrpo.models.checkpoint_kind import LM, POLICY, identify_checkpoint, require_policy
 from chessgrpo.models.lm import LMModelConfig, build_lm, completion_log_probs, left_pad, right_pad, save_lm
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from chessgrpo.play.lm_player import LMMover, LMPlayer, LMPlayerConfig, LMPlayerStats, run_prompt_bos
+from chessgrpo.uci.lm import LM_OPTIONS, LMUciEngine
+from helpers import SYZYGY_DIR
 
 STARTUP_TIMEOUT_S = 60.0  # torch import on a busy 2-core machine
 
@@ -76,7 +76,9 @@ def taught_lm(tmp_path_factory):
     optimizer = torch.optim.Adam(lm.model.parameters(), lr=1e-2)
     lm.model.eval()  # no dropout configured; eval mode keeps it that way
     for _ in range(80):
-        logp, _ = completion_log_probs(lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0)
+        logp, _ = completion_log_probs(
+            lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0
+        )
         loss = -logp.sum() / completion_mask.sum()
         optimizer.zero_grad()
         loss.backward()
@@ -90,14 +92,24 @@ def taught_lm(tmp_path_factory):
 
 
 def test_an_untrained_lm_falls_back_to_legal_moves_reproducibly_and_counts_why(untrained_lm):
-    boards = [chess.Board(START), chess.Board(AFTER_E4), chess.Board(BACK_RANK), chess.Board("8/8/8/4k3/8/8/4K3/4Q3 w - - 0 1")]
+    boards = [
+        chess.Board(START),
+        chess.Board(AFTER_E4),
+        chess.Board(BACK_RANK),
+        chess.Board("8/8/8/4k3/8/8/4K3/4Q3 w - - 0 1"),
+    ]
     player = LMPlayer.from_path(untrained_lm, config=LMPlayerConfig(retries=1, seed=7))
     moves = player.choose(boards)
     assert all(board.is_legal(move) for board, move in zip(boards, moves))
     assert player.last_outcomes == ["fallback"] * 4 and player.last_answers == [None] * 4
     stats = player.stats
     assert stats.moves == 4 and stats.ill_formed + stats.illegal == 4 and stats.fallback == 4 and stats.resampled == 0
-    assert player.rates() == {"ill_formed": stats.ill_formed / 4, "illegal": stats.illegal / 4, "resampled": 0.0, "fallback": 1.0}
+    assert player.rates() == {
+        "ill_formed": stats.ill_formed / 4,
+        "illegal": stats.illegal / 4,
+        "resampled": 0.0,
+        "fallback": 1.0,
+    }
     assert player.stats_line().startswith("LM moves 4: ill-formed ") and player.stats_line().endswith("fallback 100.0%")
     # The same seed plays the same moves; the counters add up over calls.
     again = LMPlayer.from_path(untrained_lm, config=LMPlayerConfig(retries=1, seed=7))
@@ -119,7 +131,9 @@ def test_a_taught_lm_plays_its_legal_answer_fixes_an_illegal_one_by_resampling_a
     assert moves[0] == chess.Move.from_uci("e2e4") and moves[1] == chess.Move.from_uci("e7e5")
     assert boards[2].is_legal(moves[2]) and moves[2].uci() != "h1h8"
     assert player.last_outcomes == ["greedy", "resampled", "fallback"]
-    assert player.last_answers[0] == PolicyAnswer(("e2e4", "d2d4"), (0.3, 0.2), "e2e4") and player.last_answers[2] is None
+    assert (
+        player.last_answers[0] == PolicyAnswer(("e2e4", "d2d4"), (0.3, 0.2), "e2e4") and player.last_answers[2] is None
+    )
     assert player.stats == LMPlayerStats(moves=3, ill_formed=0, illegal=2, resampled=1, fallback=1)
     assert player.rates() == pytest.approx({"ill_formed": 0.0, "illegal": 2 / 3, "resampled": 1 / 3, "fallback": 1 / 3})
     # Without re-samples the illegal greedy answer goes straight to the fallback.
@@ -151,7 +165,9 @@ def test_a_clock_cuts_the_re_samples_and_a_move_it_leaves_no_time_for_is_random_
     # A clock that never stops changes nothing: the illegal greedy answer is re-sampled as without one.
     moves = player.choose(boards[1:], should_stop=lambda: False)
     assert not player.last_stopped and moves == [chess.Move.from_uci("e7e5")] and player.last_outcomes == ["resampled"]
-    assert LMPlayerStats().line() == "LM moves 0: ill-formed 0.0%, illegal 0.0%, fixed by re-sampling 0.0%, fallback 0.0%"
+    assert (
+        LMPlayerStats().line() == "LM moves 0: ill-formed 0.0%, illegal 0.0%, fixed by re-sampling 0.0%, fallback 0.0%"
+    )
 
 
 def test_prompt_bos_is_read_from_the_run_that_trained_the_lm(untrained_lm, tmp_path):
@@ -167,11 +183,16 @@ def test_prompt_bos_is_read_from_the_run_that_trained_the_lm(untrained_lm, tmp_p
 
     sft = run_with("kind: sft\nprompt_bos: true\n")
     assert run_prompt_bos(sft) and run_prompt_bos(sft / "checkpoints" / "step_000010")
-    assert LMPlayer.from_path(sft).prompt_bos and not LMPlayer.from_path(sft, config=LMPlayerConfig(prompt_bos=False)).prompt_bos
+    assert (
+        LMPlayer.from_path(sft).prompt_bos
+        and not LMPlayer.from_path(sft, config=LMPlayerConfig(prompt_bos=False)).prompt_bos
+    )
     assert run_prompt_bos(run_with("kind: rookworld\ntask: {prompt_bos: true}\n"))
     assert not run_prompt_bos(run_with("kind: rookworld\ntask: {prompt_bos: false}\n"))
     assert not run_prompt_bos(untrained_lm)  # a bare save_pretrained directory: no run, no BOS
-    mixed = run_with("kind: mixture\ntasks:\n- config: {task: {prompt_bos: true}}\n- config: {task: {prompt_bos: false}}\n")
+    mixed = run_with(
+        "kind: mixture\ntasks:\n- config: {task: {prompt_bos: true}}\n- config: {task: {prompt_bos: false}}\n"
+    )
     with pytest.raises(ValueError, match="disagree on prompt_bos"):
         run_prompt_bos(mixed)
     # With BOS the prompt is one token longer: the player encodes what the run trained on.
@@ -204,8 +225,20 @@ def test_the_kind_of_a_checkpoint_is_identified_and_a_path_that_is_neither_named
 
 def test_eval_endgame_plays_an_lm_and_writes_its_rates(cli, tmp_path, untrained_lm):
     output = tmp_path / "endgame.json"
-    code, out, err = cli.main("eval", "endgame", "--checkpoint", str(untrained_lm), "--positions", "4", "--max-moves", "5",
-                              f"syzygy_path={SYZYGY_DIR}", f"output={output}", "lm.retries=1", "lm.max_new_tokens=16")  # fmt: skip
+    code, out, err = cli.main(
+        "eval",
+        "endgame",
+        "--checkpoint",
+        str(untrained_lm),
+        "--positions",
+        "4",
+        "--max-moves",
+        "5",
+        f"syzygy_path={SYZYGY_DIR}",
+        f"output={output}",
+        "lm.retries=1",
+        "lm.max_new_tokens=16",
+    )
     assert code == 0, err
     written = json.loads(output.read_text())
     moves, rates = written["lm_player"]["counts"]["moves"], written["lm_player"]["rates"]
@@ -217,7 +250,9 @@ def test_eval_endgame_plays_an_lm_and_writes_its_rates(cli, tmp_path, untrained_
     # lm.* settings with an action policy have no effect: refused.
     torch.manual_seed(0)
     policy = save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2)), tmp_path / "policy")
-    code, _, err = cli.main("eval", "endgame", "--checkpoint", str(policy), "--positions", "2", f"syzygy_path={SYZYGY_DIR}", "lm.retries=1")
+    code, _, err = cli.main(
+        "eval", "endgame", "--checkpoint", str(policy), "--positions", "2", f"syzygy_path={SYZYGY_DIR}", "lm.retries=1"
+    )
     assert code == 2 and "lm.* settings are for a chess LM checkpoint" in err
 
 
@@ -228,9 +263,24 @@ def test_eval_games_plays_an_lm_against_random_and_reports_its_rates(cli, tmp_pa
     openings.write_text(START + "\n")
     pgn = tmp_path / "games.pgn"
     code, out, err = cli.main(
-        "eval", "games", "--checkpoint", str(taught_lm), "--anchors", "random", "--games", "2", "--openings", str(openings),
-        "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=16", f"engine.syzygy_path={SYZYGY_DIR}",
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(taught_lm),
+        "--anchors",
+        "random",
+        "--games",
+        "2",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=16",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+    )
     assert code == 0, err
     summary = json.loads(out)
     assert summary["games_played"] == 2 and summary["player_kind"] == "chess LM"
@@ -252,14 +302,26 @@ def test_eval_games_plays_an_lm_against_random_and_reports_its_rates(cli, tmp_pa
 
 
 def test_eval_games_refuses_action_policy_options_and_lm_anchors_clearly(cli, tmp_path, taught_lm):
-    for flags, expected in ((("--search-nodes", "8"), "search_nodes (--search-nodes) needs an action-policy checkpoint"),
-                            (("--temperature", "1"), "temperature (--temperature) samples an action policy")):  # fmt: skip
+    for flags, expected in (
+        (("--search-nodes", "8"), "search_nodes (--search-nodes) needs an action-policy checkpoint"),
+        (("--temperature", "1"), "temperature (--temperature) samples an action policy"),
+    ):
         code, out, err = cli.main("eval", "games", "--checkpoint", str(taught_lm), "--anchors", "random", *flags)
         assert code == 2 and out == "" and expected in err and str(taught_lm) in err
     torch.manual_seed(0)
     policy = save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2)), tmp_path / "policy")
-    code, _, err = cli.main("eval", "games", "--checkpoint", str(policy), "--anchors", str(taught_lm), "--games", "2",
-                            "--openings", str(tmp_path / "unused.epd"))  # fmt: skip
+    code, _, err = cli.main(
+        "eval",
+        "games",
+        "--checkpoint",
+        str(policy),
+        "--anchors",
+        str(taught_lm),
+        "--games",
+        "2",
+        "--openings",
+        str(tmp_path / "unused.epd"),
+    )
     assert code == 2 and f"anchor {str(taught_lm)!r} is a chess language model" in err
     code, _, err = cli.main("eval", "games", "--checkpoint", str(tmp_path / "nothing"), "--anchors", "random")
     assert code == 2 and "no checkpoint at" in err and "neither an action-policy checkpoint" in err
@@ -276,7 +338,9 @@ def test_uci_with_an_lm_plays_a_game_through_python_chess(taught_lm):
         first = engine.play(board, chess.engine.Limit(time=10), info=chess.engine.INFO_ALL)
         assert first.move == chess.Move.from_uci("e2e4")  # its greedy B:
         assert "score" not in first.info and first.info["pv"] == [first.move]  # no search, so no score
-        assert first.info["string"].startswith("greedy B: answer (its own E: 0.3 pawns, not a search score); LM moves 1:")
+        assert first.info["string"].startswith(
+            "greedy B: answer (its own E: 0.3 pawns, not a search score); LM moves 1:"
+        )
         for _ in range(8):  # the rest of a short game: whatever the LM writes (or has no time to), the moves are legal
             board.push(engine.play(board, chess.engine.Limit(time=0.01)).move)
         assert board.is_valid() and len(board.move_stack) == 8
@@ -288,7 +352,14 @@ def test_uci_with_an_lm_plays_a_game_through_python_chess(taught_lm):
 
 def test_uci_with_an_lm_keeps_to_searchmoves_and_refuses_policy_options(cli, taught_lm):
     output = io.StringIO()
-    script = ["uci", "setoption name Search value none", "position startpos", "go searchmoves d2d4", "position startpos", "go depth 5"]
+    script = [
+        "uci",
+        "setoption name Search value none",
+        "position startpos",
+        "go searchmoves d2d4",
+        "position startpos",
+        "go depth 5",
+    ]
     engine = LMUciEngine(taught_lm, input=io.StringIO("\n".join(script) + "\n"), output=output)
     assert engine.run() == 0
     lines = output.getvalue().splitlines()
@@ -297,7 +368,9 @@ def test_uci_with_an_lm_keeps_to_searchmoves_and_refuses_policy_options(cli, tau
     assert "info string unknown option ignored: Search" in lines
     assert [line.split()[1] for line in lines if line.startswith("bestmove")] == ["d2d4", "e2e4"]
     # e2e4, its answer, is not allowed: a re-sample or the fallback found d2d4.
-    assert any(line.startswith("info string ") and "; LM moves 1: ill-formed 0.0%, illegal 100.0%" in line for line in lines)
+    assert any(
+        line.startswith("info string ") and "; LM moves 1: ill-formed 0.0%, illegal 100.0%" in line for line in lines
+    )
     code, out, err = cli.main("uci", "--checkpoint", str(taught_lm), "--search", "none", "--nodes", "8")
     assert code == 2 and out == "" and "--search, --nodes: an action policy's option" in err and str(taught_lm) in err
 
@@ -308,10 +381,19 @@ def test_uci_with_an_lm_budgets_its_clock_and_takes_the_options_bots_send(untrai
     with a minute it asks all its re-samples. Bots' options are taken; those without effect on the LM say so or are
     silent, as the action policy's Ponder."""
     output = io.StringIO()
-    script = ["setoption name Threads value 1", "setoption name Hash value 16", "setoption name Move Overhead value 100",
-              "setoption name SyzygyPath value ./syzygy/", "setoption name UCI_ShowWDL value true", "setoption name MultiPV value 3",
-              "setoption name Ponder value true", "position startpos", "go wtime 100 btime 100 winc 100 binc 100",
-              "position startpos moves e2e4", "go movetime 60000"]  # fmt: skip
+    script = [
+        "setoption name Threads value 1",
+        "setoption name Hash value 16",
+        "setoption name Move Overhead value 100",
+        "setoption name SyzygyPath value ./syzygy/",
+        "setoption name UCI_ShowWDL value true",
+        "setoption name MultiPV value 3",
+        "setoption name Ponder value true",
+        "position startpos",
+        "go wtime 100 btime 100 winc 100 binc 100",
+        "position startpos moves e2e4",
+        "go movetime 60000",
+    ]
     engine = LMUciEngine(untrained_lm, input=io.StringIO("\n".join(script) + "\n"), output=output)
     assert engine.step_seconds > 0  # one answer, timed at startup: the first budget knows what a generation takes
     assert engine.run() == 0

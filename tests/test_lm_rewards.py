@@ -23,7 +23,6 @@ from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig
 from chessgrpo.tasks.reward_registry import RegisteredReward, combine
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-
 from conftest import ROOKWORLD_NODES as NODES
 from helpers import data_file
 
@@ -52,7 +51,11 @@ def user_module(tmp_path, monkeypatch):
 def rows():
     """Mixed P: and A: prompts with completions graded differently: upstream's answers, malformed ones, an A: answer
     of another prompt."""
-    lines = [line for line in data_file("rookworld_samples.txt").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    lines = [
+        line
+        for line in data_file("rookworld_samples.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     policy = [split_policy_line(line) for line in lines if line.startswith("P:")][:4]
     environment = [split_environment_line(line) for line in lines if line.startswith("A:")][:3]
     prompts = [p for p, _ in policy] + [p for p, _ in environment] + [policy[0][0], environment[0][0]]
@@ -64,8 +67,10 @@ def _combined(pool, prompts, completions, config, weights) -> list[float]:
     """What `RookWorldKind.rollout` trains each row on: the weighted sum of the rewards that grade it."""
     items = ROOKWORLD_REWARDS.weighted(weights)
     graded = {item.name: item.reward.function(pool, prompts, completions, config) for item in items}
-    return [combine([(item.weight, graded[item.name][row].total) for item in items if graded[item.name][row] is not None])
-            for row in range(len(prompts))]  # fmt: skip
+    return [
+        combine([(item.weight, graded[item.name][row].total) for item in items if graded[item.name][row] is not None])
+        for row in range(len(prompts))
+    ]
 
 
 def test_the_default_rewards_grade_each_prompt_by_its_task_as_the_evaluation_does(rows):
@@ -88,21 +93,46 @@ def test_a_user_trl_function_is_a_weighted_lm_reward(rows, user_module):
         base = [r.total for r in score_completions(pool, prompts, completions, config)]
         got = _combined(pool, prompts, completions, config, {"policy": 1.0, "environment": 1.0, SPEC: 0.5})
     assert got == pytest.approx([b + 0.5 * s for b, s in zip(base, short)], abs=1e-12) and 0 < sum(short) < len(short)
-    with pytest.raises(ValueError, match=r"task.rewards 'lm_user_rewards:no_keywords': it must take \(prompts, completions"):
+    with pytest.raises(
+        ValueError, match=r"task.rewards 'lm_user_rewards:no_keywords': it must take \(prompts, completions"
+    ):
         ROOKWORLD_REWARDS.record("lm_user_rewards:no_keywords", "task.rewards")
 
 
 def test_a_tiny_lm_run_logs_each_reward_and_trains_on_their_weighted_sum(rookworld_data, user_module, tmp_path):
     root = rookworld_data
-    config = load_config(RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [
-        f"data={root / 'data'}", "init_checkpoint=null", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
-        "task.prompts_per_step=4", "task.group_size=2", "task.max_new_tokens=12", "task.temperature=1.0", "grpo.minibatch_size=4",
-        f"rewards.policy.nodes={NODES}", "engine.processes=1", "engine.cache=false", "eval.policy_prompts=0",
-        "eval.environment_prompts=0", "eval_every=0", "eval_at_start=false", "checkpoint_every=0", "steps=1",
-        f"task.rewards={{policy: 1.0, environment: 1.0, '{SPEC}': 0.5}}", f"run.out_dir={tmp_path}", "run.name=lm",
-    ])  # fmt: skip
+    config = load_config(
+        RookWorldTrainConfig,
+        "configs/rookworld_grpo_tiny.yaml",
+        [
+            f"data={root / 'data'}",
+            "init_checkpoint=null",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "task.prompts_per_step=4",
+            "task.group_size=2",
+            "task.max_new_tokens=12",
+            "task.temperature=1.0",
+            "grpo.minibatch_size=4",
+            f"rewards.policy.nodes={NODES}",
+            "engine.processes=1",
+            "engine.cache=false",
+            "eval.policy_prompts=0",
+            "eval.environment_prompts=0",
+            "eval_every=0",
+            "eval_at_start=false",
+            "checkpoint_every=0",
+            "steps=1",
+            f"task.rewards={{policy: 1.0, environment: 1.0, '{SPEC}': 0.5}}",
+            f"run.out_dir={tmp_path}",
+            "run.name=lm",
+        ],
+    )
     with Trainer(config) as trainer:
-        assert isinstance(trainer.kind, RookWorldKind) and trainer.kind.pool is not None  # the P: reward's record needs it
+        assert (
+            isinstance(trainer.kind, RookWorldKind) and trainer.kind.pool is not None
+        )  # the P: reward's record needs it
         trainer.train()
     [row] = read_metrics(tmp_path / "lm" / "metrics.jsonl")
     for name in ("policy", "environment", SPEC):
@@ -115,9 +145,15 @@ def test_a_tiny_lm_run_logs_each_reward_and_trains_on_their_weighted_sum(rookwor
 
 def test_lm_reward_errors_name_the_key(rookworld_data):
     base = [f"data={rookworld_data / 'data'}", "init_checkpoint=null"]
-    with pytest.raises(ConfigError, match=r"task.rewards: unknown chess-LM reward 'legal'; known: \['policy', 'environment'\]"):
-        load_config(RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [*base, "task.rewards={policy: 1.0, legal: 1.0}"])
+    with pytest.raises(
+        ConfigError, match=r"task.rewards: unknown chess-LM reward 'legal'; known: \['policy', 'environment'\]"
+    ):
+        load_config(
+            RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [*base, "task.rewards={policy: 1.0, legal: 1.0}"]
+        )
     with pytest.raises(ConfigError, match=r"task.rewards 'nowhere_z:f': module 'nowhere_z' does not import"):
-        load_config(RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [*base, "task.rewards={'nowhere_z:f': 1.0}"])
+        load_config(
+            RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [*base, "task.rewards={'nowhere_z:f': 1.0}"]
+        )
     with pytest.raises(ConfigError, match="config key task.rewards.policy: expected a finite number"):
         load_config(RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [*base, "task.rewards={policy: .inf}"])

@@ -18,12 +18,11 @@ import pytest
 import torch
 
 from chessgrpo.config import from_dict
-from chessgrpo.stats import wilson_interval
-from chessgrpo.models.policy import load_policy
-from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.files import step_checkpoints
+from chessgrpo.models.policy import load_policy
+from chessgrpo.stats import wilson_interval
+from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
-
 from helpers import SYZYGY_DIR
 
 
@@ -49,7 +48,9 @@ def back_rank_positions(count: int, seed: int, exclude: set[str] = frozenset()) 
             board.set_piece_at(chess.square(file, 6), chess.Piece(chess.PAWN, chess.BLACK))
         for piece in (chess.KING, chess.ROOK, chess.KNIGHT, chess.PAWN, chess.PAWN):
             low = 8 if piece == chess.PAWN else 0
-            board.set_piece_at(rng.choice([s for s in range(low, 48) if board.piece_at(s) is None]), chess.Piece(piece, chess.WHITE))
+            board.set_piece_at(
+                rng.choice([s for s in range(low, 48) if board.piece_at(s) is None]), chess.Piece(piece, chess.WHITE)
+            )
         board.turn = chess.WHITE
         if board.is_valid() and not board.is_check() and board.epd() not in seen and _has_mate_in_one(board):
             seen.add(board.epd())
@@ -79,14 +80,24 @@ def test_a_short_grpo_run_raises_the_held_out_mate_in_one_rate(tmp_path):
             "run": {"name": "mate", "out_dir": str(tmp_path), "seed": 0},
             "init_checkpoint": None,  # a fresh tiny policy: it knows nothing about mates
             "positions": str(tmp_path / "train.fen"),
-            "task": {"group_size": 8, "positions_per_step": 32, "temperature": 1.0, "reward": "shaped",
-                     "reward_nodes": 50, "best_move_values": False},
+            "task": {
+                "group_size": 8,
+                "positions_per_step": 32,
+                "temperature": 1.0,
+                "reward": "shaped",
+                "reward_nodes": 50,
+                "best_move_values": False,
+            },
             "grpo": {"kl_coef": 0.0, "num_iterations": 1, "minibatch_size": 256},
             "engine": {"processes": 1, "cache": False, "syzygy_path": str(SYZYGY_DIR)},
             "eval": {"positions": None, "puzzles": None},
-            "steps": 40, "lr": 3.0e-3, "warmup_steps": 0, "checkpoint_every": 0, "log_every": 10,
+            "steps": 40,
+            "lr": 3.0e-3,
+            "warmup_steps": 0,
+            "checkpoint_every": 0,
+            "log_every": 10,
         },
-    )  # fmt: skip
+    )
     with Trainer(config) as trainer:
         trainer.train()
     first, last = step_checkpoints(tmp_path / "mate")[0][1], tmp_path / "mate"

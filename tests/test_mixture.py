@@ -12,17 +12,16 @@ import pytest
 import torch
 
 from chessgrpo.board.endgames import endgame_positions
-from chessgrpo.data.start_positions import StartPositions
 from chessgrpo.config import ConfigError, from_dict, load_config
+from chessgrpo.data.start_positions import StartPositions
+from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
 from chessgrpo.tasks import move_group, trajectory, trajectory_rewards
-from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.tasks.kinds.mixture import MixtureTrainConfig, draw_task_groups, task_step_groups
-from chessgrpo.train.metrics import read_metrics
 from chessgrpo.train.loop import Trainer
-
+from chessgrpo.train.metrics import read_metrics
 from helpers import SYZYGY_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,22 +30,46 @@ REPO = Path(__file__).resolve().parents[1]
 def _mixture(tmp_path: Path, name: str, tasks: list[dict], **top) -> MixtureTrainConfig:
     """A mixture config as a config file would give it (fresh tiny policy, no evaluation unless asked)."""
     data = {
-        "kind": "mixture", "run": {"name": name, "out_dir": str(tmp_path), "seed": 0}, "init_checkpoint": None,
-        "model": {"size": "tiny"}, "groups_per_step": 4, "tasks": tasks,
+        "kind": "mixture",
+        "run": {"name": name, "out_dir": str(tmp_path), "seed": 0},
+        "init_checkpoint": None,
+        "model": {"size": "tiny"},
+        "groups_per_step": 4,
+        "tasks": tasks,
         "grpo": {"num_iterations": 2, "minibatch_size": 8, "kl_coef": 0.05},
         "engine": {"processes": 1, "cache": False, "syzygy_path": str(SYZYGY_DIR)},
-        "steps": 2, "lr": 1e-3, "warmup_steps": 0, "checkpoint_every": 0, "eval_every": 0, "eval_at_start": False, "threads": 1,
-    }  # fmt: skip
+        "steps": 2,
+        "lr": 1e-3,
+        "warmup_steps": 0,
+        "checkpoint_every": 0,
+        "eval_every": 0,
+        "eval_at_start": False,
+        "threads": 1,
+    }
     data.update(top)
     return from_dict(MixtureTrainConfig, data)
 
 
-ONE_MOVE = {"name": "one_move", "kind": "move_group", "weight": 0.5,
-            "config": {"positions": "random:64", "task": {"group_size": 4, "reward_nodes": 50, "best_move_values": False},
-                       "eval": {"positions": None, "puzzles": None}}}  # fmt: skip
-ENDGAME = {"name": "kqk", "kind": "trajectory", "weight": 0.5,
-           "config": {"positions": "endgame:KQvK", "task": {"group_size": 4, "horizon": 3, "opponent": "tablebase"},
-                      "eval": {"positions": 20, "baselines": False}}}  # fmt: skip
+ONE_MOVE = {
+    "name": "one_move",
+    "kind": "move_group",
+    "weight": 0.5,
+    "config": {
+        "positions": "random:64",
+        "task": {"group_size": 4, "reward_nodes": 50, "best_move_values": False},
+        "eval": {"positions": None, "puzzles": None},
+    },
+}
+ENDGAME = {
+    "name": "kqk",
+    "kind": "trajectory",
+    "weight": 0.5,
+    "config": {
+        "positions": "endgame:KQvK",
+        "task": {"group_size": 4, "horizon": 3, "opponent": "tablebase"},
+        "eval": {"positions": 20, "baselines": False},
+    },
+}
 
 
 # -- joining rollouts ----------------------------------------------------------------------------
@@ -65,12 +88,20 @@ def two_rollouts():
     with Tablebase(str(SYZYGY_DIR)) as oracle:
         starts = endgame_positions("KRvK", 2, seed=2, accept=oracle.is_won)
         config = trajectory.TrajectoryConfig(group_size=3, positions_per_step=2, horizon=3)
-        games = trajectory.play_trajectories(model, starts, config, opponent=trajectory.TablebaseOpponent(oracle),
-                                             generator=torch.Generator().manual_seed(1))  # fmt: skip
+        games = trajectory.play_trajectories(
+            model,
+            starts,
+            config,
+            opponent=trajectory.TablebaseOpponent(oracle),
+            generator=torch.Generator().manual_seed(1),
+        )
         rewards = trajectory_rewards.tablebase_step_rewards(games, oracle, shaping=0.1)
     trajectories = trajectory.to_rollout_batch(games, rewards, "process")
     trajectories.advantages = compute_advantages(trajectories, grpo)
-    forwards = [move_group.make_forward(model, groups, temperature=1.0), trajectory.make_forward(model, games, temperature=1.0)]
+    forwards = [
+        move_group.make_forward(model, groups, temperature=1.0),
+        trajectory.make_forward(model, games, temperature=1.0),
+    ]
     return [one_move, trajectories], forwards
 
 
@@ -82,9 +113,13 @@ def test_joined_rollout_keeps_each_rows_advantages_and_groups(two_rollouts):
     # One-move rows: their advantage on the first step, padding masked out.
     assert torch.equal(joined.mask[:12, 0], torch.ones(12, dtype=torch.bool)) and not joined.mask[:12, 1:].any()
     assert torch.equal(joined.advantages[:12, 0], one_move.advantages) and (joined.advantages[:12, 1:] == 0).all()
-    assert torch.equal(joined.advantages[12:], torch.where(games.mask, games.advantages, torch.zeros_like(games.advantages)))
+    assert torch.equal(
+        joined.advantages[12:], torch.where(games.mask, games.advantages, torch.zeros_like(games.advantages))
+    )
     # Per-row reward totals; groups of the two parts never share an id.
-    assert torch.allclose(joined.rewards[12:], torch.where(games.mask, games.rewards, torch.zeros_like(games.rewards)).sum(1))
+    assert torch.allclose(
+        joined.rewards[12:], torch.where(games.mask, games.rewards, torch.zeros_like(games.rewards)).sum(1)
+    )
     assert not set(joined.group_ids[:12].tolist()) & set(joined.group_ids[12:].tolist())
     assert len(set(joined.group_ids[:12].tolist())) == 3
     with pytest.raises(ValueError, match="no advantages"):
@@ -132,7 +167,10 @@ def test_ranks_share_a_steps_groups_without_changing_them(world_size):
     for task in (0, 1):
         alone = task_step_groups(tasks, task, range(8))
         assert list(alone.seeds) == (tasks == task).nonzero().flatten().tolist() and alone.count == len(alone.seeds)
-        shares = [task_step_groups(tasks, task, range(r * 8 // world_size, (r + 1) * 8 // world_size)) for r in range(world_size)]
+        shares = [
+            task_step_groups(tasks, task, range(r * 8 // world_size, (r + 1) * 8 // world_size))
+            for r in range(world_size)
+        ]
         assert sorted(i for share in shares for i in share.mine) == list(alone.mine)
         assert sorted(s for share in shares for s in share.seeds) == list(alone.seeds)
         assert all(share.count == alone.count for share in shares)
@@ -156,9 +194,17 @@ def test_config_checks_name_the_bad_key(tmp_path):
         _mixture(tmp_path, "x", [{**ONE_MOVE, "weight": 0}])
     with pytest.raises(ConfigError, match="batch_std"):
         _mixture(tmp_path, "x", [ONE_MOVE], grpo={"advantage_estimator": "batch_std"})
-    evaluating = {**ENDGAME, "name": "games", "config": {"positions": "random:20", "eval": {"offline_positions": "random:10"}}}
+    evaluating = {
+        **ENDGAME,
+        "name": "games",
+        "config": {"positions": "random:20", "eval": {"offline_positions": "random:10"}},
+    }
     with pytest.raises(ConfigError, match="both evaluate held-out positions"):
-        _mixture(tmp_path, "x", [{**ONE_MOVE, "config": {**ONE_MOVE["config"], "eval": {"positions": "random:10"}}}, evaluating])
+        _mixture(
+            tmp_path,
+            "x",
+            [{**ONE_MOVE, "config": {**ONE_MOVE["config"], "eval": {"positions": "random:10"}}}, evaluating],
+        )
     config = _mixture(tmp_path, "x", [ONE_MOVE, ENDGAME])
     one_move, endgame = config.task_configs()
     assert one_move.lr == endgame.lr == 1e-3 and one_move.grpo == config.grpo and endgame.engine == config.engine
@@ -183,7 +229,17 @@ def test_a_mixture_of_one_task_is_that_task(tmp_path):
     """Weight 1 on one task: the same groups, rewards and updates as that kind run on its own."""
     from chessgrpo.tasks.kinds.trajectory import TrajectoryTrainConfig
 
-    mixture = _mixture(tmp_path, "mixture", [{**ENDGAME, "weight": 1.0, "config": {**ENDGAME["config"], "task": {**ENDGAME["config"]["task"], "supervision": "outcome"}}}])
+    mixture = _mixture(
+        tmp_path,
+        "mixture",
+        [
+            {
+                **ENDGAME,
+                "weight": 1.0,
+                "config": {**ENDGAME["config"], "task": {**ENDGAME["config"]["task"], "supervision": "outcome"}},
+            }
+        ],
+    )
     alone = from_dict(TrajectoryTrainConfig, _alone(mixture))
     with Trainer(mixture) as trainer:
         trainer.train()
@@ -259,8 +315,15 @@ def test_the_shipped_mixture_config_loads():
 
 
 def test_train_command_rejects_a_shared_key_in_a_task(cli, tmp_path):
-    result = cli.run("train", "--config", "configs/grpo_mixture_tiny.yaml", "tasks.games.config.steps=5", f"run.out_dir={tmp_path}",
-                     cwd=REPO, timeout=120)  # fmt: skip
+    result = cli.run(
+        "train",
+        "--config",
+        "configs/grpo_mixture_tiny.yaml",
+        "tasks.games.config.steps=5",
+        f"run.out_dir={tmp_path}",
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode != 0 and "tasks[1].config.steps: set it on the mixture" in result.stderr
     assert result.stderr.count("\n") <= 2  # one clear line, no traceback
 
@@ -276,5 +339,8 @@ def test_resume_continues_bitwise_identically(tmp_path):
         assert not trainer.train().finished and trainer.step == 1
     with Trainer(_mixture(tmp_path, "resumed", tasks, steps=3), resume=True) as trainer:
         assert trainer.step == 1 and trainer.train().finished
-    straight, resumed = (load_file(str(tmp_path / name / "checkpoints" / "latest" / "model.safetensors")) for name in ("straight", "resumed"))
+    straight, resumed = (
+        load_file(str(tmp_path / name / "checkpoints" / "latest" / "model.safetensors"))
+        for name in ("straight", "resumed")
+    )
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)

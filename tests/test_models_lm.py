@@ -37,7 +37,9 @@ A_PROMPT = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e
 
 
 def _tiny_char_lm(dropout: float = 0.0, seed: int = 0, tokenizer: str = "char", architecture: str = "gpt2"):
-    config = LMModelConfig(n_layer=2, n_embd=64, n_head=2, n_positions=384, dropout=dropout, tokenizer=tokenizer, architecture=architecture)
+    config = LMModelConfig(
+        n_layer=2, n_embd=64, n_head=2, n_positions=384, dropout=dropout, tokenizer=tokenizer, architecture=architecture
+    )
     lm = build_lm(config, seed=seed)
     return lm
 
@@ -51,13 +53,25 @@ def bpe_model_dir(tmp_path_factory):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tokenizer.train_from_iterator([*P_PROMPTS, A_PROMPT, "M: e2e4 d2d4 E: 0.3 0.25 B: e2e4"] * 20, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>")
     directory = tmp_path_factory.mktemp("tiny_gpt2_bpe")
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, n_positions=256, vocab_size=len(fast), eos_token_id=fast.eos_token_id,
-                        bos_token_id=fast.eos_token_id, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)  # fmt: skip
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        n_positions=256,
+        vocab_size=len(fast),
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+        resid_pdrop=0.1,
+        embd_pdrop=0.1,
+        attn_pdrop=0.1,
+    )
     GPT2LMHeadModel(config).save_pretrained(str(directory))
     fast.save_pretrained(str(directory))
     return directory
@@ -85,8 +99,14 @@ def test_tiny_gpt2_saved_with_save_pretrained_loads_like_rookworld_lm_and_genera
     prepare_for_rl(lm.model)
     assert set(dropout_probabilities(lm.model)) == {0.0} and not lm.model.training
     prompts = [lm.tokenizer.encode(p) for p in P_PROMPTS]
-    generation = generate(lm.model, prompts, eos_token_id=lm.tokenizer.eos_token_id, max_new_tokens=12, temperature=1.0,
-                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    generation = generate(
+        lm.model,
+        prompts,
+        eos_token_id=lm.tokenizer.eos_token_id,
+        max_new_tokens=12,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert generation.completion_ids.shape[0] == 3 and generation.completion_mask[:, 0].all()
     assert all(isinstance(text, str) for text in generation.texts(lm.tokenizer))
     # The same directory through the path a checkpoint takes: save_lm writes a loadable directory.
@@ -133,22 +153,37 @@ def test_completion_log_probs_is_the_sampling_distribution_and_independent_of_pa
     tokenizer = lm.tokenizer
     prompts = [tokenizer.encode(p) for p in P_PROMPTS]
     temperature = 1.3
-    generation = generate(lm.model, prompts, eos_token_id=tokenizer.eos_token_id, max_new_tokens=30, temperature=temperature,
-                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    generation = generate(
+        lm.model,
+        prompts,
+        eos_token_id=tokenizer.eos_token_id,
+        max_new_tokens=30,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(0),
+    )
     with torch.no_grad():
         batched, entropy = completion_log_probs(
-            lm.model, generation.prompt_ids, generation.prompt_mask, generation.completion_ids, generation.completion_mask,
-            temperature=temperature, with_entropy=True,
-        )  # fmt: skip
+            lm.model,
+            generation.prompt_ids,
+            generation.prompt_mask,
+            generation.completion_ids,
+            generation.completion_mask,
+            temperature=temperature,
+            with_entropy=True,
+        )
         for row, prompt in enumerate(prompts):
             completion = generation.completion_tokens(row)
             ids = torch.tensor([prompt + completion])
             logits = lm.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # unpadded, default positions
-            expected = tempered_log_probs(logits, temperature).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+            expected = (
+                tempered_log_probs(logits, temperature).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+            )
             assert torch.allclose(batched[row, : len(completion)], expected, atol=1e-5)
             assert (batched[row, len(completion) :] == 0).all()
     valid = generation.completion_mask
-    assert (entropy[valid] > 0).all() and (entropy[valid] <= torch.log(torch.tensor(float(tokenizer.vocab_size))) + 1e-5).all()
+    assert (entropy[valid] > 0).all() and (
+        entropy[valid] <= torch.log(torch.tensor(float(tokenizer.vocab_size))) + 1e-5
+    ).all()
 
 
 def test_generation_stops_at_eos_and_masks_what_follows():
@@ -158,8 +193,14 @@ def test_generation_stops_at_eos_and_masks_what_follows():
     with torch.no_grad():  # make EOS the only likely token after the first step
         lm.model.lm_head.weight[eos] *= 0
         lm.model.transformer.wte.weight[eos] += 0  # tied weights: the same tensor
-    generation = generate(lm.model, [lm.tokenizer.encode(p) for p in P_PROMPTS], eos_token_id=eos, max_new_tokens=8,
-                          temperature=1.0, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    generation = generate(
+        lm.model,
+        [lm.tokenizer.encode(p) for p in P_PROMPTS],
+        eos_token_id=eos,
+        max_new_tokens=8,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     for row in range(3):
         tokens = generation.completion_tokens(row)
         if generation.finished[row]:
@@ -179,8 +220,15 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, arc
     prepare_for_rl(loaded.model)
     reference = load_lm(tmp_path / "sft").model
     prepare_for_rl(reference).requires_grad_(False)
-    groups = sample_completion_groups(loaded, [P_PROMPTS[0], A_PROMPT], 4, temperature=1.0, max_new_tokens=24,
-                                      generator=torch.Generator().manual_seed(0), reference=reference)  # fmt: skip
+    groups = sample_completion_groups(
+        loaded,
+        [P_PROMPTS[0], A_PROMPT],
+        4,
+        temperature=1.0,
+        max_new_tokens=24,
+        generator=torch.Generator().manual_seed(0),
+        reference=reference,
+    )
     rewards = torch.arange(8, dtype=torch.float32) % 3
     config = GRPOConfig(kl_coef=0.05, num_iterations=2, minibatch_size=4)
     optimizer = torch.optim.AdamW(loaded.model.parameters(), lr=1e-3)
@@ -189,16 +237,29 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, arc
         return to_rollout_batch(groups, rewards)
 
     update = Learner(optimizer, list(loaded.model.parameters()), max_grad_norm=1.0).update
-    metrics = optimize(fresh_batch(), make_forward(loaded.model, temperature=1.0, reference=reference), update, config, KLController.from_config(config),
-                       parameters=list(loaded.model.parameters()), generator=torch.Generator().manual_seed(0))  # fmt: skip
+    metrics = optimize(
+        fresh_batch(),
+        make_forward(loaded.model, temperature=1.0, reference=reference),
+        update,
+        config,
+        KLController.from_config(config),
+        parameters=list(loaded.model.parameters()),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert metrics["ratio/first_max_abs_dev"] < 1e-4
     assert metrics["kl/min"] >= 0.0
 
     # The negative control: the same learner with dropout left on trips the invariant at once.
     noisy = load_lm(tmp_path / "sft")
     prepare_for_rl(noisy.model)
-    groups = sample_completion_groups(noisy, [P_PROMPTS[0], A_PROMPT], 4, temperature=1.0, max_new_tokens=24,
-                                      generator=torch.Generator().manual_seed(0))  # fmt: skip
+    groups = sample_completion_groups(
+        noisy,
+        [P_PROMPTS[0], A_PROMPT],
+        4,
+        temperature=1.0,
+        max_new_tokens=24,
+        generator=torch.Generator().manual_seed(0),
+    )
     for module in noisy.model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.5
@@ -214,7 +275,16 @@ def test_rl_turns_configured_dropout_off_so_the_first_ratio_is_one(tmp_path, arc
         finally:
             noisy.model.eval()
 
-    update = Learner(torch.optim.AdamW(noisy.model.parameters(), lr=1e-3), list(noisy.model.parameters()), max_grad_norm=1.0).update
+    update = Learner(
+        torch.optim.AdamW(noisy.model.parameters(), lr=1e-3), list(noisy.model.parameters()), max_grad_norm=1.0
+    ).update
     with pytest.raises(InvariantViolation, match="ratio"):
-        optimize(to_rollout_batch(groups, rewards), with_dropout, update, GRPOConfig(), KLController(),
-                 parameters=list(noisy.model.parameters()), generator=None)  # fmt: skip
+        optimize(
+            to_rollout_batch(groups, rewards),
+            with_dropout,
+            update,
+            GRPOConfig(),
+            KLController(),
+            parameters=list(noisy.model.parameters()),
+            generator=None,
+        )

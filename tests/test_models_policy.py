@@ -173,9 +173,15 @@ def test_entropy_gradient_is_finite_with_masked_actions():
 def _facts_policy() -> tuple[ActionPolicy, torch.Tensor, torch.Tensor]:
     """A seeded 2 x 64 policy reading every move fact, with non-zero fact weights, and inputs of real positions."""
     torch.manual_seed(0)
-    model = ActionPolicy(PolicyConfig(n_layers=2, d_model=64, n_heads=4, move_facts=True, en_prise=True, mate_in_two=True, leaves_hanging=True))
+    model = ActionPolicy(
+        PolicyConfig(
+            n_layers=2, d_model=64, n_heads=4, move_facts=True, en_prise=True, mate_in_two=True, leaves_hanging=True
+        )
+    )
     assert model.move_facts is not None
-    torch.nn.init.normal_(model.move_facts.weights.weight, std=0.5)  # zero-initialised otherwise: the head would add nothing
+    torch.nn.init.normal_(
+        model.move_facts.weights.weight, std=0.5
+    )  # zero-initialised otherwise: the head would add nothing
     model.eval()
     boards = random_playout_positions(48, seed=3)
     tokens, legal = model.inputs(boards)
@@ -191,7 +197,10 @@ def test_cpu_inference_attention_computes_what_training_computes():
         inference = model(tokens)
     training = model(tokens).detach()  # gradients on: the fused kernel
     assert torch.allclose(inference, training, atol=1e-5, rtol=0)
-    draws = [torch.multinomial(log_probs(logits, legal).exp(), 1, generator=torch.Generator().manual_seed(1)) for logits in (inference, training)]
+    draws = [
+        torch.multinomial(log_probs(logits, legal).exp(), 1, generator=torch.Generator().manual_seed(1))
+        for logits in (inference, training)
+    ]
     assert torch.equal(draws[0], draws[1])
 
 

@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from chessgrpo.board import NUM_ACTIONS, SEQUENCE_LENGTH, move_to_action
-from chessgrpo.board.move_facts import CHECK, CHECKMATE, FIFTY_MOVES, INSUFFICIENT_MATERIAL, STALEMATE, move_fact_array, move_facts
+from chessgrpo.board.move_facts import (
+    CHECK,
+    CHECKMATE,
+    FIFTY_MOVES,
+    INSUFFICIENT_MATERIAL,
+    STALEMATE,
+    move_fact_array,
+    move_facts,
+)
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
 from chessgrpo.train.dataset import SparseMoveFacts
 
@@ -302,7 +310,11 @@ def test_leaves_hanging_agrees_with_playing_the_captures_out():
         for move in list(board.legal_moves):
             if board.gives_check(move) or board.is_castling(move):
                 continue
-            captured = PIECE_VALUES[chess.PAWN] if board.is_en_passant(move) else PIECE_VALUES[board.piece_type_at(move.to_square) or 0]
+            captured = (
+                PIECE_VALUES[chess.PAWN]
+                if board.is_en_passant(move)
+                else PIECE_VALUES[board.piece_type_at(move.to_square) or 0]
+            )
             board.push(move)
             worst = 0
             for reply in list(board.legal_moves):
@@ -310,7 +322,9 @@ def test_leaves_hanging_agrees_with_playing_the_captures_out():
                     victim = PIECE_VALUES[board.piece_type_at(reply.to_square)]
                     attacker = PIECE_VALUES[board.piece_type_at(reply.from_square)]
                     board.push(reply)
-                    recapture = any(True for _ in board.generate_legal_captures(to_mask=chess.BB_SQUARES[reply.to_square]))
+                    recapture = any(
+                        True for _ in board.generate_legal_captures(to_mask=chess.BB_SQUARES[reply.to_square])
+                    )
                     board.pop()
                     worst = max(worst, victim - attacker if recapture else victim)
             board.pop()
@@ -340,7 +354,9 @@ def test_leaves_hanging_agrees_with_playing_the_captures_out():
             move = next(m for m in board.legal_moves if move_to_action(m) == action)
             if not board.gives_check(move) and action not in fast:
                 taken = PIECE_VALUES[board.piece_type_at(move.to_square) or 0]
-                assert PIECE_VALUES[move.promotion or board.piece_type_at(move.from_square)] - taken < HANGING_MIN_GAIN + 1, (board.fen(), move.uci())
+                assert (
+                    PIECE_VALUES[move.promotion or board.piece_type_at(move.from_square)] - taken < HANGING_MIN_GAIN + 1
+                ), (board.fen(), move.uci())
     assert total > 1000 and 0.1 < flagged / total < 0.9
     assert agree / total >= 0.98, agree / total
 
@@ -392,8 +408,12 @@ def test_exchange_facts_equal_their_references_move_for_move():
 
     rng = random.Random(7)
     boards = [
-        chess.Board("2r2rk1/p2bppb1/q1n3pn/1pBpP2p/P4P2/2PP1N1P/1PQNB1P1/R3K2R b - - 2 17"),  # e7e6 uncovers f8 (an edge)
-        chess.Board("2b1k3/1p1p2p1/2n5/p1pBP3/2P1Q1nq/2N1P3/PP6/RNB2K1q w - - 0 22"),  # the king uncovers c1 to a queen on h1
+        chess.Board(
+            "2r2rk1/p2bppb1/q1n3pn/1pBpP2p/P4P2/2PP1N1P/1PQNB1P1/R3K2R b - - 2 17"
+        ),  # e7e6 uncovers f8 (an edge)
+        chess.Board(
+            "2b1k3/1p1p2p1/2n5/p1pBP3/2P1Q1nq/2N1P3/PP6/RNB2K1q w - - 0 22"
+        ),  # the king uncovers c1 to a queen on h1
         chess.Board("rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3"),  # en passant
         chess.Board("4k3/8/8/1n1pP3/8/8/8/1B2K2Q w - d6 0 1"),  # en passant opens the b1-h7 diagonal
         chess.Board("4k3/8/2n5/r2pP2K/8/8/8/8 w - d6 0 1"),  # en passant that would expose the king: illegal

@@ -21,11 +21,17 @@ from chessgrpo.engine import EnginePool
 from chessgrpo.eval.puzzles import read_puzzles
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, log_probs, save_policy
 from chessgrpo.rl import GRPOConfig, InvariantViolation
-from chessgrpo.tasks.move_group import MoveGroupConfig, MoveGroups, StartPositions, sample_groups, score_groups, to_rollout_batch
-from chessgrpo.train.metrics import read_metrics
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.tasks.move_group import (
+    MoveGroupConfig,
+    MoveGroups,
+    StartPositions,
+    sample_groups,
+    score_groups,
+    to_rollout_batch,
+)
 from chessgrpo.train.loop import Trainer
-
+from chessgrpo.train.metrics import read_metrics
 from helpers import NO_LABELLED_LOSSES, data_file
 
 
@@ -56,7 +62,9 @@ def test_rewards_are_from_the_movers_point_of_view_for_black():
 def test_duplicate_moves_in_a_group_are_evaluated_once():
     board = chess.Board()
     with EnginePool(processes=1, nodes=200) as pool:
-        scored = score_groups(pool, _groups_for(board, ["e2e4", "e2e4", "d2d4", "e2e4"]), nodes=200, best_move_values=False)
+        scored = score_groups(
+            pool, _groups_for(board, ["e2e4", "e2e4", "d2d4", "e2e4"]), nodes=200, best_move_values=False
+        )
         searches = pool.stats.searches
     assert scored.evaluations == 2 and searches == 2
     assert scored.values[0, 0] == scored.values[0, 1] == scored.values[0, 3]
@@ -66,7 +74,9 @@ def test_sampling_records_consistent_log_probs_and_batch_shapes():
     torch.manual_seed(0)
     model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
     boards = StartPositions.from_source("random:6", seed=1).draw(4, seed=0, step=0)
-    groups = sample_groups(model, boards, 5, temperature=1.3, generator=torch.Generator().manual_seed(0), reference=model)
+    groups = sample_groups(
+        model, boards, 5, temperature=1.3, generator=torch.Generator().manual_seed(0), reference=model
+    )
     tokens, legal = model.inputs(boards)
     with torch.no_grad():
         expected = log_probs(model(tokens), legal, 1.3).gather(1, groups.actions)
@@ -128,7 +138,9 @@ def test_resume_continues_bitwise_identically(tmp_path):
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     rows = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert [r["reward/mean"] for r in rows] == [r["reward/mean"] for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")]
+    assert [r["reward/mean"] for r in rows] == [
+        r["reward/mean"] for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")
+    ]
 
 
 def _mate_in_one_positions(path: Path, count: int) -> list[tuple[chess.Board, chess.Move]]:
@@ -151,10 +163,14 @@ def _mate_in_one_positions(path: Path, count: int) -> list[tuple[chess.Board, ch
 def test_grpo_learns_to_mate_in_one(tmp_path):
     positions = _mate_in_one_positions(tmp_path / "mates.fen", 16)
     config = _config(
-        tmp_path, "mates", positions=str(tmp_path / "mates.fen"), steps=30, lr=3e-3,
+        tmp_path,
+        "mates",
+        positions=str(tmp_path / "mates.fen"),
+        steps=30,
+        lr=3e-3,
         task=MoveGroupConfig(group_size=16, positions_per_step=8, reward_nodes=50, best_move_values=False),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=64),
-    )  # fmt: skip
+    )
 
     def mate_probability(model: ActionPolicy) -> float:
         tokens, legal = model.inputs([board for board, _ in positions])
@@ -182,19 +198,43 @@ def test_train_command_runs_evaluates_and_writes_a_run_directory(cli, tmp_path):
     checkpoint = tmp_path / "init"
     torch.manual_seed(0)
     save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), checkpoint)
-    (tmp_path / "eval.fen").write_text("".join(b.fen() + "\n" for b in StartPositions.from_source("random:20", seed=5).boards))
+    (tmp_path / "eval.fen").write_text(
+        "".join(b.fen() + "\n" for b in StartPositions.from_source("random:20", seed=5).boards)
+    )
     command = [
-        "train", "--config", "configs/grpo_tiny.yaml",
-        f"init_checkpoint={checkpoint}", "positions=random:50", "steps=2", f"run.out_dir={tmp_path}", "run.name=cli",
-        "task.positions_per_step=4", "task.group_size=4", "task.reward_nodes=50", "engine.processes=1", "engine.cache=false",
-        f"eval.positions={tmp_path / 'eval.fen'}", "eval.max_positions=20", "eval.nodes=100", "eval.max_puzzles=20",
-        "eval_every=0", "grpo.minibatch_size=8", "start_win_prob_range=null", "position_mixture=[]", *NO_LABELLED_LOSSES,
-    ]  # fmt: skip
+        "train",
+        "--config",
+        "configs/grpo_tiny.yaml",
+        f"init_checkpoint={checkpoint}",
+        "positions=random:50",
+        "steps=2",
+        f"run.out_dir={tmp_path}",
+        "run.name=cli",
+        "task.positions_per_step=4",
+        "task.group_size=4",
+        "task.reward_nodes=50",
+        "engine.processes=1",
+        "engine.cache=false",
+        f"eval.positions={tmp_path / 'eval.fen'}",
+        "eval.max_positions=20",
+        "eval.nodes=100",
+        "eval.max_puzzles=20",
+        "eval_every=0",
+        "grpo.minibatch_size=8",
+        "start_win_prob_range=null",
+        "position_mixture=[]",
+        *NO_LABELLED_LOSSES,
+    ]
     done = cli.run(*command, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     run = tmp_path / "cli"
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "latest" / "model.safetensors").is_file()
-    for name in ("step_000000_offline.json", "step_000002_offline.json", "step_000000_puzzles.json", "step_000002_puzzles.json"):
+    for name in (
+        "step_000000_offline.json",
+        "step_000002_offline.json",
+        "step_000000_puzzles.json",
+        "step_000002_puzzles.json",
+    ):
         assert (run / "eval" / name).is_file(), name
     rows = read_metrics(run / "metrics.jsonl")
     assert rows[0]["step"] == 0 and "eval/esl_low" in rows[0] and "eval/puzzle_first_move_accuracy" in rows[0]
@@ -234,7 +274,11 @@ def test_value_loss_trains_the_value_head_toward_the_engine_values(tmp_path):
     from chessgrpo.tasks.move_group import make_forward
 
     model = load_policy(start).eval()
-    boards = [chess.Board(), chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"), chess.Board("6k1/8/8/3q4/8/8/8/6K1 w - - 0 1")]
+    boards = [
+        chess.Board(),
+        chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"),
+        chess.Board("6k1/8/8/3q4/8/8/8/6K1 w - - 0 1"),
+    ]
     groups = sample_groups(model, boards, 4, temperature=1.0, generator=torch.Generator().manual_seed(0))
     targets = torch.tensor([0.55, 1.0, 0.0])
     batch = to_rollout_batch(groups, torch.zeros(3, 4))
@@ -262,11 +306,20 @@ def _labelled_dataset(directory: Path, count: int) -> str:
     with EnginePool(processes=1, nodes=100, cache_path=None) as pool:
         analyses = pool.analyse_many(boards, multipv=1)
     rows = [
-        dict(fen=b.fen(), source="random_playout", best_move=a.lines[0].move, best_action=move_to_action(a.lines[0].move),
-             moves=[a.lines[0].move], win_probs=[a.lines[0].win_probability], value=a.lines[0].win_probability,
-             legal_moves=None, legal_win_probs=None, nodes=100)
+        dict(
+            fen=b.fen(),
+            source="random_playout",
+            best_move=a.lines[0].move,
+            best_action=move_to_action(a.lines[0].move),
+            moves=[a.lines[0].move],
+            win_probs=[a.lines[0].win_probability],
+            value=a.lines[0].win_probability,
+            legal_moves=None,
+            legal_win_probs=None,
+            nodes=100,
+        )
         for b, a in zip(boards, analyses)
-    ]  # fmt: skip
+    ]
     write_shard(rows, directory / "train" / "shard-00000.parquet")
     return str(directory)
 
@@ -304,7 +357,9 @@ def test_bc_term_anchors_the_policy_to_the_labelled_moves(tmp_path):
     torch.manual_seed(0)
     save_policy(ActionPolicy(PolicyConfig.from_size("tiny")), start)
     common = dict(init_checkpoint=str(start), positions="random:64", steps=2, checkpoint_every=2)
-    with Trainer(_config(tmp_path, "bc", bc_loss_weight=0.5, bc_positions=labelled, bc_batch_size=8, **common)) as trainer:
+    with Trainer(
+        _config(tmp_path, "bc", bc_loss_weight=0.5, bc_positions=labelled, bc_batch_size=8, **common)
+    ) as trainer:
         tokens, legal, best = trainer.kind._bc_batches(0)()
         assert tokens.shape == (8, trainer.kind.model.input_length) and legal.shape == (8, 1968)
         assert legal.gather(1, best.unsqueeze(1)).all()  # the labelled best move is legal

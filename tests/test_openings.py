@@ -50,7 +50,7 @@ def test_read_fen_and_epd_lines(tmp_path):
     path.write_text(
         "# a comment\n\n"
         "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1\n"
-        "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - bm Nf3; id \"open game\";\n"
+        'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - bm Nf3; id "open game";\n'
     )
     openings = read_openings(path)
     assert [o.source for o in openings] == [f"{path}:3", f"{path}:4"]
@@ -74,10 +74,18 @@ def test_read_pgn_keeps_moves(tmp_path):
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("bad.epd", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1\nnot a fen at all\n", r"bad\.epd:2: malformed FEN"),
+        (
+            "bad.epd",
+            "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1\nnot a fen at all\n",
+            r"bad\.epd:2: malformed FEN",
+        ),
         ("nokings.fen", "8/8/8/8/8/8/8/8 w - - 0 1\n", r"nokings\.fen:1: invalid position"),
         ("mated.txt", "# mate\n7k/6Q1/6K1/8/8/8/8/8 b - - 0 1\n", r"mated\.txt:2: the game is already over"),
-        ("illegal.pgn", '[Event "ok"]\n\n1. e4 e5 *\n\n[Event "bad"]\n\n1. e4 e4 *\n', r"illegal\.pgn:5: PGN game 2 is malformed"),
+        (
+            "illegal.pgn",
+            '[Event "ok"]\n\n1. e4 e5 *\n\n[Event "bad"]\n\n1. e4 e4 *\n',
+            r"illegal\.pgn:5: PGN game 2 is malformed",
+        ),
         ("empty.epd", "# nothing here\n", r"empty\.epd: no openings found"),
     ],
 )

@@ -29,14 +29,14 @@ import chess
 import chess.pgn
 import pytest
 import torch
-from helpers import SYZYGY_DIR
 
 from chessgrpo.engine import EngineError, EngineNotFoundError, EnginePool, RetryPolicy
 from chessgrpo.engine.uci import EngineUnsupported, UciProcess, parse_option
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from chessgrpo.play.anchor_checks import prepare_anchors, probe_anchor
 from chessgrpo.play.anchors import anchor_rating, load_engines, parse_anchor, parse_anchors
 from chessgrpo.play.movers import EngineMover
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from helpers import SYZYGY_DIR
 
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
 DEBIAN_PACKAGE = "ethereal-chess"
@@ -72,9 +72,12 @@ def debian_engine() -> Path:
             try:
                 for command in commands:
                     subprocess.run(
-                        command, capture_output=True, timeout=300, check=True,
+                        command,
+                        capture_output=True,
+                        timeout=300,
+                        check=True,
                         env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-                    )  # fmt: skip
+                    )
                 break
             except (OSError, subprocess.SubprocessError):
                 continue
@@ -97,7 +100,9 @@ def fake_engine(directory: Path, mode: str, *flags: str) -> Path:
     """An executable that runs tests/fake_engine.py in `mode` (a binary path, as engines are given)."""
     script = directory / f"fake-{mode}{'-'.join(('',) + tuple(f.strip('-') for f in flags))}"
     arguments = " ".join(shlex.quote(a) for a in ("--mode", mode, *flags))
-    script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_ENGINE))} {arguments} "$@"\n')
+    script.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_ENGINE))} {arguments} "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
@@ -134,10 +139,29 @@ def test_twenty_games_against_a_debian_engine_from_an_engines_file(cli, tmp_path
     pgn, output = tmp_path / "games.pgn", tmp_path / "summary.json"
     started = time.monotonic()
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--engines", str(engines), "--anchors", "ethereal-d3",
-        "--games", "20", "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json",
-        "max_plies=200", f"engine.syzygy_path={SYZYGY_DIR}", f"output={output}", cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--engines",
+        str(engines),
+        "--anchors",
+        "ethereal-d3",
+        "--games",
+        "20",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=200",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        f"output={output}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     seconds = time.monotonic() - started
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
@@ -169,10 +193,27 @@ def test_inline_uci_anchor_is_named_by_its_engine_and_keeps_its_settings(cli, tm
     openings.write_text(OPENINGS[0] + "\n")
     pgn = tmp_path / "games.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", f"random,uci:{DEBIAN_PACKAGE}:depth=1:option.Hash=4:elo=1900",
-        "--games", "2", "--openings", str(openings), "--workers", "1", "--pgn", str(pgn), "--json", "max_plies=120",
-        f"engine.syzygy_path={SYZYGY_DIR}", "anchor_ratings=[random=0]", cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        f"random,uci:{DEBIAN_PACKAGE}:depth=1:option.Hash=4:elo=1900",
+        "--games",
+        "2",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--pgn",
+        str(pgn),
+        "--json",
+        "max_plies=120",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "anchor_ratings=[random=0]",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
     engine_row = summary["anchors"][1]
@@ -207,25 +248,62 @@ def test_doctor_says_when_engine_path_is_not_stockfish(cli, debian_engine, tmp_p
     assert "NOT STOCKFISH" in result.stdout
     # Stockfish itself passes, with its checks listed.
     result = cli.run("doctor", "engine.syzygy_path=null", timeout=600)
-    assert result.returncode == 0 and "Stockfish 15.1" in result.stdout and "MultiPV yes; go nodes 1000: stopped" in result.stdout
+    assert (
+        result.returncode == 0
+        and "Stockfish 15.1" in result.stdout
+        and "MultiPV yes; go nodes 1000: stopped" in result.stdout
+    )
 
 
 @pytest.mark.slow
-def test_stockfish_anchors_and_the_opening_suite_refuse_another_engine_up_front(cli, tmp_path, checkpoint, debian_engine):
+def test_stockfish_anchors_and_the_opening_suite_refuse_another_engine_up_front(
+    cli, tmp_path, checkpoint, debian_engine
+):
     skill = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "sf-skill:0", "--games", "2",
-        "--openings", str(tmp_path / "unused.epd"), f"engine.path={debian_engine}", cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "sf-skill:0",
+        "--games",
+        "2",
+        "--openings",
+        str(tmp_path / "unused.epd"),
+        f"engine.path={debian_engine}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert skill.returncode == 2
     assert f"anchor 'sf-skill:0' plays Stockfish, but engine.path is {DEBIAN_ENGINE_NAME}" in skill.stderr
     suite = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2",
-        f"engine.path={debian_engine}", cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "random",
+        "--games",
+        "2",
+        f"engine.path={debian_engine}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert suite.returncode == 2 and "not Stockfish: the generated opening suite" in suite.stderr
     assert "--openings FILE" in suite.stderr
     # The issue's example: an engine name that is not defined anywhere says what is accepted.
-    unknown = cli.run("eval", "games", "--checkpoint", str(checkpoint), "--anchors", "fairymax", "--games", "2", cwd=tmp_path, timeout=600)
+    unknown = cli.run(
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "fairymax",
+        "--games",
+        "2",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert unknown.returncode == 2 and "unknown anchor 'fairymax'" in unknown.stderr and "uci:PATH" in unknown.stderr
 
 
@@ -240,7 +318,10 @@ def test_uci_anchor_grammar(tmp_path):
     assert spec.engine.command == (str(fake),) and spec.engine.nodes == 700 and spec.text == f"uci:{fake}"
     assert parse_anchor(f"uci:{fake}", depth=5).engine.depth == 5  # --anchor-depth is the default limit too
     full = parse_anchor(f"uci:{fake}:movetime=50:option.Skill=3:option.Hash=8:name=fake:elo=1234.5")
-    assert full.text == "fake" and full.given == f"uci:{fake}:movetime=50:option.Skill=3:option.Hash=8:name=fake:elo=1234.5"
+    assert (
+        full.text == "fake"
+        and full.given == f"uci:{fake}:movetime=50:option.Skill=3:option.Hash=8:name=fake:elo=1234.5"
+    )
     assert full.engine.movetime_ms == 50 and full.engine.nodes is None and full.limit() == chess.engine.Limit(time=0.05)
     assert full.engine.options == (("Skill", "3"), ("Hash", "8"))
     assert anchor_rating(full).value == 1234.5 and "the anchor" in anchor_rating(full).source
@@ -280,7 +361,12 @@ def test_engines_file_entries_and_errors(tmp_path):
     assert list(engines) == ["fake fast", "fake slow", "fake default"]
     fast, slow, default = engines.values()
     assert fast.command == (str(fake), "--name", "Fast Fake") and fast.nodes == 50 and fast.timeout_s == 9
-    assert slow.options == (("Skill", "2"), ("Hash", "4")) and slow.movetime_ms == 20 and slow.elo == 1500 and slow.timeout_s == 7
+    assert (
+        slow.options == (("Skill", "2"), ("Hash", "4"))
+        and slow.movetime_ms == 20
+        and slow.elo == 1500
+        and slow.timeout_s == 7
+    )
     assert default.nodes == 300 and default.retry == FAST_RETRY
     specs = parse_anchors("fake fast,fake slow", engines=engines)
     assert [s.text for s in specs] == ["fake fast", "fake slow"]
@@ -394,7 +480,9 @@ def test_an_ignored_node_limit_is_one_unretried_error(tmp_path):
         with pytest.raises(EngineUnsupported) as raised:
             pool.evaluate([MIDDLEGAME, START])
         elapsed = time.monotonic() - started
-    assert "ignores the node limit: asked for `go nodes 100`" in str(raised.value) and "FakeEngine 1.0" in str(raised.value)
+    assert "ignores the node limit: asked for `go nodes 100`" in str(raised.value) and "FakeEngine 1.0" in str(
+        raised.value
+    )
     assert elapsed < 10 and pool.stats.retries == 0
 
 
@@ -416,7 +504,9 @@ def test_uci_process_sets_only_advertised_options(tmp_path):
         assert engine.settings == {"Threads": "4", "Hash": "64", "Skill": "3"}  # clamped; the engine's spelling
     finally:
         engine.quit()
-    with pytest.raises(EngineUnsupported, match=r"has no UCI option 'Contempt' \(it has: Hash, MultiPV, Skill, Threads\)"):
+    with pytest.raises(
+        EngineUnsupported, match=r"has no UCI option 'Contempt' \(it has: Hash, MultiPV, Skill, Threads\)"
+    ):
         UciProcess(fake_engine(tmp_path, "ok"), options={"Contempt": 5})
 
 
@@ -515,16 +605,31 @@ def test_each_anchor_engine_is_checked_once_before_any_game(tmp_path, mode, sett
 def test_eval_games_with_a_broken_engine_is_one_line_before_any_game(cli, tmp_path, checkpoint):
     pgn = tmp_path / "games.pgn"
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--anchors", f"random,uci:{fake_engine(tmp_path, 'garbage-bestmove')}",
-        "--games", "2", "--openings", str(tmp_path / "unused.epd"), "--pgn", str(pgn), "engine.timeout_s=5", cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        f"random,uci:{fake_engine(tmp_path, 'garbage-bestmove')}",
+        "--games",
+        "2",
+        "--openings",
+        str(tmp_path / "unused.epd"),
+        "--pgn",
+        str(pgn),
+        "engine.timeout_s=5",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert completed.returncode == 1 and completed.stdout == ""
     [line] = completed.stderr.strip().splitlines()
     assert "FakeEngine 1.0" in line and "bestmove xyzzy" in line and "before any game" in line
     assert not pgn.exists()
 
 
-def test_the_table_says_what_an_engine_anchor_ran_and_warns_when_it_ignored_its_limit(cli, tmp_path, checkpoint, debian_engine):
+def test_the_table_says_what_an_engine_anchor_ran_and_warns_when_it_ignored_its_limit(
+    cli, tmp_path, checkpoint, debian_engine
+):
     """Ethereal 12 answers `go nodes 200` after depth 1 and a handful of nodes: the match says so (the
     row's `ran`, a WARNING line) instead of reporting a result against "Ethereal 12.00" as if at 200 nodes."""
     from chessgrpo.commands.games import format_summary
@@ -532,14 +637,34 @@ def test_the_table_says_what_an_engine_anchor_ran_and_warns_when_it_ignored_its_
     openings = tmp_path / "openings.epd"
     openings.write_text(OPENINGS[0] + "\n")
     completed = cli.run(
-        "eval", "games", "--checkpoint", str(checkpoint), "--games", "2", "--openings", str(openings), "--workers", "1",
-        "--anchors", f"sf-nodes:50,uci:{DEBIAN_PACKAGE}:nodes=200,uci:{DEBIAN_PACKAGE}:depth=2", "--json", "max_plies=40",
-        f"engine.syzygy_path={SYZYGY_DIR}", "--pgn", str(tmp_path / "games.pgn"), cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--games",
+        "2",
+        "--openings",
+        str(openings),
+        "--workers",
+        "1",
+        "--anchors",
+        f"sf-nodes:50,uci:{DEBIAN_PACKAGE}:nodes=200,uci:{DEBIAN_PACKAGE}:depth=2",
+        "--json",
+        "max_plies=40",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "--pgn",
+        str(tmp_path / "games.pgn"),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout)
     stockfish, by_nodes, by_depth = (row["ran"] for row in summary["anchors"])
-    assert [row["anchor"] for row in summary["anchors"]] == ["sf-nodes:50", f"{DEBIAN_ENGINE_NAME} nodes=200", f"{DEBIAN_ENGINE_NAME} depth=2"]
+    assert [row["anchor"] for row in summary["anchors"]] == [
+        "sf-nodes:50",
+        f"{DEBIAN_ENGINE_NAME} nodes=200",
+        f"{DEBIAN_ENGINE_NAME} depth=2",
+    ]
     assert stockfish["kept"] is True and stockfish["asked"] == "nodes=50" and 25 <= stockfish["nodes_median"] <= 400
     assert by_nodes["kept"] is False and by_nodes["depth_median"] == 1 and by_nodes["nodes_median"] < 50
     assert by_nodes["line"].startswith(f"{DEBIAN_ENGINE_NAME} nodes=200 (asked nodes=200; ran depth 1, ~")

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, DATA_DIR, SYZYGY_DIR, data_file
 
 from chessgrpo import paths
 from chessgrpo.paths import DATA_ENV, DataNotFoundError, find_data_path, resolve_data_path, resolve_optional
+from helpers import DATA_DIR, REPO_ROOT, SYZYGY_DIR, data_file
 
 PUZZLES_DEFAULT = paths.PUZZLES_DEFAULT
 
@@ -55,8 +55,11 @@ def test_nothing_names_a_directory_beside_the_checkout():
 
     tracked = subprocess.run(
         ["git", "ls-files", "src", "configs", "scripts", "tests", "bench", "Makefile", ".ci"],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     # Spelled in parts so that this file does not match itself: the path, and the same path built with pathlib.
     siblings = ("../" + "shared", '"shared" / ' + '"data"')
     offenders = [name for name in tracked if any(s in (REPO_ROOT / name).read_text(errors="replace") for s in siblings)]
@@ -95,7 +98,10 @@ def test_chessgrpo_data_comes_first_then_the_current_directory_then_the_checkout
     assert resolve_data_path("pyproject.toml") == REPO_ROOT / "pyproject.toml"  # not in the copy: the checkout
     assert resolve_data_path(paths.PUZZLES_DEFAULT) == REPO_ROOT / paths.PUZZLES_DEFAULT  # nor this: the shipped file
     # Several Syzygy directories, null, and a lenient lookup that leaves an unknown path alone.
-    assert resolve_optional(f"data/syzygy{os.pathsep}pyproject.toml") == f"{data / 'syzygy'}{os.pathsep}{REPO_ROOT / 'pyproject.toml'}"
+    assert (
+        resolve_optional(f"data/syzygy{os.pathsep}pyproject.toml")
+        == f"{data / 'syzygy'}{os.pathsep}{REPO_ROOT / 'pyproject.toml'}"
+    )
     assert resolve_optional(None) is None
     assert resolve_optional("data/nope", required=False) == "data/nope"
     assert find_data_path("data/nope") is None
@@ -147,7 +153,18 @@ def data_env(data: Path | None) -> dict[str, str]:
 
 def test_eval_puzzles_defaults_work_from_another_directory(cli, tmp_path):
     csv_path = data_file("lichess_puzzles_dev.csv")
-    result = cli.run("eval", "puzzles", "--policy", "random", "--max-puzzles", "20", "--json", "baselines=false", cwd=tmp_path, env=data_env(None))
+    result = cli.run(
+        "eval",
+        "puzzles",
+        "--policy",
+        "random",
+        "--max-puzzles",
+        "20",
+        "--json",
+        "baselines=false",
+        cwd=tmp_path,
+        env=data_env(None),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["puzzles"]["n"] == 20 and Path(report["puzzles"]["source"]).resolve() == csv_path.resolve()
@@ -160,7 +177,18 @@ def test_eval_puzzles_reads_a_copy_under_chessgrpo_data(cli, tmp_path):
     (copy / "lichess_puzzles_dev.csv").write_text("".join(lines[:31]))  # the header and 30 puzzles
     cwd = tmp_path / "work"
     cwd.mkdir()
-    result = cli.run("eval", "puzzles", "--policy", "random", "--max-puzzles", "500", "--json", "baselines=false", cwd=cwd, env=data_env(copy))
+    result = cli.run(
+        "eval",
+        "puzzles",
+        "--policy",
+        "random",
+        "--max-puzzles",
+        "500",
+        "--json",
+        "baselines=false",
+        cwd=cwd,
+        env=data_env(copy),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["puzzles"] == {"source": str(copy / "lichess_puzzles_dev.csv"), "n": 30, "skipped": 0}
@@ -169,11 +197,25 @@ def test_eval_puzzles_reads_a_copy_under_chessgrpo_data(cli, tmp_path):
 def test_a_missing_input_is_one_error_naming_where_it_looked(cli, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = cli.run("eval", "puzzles", "--policy", "random", "--puzzles", "data/nope.csv", "baselines=false", cwd=tmp_path, env=data_env(empty))
+    result = cli.run(
+        "eval",
+        "puzzles",
+        "--policy",
+        "random",
+        "--puzzles",
+        "data/nope.csv",
+        "baselines=false",
+        cwd=tmp_path,
+        env=data_env(empty),
+    )
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("chessgrpo: puzzle file 'data/nope.csv' not found; looked at "), line
-    assert f"{empty / 'nope.csv'} (${DATA_ENV})" in line and "(the repository root)" in line and "Traceback" not in result.stderr
+    assert (
+        f"{empty / 'nope.csv'} (${DATA_ENV})" in line
+        and "(the repository root)" in line
+        and "Traceback" not in result.stderr
+    )
 
 
 def test_eval_offline_finds_its_positions_under_chessgrpo_data(cli, tmp_path):
@@ -183,9 +225,19 @@ def test_eval_offline_finds_its_positions_under_chessgrpo_data(cli, tmp_path):
     cwd = tmp_path / "work"
     cwd.mkdir()
     result = cli.run(
-        "eval", "offline", "--policy", "random", "--json", "positions=data/positions.fen", "nodes=100",
-        "engine.processes=1", "engine.cache=false", "baselines=false", cwd=cwd, env=data_env(data),
-    )  # fmt: skip
+        "eval",
+        "offline",
+        "--policy",
+        "random",
+        "--json",
+        "positions=data/positions.fen",
+        "nodes=100",
+        "engine.processes=1",
+        "engine.cache=false",
+        "baselines=false",
+        cwd=cwd,
+        env=data_env(data),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["positions"] == {"source": str(data / "positions.fen"), "n": 2}
@@ -204,21 +256,39 @@ def test_eval_games_finds_openings_and_tables_from_another_directory(cli, tmp_pa
     (data / "syzygy").symlink_to(SYZYGY_DIR, target_is_directory=True)
     cwd = tmp_path / "work"
     cwd.mkdir()
-    args = ("eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random", "--games", "2", "--workers", "1",
-            "--pgn", str(tmp_path / "games.pgn"), "--json", "max_plies=20")  # fmt: skip
+    args = (
+        "eval",
+        "games",
+        "--checkpoint",
+        str(checkpoint),
+        "--anchors",
+        "random",
+        "--games",
+        "2",
+        "--workers",
+        "1",
+        "--pgn",
+        str(tmp_path / "games.pgn"),
+        "--json",
+        "max_plies=20",
+    )
     result = cli.run(*args, "--openings", "data/openings.epd", cwd=cwd, env=data_env(data))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["games_played"] == 2 and summary["openings"] == f"1 openings from {data / 'openings.epd'}"
     # The default Syzygy directory was found under $CHESSGRPO_DATA: tables adjudicate.
-    saved = cli.run(*args, "--openings", str(data / "openings.epd"), f"output={tmp_path / 'out.json'}", cwd=cwd, env=data_env(data))
+    saved = cli.run(
+        *args, "--openings", str(data / "openings.epd"), f"output={tmp_path / 'out.json'}", cwd=cwd, env=data_env(data)
+    )
     assert saved.returncode == 0, saved.stderr
     assert json.loads((tmp_path / "out.json").read_text())["config"]["engine"]["syzygy_path"] == str(data / "syzygy")
     # Tables found nowhere: one error naming where they were looked for, and how to play without them.
     shutil.rmtree(data)
     data.mkdir()
     (data / "openings.epd").write_text("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1\n")
-    missing = cli.run(*args, "--openings", "data/openings.epd", "engine.syzygy_path=data/no_tables", cwd=cwd, env=data_env(data))
+    missing = cli.run(
+        *args, "--openings", "data/openings.epd", "engine.syzygy_path=data/no_tables", cwd=cwd, env=data_env(data)
+    )
     assert missing.returncode == 2
     [line] = missing.stderr.strip().splitlines()
     assert "Syzygy directory (engine.syzygy_path) 'data/no_tables' not found" in line
@@ -250,22 +320,52 @@ def test_train_from_another_directory_finds_every_source_of_the_mixture(cli, tmp
     from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 
     data = tmp_path / "data"
-    done = cli.run("data", "generate", "--config", str(REPO_ROOT / "configs" / "data_tiny.yaml"), f"out={data / 'tiny'}",
-                   "positions=48", "nodes=50", "engine.processes=1", "engine.cache=false", "test_fraction=0.25",
-                   cwd=tmp_path, env=data_env(None))  # fmt: skip
+    done = cli.run(
+        "data",
+        "generate",
+        "--config",
+        str(REPO_ROOT / "configs" / "data_tiny.yaml"),
+        f"out={data / 'tiny'}",
+        "positions=48",
+        "nodes=50",
+        "engine.processes=1",
+        "engine.cache=false",
+        "test_fraction=0.25",
+        cwd=tmp_path,
+        env=data_env(None),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     torch.manual_seed(0)
-    checkpoint = save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), tmp_path / "init")
+    checkpoint = save_policy(
+        ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), tmp_path / "init"
+    )
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     mixture = "[{name: engine_games, positions: data/tiny, weight: 0.5}, {name: suite, positions: tests/data/epd_suite.epd, weight: 0.5}]"
     done = cli.run(
-        "train", "--config", str(REPO_ROOT / "configs" / "grpo_tiny.yaml"), f"init_checkpoint={checkpoint}",
-        f"run.out_dir={tmp_path / 'runs'}", "steps=1", f"position_mixture={mixture}", "task.positions_per_step=4",
-        "task.group_size=2", "task.reward_nodes=50", "engine.processes=1", "engine.cache=false", "eval_every=0",
-        "eval.positions=null", "eval.puzzles=null", "grpo.minibatch_size=8", "value_batch_size=8",
-        cwd=cwd, env=data_env(data),
-    )  # fmt: skip
+        "train",
+        "--config",
+        str(REPO_ROOT / "configs" / "grpo_tiny.yaml"),
+        f"init_checkpoint={checkpoint}",
+        f"run.out_dir={tmp_path / 'runs'}",
+        "steps=1",
+        f"position_mixture={mixture}",
+        "task.positions_per_step=4",
+        "task.group_size=2",
+        "task.reward_nodes=50",
+        "engine.processes=1",
+        "engine.cache=false",
+        "eval_every=0",
+        "eval.positions=null",
+        "eval.puzzles=null",
+        "grpo.minibatch_size=8",
+        "value_batch_size=8",
+        cwd=cwd,
+        env=data_env(data),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     config = (tmp_path / "runs" / "grpo_tiny" / "config.yaml").read_text()
-    assert "data/tiny" in config and (tmp_path / "runs" / "grpo_tiny" / "checkpoints" / "latest" / "model.safetensors").is_file()
+    assert (
+        "data/tiny" in config
+        and (tmp_path / "runs" / "grpo_tiny" / "checkpoints" / "latest" / "model.safetensors").is_file()
+    )

@@ -150,7 +150,11 @@ def test_compressed_files_give_the_same_positions(pool, pgn_files, tmp_path, kin
     import_pgn(config(pgn_files[kind], tmp_path / kind), pool=pool)
     fens = sorted(schema.read_positions(tmp_path / kind).column("fen").to_pylist())
     assert fens and fens == sorted(
-        [fen for split in schema.SPLITS for fen in schema.read_positions(tmp_path / kind, split).column("fen").to_pylist()]
+        [
+            fen
+            for split in schema.SPLITS
+            for fen in schema.read_positions(tmp_path / kind, split).column("fen").to_pylist()
+        ]
     )
     expected = game_keys(OPERA_GAME) | game_keys(LEGALS_MATE)
     assert {schema.position_key(fen) for fen in fens} == expected
@@ -182,8 +186,24 @@ def test_bad_inputs_give_one_clear_error(tmp_path, pgn_files, capsys):
         assert main(["data", "import-pgn", *args, "--nodes", str(NODES)]) == 2, args
         assert message in capsys.readouterr().err
     # The malformed game is counted, not fatal, through the command too.
-    assert main(["data", "import-pgn", str(pgn_files["pgn"]), "--out", str(tmp_path / "ok"), "--nodes", str(NODES),
-                 "--multipv", str(MULTIPV), "--every-ply", "engine.processes=2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "data",
+                "import-pgn",
+                str(pgn_files["pgn"]),
+                "--out",
+                str(tmp_path / "ok"),
+                "--nodes",
+                str(NODES),
+                "--multipv",
+                str(MULTIPV),
+                "--every-ply",
+                "engine.processes=2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "read 4 games (3 used" in out and "1 malformed" in out
     assert collections.Counter(schema.read_positions(tmp_path / "ok").column("source").to_pylist()).keys() == {"pgn"}

@@ -12,10 +12,7 @@ from pathlib import Path
 import chess
 import pytest
 import torch
-from helpers import REPO_ROOT
 from safetensors.torch import load_file
-from test_move_group import _config as move_group_config
-from test_trajectory import _config as trajectory_config
 
 from chessgrpo.config import ConfigError, load_config
 from chessgrpo.rl import InvariantViolation
@@ -26,6 +23,9 @@ from chessgrpo.train.distributed import Parallel
 from chessgrpo.train.kind import RunContext
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
+from helpers import REPO_ROOT
+from test_move_group import _config as move_group_config
+from test_trajectory import _config as trajectory_config
 
 
 def _pipelined(config, on: bool = True):
@@ -42,13 +42,18 @@ def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> boo
 
 def test_switched_off_the_run_is_todays(tmp_path):
     """grpo.pipeline: false and the key absent give the same weights; pipelined, the same first step and other weights."""
-    for name, config in (("absent", move_group_config(tmp_path, "absent")), ("off", _pipelined(move_group_config(tmp_path, "off"), False)),
-                         ("on", _pipelined(move_group_config(tmp_path, "on")))):  # fmt: skip
+    for name, config in (
+        ("absent", move_group_config(tmp_path, "absent")),
+        ("off", _pipelined(move_group_config(tmp_path, "off"), False)),
+        ("on", _pipelined(move_group_config(tmp_path, "on"))),
+    ):
         assert config.grpo.pipeline is (name == "on")
         with Trainer(config) as trainer:
             assert trainer.train().finished
     assert _same_weights(_weights(tmp_path / "absent"), _weights(tmp_path / "off"))
-    assert not _same_weights(_weights(tmp_path / "absent"), _weights(tmp_path / "on"))  # later steps learn from lagged batches
+    assert not _same_weights(
+        _weights(tmp_path / "absent"), _weights(tmp_path / "on")
+    )  # later steps learn from lagged batches
     serial, piped = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("off", "on"))
     assert serial[0]["reward/mean"] == piped[0]["reward/mean"] and serial[0]["loss/total"] == piped[0]["loss/total"]
     assert all("ratio/lag_first_max_abs_dev" not in row for row in serial)
@@ -94,8 +99,9 @@ def test_next_rollout_samples_the_weights_before_the_update(tmp_path):
 
 def test_ratio_check_still_fires_on_the_snapshot(tmp_path):
     """A learning temperature that differs from the sampling one is caught at every pipelined step, not only the first."""
-    with Trainer(_pipelined(move_group_config(tmp_path, "mismatch", debug_learn_temperature=1.3))) as trainer, pytest.raises(
-        InvariantViolation, match="sampling snapshot"
+    with (
+        Trainer(_pipelined(move_group_config(tmp_path, "mismatch", debug_learn_temperature=1.3))) as trainer,
+        pytest.raises(InvariantViolation, match="sampling snapshot"),
     ):
         trainer.train_step()
 
@@ -117,9 +123,17 @@ def test_pipelined_move_group_resumes_bitwise(tmp_path):
 def test_pipelined_trajectory_resumes_bitwise_with_its_curriculum_and_evaluations(tmp_path):
     """Endgame trajectories against the tablebase with the adaptive curriculum (a state each rollout changes) and an
     evaluation every 2 steps (which waits for the rollout in flight): a resumed run is the straight run."""
-    adaptive = {"steps": 6, "curriculum_start_dtz": 1, "curriculum_widen_at": 0.08, "curriculum_widen_plies": 2, "curriculum_window": 2,
-                "checkpoint_every": 1, "eval_every": 2, "lr": 3e-3,
-                "task": TrajectoryConfig(group_size=4, positions_per_step=4, horizon=2, opponent="tablebase")}  # fmt: skip
+    adaptive = {
+        "steps": 6,
+        "curriculum_start_dtz": 1,
+        "curriculum_widen_at": 0.08,
+        "curriculum_widen_plies": 2,
+        "curriculum_window": 2,
+        "checkpoint_every": 1,
+        "eval_every": 2,
+        "lr": 3e-3,
+        "task": TrajectoryConfig(group_size=4, positions_per_step=4, horizon=2, opponent="tablebase"),
+    }
     with Trainer(_pipelined(trajectory_config(tmp_path, "straight", **adaptive))) as trainer:
         assert trainer.train().finished
     with Trainer(_pipelined(trajectory_config(tmp_path, "resumed", **adaptive))) as trainer:
@@ -140,8 +154,19 @@ def test_pipelined_trajectory_searches_engine_rewards_as_it_plays_with_the_seria
     """Against Stockfish with engine rewards, a pipelined rollout hands each position to the pool as it is reached
     (`task.overlap_rewards`' path, without the key): its first step, sampled from the same weights, has the serial
     step's rewards and loss exactly."""
-    engine_rewards = {"steps": 2, "positions": "random:16", "task": TrajectoryConfig(
-        group_size=2, positions_per_step=2, horizon=2, opponent="stockfish", opponent_nodes=50, reward="engine", reward_nodes=100)}
+    engine_rewards = {
+        "steps": 2,
+        "positions": "random:16",
+        "task": TrajectoryConfig(
+            group_size=2,
+            positions_per_step=2,
+            horizon=2,
+            opponent="stockfish",
+            opponent_nodes=50,
+            reward="engine",
+            reward_nodes=100,
+        ),
+    }
     for name, on in (("serial", False), ("piped", True)):
         with Trainer(_pipelined(trajectory_config(tmp_path, name, **engine_rewards), on)) as trainer:
             assert not trainer.config.task.overlap_rewards
@@ -164,9 +189,17 @@ def test_a_rollback_drops_the_rollout_in_flight_and_replays_the_checkpoints(tmp_
     rollback discards) is dropped, step 2's rollout re-runs from the checkpoint's snapshot, and the run finishes."""
     from chessgrpo.train.config import DebugConfig, DivergenceConfig
 
-    config = _pipelined(move_group_config(tmp_path, "rollback", steps=8, checkpoint_every=2, min_lr_ratio=1.0,
-                                          debug=DebugConfig(nonfinite_at_step=4, nonfinite_steps=3),
-                                          divergence=DivergenceConfig(max_consecutive_skips=3, lr_backoff=0.5)))  # fmt: skip
+    config = _pipelined(
+        move_group_config(
+            tmp_path,
+            "rollback",
+            steps=8,
+            checkpoint_every=2,
+            min_lr_ratio=1.0,
+            debug=DebugConfig(nonfinite_at_step=4, nonfinite_steps=3),
+            divergence=DivergenceConfig(max_consecutive_skips=3, lr_backoff=0.5),
+        )
+    )
     with Trainer(config) as trainer:
         result = trainer.train()
         assert trainer.rollbacks == 1 and trainer.lr_scale == 0.5

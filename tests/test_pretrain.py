@@ -19,27 +19,45 @@ from chessgrpo.config import RunConfig, load_config
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
 from chessgrpo.models.policy import ModelConfig, load_policy, log_probs
-from chessgrpo.tasks.supervised import best_move_nll, distill_targets, soft_cross_entropy
-from chessgrpo.train.metrics import MetricsWriter, read_metrics
-from chessgrpo.train.checkpoint import best_checkpoint, latest_checkpoint, list_checkpoints
-from chessgrpo.train.dataset import BatchPrefetcher, EpochSampler, load_split
 from chessgrpo.tasks.kinds import config_class
 from chessgrpo.tasks.kinds.pretrain import PretrainKind, PretrainTrainConfig
+from chessgrpo.tasks.supervised import best_move_nll, distill_targets, soft_cross_entropy
+from chessgrpo.train.checkpoint import best_checkpoint, latest_checkpoint, list_checkpoints
+from chessgrpo.train.dataset import BatchPrefetcher, EpochSampler, load_split
 from chessgrpo.train.loop import Trainer
+from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from chessgrpo.train.schedule import WarmupCosine
 
 TRAIN_KEYS = {
-    "step", "time", "loss/train", "train/top1", "train/top5", "train/perplexity", "entropy/mean", "entropy/ln_legal",
-    "lr", "grad_norm", "perf/step_s", "perf/samples_per_s",
-}  # fmt: skip
+    "step",
+    "time",
+    "loss/train",
+    "train/top1",
+    "train/top5",
+    "train/perplexity",
+    "entropy/mean",
+    "entropy/ln_legal",
+    "lr",
+    "grad_norm",
+    "perf/step_s",
+    "perf/samples_per_s",
+}
 EVAL_KEYS = {"eval/loss", "eval/top1", "eval/top5", "eval/nll", "eval/perplexity", "eval/in_multipv"}
 
 
 def _row(board, line_moves, line_wins, nodes):
     return dict(
-        fen=board.fen(), source="random_playout", best_move=line_moves[0], best_action=move_to_action(line_moves[0]),
-        moves=line_moves, win_probs=line_wins, value=line_wins[0], legal_moves=None, legal_win_probs=None, nodes=nodes,
-    )  # fmt: skip
+        fen=board.fen(),
+        source="random_playout",
+        best_move=line_moves[0],
+        best_action=move_to_action(line_moves[0]),
+        moves=line_moves,
+        win_probs=line_wins,
+        value=line_wins[0],
+        legal_moves=None,
+        legal_win_probs=None,
+        nodes=nodes,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +66,10 @@ def dataset(tmp_path_factory):
     boards = random_playout_positions(80, seed=7, max_plies=40)
     with EnginePool(processes=1, nodes=200, cache_path=None) as pool:
         analyses = pool.analyse_many(boards, multipv=3)
-    rows = [_row(b, [l.move for l in a.lines], [l.win_probability for l in a.lines], 200) for b, a in zip(boards, analyses)]
+    rows = [
+        _row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 200)
+        for b, a in zip(boards, analyses)
+    ]
     directory = tmp_path_factory.mktemp("labelled")
     write_shard(rows[:64], directory / "train" / "shard-00000.parquet")
     write_shard(rows[64:], directory / "test" / "shard-00000.parquet")
@@ -57,9 +78,16 @@ def dataset(tmp_path_factory):
 
 def _config(dataset, tmp_path, name="run", **overrides) -> PretrainTrainConfig:
     values = dict(
-        data=str(dataset), batch_size=64, steps=40, lr=3e-3, warmup_steps=5, log_every=1, eval_every=20,
-        checkpoint_every=20, threads=1,
-    )  # fmt: skip
+        data=str(dataset),
+        batch_size=64,
+        steps=40,
+        lr=3e-3,
+        warmup_steps=5,
+        log_every=1,
+        eval_every=20,
+        checkpoint_every=20,
+        threads=1,
+    )
     values.update(overrides)
     return PretrainTrainConfig(run=RunConfig(name=name, out_dir=str(tmp_path)), **values)
 
@@ -78,7 +106,9 @@ def test_distill_target_and_loss_by_hand():
     a, b, c = (move_to_action(m) for m in ("e2e4", "d2d4", "g1f3"))
     targets = distill_targets(torch.tensor([[a, b, -1]]), torch.tensor([[0.9, 0.5, 0.0]]), temperature=0.1)
     expected_a = math.exp(9) / (math.exp(9) + math.exp(5))  # softmax([0.9, 0.5] / 0.1) = [0.982, 0.018]
-    assert targets[0, a].item() == pytest.approx(expected_a, abs=1e-6) and expected_a == pytest.approx(0.98201, abs=1e-5)
+    assert targets[0, a].item() == pytest.approx(expected_a, abs=1e-6) and expected_a == pytest.approx(
+        0.98201, abs=1e-5
+    )
     assert targets[0, b].item() == pytest.approx(1 - expected_a, abs=1e-6)
     assert targets.sum().item() == pytest.approx(1.0) and int((targets > 0).sum()) == 2  # padding gets nothing
 
@@ -100,7 +130,16 @@ def test_distill_target_and_loss_by_hand():
 
 def test_warmup_cosine_at_hand_picked_steps():
     schedule = WarmupCosine(base_lr=1.0, warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
-    expected = {0: 0.1, 4: 0.5, 9: 1.0, 10: 1.0, 35: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)), 60: 0.55, 110: 0.1, 500: 0.1}
+    expected = {
+        0: 0.1,
+        4: 0.5,
+        9: 1.0,
+        10: 1.0,
+        35: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)),
+        60: 0.55,
+        110: 0.1,
+        500: 0.1,
+    }
     for step, value in expected.items():
         assert schedule.lr(step) == pytest.approx(value, abs=1e-12), step
     assert WarmupCosine(2.0, 0, 100, 0.0).lr(0) == 2.0  # no warmup starts at the peak
@@ -157,7 +196,13 @@ def test_dataset_rejects_a_mislabelled_row(dataset, tmp_path):
 def test_registered_as_the_pretrain_kind():
     assert config_class("pretrain") is PretrainTrainConfig
     config = PretrainTrainConfig()
-    assert (config.kind, config.run.name, config.steps, config.lr, config.eval_at_start) == ("pretrain", "pretrain", 1000, 1e-3, False)
+    assert (config.kind, config.run.name, config.steps, config.lr, config.eval_at_start) == (
+        "pretrain",
+        "pretrain",
+        1000,
+        1e-3,
+        False,
+    )
     assert config.best_metric() == ("eval/nll", "min")
 
 
@@ -236,9 +281,19 @@ def test_dataset_without_a_test_split_trains_without_evaluation(dataset, tmp_pat
 @pytest.mark.slow
 def test_resume_is_bitwise_exact_across_processes(cli, dataset, tmp_path):
     common = [
-        f"data={dataset}", f"run.out_dir={tmp_path}", "steps=12", "batch_size=48", "lr=0.003", "warmup_steps=3",
-        "log_every=2", "eval_every=5", "checkpoint_every=3", "keep_checkpoints=2", "threads=1", "model.dropout=0.1",
-    ]  # fmt: skip
+        f"data={dataset}",
+        f"run.out_dir={tmp_path}",
+        "steps=12",
+        "batch_size=48",
+        "lr=0.003",
+        "warmup_steps=3",
+        "log_every=2",
+        "eval_every=5",
+        "checkpoint_every=3",
+        "keep_checkpoints=2",
+        "threads=1",
+        "model.dropout=0.1",
+    ]
     # Straight run (in this process, through the real CLI entry point).
     assert cli.main("pretrain", *common, "run.name=straight")[0] == 0
     # The same run in two invocations: stopped at step 7 (between checkpoints and log rows), then resumed.
@@ -274,7 +329,9 @@ def test_resume_is_bitwise_exact_across_processes(cli, dataset, tmp_path):
     straight_rows = {r["step"]: r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")}
     assert set(straight_rows) == set(steps) - {7}  # the stop wrote a row of its partial window
     for row in rows:
-        keys = ["eval/loss", "eval/nll"] + (["loss/train", "grad_norm", "train/perplexity"] if row["step"] not in (7, 8) else [])
+        keys = ["eval/loss", "eval/nll"] + (
+            ["loss/train", "grad_norm", "train/perplexity"] if row["step"] not in (7, 8) else []
+        )
         for key in keys:  # window means equal too, except the two windows the stop split
             assert row.get(key) == straight_rows.get(row["step"], {}).get(key), (row["step"], key)
 
@@ -298,11 +355,15 @@ def test_prefetched_batches_train_bitwise_like_batches_built_in_the_step(dataset
     weights after 6 steps, bit for bit, and the same sampler position (batches of 48 from 64 rows cross epochs);
     a run stopped at step 3 and resumed (its prefetch thread had drawn ahead) ends bitwise equal too; a rollback
     (3 poisoned steps in a row) restarts the prefetching from the checkpoint and stays equal."""
-    model = ModelConfig(move_facts=True, en_prise=True, value_head=True, dropout=0.1)  # dropout: the RNG must stay in step
+    model = ModelConfig(
+        move_facts=True, en_prise=True, value_head=True, dropout=0.1
+    )  # dropout: the RNG must stay in step
     common = dict(steps=6, batch_size=48, eval_every=0, checkpoint_every=0, model=model)
     finals = {}
     for prefetch in (0, 2):
-        with Trainer(_config(dataset, tmp_path, name=f"straight{prefetch}", prefetch_batches=prefetch, **common)) as trainer:
+        with Trainer(
+            _config(dataset, tmp_path, name=f"straight{prefetch}", prefetch_batches=prefetch, **common)
+        ) as trainer:
             trainer.train()
             finals[prefetch] = (_weights(trainer), trainer.kind.state_dict())
             assert (trainer.kind._prefetcher is not None) == (prefetch > 0)
@@ -323,13 +384,21 @@ def test_prefetched_batches_train_bitwise_like_batches_built_in_the_step(dataset
 
     rolled = {}
     for prefetch in (0, 2):
-        config = _config(dataset, tmp_path, name=f"rollback{prefetch}", prefetch_batches=prefetch, **{**common, "checkpoint_every": 2})
+        config = _config(
+            dataset,
+            tmp_path,
+            name=f"rollback{prefetch}",
+            prefetch_batches=prefetch,
+            **{**common, "checkpoint_every": 2},
+        )
         config.debug.nonfinite_at_step, config.debug.nonfinite_steps = 4, 3
         with Trainer(config) as trainer:
             trainer.train()
             assert trainer.rollbacks == 1
             rolled[prefetch] = _weights(trainer)
-    assert all(torch.equal(rolled[0][name], rolled[2][name]) for name in plain), "a rollback with prefetching is not exact"
+    assert all(torch.equal(rolled[0][name], rolled[2][name]) for name in plain), (
+        "a rollback with prefetching is not exact"
+    )
 
 
 def test_batch_prefetcher_follows_the_sampler_and_reports_a_failed_batch(dataset):
@@ -392,7 +461,13 @@ def test_missing_dataset_is_a_clear_error(cli, tmp_path):
     assert not run_dir.exists() or not any(run_dir.iterdir())
 
 
-PRETRAIN_CONFIGS = ("pretrain_tiny", "endgame_kqk_pretrain", "endgame_krk_pretrain", "endgame_kbbk_pretrain", "endgame_kbnk_pretrain")
+PRETRAIN_CONFIGS = (
+    "pretrain_tiny",
+    "endgame_kqk_pretrain",
+    "endgame_krk_pretrain",
+    "endgame_kbbk_pretrain",
+    "endgame_kbnk_pretrain",
+)
 
 
 @pytest.mark.parametrize("name", PRETRAIN_CONFIGS)
@@ -432,7 +507,9 @@ def test_value_head_learns_the_labelled_values_and_eval_value_reports_it(cli, da
     completed = cli.run("eval", "value", "--checkpoint", str(tmp_path / "run"), "--data", str(dataset), "--json")
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
-    assert report["n"] == 16 and report["mae"]["value"] == pytest.approx(result.eval_metrics["eval/value_mae"], abs=1e-4)
+    assert report["n"] == 16 and report["mae"]["value"] == pytest.approx(
+        result.eval_metrics["eval/value_mae"], abs=1e-4
+    )
     assert report["mae_gain"]["value"] == pytest.approx(report["baseline_mae"]["value"] - report["mae"]["value"])
     assert sum(row["n"] for row in report["calibration"]) == 16
 
@@ -447,12 +524,34 @@ def test_eval_value_refuses_a_checkpoint_without_value_head(cli, dataset, tmp_pa
 def test_search_labels_train_a_policy_expert_iteration(cli, dataset, tmp_path):
     """`data search-label` writes the search's moves and values in the dataset schema (test split
     copied from the source), and `kind: pretrain` continues the policy on them."""
-    _train(_config(dataset, tmp_path, name="start", steps=4, eval_every=0, checkpoint_every=0, model=ModelConfig(value_head=True)))
+    _train(
+        _config(
+            dataset,
+            tmp_path,
+            name="start",
+            steps=4,
+            eval_every=0,
+            checkpoint_every=0,
+            model=ModelConfig(value_head=True),
+        )
+    )
     out = tmp_path / "searched"
     completed = cli.run(
-        "data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out),
-        "--nodes", "8", "--max-positions", "12", "--workers", "1",
-    )  # fmt: skip
+        "data",
+        "search-label",
+        "--checkpoint",
+        str(tmp_path / "start"),
+        "--source",
+        str(dataset),
+        "--out",
+        str(out),
+        "--nodes",
+        "8",
+        "--max-positions",
+        "12",
+        "--workers",
+        "1",
+    )
     assert completed.returncode == 0, completed.stderr
     assert "wrote 12 search-labelled positions" in completed.stdout
     train = load_split(out, "train")
@@ -463,9 +562,22 @@ def test_search_labels_train_a_policy_expert_iteration(cli, dataset, tmp_path):
     assert set(table.column("source").to_pylist()) == {"search"} and set(table.column("nodes").to_pylist()) == {8}
     for wins, value in zip(table.column("win_probs").to_pylist(), table.column("value").to_pylist()):
         assert 0.0 <= value <= 1.0 and value == pytest.approx(wins[0])
-    again = cli.run("data", "search-label", "--checkpoint", str(tmp_path / "start"), "--source", str(dataset), "--out", str(out), "--nodes", "8")
+    again = cli.run(
+        "data",
+        "search-label",
+        "--checkpoint",
+        str(tmp_path / "start"),
+        "--source",
+        str(dataset),
+        "--out",
+        str(out),
+        "--nodes",
+        "8",
+    )
     assert again.returncode != 0 and "already has shards" in again.stderr  # nothing overwritten
-    result, _ = _train(_config(out, tmp_path, name="expert", steps=4, eval_every=4, init_checkpoint=str(tmp_path / "start")))
+    result, _ = _train(
+        _config(out, tmp_path, name="expert", steps=4, eval_every=4, init_checkpoint=str(tmp_path / "start"))
+    )
     assert result.finished and "eval/value_mae" in result.eval_metrics
 
 
@@ -484,11 +596,22 @@ def test_en_prise_fact_loads_with_the_data_and_trains(dataset, tmp_path):
     marked = 0
     for row, fen in enumerate(fens):
         start, stop = with_bit.facts.offsets[row], with_bit.facts.offsets[row + 1]
-        found = {int(a) for a, b in zip(with_bit.facts.actions[start:stop], with_bit.facts.bits[start:stop]) if b & EN_PRISE}
+        found = {
+            int(a) for a, b in zip(with_bit.facts.actions[start:stop], with_bit.facts.bits[start:stop]) if b & EN_PRISE
+        }
         assert found == set(en_prise_actions(chess.Board(fen))), fen
         marked += len(found)
     assert marked > 64  # random playouts hang pieces all the time
-    result, _ = _train(_config(dataset, tmp_path, steps=10, eval_every=10, checkpoint_every=10, model=ModelConfig(move_facts=True, en_prise=True)))
+    result, _ = _train(
+        _config(
+            dataset,
+            tmp_path,
+            steps=10,
+            eval_every=10,
+            checkpoint_every=10,
+            model=ModelConfig(move_facts=True, en_prise=True),
+        )
+    )
     assert result.finished
     policy = load_policy(tmp_path / "run")
     assert policy.config.en_prise and policy.move_facts.weights.out_features == 6

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
-import torch
 import pytest
+import torch
 import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
@@ -39,17 +39,26 @@ from chessgrpo import cli
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from chessgrpo.track.figures import integer_ticks, plotly_available, y_range
 from chessgrpo.track.plots import build_figures, figure_games, is_constant, plan_figures
-from chessgrpo.track.report import STATIC_ENV, build_report, config_differences, model_settings, png_directory, run_metadata
+from chessgrpo.track.report import (
+    STATIC_ENV,
+    build_report,
+    config_differences,
+    model_settings,
+    png_directory,
+    run_metadata,
+)
 from chessgrpo.track.report_verdict import NO_CHANGE, STRONGER, UNMEASURED, WEAKER, run_verdict, start_headline
 from chessgrpo.track.run_data import EloValue, load_run
-
 from test_diagnose import build_lab
 
 REPO = Path(__file__).resolve().parents[1]
 EMBEDDED = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 PLOT_DIV = re.compile(r'<div id="(plot-[a-z_]+-\d+)" class="plotly-graph-div"')
 GRPO_FIGURES = {"reward", "heldout", "loss", "kl", "entropy", "signal", "clip", "ratio", "throughput", "optimizer"}
-OPENINGS = ("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1")
+OPENINGS = (
+    "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
+    "rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1",
+)
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_plotly = pytest.mark.skipif(not plotly_available(), reason="plotly is not installed (pip install 'plotly>=5.20')")
 
@@ -93,14 +102,34 @@ def games_run(lab, tmp_path_factory):
     run = _copy(lab.healthy, tmp_path_factory.mktemp("games"))
     openings = run.parent / "openings.epd"
     openings.write_text("\n".join(OPENINGS) + "\n")
-    checkpoints = {"games_a": lab.healthy / "checkpoints" / "step_000008", "games_b": lab.healthy / "checkpoints" / "step_000016",
-                   "games_init": lab.pretrain}  # fmt: skip
+    checkpoints = {
+        "games_a": lab.healthy / "checkpoints" / "step_000008",
+        "games_b": lab.healthy / "checkpoints" / "step_000016",
+        "games_init": lab.pretrain,
+    }
     for name, checkpoint in checkpoints.items():
-        code = cli.main([
-            "eval", "games", "--checkpoint", str(checkpoint), "--anchors", "random,sf-nodes:1", "--games", "2", "--openings",
-            str(openings), "--workers", "1", "--pgn", str(run.parent / f"{name}.pgn"), "max_plies=60", "engine.syzygy_path=null",
-            "anchor_ratings=[sf-nodes:1=1000]", f"output={run / 'eval' / (name + '.json')}",
-        ])  # fmt: skip
+        code = cli.main(
+            [
+                "eval",
+                "games",
+                "--checkpoint",
+                str(checkpoint),
+                "--anchors",
+                "random,sf-nodes:1",
+                "--games",
+                "2",
+                "--openings",
+                str(openings),
+                "--workers",
+                "1",
+                "--pgn",
+                str(run.parent / f"{name}.pgn"),
+                "max_plies=60",
+                "engine.syzygy_path=null",
+                "anchor_ratings=[sf-nodes:1=1000]",
+                f"output={run / 'eval' / (name + '.json')}",
+            ]
+        )
         assert code == 0
     return run
 
@@ -111,11 +140,27 @@ def _games_against_start(lab, run: Path, name: str, *extra: str, anchors: str = 
     openings = run.parent / "openings.epd"
     openings.write_text("\n".join(OPENINGS) + "\n")
     summary = run / "eval" / f"{name}.json"
-    code = cli.main([
-        "eval", "games", "--checkpoint", str(lab.healthy / "checkpoints" / "step_000016"), "--anchors",
-        ",".join([str(lab.pretrain), *filter(None, [anchors])]), "--games", "4", "--openings", str(openings), "--workers", "1",
-        "--pgn", str(run / "eval" / f"{name}.pgn"), "engine.syzygy_path=null", *extra, f"output={summary}",
-    ])  # fmt: skip
+    code = cli.main(
+        [
+            "eval",
+            "games",
+            "--checkpoint",
+            str(lab.healthy / "checkpoints" / "step_000016"),
+            "--anchors",
+            ",".join([str(lab.pretrain), *filter(None, [anchors])]),
+            "--games",
+            "4",
+            "--openings",
+            str(openings),
+            "--workers",
+            "1",
+            "--pgn",
+            str(run / "eval" / f"{name}.pgn"),
+            "engine.syzygy_path=null",
+            *extra,
+            f"output={summary}",
+        ]
+    )
     assert code == 0 and summary.is_file()
     return summary
 
@@ -126,8 +171,16 @@ def verdict_run(lab, games_run, tmp_path_factory):
     difference is a lower bound), Stockfish at 200 nodes (4 lost: an upper bound), and games_run's games at step 16
     against the random mover and sf-nodes:1 (two evaluations at one step, as make run's)."""
     run = _copy(lab.healthy, tmp_path_factory.mktemp("verdict"))
-    _games_against_start(lab, run, "games_vs_pretrain", "max_plies=200", "resign_cp=500", "resign_plies=2", "resign_nodes=200",
-                         anchors="sf-nodes:200")  # fmt: skip
+    _games_against_start(
+        lab,
+        run,
+        "games_vs_pretrain",
+        "max_plies=200",
+        "resign_cp=500",
+        "resign_plies=2",
+        "resign_nodes=200",
+        anchors="sf-nodes:200",
+    )
     shutil.copy(games_run / "eval" / "games_b.json", run / "eval" / "games_b.json")
     return run
 
@@ -152,7 +205,10 @@ def test_verdict_leads_with_the_games_against_its_start(verdict_run, tmp_path):
     verdict = run_verdict(load_run(verdict_run))
     bound = start["elo_difference"]["value"]
     assert verdict.tone == STRONGER
-    assert verdict.headline == f"Stronger than its start: won all 4 games, so the Elo difference is only a lower bound: >= {bound:+.0f}."
+    assert (
+        verdict.headline
+        == f"Stronger than its start: won all 4 games, so the Elo difference is only a lower bound: >= {bound:+.0f}."
+    )
     assert [o.label for o in verdict.opponents] == ["its start", "sf-nodes:200", "random mover", "sf-nodes:1"]
     assert verdict.opponents[0].is_start and verdict.opponents[0].evaluation.step == 16
     assert any(line.startswith("esl: ") and "paired" in line for line in verdict.secondary)  # held-out: first vs last
@@ -160,7 +216,9 @@ def test_verdict_leads_with_the_games_against_its_start(verdict_run, tmp_path):
     assert verdict.rating is not None and "sf-nodes:1 = 1000" in verdict.rating  # the rated anchor's scale
 
     out = tmp_path / "elsewhere" / "report.html"  # the PGN links are relative to wherever the report is
-    text = build_report([verdict_run], out, pngs=False, interactive=plotly_available()).html.read_text()  # no PNGs: faster
+    text = build_report(
+        [verdict_run], out, pngs=False, interactive=plotly_available()
+    ).html.read_text()  # no PNGs: faster
     assert text.index('class="headline stronger"') < text.index('<h2 id="findings">') < text.index('<h2 id="runs">')
     block = text[text.index('<h2 id="verdict">') : text.index('<h2 id="findings">')]
     assert "4 / 0 / 0" in block and "0 / 0 / 4" in block
@@ -170,7 +228,9 @@ def test_verdict_leads_with_the_games_against_its_start(verdict_run, tmp_path):
     for href, name in links:
         target = (out.parent / urllib.parse.unquote(href)).resolve()
         assert target.is_file() and target.name == name and not href.startswith("/")
-    assert (out.parent / urllib.parse.unquote(links[0][0])).resolve() == (verdict_run / "eval" / "games_vs_pretrain.pgn").resolve()
+    assert (out.parent / urllib.parse.unquote(links[0][0])).resolve() == (
+        verdict_run / "eval" / "games_vs_pretrain.pgn"
+    ).resolve()
     assert "strength against Stockfish" not in block  # rated anchors were played: nothing to suggest
     assert text.count("<table") == text.count('<div class="table-wrap"><table')  # every table scrolls inside its panel
 
@@ -187,7 +247,10 @@ def test_verdict_no_measurable_change_and_without_games(no_change_run, healthy_r
     run, result = healthy_report
     verdict = run_verdict(load_run(run))
     assert verdict.tone == UNMEASURED and verdict.headline.startswith("Strength in games not measured")
-    assert [what for what, _ in verdict.missing] == ["games against its start", "strength against Stockfish (rated anchors)"]
+    assert [what for what, _ in verdict.missing] == [
+        "games against its start",
+        "strength against Stockfish (rated anchors)",
+    ]
     assert "--anchors " + str(load_run(run).setting("init_checkpoint")) in verdict.missing[0][1]
     text = result.html.read_text()
     assert 'class="headline unmeasured"' in text and "Strength in games not measured" in text
@@ -195,23 +258,42 @@ def test_verdict_no_measurable_change_and_without_games(no_change_run, healthy_r
 
 
 def test_headline_decided_by_the_interval():
-    assert start_headline(EloValue(48.0, 26.0, 70.0, 1000), 1000) == (STRONGER, "Stronger than its start: +48 Elo [+26, +70] over 1000 games.")
-    assert start_headline(EloValue(-48.0, -70.0, -26.0, 1000), 1000) == (WEAKER, "Weaker than its start: -48 Elo [-70, -26] over 1000 games.")
+    assert start_headline(EloValue(48.0, 26.0, 70.0, 1000), 1000) == (
+        STRONGER,
+        "Stronger than its start: +48 Elo [+26, +70] over 1000 games.",
+    )
+    assert start_headline(EloValue(-48.0, -70.0, -26.0, 1000), 1000) == (
+        WEAKER,
+        "Weaker than its start: -48 Elo [-70, -26] over 1000 games.",
+    )
     tone, text = start_headline(EloValue(10.0, -12.0, 32.0, 400), 400)
-    assert tone == NO_CHANGE and text.startswith("No measurable change against its start: +10 Elo [-12, +32] over 400 games")
+    assert tone == NO_CHANGE and text.startswith(
+        "No measurable change against its start: +10 Elo [-12, +32] over 400 games"
+    )
     tone, text = start_headline(EloValue(-7.0, None, -7.0, 4, "upper"), 4)
-    assert tone == WEAKER and text == "Weaker than its start: lost all 4 games, so the Elo difference is only an upper bound: <= -7."
+    assert (
+        tone == WEAKER
+        and text == "Weaker than its start: lost all 4 games, so the Elo difference is only an upper bound: <= -7."
+    )
 
 
 def test_games_plot_draws_bounds_as_bounds_with_distinct_ticks(verdict_run, games_run):
     figure = figure_games([load_run(verdict_run)])  # two evaluations at step 16: one point per anchor, not "16 16 16"
     score, elo, _ = figure.panels
-    assert score.xticks == ([0, 1, 2, 3], [str(load_run(verdict_run).setting("init_checkpoint")), "sf-nodes:200", "random", "sf-nodes:1"])
+    assert score.xticks == (
+        [0, 1, 2, 3],
+        [str(load_run(verdict_run).setting("init_checkpoint")), "sf-nodes:200", "random", "sf-nodes:1"],
+    )
     bounds = {t.label: t.direction for t in elo.traces if t.kind == "bound"}
     start = str(load_run(verdict_run).setting("init_checkpoint"))
-    assert bounds == {f"{start}: lower bound: every game won": "up", "sf-nodes:200: upper bound: every game lost": "down",
-                      "sf-nodes:1: upper bound: every game lost": "down"}  # games_b lost both games to sf-nodes:1 too
-    assert [t.label for t in elo.traces if t.kind == "errorbar"] == ["random (95%)"]  # a bound is never called an interval
+    assert bounds == {
+        f"{start}: lower bound: every game won": "up",
+        "sf-nodes:200: upper bound: every game lost": "down",
+        "sf-nodes:1: upper bound: every game lost": "down",
+    }  # games_b lost both games to sf-nodes:1 too
+    assert [t.label for t in elo.traces if t.kind == "errorbar"] == [
+        "random (95%)"
+    ]  # a bound is never called an interval
     low, high = y_range(elo)
     assert high - low >= 200
     layout = json.loads(figure.plotly()[1].to_json())["layout"]
@@ -227,7 +309,9 @@ def test_games_plot_draws_bounds_as_bounds_with_distinct_ticks(verdict_run, game
 
 def test_config_panel_shows_the_model_the_checkpoint_has(lab, tmp_path):
     """config.yaml says value_head: false, but the run starts from a checkpoint with a value head: the panel says what it has."""
-    start = save_policy(ActionPolicy(PolicyConfig(value_head=True, move_facts=True)), tmp_path / "start_with_value_head")
+    start = save_policy(
+        ActionPolicy(PolicyConfig(value_head=True, move_facts=True)), tmp_path / "start_with_value_head"
+    )
     run = _copy(lab.healthy, tmp_path)
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["value_head"] is False
@@ -262,7 +346,7 @@ def test_static_report_embeds_every_figure_and_writes_pngs(healthy_report):
         assert f"<td class=num>{step}</td>" in text
     assert re.search(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", text)
     assert "No game evaluation in this run directory" in text
-    assert "src=\"http" not in text and "<script" not in text  # self-contained, nothing to fetch or run
+    assert 'src="http' not in text and "<script" not in text  # self-contained, nothing to fetch or run
 
 
 def test_figures_are_labelled_show_intervals_and_keep_legends_off_the_data(lab):
@@ -294,7 +378,9 @@ def test_constant_panels_are_dropped_and_named(lab, healthy_report):
     assert dropped["learning rate"] == {"lr": pytest.approx(1e-4)}
     assert dropped["evaluation cache hit rate"] == {"perf/cache_hit_rate": 0.0}
     kl = next(f for f in plan.figures if f.name == "kl")
-    assert [p.title for p in kl.panels] == ["KL to the reference: raw estimate, exact, weighted"]  # the KL itself is kept
+    assert [p.title for p in kl.panels] == [
+        "KL to the reference: raw estimate, exact, weighted"
+    ]  # the KL itself is kept
     text = healthy_report[1].html.read_text()
     line = re.search(r'<p class=note id="dropped">Constant, not drawn: (.*?)</p>', text).group(1)
     assert "kl/coef = 0.05" in line and "lr = 0.0001" in line and "perf/cache_hit_rate = 0" in line
@@ -341,7 +427,12 @@ def test_comparison_overlays_runs_on_shared_axes(lab, tmp_path, capsys):
     out = tmp_path / "compare.html"
     assert cli.main(["report", str(lab.healthy), str(lab.entropy), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert f"report: {out}" in printed and "healthy:" in printed and "entropy:" in printed and "interactive (plotly)" in printed
+    assert (
+        f"report: {out}" in printed
+        and "healthy:" in printed
+        and "entropy:" in printed
+        and "interactive (plotly)" in printed
+    )
     assert "healthy: Strength in games not measured" in printed  # each run's verdict headline
     text = out.read_text()
     assert "Configuration differences" in text and "grpo.entropy_coef" in text
@@ -352,8 +443,12 @@ def test_comparison_overlays_runs_on_shared_axes(lab, tmp_path, capsys):
     # Every panel of a per-step metric both runs log draws both runs on its one set of axes, one colour per run.
     panels = _panels(text)
     assert len(panels) == len(PLOT_DIV.findall(text)) >= 12
-    for title in ("reward of the sampled moves", "policy entropy against the uniform policy&#x27;s", "gradient norm",
-                  "loss terms (entropy term = -coef x entropy)"):  # fmt: skip
+    for title in (
+        "reward of the sampled moves",
+        "policy entropy against the uniform policy&#x27;s",
+        "gradient norm",
+        "loss terms (entropy term = -coef x entropy)",
+    ):
         panel = next(p for p in panels if p.startswith(f'<div class="panel-title">{title}'))
         assert '"legendgroup":"healthy"' in panel and '"legendgroup":"entropy"' in panel, title
         assert '"color":"#1f77b4"' in panel and '"color":"#ff7f0e"' in panel, title
@@ -365,7 +460,11 @@ def test_comparison_overlays_runs_on_shared_axes(lab, tmp_path, capsys):
 @needs_plotly
 def test_games_panel_interactive_with_steps_and_intervals(games_run, tmp_path):
     run = load_run(games_run)
-    assert [(e.path.name, e.step) for e in run.games] == [("games_init.json", 0), ("games_a.json", 8), ("games_b.json", 16)]
+    assert [(e.path.name, e.step) for e in run.games] == [
+        ("games_init.json", 0),
+        ("games_a.json", 8),
+        ("games_b.json", 16),
+    ]
     assert "init_checkpoint" in run.games[0].step_source and "checkpoints/step_000008" in run.games[1].step_source
     summary = json.loads((games_run / "eval" / "games_b.json").read_text())
     result = build_report([games_run], tmp_path / "games.html", pngs=False)
@@ -385,13 +484,19 @@ def test_games_panel_interactive_with_steps_and_intervals(games_run, tmp_path):
     for step in (0, 8, 16):
         assert f">{step}</td>" in games
     score_panel = next(p for p in _panels(games) if "score against each anchor" in p)
-    assert '"error_y"' in score_panel and "random (95% Wilson)" in score_panel and "sf-nodes:1 (95% Wilson)" in score_panel
+    assert (
+        '"error_y"' in score_panel and "random (95% Wilson)" in score_panel and "sf-nodes:1 (95% Wilson)" in score_panel
+    )
     figure = next(f for f in plan_figures([run]).figures if f.name == "games")
     score = figure.panels[0]
     assert all(t.kind == "errorbar" and len(t.x) == 3 for t in score.traces if t.label and "Wilson" in t.label)
     # legends below the data in every chart
     layout = json.loads(figure.plotly()[0].to_json())["layout"]
-    assert layout["legend"]["orientation"] == "h" and layout["legend"]["yref"] == "container" and layout["legend"]["y"] == 0
+    assert (
+        layout["legend"]["orientation"] == "h"
+        and layout["legend"]["yref"] == "container"
+        and layout["legend"]["y"] == 0
+    )
 
 
 def test_games_panel_in_the_static_fallback(games_run, tmp_path, monkeypatch):
@@ -433,13 +538,23 @@ def test_run_metadata_recorded_or_unknown(lab, tmp_path):
     assert meta["kind"] == "move_group (grpo)" and meta["steps"] == "0-16 logged of 16 planned"
     assert meta["device settings (config)"].startswith("device cpu, threads 1")
     text = build_report([run_dir], pngs=False, interactive=False).html.read_text()
-    assert "unknown (not recorded in the run directory)" in text and "python-chess" in text  # and the report's own versions
+    assert (
+        "unknown (not recorded in the run directory)" in text and "python-chess" in text
+    )  # and the report's own versions
     # What a hand-written run_info.json gives.
     first = load_run(run_dir).rows[0]["time"]
-    (run_dir / "run_info.json").write_text(json.dumps({
-        "git_commit": "0123456789abcdef", "git_dirty": True, "versions": {"torch": "2.13.0", "chessgrpo": "0.1.0", "chess": "1.11.2"},
-        "python": "3.11.7", "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2, "gpu": "NVIDIA H100"}, "started": first - 30.0,
-    }))  # fmt: skip
+    (run_dir / "run_info.json").write_text(
+        json.dumps(
+            {
+                "git_commit": "0123456789abcdef",
+                "git_dirty": True,
+                "versions": {"torch": "2.13.0", "chessgrpo": "0.1.0", "chess": "1.11.2"},
+                "python": "3.11.7",
+                "hardware": {"cpu_model": "AMD EPYC", "cpu_count": 2, "gpu": "NVIDIA H100"},
+                "started": first - 30.0,
+            }
+        )
+    )
     meta = run_metadata(load_run(run_dir))
     assert meta["git commit"] == "0123456789abcdef (uncommitted changes)"
     assert meta["package versions"] == "chessgrpo 0.1.0, torch 2.13.0, python-chess 1.11.2"
@@ -454,15 +569,28 @@ def test_run_metadata_recorded_or_unknown(lab, tmp_path):
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium installed (apt-get install chromium)")
 def test_report_renders_in_headless_chromium(healthy_report):
     _, result = healthy_report
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "check_report.py"), str(result.html)], capture_output=True,
-                          text=True, timeout=180, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "check_report.py"), str(result.html)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(result.pngs)} images in the browser" in done.stdout and "OK: every image loaded" in done.stdout
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess:
-    command = [BROWSER, "--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage", "--hide-scrollbars",
-               "--virtual-time-budget=15000", *args]  # fmt: skip
+    command = [
+        BROWSER,
+        "--headless",
+        "--disable-gpu",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--virtual-time-budget=15000",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -484,16 +612,30 @@ def test_interactive_report_screenshot_in_headless_chromium(verdict_run, tmp_pat
     assert pixels.std() > 10 and len(np.unique(pixels)) > 50  # text and tables: not one colour
     # In the browser (scripts/check_report.py, at 1400x900): every plotly chart drew its SVG (plotly.js embedded,
     # offline), the verdict's headline ends on the first screen, every PGN link opens a file, no table overflows its panel.
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "check_report.py"), str(result.html), "--window", "1400x900"],
-                          capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "check_report.py"), str(result.html), "--window", "1400x900"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     verdict = re.search(r"verdict \((\w+)\): '(.*)', at (\d+)-(\d+) px", done.stdout)
-    assert verdict and verdict.group(1) == "stronger" and verdict.group(2).startswith("Stronger than its start: won all 4 games")
+    assert (
+        verdict
+        and verdict.group(1) == "stronger"
+        and verdict.group(2).startswith("Stronger than its start: won all 4 games")
+    )
     assert int(verdict.group(4)) <= 900
     links = text.count("<a class=pgn ")
     assert links == 6  # the verdict's 4 opponents and the game-strength table's 2 files
-    assert f"PGN links: {links}, every one to an existing file" in done.stdout and f"{len(divs)} interactive charts drawn" in done.stdout
+    assert (
+        f"PGN links: {links}, every one to an existing file" in done.stdout
+        and f"{len(divs)} interactive charts drawn" in done.stdout
+    )
     # Squeezed narrower than the tables (600 px), they scroll inside their wrappers instead of sticking out.
-    scrolling = re.search(r"tables: (\d+), \d+ scrolling inside their panel \((\d+) when the page is squeezed", done.stdout)
+    scrolling = re.search(
+        r"tables: (\d+), \d+ scrolling inside their panel \((\d+) when the page is squeezed", done.stdout
+    )
     assert scrolling and int(scrolling.group(1)) == text.count("<table") and int(scrolling.group(2)) > 0
     print(f"screenshot: {shot}")

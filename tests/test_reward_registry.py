@@ -21,7 +21,6 @@ from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources
 from chessgrpo.tasks.user_rewards import load_reward_function, user_rewards
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-
 from helpers import SYZYGY_DIR, importable_module, random_playout_positions
 
 REWARD_MODULE = '''
@@ -34,10 +33,22 @@ def capture_bonus(board: chess.Board, move: chess.Move, win_probability: float) 
 '''
 
 MOVE_GROUP = [
-    "init_checkpoint=null", "positions=random:32", "task.group_size=4", "task.positions_per_step=4", "task.reward_nodes=50",
-    "grpo.num_iterations=1", "grpo.minibatch_size=0", "engine.processes=1", "engine.cache=false", "eval.positions=null",
-    "eval.puzzles=null", "steps=2", "warmup_steps=0", "checkpoint_every=0", "threads=1",
-]  # fmt: skip
+    "init_checkpoint=null",
+    "positions=random:32",
+    "task.group_size=4",
+    "task.positions_per_step=4",
+    "task.reward_nodes=50",
+    "grpo.num_iterations=1",
+    "grpo.minibatch_size=0",
+    "engine.processes=1",
+    "engine.cache=false",
+    "eval.positions=null",
+    "eval.puzzles=null",
+    "steps=2",
+    "warmup_steps=0",
+    "checkpoint_every=0",
+    "threads=1",
+]
 
 
 @pytest.fixture
@@ -59,7 +70,9 @@ def keeps_balance():
 
 
 def _run(tmp_path, name: str, *overrides: str) -> list[dict]:
-    config = load_config(MoveGroupTrainConfig, None, [*MOVE_GROUP, f"run.out_dir={tmp_path}", f"run.name={name}", *overrides])
+    config = load_config(
+        MoveGroupTrainConfig, None, [*MOVE_GROUP, f"run.out_dir={tmp_path}", f"run.name={name}", *overrides]
+    )
     with Trainer(config) as trainer:
         trainer.train()
     return read_metrics(tmp_path / name / "metrics.jsonl")
@@ -97,7 +110,9 @@ def test_one_reward_of_weight_one_is_the_old_single_reward_bit_for_bit(scored_gr
     for config in (MoveGroupConfig(reward_fn=spec), MoveGroupConfig(rewards={spec: 1.0})):
         [item] = config.weighted_rewards()
         assert item.reward.user and item.name == spec
-        assert torch.equal(combine([(item.weight, item.reward.function(scored))]).view(torch.int32), before.view(torch.int32))
+        assert torch.equal(
+            combine([(item.weight, item.reward.function(scored))]).view(torch.int32), before.view(torch.int32)
+        )
 
 
 def test_several_rewards_combine_into_their_weighted_sum(scored_groups):
@@ -134,7 +149,9 @@ def test_a_reward_registered_in_the_test_trains_beside_another_with_weights(tmp_
         for name in ("keeps_balance", "win_prob"):
             assert f"reward/{name}" in row and f"reward/{name}_std" in row
         assert (row["reward/keeps_balance"] * 16).is_integer()  # 16 rewards of 0 or 1
-        assert row["reward/mean"] == pytest.approx(0.5 * row["reward/keeps_balance"] + 2.0 * row["reward/win_prob"], abs=1e-6)
+        assert row["reward/mean"] == pytest.approx(
+            0.5 * row["reward/keeps_balance"] + 2.0 * row["reward/win_prob"], abs=1e-6
+        )
 
 
 def test_a_user_function_is_a_reward_of_the_same_registry_and_path(tmp_path, reward_module):
@@ -142,12 +159,16 @@ def test_a_user_function_is_a_reward_of_the_same_registry_and_path(tmp_path, rew
     capture_bonus - win_prob leaves only the capture bonus."""
     spec = "registry_rewards:capture_bonus"
     record = MOVE_GROUP_REWARDS.record(spec)
-    assert isinstance(record, RegisteredReward) and record.user and record.name == spec and record.needs_of() == {"pool"}
+    assert (
+        isinstance(record, RegisteredReward) and record.user and record.name == spec and record.needs_of() == {"pool"}
+    )
     rows = _run(tmp_path, "user", f"task.rewards={{'{spec}': 1.0, win_prob: -1.0}}")
     for row in rows:
         assert f"reward/{spec}" in row and "reward/win_prob" in row
         assert row["reward/mean"] == pytest.approx(row[f"reward/{spec}"] - row["reward/win_prob"], abs=1e-6)
-        assert (row["reward/mean"] * 16) == pytest.approx(round(row["reward/mean"] * 16), abs=1e-4)  # captures: 0 or 1 each
+        assert (row["reward/mean"] * 16) == pytest.approx(
+            round(row["reward/mean"] * 16), abs=1e-4
+        )  # captures: 0 or 1 each
 
 
 def test_what_a_run_starts_comes_from_its_rewards_records(tmp_path):
@@ -159,8 +180,14 @@ def test_what_a_run_starts_comes_from_its_rewards_records(tmp_path):
 
     MOVE_GROUP_REWARDS.register("tables_please", tablebase_free, needs={"pool", "tablebase"})
     try:
-        for rewards, opens in (("{win_prob: 1.0}", False), ("{win_prob: 1.0, shaped: 0.0}", True), ("{tables_please: 1.0}", True)):
-            config = load_config(MoveGroupTrainConfig, None, [*MOVE_GROUP, f"run.out_dir={tmp_path}", f"task.rewards={rewards}"])
+        for rewards, opens in (
+            ("{win_prob: 1.0}", False),
+            ("{win_prob: 1.0, shaped: 0.0}", True),
+            ("{tables_please: 1.0}", True),
+        ):
+            config = load_config(
+                MoveGroupTrainConfig, None, [*MOVE_GROUP, f"run.out_dir={tmp_path}", f"task.rewards={rewards}"]
+            )
             with Trainer(config) as trainer:
                 assert isinstance(trainer.kind, MoveGroupKind)
                 assert (trainer.kind.tablebase is not None) == opens, rewards
@@ -183,11 +210,27 @@ def test_what_a_run_starts_comes_from_its_rewards_records(tmp_path):
 
 def test_a_trajectory_run_combines_the_tablebase_and_the_engine(tmp_path):
     """KQvK against the perfect defender with two rewards: each logged over the valid plies, their weighted sum trained on."""
-    config = load_config(TrajectoryTrainConfig, "configs/endgame_kqk.yaml", [
-        "init_checkpoint=null", "task.positions_per_step=2", "task.group_size=2", "task.horizon=3", "task.reward_nodes=50",
-        "task.rewards={tablebase: 1.0, engine: 0.5}", "engine.processes=1", "engine.cache=false", "steps=1", "eval_every=0",
-        "eval_at_start=false", "checkpoint_every=0", "grpo.minibatch_size=4", f"run.out_dir={tmp_path}", "run.name=both",
-    ])  # fmt: skip
+    config = load_config(
+        TrajectoryTrainConfig,
+        "configs/endgame_kqk.yaml",
+        [
+            "init_checkpoint=null",
+            "task.positions_per_step=2",
+            "task.group_size=2",
+            "task.horizon=3",
+            "task.reward_nodes=50",
+            "task.rewards={tablebase: 1.0, engine: 0.5}",
+            "engine.processes=1",
+            "engine.cache=false",
+            "steps=1",
+            "eval_every=0",
+            "eval_at_start=false",
+            "checkpoint_every=0",
+            "grpo.minibatch_size=4",
+            f"run.out_dir={tmp_path}",
+            "run.name=both",
+        ],
+    )
     assert config.needs_pool and config.needs_tables
     with Trainer(config) as trainer:
         trainer.train()
@@ -207,7 +250,11 @@ def test_errors_name_the_key_and_list_the_known_rewards(tmp_path, reward_module)
         return str(raised.value)
 
     unknown = error("task.rewards={win_prob: 1.0, balance: 1.0}")
-    assert "task.rewards" in unknown and "'balance'" in unknown and all(name in unknown for name in ("win_prob", "regret", "shaped"))
+    assert (
+        "task.rewards" in unknown
+        and "'balance'" in unknown
+        and all(name in unknown for name in ("win_prob", "regret", "shaped"))
+    )
     assert "config key task.rewards.win_prob: expected a finite number" in error("task.rewards={win_prob: .nan}")
     assert "config key task.rewards.win_prob: expected a number" in error("task.rewards={win_prob: heavy}")
     assert "config key task.rewards.win_prob: expected a finite number" in error("task.rewards.win_prob=inf")

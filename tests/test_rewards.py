@@ -11,7 +11,6 @@ from chessgrpo.engine import EnginePool, Evaluation, Tablebase
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.tasks.move_group import MoveGroups, score_groups
 from chessgrpo.tasks.rewards import DRAW, WIN_FLOOR, forced_win_value, probe_tablebase, shaped_value, undecided_value
-
 from helpers import SYZYGY_DIR
 
 
@@ -50,7 +49,9 @@ def test_stalemating_a_won_position_scores_as_a_draw(pool, tablebase):
     # KQ v K: Qa7# mates, Qc7 stalemates, Qd5 keeps the win.
     board = chess.Board("k7/3Q4/1K6/8/8/8/8/8 w - - 0 1")
     for tables in (None, tablebase):
-        scored = score_groups(pool, _group(board, ["d7a7", "d7c7", "d7d5"]), nodes=5000, best_move_values=False, tablebase=tables)
+        scored = score_groups(
+            pool, _group(board, ["d7a7", "d7c7", "d7d5"]), nodes=5000, best_move_values=False, tablebase=tables
+        )
         mate, stalemate, keeps_win = scored.shaped[0].tolist()
         assert mate == 1.0
         assert stalemate == DRAW
@@ -92,4 +93,11 @@ def test_engine_mate_scores_and_material_keep_an_order():
     assert equal == pytest.approx(0.5)
     assert forced_win_value(0) == 1.0 and mated_in_3 == pytest.approx(1.0 - forced_win_value(5))
     # Undecided values stay strictly inside (0.1, 0.9) and increase with both inputs.
-    assert 0.1 < undecided_value(0.0, -3000) < undecided_value(0.0, 0) < undecided_value(1.0, 0) < undecided_value(1.0, 3000) < WIN_FLOOR
+    assert (
+        0.1
+        < undecided_value(0.0, -3000)
+        < undecided_value(0.0, 0)
+        < undecided_value(1.0, 0)
+        < undecided_value(1.0, 3000)
+        < WIN_FLOOR
+    )

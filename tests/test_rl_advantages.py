@@ -118,9 +118,7 @@ def test_process_advantages_by_hand() -> None:
     #   row 1 to-go: -.95618 + .23905 = -.71714, .23905, 0 (masked; the 100 is ignored)
     # group 11 valid steps: 3, 1 -> mean 2, std sqrt(2) -> .70711 -.70711; to-go 0, -.70711, 0
     got = process_advantages(rewards, mask, groups, epsilon=0.0)
-    expected = torch.tensor(
-        [[0.71714, 0.47809, 1.43427], [-0.71714, 0.23905, 0.0], [0.0, -0.70711, 0.0]]
-    )
+    expected = torch.tensor([[0.71714, 0.47809, 1.43427], [-0.71714, 0.23905, 0.0], [0.0, -0.70711, 0.0]])
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
@@ -145,7 +143,9 @@ def test_stepwise_advantages_by_hand() -> None:
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
     # dr_grpo: centred only -> .2 -.8 1.2 | -.8 .2 | 1 -1
     got = stepwise_advantages(rewards, mask, groups, estimator="dr_grpo")
-    torch.testing.assert_close(got, torch.tensor([[0.2, -0.8, 1.2], [-0.8, 0.2, 0.0], [1.0, -1.0, 0.0]]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        got, torch.tensor([[0.2, -0.8, 1.2], [-0.8, 0.2, 0.0], [1.0, -1.0, 0.0]]), atol=1e-6, rtol=0
+    )
     with pytest.raises(ValueError, match="prefix"):
         stepwise_advantages(rewards, torch.tensor([[True, False, True]] * 3), groups)
 
@@ -161,7 +161,9 @@ def test_critic_advantages_by_hand() -> None:
     got = critic_advantages(rewards, mask, epsilon=0.25, batch_std=torch.tensor(0.75, dtype=torch.float64))
     assert got.tolist() == [[0.5, -1.0, 0.0], [2.0, 0.0, 0.0]]
     # A single valid step: std 0, so A = r / epsilon.
-    assert critic_advantages(torch.tensor([[2.0, 5.0]]), torch.tensor([[True, False]]), epsilon=0.5).tolist() == [[4.0, 0.0]]
+    assert critic_advantages(torch.tensor([[2.0, 5.0]]), torch.tensor([[True, False]]), epsilon=0.5).tolist() == [
+        [4.0, 0.0]
+    ]
 
 
 class _TwoRanks:
@@ -180,8 +182,15 @@ def test_compute_advantages_runs_the_batchs_supervision() -> None:
     config = GRPOConfig(advantage_epsilon=0.25)
 
     def batch(supervision: str | None, batch_rewards: torch.Tensor = rewards) -> RolloutBatch:
-        return RolloutBatch(inputs=None, actions=torch.zeros(2, 3, dtype=torch.long), behaviour_logp=torch.zeros(2, 3),
-                            mask=mask, rewards=batch_rewards, group_ids=groups, supervision=supervision)  # fmt: skip
+        return RolloutBatch(
+            inputs=None,
+            actions=torch.zeros(2, 3, dtype=torch.long),
+            behaviour_logp=torch.zeros(2, 3),
+            mask=mask,
+            rewards=batch_rewards,
+            group_ids=groups,
+            supervision=supervision,
+        )
 
     process = process_advantages(rewards, mask, groups, 0.25)
     assert torch.equal(compute_advantages(batch(None), config), process)

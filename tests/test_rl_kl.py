@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from chessgrpo.models.lm import LMModelConfig, build_lm, completion_log_probs, prepare_for_rl
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, log_probs
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.rl import GRPOConfig, PolicyOutputs, exact_kl, policy_loss
 from chessgrpo.tasks import lm_rollout
 from chessgrpo.tasks.move_group import StartPositions, make_forward, sample_groups, to_rollout_batch
@@ -31,7 +31,9 @@ def _distributions(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return theta, ref, behaviour
 
 
-def _expected_kl_gradient(config: GRPOConfig, theta: torch.Tensor, ref: torch.Tensor, behaviour: torch.Tensor) -> torch.Tensor:
+def _expected_kl_gradient(
+    config: GRPOConfig, theta: torch.Tensor, ref: torch.Tensor, behaviour: torch.Tensor
+) -> torch.Tensor:
     """E_{a ~ behaviour}[grad of the loss's KL term of a one-row batch that sampled a], exactly."""
     total = torch.zeros_like(theta)
     mask = torch.ones(1, 1, dtype=torch.bool)
@@ -40,9 +42,15 @@ def _expected_kl_gradient(config: GRPOConfig, theta: torch.Tensor, ref: torch.Te
         new = logp_full[action].reshape(1, 1)
         kl = exact_kl(logp_full.unsqueeze(0), ref.unsqueeze(0)).reshape(1, 1)
         out = policy_loss(
-            new, behaviour[action].reshape(1, 1), torch.zeros(1), mask, config,
-            ref_logp=ref[action].reshape(1, 1), kl=kl, kl_coef=1.0,
-        )  # fmt: skip
+            new,
+            behaviour[action].reshape(1, 1),
+            torch.zeros(1),
+            mask,
+            config,
+            ref_logp=ref[action].reshape(1, 1),
+            kl=kl,
+            kl_coef=1.0,
+        )
         (grad,) = torch.autograd.grad(out.terms["kl"], theta)
         total += behaviour[action].exp() * grad
     return total
@@ -102,7 +110,9 @@ def test_the_move_group_forward_gives_the_exact_kl_over_legal_moves() -> None:
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
     boards = StartPositions.from_source("random:6", seed=1).draw(4, seed=0, step=0)
-    groups = sample_groups(model, boards, 3, temperature=1.2, generator=torch.Generator().manual_seed(0), reference=reference)
+    groups = sample_groups(
+        model, boards, 3, temperature=1.2, generator=torch.Generator().manual_seed(0), reference=reference
+    )
     batch = to_rollout_batch(groups, torch.rand(4, 3))
     outputs = make_forward(model, groups, temperature=1.2, reference=reference)(batch)
     assert isinstance(outputs, PolicyOutputs) and outputs.kl is not None and outputs.kl.requires_grad
@@ -122,7 +132,13 @@ def test_the_lm_forward_gives_the_exact_per_token_kl_over_the_vocabulary() -> No
             parameter.add_(0.05 * torch.randn_like(parameter))
     prompts = ["P: 8/8/8/4k3/8/8/3QK3/8 w - - 0 1 ", "A: 8/8/8/4k3/8/8/3QK3/8 w - - 0 1+d2d4+"]
     groups = lm_rollout.sample_completion_groups(
-        lm, prompts, 2, temperature=0.9, max_new_tokens=8, generator=torch.Generator().manual_seed(0), reference=reference
+        lm,
+        prompts,
+        2,
+        temperature=0.9,
+        max_new_tokens=8,
+        generator=torch.Generator().manual_seed(0),
+        reference=reference,
     )
     batch = lm_rollout.to_rollout_batch(groups, torch.zeros(4))
     outputs = lm_rollout.make_forward(lm.model, temperature=0.9, chunk_rows=3, reference=reference)(batch)
@@ -133,10 +149,16 @@ def test_the_lm_forward_gives_the_exact_per_token_kl_over_the_vocabulary() -> No
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     start = g.prompt_ids.shape[1] - 1
     with torch.no_grad():
-        p = (lm.model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, start:-1].float() / 0.9).log_softmax(-1)
-        q = (reference(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, start:-1].float() / 0.9).log_softmax(-1)
+        p = (
+            lm.model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, start:-1].float() / 0.9
+        ).log_softmax(-1)
+        q = (
+            reference(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, start:-1].float() / 0.9
+        ).log_softmax(-1)
     want = torch.where(g.completion_mask, (p.exp() * (p - q)).sum(-1), torch.zeros(()))
     assert torch.allclose(outputs.kl.detach(), want, atol=1e-5)
     assert bool((want[g.completion_mask] > 0).all())
-    logp, _ = completion_log_probs(lm.model, g.prompt_ids, g.prompt_mask, g.completion_ids, g.completion_mask, temperature=0.9)
+    logp, _ = completion_log_probs(
+        lm.model, g.prompt_ids, g.prompt_mask, g.completion_ids, g.completion_mask, temperature=0.9
+    )
     assert torch.allclose(outputs.logp.detach(), logp.detach(), atol=1e-6)

@@ -144,8 +144,18 @@ def test_consistent_forward_passes_the_first_minibatch_invariant() -> None:
     assert metrics["loss/skipped"] == 0.0 and metrics["learn/minibatches"] == 1.0
     assert metrics["grad_norm"] > 0.0
     assert batch.advantages is not None and batch.advantages.shape == (64,)
-    for key in ("adv/mean", "adv/std", "reward/mean", "reward/std", "reward/min", "reward/max",
-                "rollout/frac_reward_zero_std", "entropy/mean", "kl/coef", "loss/share_policy"):  # fmt: skip
+    for key in (
+        "adv/mean",
+        "adv/std",
+        "reward/mean",
+        "reward/std",
+        "reward/min",
+        "reward/max",
+        "rollout/frac_reward_zero_std",
+        "entropy/mean",
+        "kl/coef",
+        "loss/share_policy",
+    ):
         assert key in metrics, key
     assert metrics["adv/mean"] == pytest.approx(0.0, abs=1e-6)
 
@@ -188,9 +198,14 @@ def test_grpo_learns_to_pick_the_rewarded_action() -> None:
     for _ in range(300):
         batch = rollout(model, positions, 8, temperature=1.0, generator=sampler)
         optimize(
-            batch, make_forward(model, 1.0), spine_update(model, optimizer), config, controller,
-            parameters=model.parameters(), generator=shuffler,
-        )  # fmt: skip
+            batch,
+            make_forward(model, 1.0),
+            spine_update(model, optimizer),
+            config,
+            controller,
+            parameters=model.parameters(),
+            generator=shuffler,
+        )
     assert target_probability() > 0.9
     assert controller.steps == 300
 
@@ -215,9 +230,13 @@ def test_trajectories_with_step_rewards_and_kl() -> None:
     sampler = torch.Generator().manual_seed(8)
     # L = 3 steps per row, reward 1 at each step that picked the target action; last step masked in half the rows.
     batch = rollout(
-        model, make_positions(4, 3, seed=9), 4, temperature=1.0, generator=sampler,
+        model,
+        make_positions(4, 3, seed=9),
+        4,
+        temperature=1.0,
+        generator=sampler,
         reward=lambda actions: (actions == TARGET_ACTION).float(),
-    )  # fmt: skip
+    )
     batch.mask[::2, 2] = False
     config = GRPOConfig(kl_coef=0.05, kl_schedule="adaptive", num_iterations=2, kl_horizon=100)
     controller = KLController.from_config(config)
@@ -243,9 +262,13 @@ def test_drop_zero_std_groups_skips_an_all_equal_batch() -> None:
     model = random_model(4)
     before = copy.deepcopy(model.state_dict())
     batch = rollout(
-        model, make_positions(4, 1, seed=1), 4, temperature=1.0, generator=torch.Generator().manual_seed(1),
+        model,
+        make_positions(4, 1, seed=1),
+        4,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(1),
         reward=lambda actions: torch.ones(actions.shape[0]),
-    )  # fmt: skip
+    )
     controller = KLController.from_config(GRPOConfig())
     metrics = run_optimize(model, batch, GRPOConfig(drop_zero_std_groups=True), controller=controller)
     assert metrics["loss/skipped"] == 1.0
@@ -295,9 +318,15 @@ def test_bf16_flag_selects_the_looser_tolerance() -> None:
         run_optimize(model, shifted_batch(), GRPOConfig())
     batch = shifted_batch()
     metrics = optimize(
-        batch, make_forward(model, 1.0), spine_update(model, torch.optim.SGD(model.parameters(), lr=0.1)), GRPOConfig(),
-        KLController(), parameters=model.parameters(), generator=None, bf16=True,
-    )  # fmt: skip
+        batch,
+        make_forward(model, 1.0),
+        spine_update(model, torch.optim.SGD(model.parameters(), lr=0.1)),
+        GRPOConfig(),
+        KLController(),
+        parameters=model.parameters(),
+        generator=None,
+        bf16=True,
+    )
     assert metrics["ratio/first_max_abs_dev"] == pytest.approx(1e-3, rel=1e-2)
 
 
@@ -325,8 +354,17 @@ def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
     # By hand, before the step: each term of the loss, its gradient, its norm.
     batch.advantages = compute_advantages(batch, config)
     outputs = forward(batch)
-    out = policy_loss(outputs.logp, batch.behaviour_logp, batch.advantages, batch.mask, config, ref_logp=outputs.ref_logp,
-                      kl=outputs.kl, entropy=outputs.entropy, kl_coef=0.1)  # fmt: skip
+    out = policy_loss(
+        outputs.logp,
+        batch.behaviour_logp,
+        batch.advantages,
+        batch.mask,
+        config,
+        ref_logp=outputs.ref_logp,
+        kl=outputs.kl,
+        entropy=outputs.entropy,
+        kl_coef=0.1,
+    )
     expected = {}
     for name, term in out.terms.items():
         grads = torch.autograd.grad(term, list(model.parameters()), retain_graph=True)
@@ -334,8 +372,16 @@ def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
 
     def step(number: int, settings: GRPOConfig = config) -> dict[str, float]:
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        return optimize(batch, forward, spine_update(model, optimizer), settings, KLController.from_config(settings),
-                        parameters=model.parameters(), generator=torch.Generator().manual_seed(0), step=number)  # fmt: skip
+        return optimize(
+            batch,
+            forward,
+            spine_update(model, optimizer),
+            settings,
+            KLController.from_config(settings),
+            parameters=model.parameters(),
+            generator=torch.Generator().manual_seed(0),
+            step=number,
+        )
 
     metrics = step(3)
     for name in ("policy", "kl", "entropy"):
@@ -345,7 +391,9 @@ def test_term_gradient_norms_are_each_terms_own_gradient() -> None:
     assert not any(key.startswith("grad_norm/") for key in step(4, stale))
 
 
-def _first_update_gradient(model: nn.Module, batch: RolloutBatch, forward: Callable, config: GRPOConfig) -> torch.Tensor:
+def _first_update_gradient(
+    model: nn.Module, batch: RolloutBatch, forward: Callable, config: GRPOConfig
+) -> torch.Tensor:
     """The gradient `optimize` hands to its first optimizer step (micro-batches accumulated), flattened."""
     model.zero_grad()
     steps: list[torch.Tensor] = []
@@ -357,7 +405,15 @@ def _first_update_gradient(model: nn.Module, batch: RolloutBatch, forward: Calla
             model.zero_grad()
         return 0.0
 
-    optimize(batch, forward, update, config, KLController.from_config(config), parameters=[], generator=torch.Generator().manual_seed(0))
+    optimize(
+        batch,
+        forward,
+        update,
+        config,
+        KLController.from_config(config),
+        parameters=[],
+        generator=torch.Generator().manual_seed(0),
+    )
     return steps[0]
 
 
@@ -378,7 +434,9 @@ def test_a_per_row_aux_loss_is_the_minibatch_mean_however_the_rows_are_split() -
         return dataclasses.replace(base(minibatch), aux_row_loss=per_row(minibatch.inputs, minibatch.extras["row"]))
 
     def config(micro: int) -> GRPOConfig:
-        return GRPOConfig(num_iterations=1, minibatch_size=batch.num_rows, micro_batch_size=micro, check_invariants=False)
+        return GRPOConfig(
+            num_iterations=1, minibatch_size=batch.num_rows, micro_batch_size=micro, check_invariants=False
+        )
 
     whole = _first_update_gradient(model, batch, forward, config(0))
     assert torch.allclose(whole, _first_update_gradient(model, batch, forward, config(3)), atol=1e-6)

@@ -18,8 +18,8 @@ import time
 import chess
 import pyarrow.parquet as pq
 import pytest
-from helpers import data_file
 
+from chessgrpo.config import EngineConfig
 from chessgrpo.data.rookworld import (
     RookWorldDataConfig,
     environment_example,
@@ -28,7 +28,6 @@ from chessgrpo.data.rookworld import (
     read_rookworld_text,
     run_rookworld_data,
 )
-from chessgrpo.config import EngineConfig
 from chessgrpo.data.rookworld_format import (
     REWARD_ILLEGAL,
     REWARD_MATE,
@@ -49,10 +48,11 @@ from chessgrpo.data.rookworld_format import (
     split_policy_line,
     upstream_best_defect,
 )
+from chessgrpo.data.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
 from chessgrpo.data.rookworld_truths import policy_truths
 from chessgrpo.engine import EngineError, EnginePool
-from chessgrpo.data.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
 from chessgrpo.tasks.rookworld_trl import RookWorldTRLRewards
+from helpers import data_file
 
 NODES = 500
 BACK_RANK = "r5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 0 1"  # Black to move mates with Ra1#
@@ -66,7 +66,9 @@ def _sample_lines() -> list[str]:
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
-    with EnginePool(processes=1, nodes=NODES, cache_path=tmp_path_factory.mktemp("cache") / "evals.sqlite") as engine_pool:
+    with EnginePool(
+        processes=1, nodes=NODES, cache_path=tmp_path_factory.mktemp("cache") / "evals.sqlite"
+    ) as engine_pool:
         yield engine_pool
 
 
@@ -97,7 +99,9 @@ def test_environment_lines_of_the_shared_samples_round_trip_and_match_python_che
         query, answer = parse_environment_line(line)
         assert format_environment_line(query, answer) == line
         prompt, completion = split_environment_line(line)
-        assert prompt.endswith(f"+{query.move}+{' '.join(query.history)}+") and completion == format_environment_completion(answer)
+        assert prompt.endswith(
+            f"+{query.move}+{' '.join(query.history)}+"
+        ) and completion == format_environment_completion(answer)
         assert environment_step(query.fen, query.move) == answer
     mate = parse_environment_line(lines[-1])[1]
     assert mate.reward == REWARD_MATE and mate.terminated and not mate.truncated
@@ -163,11 +167,20 @@ def test_policy_reward_true_answer_is_maximal_wrong_best_lower_garbage_is_the_pe
     true_text = format_policy_completion(QUEEN_TRAP, answer)
     other = next(m for m in answer.moves if m != truth.best)
     wrong_best = format_policy_completion(QUEEN_TRAP, PolicyAnswer(answer.moves, answer.evals, other))
-    flipped = format_policy_completion(QUEEN_TRAP, PolicyAnswer(answer.moves, tuple(-v for v in answer.evals), truth.best))
+    flipped = format_policy_completion(
+        QUEEN_TRAP, PolicyAnswer(answer.moves, tuple(-v for v in answer.evals), truth.best)
+    )
     reordered = PolicyAnswer(answer.moves[::-1], answer.evals[::-1], truth.best)  # E stays matched to its move
     illegal = PolicyAnswer(("e2e4", *answer.moves[1:]), answer.evals, truth.best)
-    texts = [true_text, wrong_best, flipped, format_policy_completion(QUEEN_TRAP, reordered),
-             format_policy_completion(QUEEN_TRAP, illegal), "garbage", "   M: e2e4 E: B: e7e5"]  # fmt: skip
+    texts = [
+        true_text,
+        wrong_best,
+        flipped,
+        format_policy_completion(QUEEN_TRAP, reordered),
+        format_policy_completion(QUEEN_TRAP, illegal),
+        "garbage",
+        "   M: e2e4 E: B: e7e5",
+    ]
     rewards = score_completions(pool, [prompt] * len(texts), texts, config)
     true, wrong, bad_evals, reordered_reward, with_illegal, garbage, half = rewards
     assert true.total == pytest.approx(config.policy.maximum) and true.components["eval_error"] == 0.0
@@ -187,7 +200,9 @@ def test_unlisted_moves_are_valued_by_their_own_search(pool):
     [truth] = policy_truths(pool, [QUEEN_TRAP], nodes=NODES)
     legal_unlisted = next(m for m in sorted(truth.legal) if m not in truth.moves)
     hangs = PolicyAnswer((legal_unlisted,), (0.0,), legal_unlisted)
-    [reward] = score_completions(pool, [policy_prompt(QUEEN_TRAP)], [format_policy_completion(QUEEN_TRAP, hangs)], _config())
+    [reward] = score_completions(
+        pool, [policy_prompt(QUEEN_TRAP)], [format_policy_completion(QUEEN_TRAP, hangs)], _config()
+    )
     assert "eval_error" in reward.components and reward.components["top5"] == 0.0
 
 
@@ -203,7 +218,9 @@ def test_black_to_move_labels_are_the_best_move_for_black(pool):
 def test_environment_reward_truth_partial_credit_and_penalty(tmp_path):
     config = RookWorldRewardConfig()
     # A: rewards are python-chess's: an engine that cannot start is never started.
-    environment_reward = RookWorldTRLRewards(config, engine=EngineConfig(path=str(tmp_path / "no-engine"))).environment_reward
+    environment_reward = RookWorldTRLRewards(
+        config, engine=EngineConfig(path=str(tmp_path / "no-engine"))
+    ).environment_reward
     board = chess.Board(BACK_RANK)
     mate = environment_example(board, "a8a1")
     assert mate.completion.endswith("+1.0+1+0")
@@ -229,9 +246,12 @@ def test_trl_reward_functions_take_prompts_and_completions(pool):
     with RookWorldTRLRewards(config, pool=pool) as rewards:
         policy_reward, rookworld_reward = rewards.policy_reward, rewards.rookworld_reward
         assert policy_reward([prompt, prompt], [completion, "x"], completion_ids=[[1], [2]]) == [
-            pytest.approx(config.policy.maximum), config.policy.malformed_penalty
+            pytest.approx(config.policy.maximum),
+            config.policy.malformed_penalty,
         ]
-        conversational = policy_reward([[{"role": "user", "content": prompt}]], [[{"role": "assistant", "content": completion}]])
+        conversational = policy_reward(
+            [[{"role": "user", "content": prompt}]], [[{"role": "assistant", "content": completion}]]
+        )
         assert conversational == [pytest.approx(config.policy.maximum)]
         mixed = rookworld_reward([prompt, env.prompt], [completion, env.completion])
         assert mixed == [pytest.approx(config.policy.maximum), pytest.approx(config.environment.maximum)]
@@ -307,7 +327,9 @@ def test_importing_upstream_text_flags_and_drops_the_defective_lines(tmp_path):
         read_rookworld_text(bad)
     summary = run_rookworld_data(RookWorldDataConfig(out=str(tmp_path / "imported"), from_text=str(path)))
     assert summary.defects == 11 and summary.dropped == 11
-    assert len(read_rookworld(tmp_path / "imported", "train")) + len(read_rookworld(tmp_path / "imported", "test")) == 23
+    assert (
+        len(read_rookworld(tmp_path / "imported", "train")) + len(read_rookworld(tmp_path / "imported", "test")) == 23
+    )
 
 
 @pytest.mark.slow
@@ -315,8 +337,21 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_runs_again(tmp_path
     """kill -9 mid-run: nothing at --out (the data is written to a hidden sibling and renamed last),
     and rerunning the same command makes the whole dataset; a shard changed afterwards is named."""
     out = tmp_path / "rw"
-    args = [sys.executable, "-m", "chessgrpo.cli", "data", "rookworld", "--out", str(out), "--positions", "1500",
-            "--nodes", "60", "engine.processes=1", f"engine.cache_path={tmp_path / 'cache.sqlite'}"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "chessgrpo.cli",
+        "data",
+        "rookworld",
+        "--out",
+        str(out),
+        "--positions",
+        "1500",
+        "--nodes",
+        "60",
+        "engine.processes=1",
+        f"engine.cache_path={tmp_path / 'cache.sqlite'}",
+    ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     time.sleep(2.5)  # start-up, then some labelling (the whole run takes ~8 s on 2 idle cores)
     os.killpg(process.pid, signal.SIGKILL)

@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import chess
 import pytest
-from helpers import SYZYGY_DIR
 
 from chessgrpo.board.endgames import EndgameStarts, symmetric_epds
 from chessgrpo.data.rookworld import RookWorldDataConfig, read_rookworld, run_rookworld_data
-from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_environment_line, parse_policy_completion
+from chessgrpo.data.rookworld_format import (
+    PolicyAnswer,
+    format_policy_completion,
+    parse_environment_line,
+    parse_policy_completion,
+)
+from chessgrpo.data.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
 from chessgrpo.data.rookworld_truths import TABLEBASE_WIN_PAWNS, tablebase_pawns, tablebase_truth
 from chessgrpo.engine.tablebase import Tablebase
-from chessgrpo.data.rookworld_grading import PolicyRewardConfig, RookWorldRewardConfig, score_completions
+from helpers import SYZYGY_DIR
 
 # White: Kg6, Qh1; Black: Kd4. Won for White; several queen moves mate fastest, king moves away waste plies,
 # Qd5 and Qe4 hang the queen next to the black king (draws); h1g3 is not a legal move.
 FEN = "8/8/6K1/8/3k4/8/8/7Q w - - 0 1"
-CONFIG = RookWorldRewardConfig(policy=PolicyRewardConfig(truth="tablebase", syzygy_path=str(SYZYGY_DIR), eval_clip=100.0, eval_scale=4.0))
+CONFIG = RookWorldRewardConfig(
+    policy=PolicyRewardConfig(truth="tablebase", syzygy_path=str(SYZYGY_DIR), eval_clip=100.0, eval_scale=4.0)
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +48,9 @@ def test_the_tablebase_truth_ranks_moves_by_exact_value(tablebase):
     truth = tablebase_truth(tablebase, chess.Board(FEN))
     board = chess.Board(FEN)
     assert truth.legal == {m.uci() for m in board.legal_moves} == set(truth.exact)
-    assert set(tablebase.best_moves(board)) == {chess.Move.from_uci(m) for m in truth.optimal}  # the same optimum as eval endgame
+    assert set(tablebase.best_moves(board)) == {
+        chess.Move.from_uci(m) for m in truth.optimal
+    }  # the same optimum as eval endgame
     assert truth.best in truth.optimal and len(truth.moves) == 5
     assert list(truth.pawns) == sorted(truth.pawns, reverse=True)  # best first
     draws = [m for m, v in truth.exact.items() if v.score == 0.5]
@@ -61,8 +70,12 @@ def test_optimal_beats_slower_win_beats_draw_beats_illegal_beats_ill_formed(tabl
     # Binary best (the C1 recipe's exact match): only an optimal B earns the best-move credit.
     exact = RookWorldRewardConfig(policy=PolicyRewardConfig(**{**CONFIG.policy.__dict__, "best_mode": "exact"}))
     weight = exact.policy.best_weight
-    assert _reward(truth.best, config=exact, tablebase=tablebase) - _reward(slower, config=exact, tablebase=tablebase) == pytest.approx(weight)
-    assert _reward(slower, config=exact, tablebase=tablebase) == pytest.approx(_reward("h1d5", config=exact, tablebase=tablebase))
+    assert _reward(truth.best, config=exact, tablebase=tablebase) - _reward(
+        slower, config=exact, tablebase=tablebase
+    ) == pytest.approx(weight)
+    assert _reward(slower, config=exact, tablebase=tablebase) == pytest.approx(
+        _reward("h1d5", config=exact, tablebase=tablebase)
+    )
 
 
 def test_the_default_eval_clip_follows_the_tablebase_scale(tablebase):
@@ -84,13 +97,23 @@ def test_a_position_no_table_covers_is_one_clear_error():
 
 
 def test_endgame_dataset_holds_out_eval_endgames_starts_and_grades_every_line(tmp_path, tablebase):
-    config = RookWorldDataConfig(out=str(tmp_path / "data"), positions=24, endgames=["KQvK", "KRvK"], held_out=4,
-                                 syzygy_path=str(SYZYGY_DIR), workers=1, seed=0)  # fmt: skip
+    config = RookWorldDataConfig(
+        out=str(tmp_path / "data"),
+        positions=24,
+        endgames=["KQvK", "KRvK"],
+        held_out=4,
+        syzygy_path=str(SYZYGY_DIR),
+        workers=1,
+        seed=0,
+    )
     summary = run_rookworld_data(config)
     assert summary.counts == {"train": {"policy": 24, "environment": 24}, "test": {"policy": 8, "environment": 8}}
     test = read_rookworld(config.out, "test", task="policy")
     expected = set()
-    for material in ("KQvK", "KRvK"):  # `chessgrpo eval endgame --material M --positions 4 --seed 0` plays exactly these
+    for material in (
+        "KQvK",
+        "KRvK",
+    ):  # `chessgrpo eval endgame --material M --positions 4 --seed 0` plays exactly these
         starts = EndgameStarts(material, tablebase.is_won, tables=tablebase.names)
         expected |= {b.epd() for b in starts.hold_out(4, seed=0)}
     assert {chess.Board(e.fen).epd() for e in test} == expected
@@ -113,14 +136,26 @@ def test_endgame_dataset_holds_out_eval_endgames_starts_and_grades_every_line(tm
     assert run_rookworld_data(config).already_complete
 
 
-def test_symmetric_images_multiply_the_train_positions_with_their_exact_truths_and_spare_the_held_out(tmp_path, tablebase):
-    config = RookWorldDataConfig(out=str(tmp_path / "data"), positions=6, endgames=["KQvK", "KRvK"], held_out=4,
-                                 syzygy_path=str(SYZYGY_DIR), workers=1, seed=0, symmetries=True)  # fmt: skip
+def test_symmetric_images_multiply_the_train_positions_with_their_exact_truths_and_spare_the_held_out(
+    tmp_path, tablebase
+):
+    config = RookWorldDataConfig(
+        out=str(tmp_path / "data"),
+        positions=6,
+        endgames=["KQvK", "KRvK"],
+        held_out=4,
+        syzygy_path=str(SYZYGY_DIR),
+        workers=1,
+        seed=0,
+        symmetries=True,
+    )
     summary = run_rookworld_data(config)
     assert 6 * 6 <= summary.counts["train"]["policy"] <= 6 * 8 and summary.counts["test"]["policy"] == 8
     train = read_rookworld(config.out, "train", task="policy")
     assert len({chess.Board(e.fen).epd() for e in train}) == len(train)  # each image once
-    held_out_classes = set().union(*(symmetric_epds(chess.Board(e.fen)) for e in read_rookworld(config.out, "test", task="policy")))
+    held_out_classes = set().union(
+        *(symmetric_epds(chess.Board(e.fen)) for e in read_rookworld(config.out, "test", task="policy"))
+    )
     assert not held_out_classes & {chess.Board(e.fen).epd() for e in train}
     for example in train:  # the mapped truths are what a fresh probe of the image says
         answer = parse_policy_completion(example.completion)
@@ -151,22 +186,64 @@ def test_the_endgame_lm_path_runs_end_to_end_with_exact_grades(tmp_path, cli):
 
     data, sft, grpo = tmp_path / "data", tmp_path / "sft", tmp_path / "grpo"
     syzygy = f"syzygy_path={SYZYGY_DIR}"
-    done = cli.run("data", "rookworld", "--out", str(data), "--positions", "200", "endgames=[KQvK]", "held_out=8", syzygy)
+    done = cli.run(
+        "data", "rookworld", "--out", str(data), "--positions", "200", "endgames=[KQvK]", "held_out=8", syzygy
+    )
     assert done.returncode == 0, done.stderr
-    done = cli.run("sft", "--config", "configs/rookworld_sft_endgames.yaml", f"data={data}", f"run.out_dir={tmp_path}", "run.name=sft",
-                   "steps=60", "first_tasks_steps=20", "eval_every=60", "checkpoint_every=60", "eval_prompts=4", "threads=1")  # fmt: skip
+    done = cli.run(
+        "sft",
+        "--config",
+        "configs/rookworld_sft_endgames.yaml",
+        f"data={data}",
+        f"run.out_dir={tmp_path}",
+        "run.name=sft",
+        "steps=60",
+        "first_tasks_steps=20",
+        "eval_every=60",
+        "checkpoint_every=60",
+        "eval_prompts=4",
+        "threads=1",
+    )
     assert done.returncode == 0, done.stderr
-    done = cli.run("train", "--config", "configs/rookworld_grpo_endgames.yaml", f"init_checkpoint={sft}", f"data={data}",
-                   f"run.out_dir={tmp_path}", "run.name=grpo", f"rewards.policy.{syzygy}", "steps=2", "eval_every=2",
-                   "checkpoint_every=2", "task.prompts_per_step=4", "task.group_size=4", "grpo.minibatch_size=16",
-                   "eval.policy_prompts=8", "eval.environment_prompts=4", "threads=1")  # fmt: skip
+    done = cli.run(
+        "train",
+        "--config",
+        "configs/rookworld_grpo_endgames.yaml",
+        f"init_checkpoint={sft}",
+        f"data={data}",
+        f"run.out_dir={tmp_path}",
+        "run.name=grpo",
+        f"rewards.policy.{syzygy}",
+        "steps=2",
+        "eval_every=2",
+        "checkpoint_every=2",
+        "task.prompts_per_step=4",
+        "task.group_size=4",
+        "grpo.minibatch_size=16",
+        "eval.policy_prompts=8",
+        "eval.environment_prompts=4",
+        "threads=1",
+    )
     assert done.returncode == 0, done.stderr
     paired = json.loads((grpo / "eval" / "paired_first_last.json").read_text())["differences"]
     assert {"p_best_accuracy", "p_reward", "a_exact_state_accuracy"} <= set(paired)
     records = json.loads((grpo / "eval" / "step_000002_lm.json").read_text())["records"]["policy"]
     assert len(records) == 8 and all("best_legal" in r and "best_move" in r for r in records)
-    done = cli.run("eval", "endgame", "--checkpoint", str(grpo), "--material", "KQvK", "--positions", "8", "--max-moves", "3",
-                   syzygy, "threads=1", f"output={tmp_path / 'endgame.json'}")  # fmt: skip
+    done = cli.run(
+        "eval",
+        "endgame",
+        "--checkpoint",
+        str(grpo),
+        "--material",
+        "KQvK",
+        "--positions",
+        "8",
+        "--max-moves",
+        "3",
+        syzygy,
+        "threads=1",
+        f"output={tmp_path / 'endgame.json'}",
+    )
     assert done.returncode == 0, done.stderr
     rates = json.loads((tmp_path / "endgame.json").read_text())["lm_player"]
     assert rates["counts"]["moves"] > 0 and "fallback" in rates["rates"]

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import chess
 import pytest
-from helpers import data_file
 
 from chessgrpo.data.rookworld_format import PolicyAnswer, format_policy_completion, parse_policy_line, policy_prompt
-from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values
-from chessgrpo.engine import EnginePool
 from chessgrpo.data.rookworld_grading import (
     POLICY_COMPONENTS,
     PolicyRewardConfig,
@@ -22,6 +19,9 @@ from chessgrpo.data.rookworld_grading import (
     score_completions,
     score_policy,
 )
+from chessgrpo.data.rookworld_truths import PolicyTruth, policy_truths, unlisted_move_values
+from chessgrpo.engine import EnginePool
+from helpers import data_file
 
 NODES = 2000
 
@@ -67,14 +67,21 @@ def test_defaults_are_graded_and_the_engine_answer_is_still_the_maximum():
     config = PolicyRewardConfig()
     assert (config.best_mode, config.top5_mode) == ("graded", "graded")
     assert config.credit(config.regret_tolerance) == 1.0 and config.credit(config.regret_zero_credit) == 0.0
-    truth = PolicyTruth(fen=chess.STARTING_FEN, moves=("e2e4", "d2d4"), pawns=(0.3, 0.25), legal=frozenset({"e2e4", "d2d4", "a2a3"}),
-                        wins=(0.55, 0.54))  # fmt: skip
+    truth = PolicyTruth(
+        fen=chess.STARTING_FEN,
+        moves=("e2e4", "d2d4"),
+        pawns=(0.3, 0.25),
+        legal=frozenset({"e2e4", "d2d4", "a2a3"}),
+        wins=(0.55, 0.54),
+    )
     reward = score_policy(truth.answer(), truth, config)
     assert reward.total == pytest.approx(config.maximum) and set(POLICY_COMPONENTS) <= set(reward.components)
 
 
 def test_graded_modes_need_win_probabilities_and_values_of_unlisted_moves():
-    truth = PolicyTruth(fen=chess.STARTING_FEN, moves=("e2e4",), pawns=(0.3,), legal=frozenset({"e2e4", "a2a3"}), wins=(0.55,))
+    truth = PolicyTruth(
+        fen=chess.STARTING_FEN, moves=("e2e4",), pawns=(0.3,), legal=frozenset({"e2e4", "a2a3"}), wins=(0.55,)
+    )
     config = PolicyRewardConfig()
     with pytest.raises(ValueError, match="a2a3"):  # a legal B with no value: never a silent 0
         score_policy(PolicyAnswer(("e2e4",), (0.3,), "a2a3"), truth, config)
@@ -91,7 +98,9 @@ def test_graded_modes_need_win_probabilities_and_values_of_unlisted_moves():
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
-    with EnginePool(processes=1, nodes=NODES, cache_path=tmp_path_factory.mktemp("cache") / "evals.sqlite") as engine_pool:
+    with EnginePool(
+        processes=1, nodes=NODES, cache_path=tmp_path_factory.mktemp("cache") / "evals.sqlite"
+    ) as engine_pool:
         yield engine_pool
 
 
@@ -172,7 +181,9 @@ def test_graded_best_separates_right_from_wrong_where_exact_match_cannot(pool, c
 def test_illegal_best_scores_no_best_credit(pool, config, graded_lines):
     fen, answer, truth, _ = graded_lines[0]
     illegal = next(a + b for a in chess.SQUARE_NAMES for b in chess.SQUARE_NAMES if a != b and a + b not in truth.legal)
-    [reward] = score_completions(pool, [policy_prompt(fen)], [format_policy_completion(fen, _with_best(answer, illegal))], config)
+    [reward] = score_completions(
+        pool, [policy_prompt(fen)], [format_policy_completion(fen, _with_best(answer, illegal))], config
+    )
     assert reward.components["best"] == 0.0 and "best_regret" not in reward.components and reward.malformed is None
 
 
@@ -185,8 +196,15 @@ def test_graded_top5_credits_each_listed_move_by_its_regret(pool, config, graded
         listed = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
         assert reward.components["top5"] == pytest.approx(min(1.0, sum(credit[m] for m in listed) / attainable)), fen
         # One move, however good, is not a full list when the engine has several good moves.
-        [alone] = score_completions(pool, [policy_prompt(fen)], [format_policy_completion(fen, PolicyAnswer((truth.best,), (0.0,), truth.best))], config)
+        [alone] = score_completions(
+            pool,
+            [policy_prompt(fen)],
+            [format_policy_completion(fen, PolicyAnswer((truth.best,), (0.0,), truth.best))],
+            config,
+        )
         assert alone.components["top5"] == pytest.approx(1.0 / attainable), fen
-    engine = [score_completions(pool, [policy_prompt(t.fen)], [format_policy_completion(t.fen, t.answer())], config)[0]
-              for _, _, t, _ in graded_lines]  # fmt: skip
+    engine = [
+        score_completions(pool, [policy_prompt(t.fen)], [format_policy_completion(t.fen, t.answer())], config)[0]
+        for _, _, t, _ in graded_lines
+    ]
     assert all(r.total == pytest.approx(pc.maximum) for r in engine)

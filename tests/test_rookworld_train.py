@@ -16,14 +16,14 @@ import torch
 from chessgrpo.cli import main
 from chessgrpo.config import ConfigError, load_config
 from chessgrpo.data.rookworld import RookWorldDataConfig, run_rookworld_data
+from chessgrpo.data.rookworld_format import parse_policy_completion
 from chessgrpo.models.chess_tokenizer import ChessTokenizer
 from chessgrpo.models.lm import load_lm
-from chessgrpo.data.rookworld_format import parse_policy_completion
-from chessgrpo.train.metrics import read_metrics
-from chessgrpo.train.kind import RunContext
 from chessgrpo.tasks.kinds.rookworld import PAIRED_FILE, RookWorldTrainConfig
 from chessgrpo.tasks.kinds.sft import SFTKind, SFTTrainConfig
+from chessgrpo.train.kind import RunContext
 from chessgrpo.train.loop import Trainer
+from chessgrpo.train.metrics import read_metrics
 
 NODES = 300
 
@@ -36,28 +36,62 @@ def lab(tmp_path_factory):
     data.engine.processes = 1
     data.engine.cache_path = str(root / "cache.sqlite")
     run_rookworld_data(data)
-    sft = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
-        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=sft", "model.n_layer=1", "model.n_embd=32",
-        "model.n_head=2", "steps=6", "batch_size=32", "eval_every=0", "eval_examples=16", "eval_prompts=3",
-        "max_new_tokens=16", "log_every=2", "checkpoint_every=0", "first_tasks_steps=0",  # both tasks from the start
-        # The chess tokenizer starts at ln(4763) nats: six warmed-up steps at 2e-3 on batches of 8 moved too little to
-        # beat batch-to-batch noise, so: no warmup, lr 1e-2, batches of 32.
-        "warmup_steps=0", "lr=1.0e-2",
-    ])  # fmt: skip
+    sft = load_config(
+        SFTTrainConfig,
+        "configs/rookworld_sft_tiny.yaml",
+        [
+            f"data={root / 'data'}",
+            f"run.out_dir={root / 'runs'}",
+            "run.name=sft",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "steps=6",
+            "batch_size=32",
+            "eval_every=0",
+            "eval_examples=16",
+            "eval_prompts=3",
+            "max_new_tokens=16",
+            "log_every=2",
+            "checkpoint_every=0",
+            "first_tasks_steps=0",  # both tasks from the start
+            # The chess tokenizer starts at ln(4763) nats: six warmed-up steps at 2e-3 on batches of 8 moved too little to
+            # beat batch-to-batch noise, so: no warmup, lr 1e-2, batches of 32.
+            "warmup_steps=0",
+            "lr=1.0e-2",
+        ],
+    )
     with Trainer(sft) as trainer:
         result = trainer.train()
     return root, result
 
 
 def _grpo_config(root, name: str, *overrides: str) -> RookWorldTrainConfig:
-    return load_config(RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [
-        f"data={root / 'data'}", f"init_checkpoint={root / 'runs' / 'sft'}", f"run.out_dir={root / 'runs'}", f"run.name={name}",
-        "task.prompts_per_step=3", "task.group_size=2", "task.max_new_tokens=20", "grpo.minibatch_size=3",
-        f"rewards.policy.nodes={NODES}", "engine.processes=1", f"engine.cache_path={root / 'cache.sqlite'}",
-        "eval.policy_prompts=3", "eval.environment_prompts=2", "eval_every=0", "eval.resamples=50", "steps=4", "checkpoint_every=1",
-        "grpo.entropy_coef=0.01",  # the 6-step SFT model writes no well-formed answer: the entropy term moves the weights
-        *overrides,
-    ])  # fmt: skip
+    return load_config(
+        RookWorldTrainConfig,
+        "configs/rookworld_grpo_tiny.yaml",
+        [
+            f"data={root / 'data'}",
+            f"init_checkpoint={root / 'runs' / 'sft'}",
+            f"run.out_dir={root / 'runs'}",
+            f"run.name={name}",
+            "task.prompts_per_step=3",
+            "task.group_size=2",
+            "task.max_new_tokens=20",
+            "grpo.minibatch_size=3",
+            f"rewards.policy.nodes={NODES}",
+            "engine.processes=1",
+            f"engine.cache_path={root / 'cache.sqlite'}",
+            "eval.policy_prompts=3",
+            "eval.environment_prompts=2",
+            "eval_every=0",
+            "eval.resamples=50",
+            "steps=4",
+            "checkpoint_every=1",
+            "grpo.entropy_coef=0.01",  # the 6-step SFT model writes no well-formed answer: the entropy term moves the weights
+            *overrides,
+        ],
+    )
 
 
 def test_sft_trains_on_completions_checkpoints_and_loads_for_rl(lab):
@@ -74,10 +108,19 @@ def test_sft_trains_on_completions_checkpoints_and_loads_for_rl(lab):
 
 def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
     root, _ = lab
-    config = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
-        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=reshuffle", "model.n_layer=1", "model.n_embd=32",
-        "model.n_head=2", "move_order=shuffle",
-    ])  # fmt: skip
+    config = load_config(
+        SFTTrainConfig,
+        "configs/rookworld_sft_tiny.yaml",
+        [
+            f"data={root / 'data'}",
+            f"run.out_dir={root / 'runs'}",
+            "run.name=reshuffle",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "move_order=shuffle",
+        ],
+    )
     context = RunContext(config.run.directory, torch.device("cpu"), config.run.seed)
     kind = SFTKind(config, context)
     index = next(i for i, task in enumerate(kind.train_data.tasks) if task == "policy")
@@ -86,7 +129,9 @@ def test_sft_lists_each_policy_answer_in_fresh_seeded_orders(lab):
     seen = set()
     for step in range(8):
         ids = kind._completion(index, step)
-        assert ids == kind._completion(index, step) and ids[-1] == kind.lm.tokenizer.eos_token_id  # seeded by (step, index)
+        assert (
+            ids == kind._completion(index, step) and ids[-1] == kind.lm.tokenizer.eos_token_id
+        )  # seeded by (step, index)
         answer = parse_policy_completion(decode(ids[:-1]))
         assert sorted(zip(answer.moves, answer.evals)) == sorted(zip(original.moves, original.evals))  # pairs kept
         assert answer.best == original.best and len(ids) == len(kind.train_data.completions[index])
@@ -108,10 +153,19 @@ def test_the_held_out_answers_are_scored_in_the_fixed_move_order_the_train_ones_
     """With move_order sorted (every shipped LM config) the held-out P: answers are re-encoded like the train ones, so
     the held-out loss scores text in the order the model is taught to write (issue 64, item 4)."""
     root, _ = lab
-    config = load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
-        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", "run.name=sorted_eval", "model.n_layer=1", "model.n_embd=32",
-        "model.n_head=2", "move_order=sorted",
-    ])  # fmt: skip
+    config = load_config(
+        SFTTrainConfig,
+        "configs/rookworld_sft_tiny.yaml",
+        [
+            f"data={root / 'data'}",
+            f"run.out_dir={root / 'runs'}",
+            "run.name=sorted_eval",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "move_order=sorted",
+        ],
+    )
     kind = SFTKind(config, RunContext(config.run.directory, torch.device("cpu"), config.run.seed))
     decode = kind.lm.tokenizer.decode
     held_out = [i for i, task in enumerate(kind.test_data.tasks) if task == "policy"]
@@ -132,16 +186,36 @@ def test_sft_move_order_is_checked_and_the_old_key_still_reads():
 
 def _sft_config(root, name: str, *overrides: str) -> SFTTrainConfig:
     """Dropout on (the step consumes torch's RNG) and 37-example batches (epochs end mid-batch)."""
-    return load_config(SFTTrainConfig, "configs/rookworld_sft_tiny.yaml", [
-        f"data={root / 'data'}", f"run.out_dir={root / 'runs'}", f"run.name={name}", "model.n_layer=1", "model.n_embd=32",
-        "model.n_head=2", "model.dropout=0.1", "steps=8", "batch_size=37", "warmup_steps=2", "eval_every=3",
-        "eval_examples=16", "eval_prompts=2", "max_new_tokens=8", "log_every=1", "checkpoint_every=0", "first_tasks_steps=0",
-        *overrides,
-    ])  # fmt: skip
+    return load_config(
+        SFTTrainConfig,
+        "configs/rookworld_sft_tiny.yaml",
+        [
+            f"data={root / 'data'}",
+            f"run.out_dir={root / 'runs'}",
+            f"run.name={name}",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "model.dropout=0.1",
+            "steps=8",
+            "batch_size=37",
+            "warmup_steps=2",
+            "eval_every=3",
+            "eval_examples=16",
+            "eval_prompts=2",
+            "max_new_tokens=8",
+            "log_every=1",
+            "checkpoint_every=0",
+            "first_tasks_steps=0",
+            *overrides,
+        ],
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("curriculum", [(), ("first_tasks=[environment]", "first_tasks_steps=6")], ids=["plain", "first_stage"])
+@pytest.mark.parametrize(
+    "curriculum", [(), ("first_tasks=[environment]", "first_tasks_steps=6")], ids=["plain", "first_stage"]
+)
 def test_sft_resumed_run_equals_a_straight_run_bitwise(lab, curriculum):
     root, _ = lab
     straight_name, resumed_name = f"sft_straight{len(curriculum)}", f"sft_resumed{len(curriculum)}"
@@ -158,8 +232,12 @@ def test_sft_resumed_run_equals_a_straight_run_bitwise(lab, curriculum):
     resumed = load_lm(root / "runs" / resumed_name).model.state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     rows = {name: read_metrics(root / "runs" / name / "metrics.jsonl") for name in (straight_name, resumed_name)}
-    losses = {name: [(r["step"], r.get("loss/train"), r.get("eval/loss")) for r in found] for name, found in rows.items()}
-    assert losses[straight_name] == losses[resumed_name] and [r["step"] for r in rows[straight_name]] == list(range(1, 9))
+    losses = {
+        name: [(r["step"], r.get("loss/train"), r.get("eval/loss")) for r in found] for name, found in rows.items()
+    }
+    assert losses[straight_name] == losses[resumed_name] and [r["step"] for r in rows[straight_name]] == list(
+        range(1, 9)
+    )
 
 
 def test_sft_first_stage_draws_only_its_tasks_then_every_task(lab):
@@ -177,9 +255,13 @@ def test_sft_first_stage_draws_only_its_tasks_then_every_task(lab):
         SFTTrainConfig(first_tasks_steps=10)
 
 
-@pytest.mark.parametrize(("architecture", "final_norm"), [
-    ("gpt2", {"transformer.ln_f.weight", "transformer.ln_f.bias"}), ("llama", {"model.norm.weight"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("architecture", "final_norm"),
+    [
+        ("gpt2", {"transformer.ln_f.weight", "transformer.ln_f.bias"}),
+        ("llama", {"model.norm.weight"}),
+    ],
+)
 def test_sft_freezes_embeddings_and_first_blocks(lab, architecture, final_norm):
     """freeze_layers=1 trains only the final norm of the one-block model (the head is tied to the frozen embeddings)."""
     root, _ = lab
@@ -199,9 +281,24 @@ def test_sft_freezes_embeddings_and_first_blocks(lab, architecture, final_norm):
 
 def test_sft_cli_trains_resumes_and_refuses_another_kind(lab, tmp_path, capsys):
     root, _ = lab
-    args = ["sft", "--config", "configs/rookworld_sft_tiny.yaml", f"data={root / 'data'}", f"run.out_dir={tmp_path / 'runs'}",
-            "run.name=cli_sft", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "steps=2", "batch_size=4",
-            "eval_examples=4", "eval_prompts=1", "max_new_tokens=4", "log_every=1", "stop_at=1"]  # fmt: skip
+    args = [
+        "sft",
+        "--config",
+        "configs/rookworld_sft_tiny.yaml",
+        f"data={root / 'data'}",
+        f"run.out_dir={tmp_path / 'runs'}",
+        "run.name=cli_sft",
+        "model.n_layer=1",
+        "model.n_embd=32",
+        "model.n_head=2",
+        "steps=2",
+        "batch_size=4",
+        "eval_examples=4",
+        "eval_prompts=1",
+        "max_new_tokens=4",
+        "log_every=1",
+        "stop_at=1",
+    ]
     assert main(args) == 0
     assert "chessgrpo train --resume" in capsys.readouterr().out
     assert main(["sft", "--resume", str(tmp_path / "runs" / "cli_sft")]) == 0
@@ -217,14 +314,34 @@ def test_grpo_on_text_logs_the_core_and_task_metrics_and_resumes_exactly(lab):
         result = trainer.train()
     assert result.finished and result.step == 4 and result.stop_reason is None
     paired = json.loads((root / "runs" / "straight" / "eval" / PAIRED_FILE).read_text())
-    assert paired["a"] == "step_000000_lm.json" and paired["b"] == "step_000004_lm.json" and "p_reward" in paired["differences"]
+    assert (
+        paired["a"] == "step_000000_lm.json"
+        and paired["b"] == "step_000004_lm.json"
+        and "p_reward" in paired["differences"]
+    )
     assert result.best_checkpoint is not None  # eval/p_reward picks checkpoints/best
     rows = read_metrics(root / "runs" / "straight" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     step = rows[1]
-    for key in ("loss/policy", "kl/value", "kl/coef", "ratio/first_max_abs_dev", "entropy/mean", "entropy/rollout", "reward/mean",
-                "adv/std", "grad_norm", "lr", "rollout/completion_tokens", "rollout/malformed_rate", "reward/policy_total",
-                "reward/policy_best", "reward/policy_format", "reward/environment_fen_exact", "perf/cache_hit_rate"):  # fmt: skip
+    for key in (
+        "loss/policy",
+        "kl/value",
+        "kl/coef",
+        "ratio/first_max_abs_dev",
+        "entropy/mean",
+        "entropy/rollout",
+        "reward/mean",
+        "adv/std",
+        "grad_norm",
+        "lr",
+        "rollout/completion_tokens",
+        "rollout/malformed_rate",
+        "reward/policy_total",
+        "reward/policy_best",
+        "reward/policy_format",
+        "reward/environment_fen_exact",
+        "perf/cache_hit_rate",
+    ):
         assert key in step, key
     assert all(r["entropy/mean"] == r["entropy/rollout"] for r in rows[1:])  # what the entropy early stop reads
     assert all(r["ratio/first_max_abs_dev"] < 1e-4 for r in rows[1:]) and all(r["kl/min"] >= 0 for r in rows[1:])
@@ -234,7 +351,9 @@ def test_grpo_on_text_logs_the_core_and_task_metrics_and_resumes_exactly(lab):
     with Trainer(_grpo_config(root, "resumed", "stop_at=2")) as trainer:
         stopped = trainer.train()
     assert stopped.step == 2 and not stopped.finished and stopped.stop_reason == "stop_at=2"
-    assert not (root / "runs" / "resumed" / "eval" / PAIRED_FILE).exists()  # only a run that reached its last step compares
+    assert not (
+        root / "runs" / "resumed" / "eval" / PAIRED_FILE
+    ).exists()  # only a run that reached its last step compares
     with Trainer(_grpo_config(root, "resumed"), resume=True) as trainer:
         assert trainer.step == 2
         assert trainer.train().finished
@@ -250,7 +369,10 @@ def test_grpo_on_text_logs_the_core_and_task_metrics_and_resumes_exactly(lab):
         return {k: v for k, v in row.items() if not k.startswith("perf/") and k != "time"}
 
     assert [numbers(r) for r in rows] == [numbers(r) for r in resumed_rows]
-    assert json.loads((root / "runs" / "resumed" / "eval" / PAIRED_FILE).read_text())["differences"] == paired["differences"]
+    assert (
+        json.loads((root / "runs" / "resumed" / "eval" / PAIRED_FILE).read_text())["differences"]
+        == paired["differences"]
+    )
 
 
 def test_grpo_on_text_freezes_embeddings_and_first_blocks(lab):
@@ -274,17 +396,71 @@ def test_grpo_on_text_freezes_embeddings_and_first_blocks(lab):
 def test_cli_runs_data_sft_train_and_eval_lm(lab, tmp_path, capsys):
     root, _ = lab
     cache = f"engine.cache_path={root / 'cache.sqlite'}"
-    assert main(["data", "rookworld", "--out", str(tmp_path / "d"), "--positions", "12", "--nodes", str(NODES),
-                 "engine.processes=1", cache]) == 0  # fmt: skip
-    assert main(["train", "--config", "configs/rookworld_grpo_tiny.yaml", f"data={root / 'data'}",
-                 f"init_checkpoint={root / 'runs' / 'sft'}", f"run.out_dir={tmp_path / 'runs'}", "run.name=cli",
-                 "task.prompts_per_step=2", "task.group_size=2", "task.max_new_tokens=12", f"rewards.policy.nodes={NODES}",
-                 "engine.processes=1", cache, "eval.policy_prompts=2", "eval.environment_prompts=1", "eval.resamples=20",
-                 "steps=1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "data",
+                "rookworld",
+                "--out",
+                str(tmp_path / "d"),
+                "--positions",
+                "12",
+                "--nodes",
+                str(NODES),
+                "engine.processes=1",
+                cache,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                "configs/rookworld_grpo_tiny.yaml",
+                f"data={root / 'data'}",
+                f"init_checkpoint={root / 'runs' / 'sft'}",
+                f"run.out_dir={tmp_path / 'runs'}",
+                "run.name=cli",
+                "task.prompts_per_step=2",
+                "task.group_size=2",
+                "task.max_new_tokens=12",
+                f"rewards.policy.nodes={NODES}",
+                "engine.processes=1",
+                cache,
+                "eval.policy_prompts=2",
+                "eval.environment_prompts=1",
+                "eval.resamples=20",
+                "steps=1",
+            ]
+        )
+        == 0
+    )
     output = tmp_path / "eval.json"
-    assert main(["eval", "lm", "--checkpoint", str(tmp_path / "runs" / "cli"), "--data", str(root / "data"),
-                 "--policy-prompts", "2", "--environment-prompts", "2", f"rewards.policy.nodes={NODES}", "engine.processes=1",
-                 cache, "max_new_tokens=12", "resamples=20", f"output={output}"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "lm",
+                "--checkpoint",
+                str(tmp_path / "runs" / "cli"),
+                "--data",
+                str(root / "data"),
+                "--policy-prompts",
+                "2",
+                "--environment-prompts",
+                "2",
+                f"rewards.policy.nodes={NODES}",
+                "engine.processes=1",
+                cache,
+                "max_new_tokens=12",
+                "resamples=20",
+                f"output={output}",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "p_format_rate" in printed and "a_exact_state_accuracy" in printed
     assert set(json.loads(output.read_text())["records"]) == {"policy", "environment", "puzzles"}
@@ -306,13 +482,34 @@ def test_eval_lm_prompt_bos_decodes_from_bos_prefixed_prompts(lab, tmp_path):
     outputs = {}
     for name, extra in (("plain", []), ("bos", ["--prompt-bos"])):
         outputs[name] = tmp_path / f"{name}.json"
-        assert main(["eval", "lm", "--checkpoint", str(root / "runs" / "sft"), "--data", str(root / "data"), "--policy-prompts", "0",
-                     "--environment-prompts", "3", *extra, "max_new_tokens=8", "resamples=20", f"output={outputs[name]}"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "lm",
+                    "--checkpoint",
+                    str(root / "runs" / "sft"),
+                    "--data",
+                    str(root / "data"),
+                    "--policy-prompts",
+                    "0",
+                    "--environment-prompts",
+                    "3",
+                    *extra,
+                    "max_new_tokens=8",
+                    "resamples=20",
+                    f"output={outputs[name]}",
+                ]
+            )
+            == 0
+        )
     records = {name: json.loads(path.read_text()) for name, path in outputs.items()}
     assert records["bos"]["config"]["prompt_bos"] is True and records["plain"]["config"]["prompt_bos"] is False
     lm = load_lm(root / "runs" / "sft")
-    expected = {name: generate_texts(with_prompt_bos(lm, enabled), prompts, max_new_tokens=8, batch_size=64)
-                for name, enabled in (("plain", False), ("bos", True))}
+    expected = {
+        name: generate_texts(with_prompt_bos(lm, enabled), prompts, max_new_tokens=8, batch_size=64)
+        for name, enabled in (("plain", False), ("bos", True))
+    }
     for name in expected:
         assert [r["completion"] for r in records[name]["records"]["environment"]] == expected[name]
     assert main(["eval", "lm", "--checkpoint", str(root / "runs" / "sft"), "--prompt-bos", "prompt_bos=maybe"]) == 2
@@ -340,10 +537,18 @@ def test_paired_comparison_of_the_chess_uses_prompts_well_formed_in_both():
     def record(prompt, malformed, best, total):
         return {"prompt": prompt, "malformed": malformed, "best": best, "total": total, "top5_hit": best, "legal": 1.0}
 
-    before = [record("p0", None, 0.0, 0.2), record("p1", None, 1.0, 1.0), record("p2", "missing B:", 0.0, -1.0),
-              record("p3", None, 0.0, 0.3)]  # fmt: skip
-    after = [record("p0", None, 1.0, 1.2), record("p1", None, 1.0, 1.0), record("p2", None, 1.0, 1.4),
-             record("p3", "missing B:", 0.0, -1.0)]  # fmt: skip
+    before = [
+        record("p0", None, 0.0, 0.2),
+        record("p1", None, 1.0, 1.0),
+        record("p2", "missing B:", 0.0, -1.0),
+        record("p3", None, 0.0, 0.3),
+    ]
+    after = [
+        record("p0", None, 1.0, 1.2),
+        record("p1", None, 1.0, 1.0),
+        record("p2", None, 1.0, 1.4),
+        record("p3", "missing B:", 0.0, -1.0),
+    ]
     diffs = compare_lm_results({"records": {"policy": before}}, {"records": {"policy": after}}, resamples=200)
     assert diffs["p_best_accuracy"].n == 4 and diffs["p_best_accuracy"].value == pytest.approx(0.5)  # 0.25 -> 0.75
     well_formed = diffs["p_best_accuracy_well_formed"]

@@ -21,8 +21,8 @@ from chessgrpo.search import (
     NetworkEvaluator,
     PuctConfig,
     PuctSearch,
-    SearchLimits,
     Searcher,
+    SearchLimits,
     SearchSettings,
     centipawns_to_value,
     rule_value,
@@ -231,7 +231,9 @@ def _algorithms(policy: ActionPolicy) -> list[PuctSearch | AlphaBetaSearch]:
 
 
 def _summary(result) -> list[tuple]:
-    return [(m.move, m.visits, m.value, m.prior, m.pv) for m in result.root_moves] + [(result.nodes, result.depth, result.seldepth, result.exact)]
+    return [(m.move, m.visits, m.value, m.prior, m.pv) for m in result.root_moves] + [
+        (result.nodes, result.depth, result.seldepth, result.exact)
+    ]
 
 
 def test_hooks_that_change_nothing_change_nothing():
@@ -242,7 +244,12 @@ def test_hooks_that_change_nothing_change_nothing():
         plain = search.search(board, SearchLimits(nodes=100))
         reports = []
         hooked = search.search(
-            board, SearchLimits(nodes=100), root_moves=list(board.legal_moves), should_stop=lambda nodes: False, report=reports.append, report_interval=0.0
+            board,
+            SearchLimits(nodes=100),
+            root_moves=list(board.legal_moves),
+            should_stop=lambda nodes: False,
+            report=reports.append,
+            report_interval=0.0,
         )
         assert _summary(hooked) == _summary(plain)
         assert reports and all(r.move in board.legal_moves for r in reports)
@@ -262,7 +269,9 @@ def test_should_stop_stops_early_with_a_legal_move():
     assert sum(m.visits for m in result.root_moves) == 20 and asked == sorted(asked) and asked[-1] == 21
     never = _puct(policy).search(board, SearchLimits(nodes=10_000), should_stop=lambda nodes: True)
     assert never.move in board.legal_moves and never.nodes == 0  # stopped at once: the prior's move
-    result = AlphaBetaSearch(NetworkEvaluator(policy)).search(board, SearchLimits(nodes=10_000), should_stop=lambda nodes: nodes > 30)
+    result = AlphaBetaSearch(NetworkEvaluator(policy)).search(
+        board, SearchLimits(nodes=10_000), should_stop=lambda nodes: nodes > 30
+    )
     assert result.move in board.legal_moves and result.nodes <= 30
     # A stop flag set from another thread (UCI `stop`): the search ends long before its budget.
     stop = threading.Event()
@@ -284,12 +293,16 @@ def test_root_moves_restrict_the_root_and_its_shortcuts():
         mate = search.search(board, SearchLimits(nodes=64), root_moves=[chess.Move.from_uci("a1a8"), *allowed])
         assert mate.move.uci() == "a1a8" and mate.exact and mate.nodes == 0  # a mate among them: played at once
         forced = search.search(board, SearchLimits(nodes=64), root_moves=allowed[:1])
-        assert forced.move == allowed[0] and forced.network_positions <= 1  # one move: not searched (the root may be evaluated)
+        assert (
+            forced.move == allowed[0] and forced.network_positions <= 1
+        )  # one move: not searched (the root may be evaluated)
         for bad in ([], [chess.Move.from_uci("a1a2"), chess.Move.from_uci("e2e4")]):
             with pytest.raises(ValueError, match="root_moves"):
                 search.search(board, SearchLimits(nodes=64), root_moves=bad)
     searched = _puct(policy).search(board, SearchLimits(nodes=64), root_moves=allowed)
-    assert searched.nodes == 64 and sum(m.prior for m in searched.root_moves) == pytest.approx(1.0)  # priors renormalised
+    assert searched.nodes == 64 and sum(m.prior for m in searched.root_moves) == pytest.approx(
+        1.0
+    )  # priors renormalised
 
 
 def test_root_moves_restrict_the_tablebase_shortcut():

@@ -57,5 +57,9 @@ def test_every_recipe_has_its_three_stages_chained():
         assert stages["grpo"]["init_checkpoint"] == f"runs/{recipe.name}/pretrain", recipe
         grpo = stages["grpo"]
         # A task mixture evaluates through the one task that holds held-out positions.
-        evaluating = [t["config"] for t in grpo["tasks"] if (t["config"].get("eval") or {}).get("positions")] if grpo.get("kind") == "mixture" else [grpo]
+        evaluating = (
+            [t["config"] for t in grpo["tasks"] if (t["config"].get("eval") or {}).get("positions")]
+            if grpo.get("kind") == "mixture"
+            else [grpo]
+        )
         assert [c["eval"]["positions"] for c in evaluating] == [stages["data"]["out"]], recipe

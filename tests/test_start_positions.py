@@ -6,8 +6,8 @@ import chess
 import numpy as np
 import pytest
 
-from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.config import ConfigError, from_dict
+from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.tasks.policy_games import parse_policy_games, policy_game_positions
@@ -50,7 +50,9 @@ def test_mixture_config_is_checked():
         _mixture([0.0, 0.0])
     with pytest.raises(ConfigError, match="exclusive"):
         from_dict(MoveGroupTrainConfig, {"positions": "data/tiny", "position_mixture": [{"positions": "random:5"}]})
-    config = from_dict(MoveGroupTrainConfig, {"positions": None, "position_mixture": [{"positions": "random:5", "weight": 2}]})
+    config = from_dict(
+        MoveGroupTrainConfig, {"positions": None, "position_mixture": [{"positions": "random:5", "weight": 2}]}
+    )
     assert config.position_mixture[0].weight == 2.0 and config.position_mixture[0].label == "random_5"
     with pytest.raises(ValueError, match="policy_games:N"):
         parse_policy_games("policy_games:x")
@@ -72,7 +74,9 @@ def test_policy_game_positions_are_the_policys_turns_and_reproducible():
     boards = policy_game_positions(policy, 4, seed=1, max_plies=40)
     again = policy_game_positions(policy, 4, seed=1, max_plies=40)
     assert [b.fen() for b in boards] == [b.fen() for b in again]
-    assert 4 * 4 <= len(boards) <= 4 * 20  # the policy's moves only (colours alternate by game), after 4-8 opening plies
+    assert (
+        4 * 4 <= len(boards) <= 4 * 20
+    )  # the policy's moves only (colours alternate by game), after 4-8 opening plies
     assert {b.turn for b in boards} == {chess.WHITE, chess.BLACK}
     assert all(not b.is_game_over() for b in boards)
 
@@ -88,10 +92,20 @@ def test_min_best_margin_keeps_only_moves_from_labelled_data(tmp_path):
     for board, margin in zip(random_playout_positions(4, seed=5, max_plies=30), margins):
         first, second = sorted(board.legal_moves, key=chess.Move.uci)[:2]
         moves, wins = ([first.uci()], [0.6]) if margin is None else ([first.uci(), second.uci()], [0.6, 0.6 - margin])
-        rows.append({
-            "fen": board.fen(), "source": "test", "best_move": first.uci(), "best_action": move_to_action(first), "moves": moves,
-            "win_probs": wins, "value": 0.6, "legal_moves": None, "legal_win_probs": None, "nodes": 50,
-        })  # fmt: skip
+        rows.append(
+            {
+                "fen": board.fen(),
+                "source": "test",
+                "best_move": first.uci(),
+                "best_action": move_to_action(first),
+                "moves": moves,
+                "win_probs": wins,
+                "value": 0.6,
+                "legal_moves": None,
+                "legal_win_probs": None,
+                "nodes": 50,
+            }
+        )
     shard = write_shard(rows, tmp_path / "labelled.parquet")
     kept = StartPositions.from_source(str(shard), min_best_margin=0.2)
     assert [b.fen() for b in kept.boards] == [rows[0]["fen"], rows[2]["fen"]]
@@ -110,16 +124,28 @@ def test_best_move_check_keeps_positions_by_whether_the_label_checks(tmp_path):
     from chessgrpo.data.schema import write_shard
 
     # White to move in both: Ra8+ checks the king on g8; in the second the label is the quiet Kf1.
-    fens_and_labels = [("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "a1a8"), ("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "g1f1"),
-                       ("r5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 0 1", "a8a1")]  # fmt: skip
+    fens_and_labels = [
+        ("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "a1a8"),
+        ("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "g1f1"),
+        ("r5k1/5ppp/8/8/8/8/5PPP/6K1 b - - 0 1", "a8a1"),
+    ]
     rows = []
     for index, (fen, label) in enumerate(fens_and_labels):
         board, move = chess.Board(fen), chess.Move.from_uci(label)
-        rows.append({
-            "fen": fen if index != 1 else fen.replace(" 0 1", " 1 1"), "source": "test", "best_move": label,
-            "best_action": move_to_action(move), "moves": [label], "win_probs": [0.9], "value": 0.9, "legal_moves": None,
-            "legal_win_probs": None, "nodes": 50,
-        })  # fmt: skip
+        rows.append(
+            {
+                "fen": fen if index != 1 else fen.replace(" 0 1", " 1 1"),
+                "source": "test",
+                "best_move": label,
+                "best_action": move_to_action(move),
+                "moves": [label],
+                "win_probs": [0.9],
+                "value": 0.9,
+                "legal_moves": None,
+                "legal_win_probs": None,
+                "nodes": 50,
+            }
+        )
         assert board.gives_check(move) == (label != "g1f1")
     shard = write_shard(rows, tmp_path / "labelled.parquet")
     checking = StartPositions.from_source(str(shard), best_move_check=True)

@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
-
 from test_diagnose import build_lab
 
-OPENINGS = ("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1")
+OPENINGS = (
+    "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
+    "rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +38,41 @@ def evaluated_run(lab, tmp_path_factory):
     shutil.copytree(lab.healthy, run)
     openings = run.parent / "openings.epd"
     openings.write_text("\n".join(OPENINGS) + "\n")
-    assert cli.main([
-        "eval", "games", "--checkpoint", str(run), "--anchors", str(lab.pretrain), "--games", "4", "--openings", str(openings),
-        "--workers", "1", "max_plies=40", "engine.syzygy_path=null", f"output={run / 'eval' / 'games_vs_pretrain.json'}",
-        f"pgn={run / 'eval' / 'games_vs_pretrain.pgn'}",
-    ]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "eval",
+                "games",
+                "--checkpoint",
+                str(run),
+                "--anchors",
+                str(lab.pretrain),
+                "--games",
+                "4",
+                "--openings",
+                str(openings),
+                "--workers",
+                "1",
+                "max_plies=40",
+                "engine.syzygy_path=null",
+                f"output={run / 'eval' / 'games_vs_pretrain.json'}",
+                f"pgn={run / 'eval' / 'games_vs_pretrain.pgn'}",
+            ]
+        )
+        == 0
+    )
     # The lab's network has no value head: the value head's error is measured on an untrained one (real code, a large error).
     torch.manual_seed(0)
-    with_value = save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), run.parent / "value_ckpt")
+    with_value = save_policy(
+        ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), run.parent / "value_ckpt"
+    )
     value_json = run / "eval" / "value.json"
-    assert cli.main(["eval", "value", "--checkpoint", str(with_value), "--data", str(lab.data), "--output", str(value_json)]) == 0
+    assert (
+        cli.main(
+            ["eval", "value", "--checkpoint", str(with_value), "--data", str(lab.data), "--output", str(value_json)]
+        )
+        == 0
+    )
     return run
 
 
@@ -63,13 +90,21 @@ def test_summary_answers_did_it_help_by_how_much_and_what_next_in_one_screen(eva
     pgn = Path(start.split()[-1])
     assert pgn.read_text().count("[Event ") == 4  # the games' PGN, named on the line
     # The in-run evaluations, first against last: puzzles at steps 0 and 16, paired.
-    first = json.loads((evaluated_run / "eval" / "step_000000_puzzles.json").read_text())["first_move_accuracy"]["value"]
+    first = json.loads((evaluated_run / "eval" / "step_000000_puzzles.json").read_text())["first_move_accuracy"][
+        "value"
+    ]
     last = json.loads((evaluated_run / "eval" / "step_000016_puzzles.json").read_text())["first_move_accuracy"]["value"]
-    assert any(line.startswith(f"  puzzle_first_move_accuracy: {first:.4f} -> {last:.4f} (step 0 -> 16)") for line in lines)
+    assert any(
+        line.startswith(f"  puzzle_first_move_accuracy: {first:.4f} -> {last:.4f} (step 0 -> 16)") for line in lines
+    )
     value = json.loads((evaluated_run / "eval" / "value.json").read_text())
     assert any(line.startswith("  value head error") and f"{value['mae']['value']:.3f}" in line for line in lines)
-    assert any("strength against Stockfish" in line and "--anchors sf-skill:0" in line for line in lines)  # not measured: how to
-    assert lines[lines.index("Next:") + 1 :] and any(f"chessgrpo uci --checkpoint {evaluated_run}" in line for line in lines)
+    assert any(
+        "strength against Stockfish" in line and "--anchors sf-skill:0" in line for line in lines
+    )  # not measured: how to
+    assert lines[lines.index("Next:") + 1 :] and any(
+        f"chessgrpo uci --checkpoint {evaluated_run}" in line for line in lines
+    )
     assert any("make recipe" in line for line in lines) and any("rookworld_sft_tiny.yaml" in line for line in lines)
 
 

@@ -27,7 +27,6 @@ from chessgrpo.engine.pool import available_cores
 from chessgrpo.sweep.config import SweepConfig, load_sweep, resolve_sweep
 from chessgrpo.sweep.summary import load_study, remeasure, summarize
 from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
-
 from helpers import NO_LABELLED_LOSSES, data_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +41,20 @@ def dataset(tmp_path_factory):
     rows = []
     for board, analysis in zip(boards, analyses):
         moves, wins = [line.move for line in analysis.lines], [line.win_probability for line in analysis.lines]
-        rows.append(dict(fen=board.fen(), source="random_playout", best_move=moves[0], best_action=move_to_action(moves[0]),
-                         moves=moves, win_probs=wins, value=wins[0], legal_moves=None, legal_win_probs=None, nodes=200))  # fmt: skip
+        rows.append(
+            dict(
+                fen=board.fen(),
+                source="random_playout",
+                best_move=moves[0],
+                best_action=move_to_action(moves[0]),
+                moves=moves,
+                win_probs=wins,
+                value=wins[0],
+                legal_moves=None,
+                legal_win_probs=None,
+                nodes=200,
+            )
+        )
     directory = tmp_path_factory.mktemp("labelled")
     write_shard(rows[:64], directory / "train" / "shard-00000.parquet")
     write_shard(rows[64:], directory / "test" / "shard-00000.parquet")
@@ -53,8 +64,18 @@ def dataset(tmp_path_factory):
 def pretrain_sweep(dataset: Path, tmp_path: Path, **sections) -> dict:
     """A sweep of 6-step pretraining runs on the tiny dataset (about a second a trial)."""
     sweep = {
-        "base": {"kind": "pretrain", "data": str(dataset), "model": {"size": "tiny"}, "batch_size": 32, "steps": 6,
-                 "eval_every": 3, "checkpoint_every": 0, "warmup_steps": 0, "threads": 1, "run": {"out_dir": str(tmp_path / "runs")}},
+        "base": {
+            "kind": "pretrain",
+            "data": str(dataset),
+            "model": {"size": "tiny"},
+            "batch_size": 32,
+            "steps": 6,
+            "eval_every": 3,
+            "checkpoint_every": 0,
+            "warmup_steps": 0,
+            "threads": 1,
+            "run": {"out_dir": str(tmp_path / "runs")},
+        },
         "space": {
             "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
             "objective": ["bc", "distill"],
@@ -65,7 +86,7 @@ def pretrain_sweep(dataset: Path, tmp_path: Path, **sections) -> dict:
         "sampler": {"name": "random", "seed": 0},
         "pruner": {"name": "none"},
         "study_name": "study",
-    }  # fmt: skip
+    }
     sweep.update(sections)
     return sweep
 
@@ -99,7 +120,10 @@ def test_sweep_prints_each_trial_continues_the_study_and_writes_a_trainable_best
     for trial in study.trials:  # the conditional key only where its condition holds
         assert ("distill_temperature" in trial.params) == (trial.params["objective"] == "distill")
         run_dir = Path(trial.user_attrs["run_dir"])
-        assert run_dir == tmp_path / "runs" / "study" / f"trial_{trial.number:04d}" and (run_dir / "metrics.jsonl").is_file()
+        assert (
+            run_dir == tmp_path / "runs" / "study" / f"trial_{trial.number:04d}"
+            and (run_dir / "metrics.jsonl").is_file()
+        )
         assert trial.user_attrs["metrics"]["eval/nll"] == trial.value
 
     # A rerun with another base config would mix incomparable trials: refused, naming the keys.
@@ -129,8 +153,13 @@ def test_sweep_prints_each_trial_continues_the_study_and_writes_a_trainable_best
 
 def test_pruned_and_diverging_trials_are_recorded_with_their_reason(dataset, tmp_path, capsys):
     # Every nll is above 0: the threshold pruner stops each trial at its first evaluation after step 0.
-    pruned = write(tmp_path, pretrain_sweep(dataset, tmp_path, study_name="pruned", budget={"trials": 2},
-                                            pruner={"name": "threshold", "upper": 0.0}), "pruned.yaml")  # fmt: skip
+    pruned = write(
+        tmp_path,
+        pretrain_sweep(
+            dataset, tmp_path, study_name="pruned", budget={"trials": 2}, pruner={"name": "threshold", "upper": 0.0}
+        ),
+        "pruned.yaml",
+    )
     assert cli.main(["sweep", "--config", str(pruned)]) == 0
     lines = trial_lines(capsys.readouterr().out)
     assert len(lines) == 2 and all(" -> pruned at step 3: eval/nll " in line for line in lines), lines
@@ -139,14 +168,24 @@ def test_pruned_and_diverging_trials_are_recorded_with_their_reason(dataset, tmp
     assert all(t.user_attrs["steps"] == 3 and sorted(t.intermediate_values) == [3] for t in study.trials)
 
     # A learning rate of 1e25 diverges: the spine rolls back, gives up, and the trial is FAILED with the reason.
-    diverging = pretrain_sweep(dataset, tmp_path, study_name="diverging", enqueue_default=False,
-                               budget={"trials": 4, "max_failures_in_a_row": 2})  # fmt: skip
+    diverging = pretrain_sweep(
+        dataset,
+        tmp_path,
+        study_name="diverging",
+        enqueue_default=False,
+        budget={"trials": 4, "max_failures_in_a_row": 2},
+    )
     diverging["space"] = {"lr": [1e25, 1e26]}
     path = write(tmp_path, diverging, "diverging.yaml")
-    assert cli.main(["sweep", "--config", str(path), "divergence.max_rollbacks=0", "divergence.max_consecutive_skips=1"]) == 0
+    assert (
+        cli.main(["sweep", "--config", str(path), "divergence.max_rollbacks=0", "divergence.max_consecutive_skips=1"])
+        == 0
+    )
     output = capsys.readouterr().out
     lines = trial_lines(output)
-    assert len(lines) == 2 and all("-> failed: TrainingDiverged: training diverged at step" in line for line in lines), lines
+    assert len(lines) == 2 and all(
+        "-> failed: TrainingDiverged: training diverged at step" in line for line in lines
+    ), lines
     assert "stopped: 2 trials failed in a row" in output
     study = load_study(tmp_path / "runs" / "diverging")
     assert [t.state for t in study.trials] == [TrialState.FAIL] * 2
@@ -159,14 +198,32 @@ def test_pruned_and_diverging_trials_are_recorded_with_their_reason(dataset, tmp
     "change, message",
     [
         ({"budgets": {"trials": 2}}, "unknown config key budgets"),
-        ({"space": {"lrr": {"type": "float", "low": 1e-4, "high": 1e-2}}}, "space lrr: unknown config key of PretrainTrainConfig"),
+        (
+            {"space": {"lrr": {"type": "float", "low": 1e-4, "high": 1e-2}}},
+            "space lrr: unknown config key of PretrainTrainConfig",
+        ),
         ({"space": {"model.depth": [1, 2]}}, "space model.depth: unknown config key under model"),
         ({"space": {"lr": {"type": "float", "low": 1e-2, "high": 1e-4}}}, "space.lr: need low < high"),
-        ({"space": {"lr": {"type": "float", "low": -1.0, "high": 1e-2}}}, "space lr = -1.0: config key lr must be a finite number > 0"),
-        ({"space": {"lr": {"low": 1e-4, "high": 1e-2}}}, "space.lr: expected a mapping with type: float | int | categorical"),
-        ({"space": {"batch_size": {"type": "float", "low": 8, "high": 64}}}, "space batch_size = 8.0: config key batch_size: expected an integer"),
-        ({"space": {"lr": {"type": "float", "low": 1e-2, "high": 1e-1}}}, "space lr: the base config's value 0.001 is outside the space"),
-        ({"objective": {"metric": "loss/train", "direction": "minimize"}}, "objective.metric must be a held-out evaluation metric"),
+        (
+            {"space": {"lr": {"type": "float", "low": -1.0, "high": 1e-2}}},
+            "space lr = -1.0: config key lr must be a finite number > 0",
+        ),
+        (
+            {"space": {"lr": {"low": 1e-4, "high": 1e-2}}},
+            "space.lr: expected a mapping with type: float | int | categorical",
+        ),
+        (
+            {"space": {"batch_size": {"type": "float", "low": 8, "high": 64}}},
+            "space batch_size = 8.0: config key batch_size: expected an integer",
+        ),
+        (
+            {"space": {"lr": {"type": "float", "low": 1e-2, "high": 1e-1}}},
+            "space lr: the base config's value 0.001 is outside the space",
+        ),
+        (
+            {"objective": {"metric": "loss/train", "direction": "minimize"}},
+            "objective.metric must be a held-out evaluation metric",
+        ),
         ({"objective": {"metric": "eval/nll"}}, "objective.direction is required"),
         ({"pruner": {"name": "hyperband"}}, "config key pruner.name: 'hyperband' is not one of"),
         ({"overrides": {"stepz": 3}}, "sweep overrides: stepz: unknown config key"),
@@ -188,13 +245,17 @@ def test_shipped_sweep_config_resolves_against_grpo_tiny():
     # The study's own keys need no prefix (no run config has them); a run key still goes to the runs.
     plain = load_sweep(path, ["run.out_dir=/tmp/elsewhere", "budget.trials=3", "parallel=2"])
     assert (plain.config.budget.trials, plain.config.parallel) == (3, 2) and plain.study_dir == sweep.study_dir
-    from chessgrpo.sweep.config import SweepConfig
     from chessgrpo.train.config import TrainConfig
 
     assert not {f.name for f in dataclasses.fields(SweepConfig)} & {f.name for f in dataclasses.fields(TrainConfig)}
-    assert sweep.study_dir == Path("/tmp/elsewhere/sweep_tiny") and sweep.storage == "sqlite:////tmp/elsewhere/sweep_tiny/study.db"
+    assert (
+        sweep.study_dir == Path("/tmp/elsewhere/sweep_tiny")
+        and sweep.storage == "sqlite:////tmp/elsewhere/sweep_tiny/study.db"
+    )
     assert sweep.default_params == {"lr": 3e-4, "grpo.kl_coef": 0.02, "task.temperature": 1.0, "task.group_size": 8}
-    assert sweep.base_config.init_checkpoint == "runs/quickstart/pretrain" and sweep.base_config.eval.max_positions == 300
+    assert (
+        sweep.base_config.init_checkpoint == "runs/quickstart/pretrain" and sweep.base_config.eval.max_positions == 300
+    )
     for line in path.read_text().splitlines():  # every key is commented, like the other shipped configs
         if line.strip() and not line.lstrip().startswith("#") and not line.rstrip().endswith(":"):
             assert "#" in line, f"undocumented line: {line!r}"
@@ -206,11 +267,25 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
     sweep = {
         "base": str(ROOT / "configs" / "grpo_tiny.yaml"),
         "overrides": {
-            "run.out_dir": str(tmp_path / "runs"), "init_checkpoint": None, "positions": "random:64", "position_mixture": [],
-            "eval.positions": None, "eval.puzzles": str(data_file("lichess_puzzles_dev.csv")), "eval.max_puzzles": 16,
-            "task.positions_per_step": 4, "task.group_size": 4, "task.reward_nodes": 30, "task.best_move_values": False,
-            "grpo.minibatch_size": 8, "engine.processes": 1, "engine.cache_path": str(tmp_path / "cache.sqlite"), "threads": 1,
-            "warmup_steps": 0, "steps": 2, "eval_every": 1, "checkpoint_every": 0,
+            "run.out_dir": str(tmp_path / "runs"),
+            "init_checkpoint": None,
+            "positions": "random:64",
+            "position_mixture": [],
+            "eval.positions": None,
+            "eval.puzzles": str(data_file("lichess_puzzles_dev.csv")),
+            "eval.max_puzzles": 16,
+            "task.positions_per_step": 4,
+            "task.group_size": 4,
+            "task.reward_nodes": 30,
+            "task.best_move_values": False,
+            "grpo.minibatch_size": 8,
+            "engine.processes": 1,
+            "engine.cache_path": str(tmp_path / "cache.sqlite"),
+            "threads": 1,
+            "warmup_steps": 0,
+            "steps": 2,
+            "eval_every": 1,
+            "checkpoint_every": 0,
             **{key: yaml.safe_load(value) for key, value in (o.split("=", 1) for o in NO_LABELLED_LOSSES)},
         },
         "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
@@ -218,7 +293,7 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
         "budget": {"trials": 2},
         "sampler": {"name": "random", "seed": 3},
         "study_name": "grpo",
-    }  # fmt: skip
+    }
     assert cli.main(["sweep", "--config", str(write(tmp_path, sweep))]) == 0
     lines = trial_lines(capsys.readouterr().out)
     assert len(lines) == 2 and all("[" in line for line in lines), lines  # value [paired interval]
@@ -227,7 +302,9 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
         assert trial.state == TrialState.COMPLETE and trial.user_attrs["paired_items"] == 16
         low, high = trial.user_attrs["interval"]
         assert low <= trial.value <= high
-        assert trial.value == pytest.approx(trial.user_attrs["metrics"]["eval/puzzle_first_move_accuracy"] - trial.user_attrs["start_value"])
+        assert trial.value == pytest.approx(
+            trial.user_attrs["metrics"]["eval/puzzle_first_move_accuracy"] - trial.user_attrs["start_value"]
+        )
 
     summary = summarize(study)
     # Either may win on 16 puzzles: re-measure the non-default trial by number (what --remeasure-trial does).
@@ -240,8 +317,11 @@ def test_change_objective_has_a_paired_interval_and_remeasure_uses_unseen_items(
     offline, puzzles = result.comparisons
     assert offline.n == 16  # the dataset's test split: given explicitly, so none excluded
     assert puzzles.n == 20 and "16 seen excluded" in result.notes[1]
-    seen = {r["id"] for path in (tmp_path / "runs" / "grpo").glob("trial_*/eval/step_*_puzzles.json")
-            for r in json.loads(path.read_text())["records"]["player"]}  # fmt: skip
+    seen = {
+        r["id"]
+        for path in (tmp_path / "runs" / "grpo").glob("trial_*/eval/step_*_puzzles.json")
+        for r in json.loads(path.read_text())["records"]["player"]
+    }
     remeasured = json.loads(next((tmp_path / "runs" / "grpo" / "remeasure").glob("trial_*_puzzles.json")).read_text())
     assert not seen & {r["id"] for r in remeasured["records"]["player"]}
     assert json.loads(result.path.read_text())["best"] == other.number

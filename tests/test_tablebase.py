@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import chess
 import pytest
-from helpers import SYZYGY_DIR, data_file
 
 from chessgrpo.engine import Tablebase
 from chessgrpo.engine.tablebase import table_names
+from helpers import SYZYGY_DIR, data_file
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,13 @@ from chessgrpo.config import ConfigError, EngineConfig, RunConfig, load_config, 
 from chessgrpo.data.schema import write_shard
 from chessgrpo.engine import EnginePool
 from chessgrpo.rl import GRPOConfig
+from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
+from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 from chessgrpo.tasks.move_group import MoveGroupConfig
 from chessgrpo.train import backends
 from chessgrpo.train.backends import BackendUnavailable, TrackingConfig
-from chessgrpo.train.metrics import MetricsWriter, read_metrics
-from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
-from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
-
+from chessgrpo.train.metrics import MetricsWriter, read_metrics
 from test_diagnose import labelled_row
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,12 +32,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _grpo(tmp_path: Path, name: str, tracking: TrackingConfig, steps: int = 3) -> MoveGroupTrainConfig:
     return MoveGroupTrainConfig(
-        run=RunConfig(name=name, out_dir=str(tmp_path), seed=0), init_checkpoint=None, positions="random:32",
+        run=RunConfig(name=name, out_dir=str(tmp_path), seed=0),
+        init_checkpoint=None,
+        positions="random:32",
         task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
-        grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05), engine=EngineConfig(nodes=None, processes=1, cache=False),
-        eval=MoveGroupEvalConfig(positions=None, puzzles=None), steps=steps, warmup_steps=0, checkpoint_every=0, threads=1,
+        grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05),
+        engine=EngineConfig(nodes=None, processes=1, cache=False),
+        eval=MoveGroupEvalConfig(positions=None, puzzles=None),
+        steps=steps,
+        warmup_steps=0,
+        checkpoint_every=0,
+        threads=1,
         tracking=tracking,
-    )  # fmt: skip
+    )
 
 
 def _metric_names(run_dir: Path) -> set[str]:
@@ -75,7 +81,9 @@ def test_tracking_config_validates_backends(monkeypatch):
     with pytest.raises(ConfigError, match="wandb_mode"):
         load_config(MoveGroupTrainConfig, None, ["tracking.wandb_mode=sometimes"])
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(backends.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        backends.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real_find_spec(name, *a)
+    )
     with pytest.raises(BackendUnavailable, match=r"pip install 'chessgrpo\[tracking\]'") as error:
         load_config(PretrainTrainConfig, REPO / "configs" / "pretrain_tiny.yaml", ["tracking.backends=[jsonl,wandb]"])
     assert isinstance(error.value, ConfigError) and "wandb" in str(error.value)
@@ -119,12 +127,22 @@ def test_pretraining_logs_to_tensorboard_and_resume_purges_later_steps(tmp_path)
     boards = random_playout_positions(24, seed=3, max_plies=20)
     with EnginePool(processes=1, nodes=100, cache_path=None) as pool:
         analyses = pool.analyse_many(boards, multipv=2)
-    rows = [labelled_row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 100)
-            for b, a in zip(boards, analyses)]  # fmt: skip
+    rows = [
+        labelled_row(b, [line.move for line in a.lines], [line.win_probability for line in a.lines], 100)
+        for b, a in zip(boards, analyses)
+    ]
     write_shard(rows, tmp_path / "data" / "train" / "shard-00000.parquet")
-    config = PretrainTrainConfig(run=RunConfig(name="pre", out_dir=str(tmp_path)), data=str(tmp_path / "data"), batch_size=8, steps=4,
-                            warmup_steps=1, log_every=1, checkpoint_every=2, threads=1,
-                            tracking=TrackingConfig(backends=["tensorboard"]))  # fmt: skip
+    config = PretrainTrainConfig(
+        run=RunConfig(name="pre", out_dir=str(tmp_path)),
+        data=str(tmp_path / "data"),
+        batch_size=8,
+        steps=4,
+        warmup_steps=1,
+        log_every=1,
+        checkpoint_every=2,
+        threads=1,
+        tracking=TrackingConfig(backends=["tensorboard"]),
+    )
     with Trainer(config) as trainer:
         trainer.train()
     run = tmp_path / "pre"
@@ -132,7 +150,9 @@ def test_pretraining_logs_to_tensorboard_and_resume_purges_later_steps(tmp_path)
     assert set(scalars) == _metric_names(run) and [s for s, _ in scalars["loss/train"]] == [1, 2, 3, 4]
     assert "objective: bc" in _config_text(run / "tensorboard")
     # A resume from step 2 keeps rows <= 2 in metrics.jsonl; TensorBoard drops the events after step 2 too.
-    with MetricsWriter(run / "metrics.jsonl", resume_step=2, tracking=config.tracking, run_config=to_dict(config)) as writer:
+    with MetricsWriter(
+        run / "metrics.jsonl", resume_step=2, tracking=config.tracking, run_config=to_dict(config)
+    ) as writer:
         writer.log(3, {"loss/train": 123.0})
     steps = _scalars(run / "tensorboard")["loss/train"]
     assert [s for s, _ in steps] == [1, 2, 3] and steps[-1][1] == 123.0
@@ -163,7 +183,15 @@ def test_grpo_run_logs_to_wandb_offline(tmp_path, monkeypatch):
 def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     """`--resume` keeps the W&B run id (RUN_DIR/wandb_run_id): one run, its steps continuing, not a second run."""
     pytest.importorskip("wandb")
-    for variable in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID", "WANDB_RESUME"):
+    for variable in (
+        "WANDB_API_KEY",
+        "WANDB_MODE",
+        "WANDB_DIR",
+        "WANDB_PROJECT",
+        "WANDB_ENTITY",
+        "WANDB_RUN_ID",
+        "WANDB_RESUME",
+    ):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     tracking = TrackingConfig(backends=["jsonl", "wandb"], wandb_project="chessgrpo-test")
@@ -179,5 +207,7 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     assert (run / "wandb_run_id").read_text().strip() == run_id
     runs = sorted((run / "wandb").glob("offline-run-*"))
     # One W&B run written twice (W&B adds "-1" to the second folder when both start in the same second).
-    assert len(runs) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", path.name) for path in runs), runs
+    assert len(runs) == 2 and all(
+        re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", path.name) for path in runs
+    ), runs
     assert b"reward/mean" in next(runs[-1].glob("run-*.wandb")).read_bytes()

@@ -21,13 +21,12 @@ from safetensors.torch import load_file
 from chessgrpo.config import ConfigError, load_config
 from chessgrpo.errors import RunLocked, TrainingDiverged
 from chessgrpo.models.policy import load_policy
-from chessgrpo.track.diagnose import diagnose_run
-from chessgrpo.train.metrics import read_metrics
-from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
+from chessgrpo.track.diagnose import diagnose_run
+from chessgrpo.train.checkpoint import latest_checkpoint, list_checkpoints
 from chessgrpo.train.lock import LOCK_FILE, RunLock
 from chessgrpo.train.loop import Trainer
-
+from chessgrpo.train.metrics import read_metrics
 from helpers import NO_LABELLED_LOSSES, data_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,16 +36,32 @@ CLI = [sys.executable, "-m", "chessgrpo.cli"]
 def tiny_overrides(tmp_path: Path, name: str = "run") -> list[str]:
     """A from-scratch move_group run that takes well under a second a step."""
     return [
-        f"run.out_dir={tmp_path}", f"run.name={name}", "init_checkpoint=null", "positions=random:64", "position_mixture=[]", "eval.positions=null",
-        f"eval.puzzles={data_file('lichess_puzzles_dev.csv')}", "eval.max_puzzles=16", "task.positions_per_step=4",
-        "task.group_size=4", "task.reward_nodes=30", "task.best_move_values=false", "grpo.minibatch_size=8",
-        "engine.processes=1", f"engine.cache_path={tmp_path}/cache.sqlite", "threads=1", "warmup_steps=0", "lr=3e-3",
+        f"run.out_dir={tmp_path}",
+        f"run.name={name}",
+        "init_checkpoint=null",
+        "positions=random:64",
+        "position_mixture=[]",
+        "eval.positions=null",
+        f"eval.puzzles={data_file('lichess_puzzles_dev.csv')}",
+        "eval.max_puzzles=16",
+        "task.positions_per_step=4",
+        "task.group_size=4",
+        "task.reward_nodes=30",
+        "task.best_move_values=false",
+        "grpo.minibatch_size=8",
+        "engine.processes=1",
+        f"engine.cache_path={tmp_path}/cache.sqlite",
+        "threads=1",
+        "warmup_steps=0",
+        "lr=3e-3",
         *NO_LABELLED_LOSSES,
-    ]  # fmt: skip
+    ]
 
 
 def tiny_config(tmp_path: Path, *overrides: str, name: str = "run") -> MoveGroupTrainConfig:
-    return load_config(MoveGroupTrainConfig, ROOT / "configs/grpo_tiny.yaml", [*tiny_overrides(tmp_path, name), *overrides])
+    return load_config(
+        MoveGroupTrainConfig, ROOT / "configs/grpo_tiny.yaml", [*tiny_overrides(tmp_path, name), *overrides]
+    )
 
 
 def weights(run_dir: Path) -> dict:
@@ -79,10 +94,16 @@ def test_nan_hook_skips_the_update_and_the_run_finishes(tmp_path):
 
 def test_repeated_nan_rolls_back_with_a_lower_lr_and_recovers(tmp_path):
     config = tiny_config(
-        tmp_path, "steps=8", "eval_every=0", "checkpoint_every=2", "debug.nonfinite_at_step=4", "debug.nonfinite_steps=3",
-        "divergence.max_consecutive_skips=3", "divergence.lr_backoff=0.5",
+        tmp_path,
+        "steps=8",
+        "eval_every=0",
+        "checkpoint_every=2",
+        "debug.nonfinite_at_step=4",
+        "debug.nonfinite_steps=3",
+        "divergence.max_consecutive_skips=3",
+        "divergence.lr_backoff=0.5",
         "min_lr_ratio=1.0",  # a constant lr after warmup, so the backed-off lr is exactly half of it
-    )  # fmt: skip
+    )
     with Trainer(config) as trainer:
         result = trainer.train()
         assert trainer.lr_scale == 0.5 and trainer.rollbacks == 1
@@ -99,8 +120,15 @@ def test_repeated_nan_rolls_back_with_a_lower_lr_and_recovers(tmp_path):
 
 
 def test_divergence_that_does_not_recover_stops_with_a_clear_error(tmp_path):
-    config = tiny_config(tmp_path, "steps=8", "eval_every=0", "debug.nonfinite_at_step=2", "debug.nonfinite_steps=20",
-                         "divergence.max_consecutive_skips=2", "divergence.max_rollbacks=1")  # fmt: skip
+    config = tiny_config(
+        tmp_path,
+        "steps=8",
+        "eval_every=0",
+        "debug.nonfinite_at_step=2",
+        "debug.nonfinite_steps=20",
+        "divergence.max_consecutive_skips=2",
+        "divergence.max_rollbacks=1",
+    )
     with Trainer(config) as trainer, pytest.raises(TrainingDiverged, match="rollback"):
         trainer.train()
     assert [e["event"] for e in events(config.run.directory)][-1] == "diverged"
@@ -109,8 +137,15 @@ def test_divergence_that_does_not_recover_stops_with_a_clear_error(tmp_path):
 
 def test_kl_stop_fires_on_a_drifting_run_and_never_at_step_0(tmp_path):
     # At step 1 the rollout's policy is the reference itself: exact KL 0, so even a tiny threshold must not fire.
-    config = tiny_config(tmp_path, "steps=40", "eval_every=0", "lr=0.05", "grpo.kl_coef=0.0", "early_stop.kl_max=1e-9",
-                         "early_stop.kl_patience=1")  # fmt: skip
+    config = tiny_config(
+        tmp_path,
+        "steps=40",
+        "eval_every=0",
+        "lr=0.05",
+        "grpo.kl_coef=0.0",
+        "early_stop.kl_max=1e-9",
+        "early_stop.kl_patience=1",
+    )
     with Trainer(config) as trainer:
         result = trainer.train()
     rows = {row["step"]: row for row in read_metrics(config.run.directory / "metrics.jsonl")}
@@ -122,27 +157,44 @@ def test_kl_stop_fires_on_a_drifting_run_and_never_at_step_0(tmp_path):
     assert "health.early_stop" in {f.id for f in diagnose_run(config.run.directory)}
 
 
-@pytest.mark.parametrize(("estimator", "kl_coef", "stops"), [("k1", 0.0, False), ("k3", 0.1, True), ("exact", 0.1, True)])
+@pytest.mark.parametrize(
+    ("estimator", "kl_coef", "stops"), [("k1", 0.0, False), ("k3", 0.1, True), ("exact", 0.1, True)]
+)
 def test_a_signed_kl_estimator_cannot_feed_the_stop_rule(rookworld_data, estimator, kl_coef, stops):
     """The chess LM logs no rollout-time exact KL, only the learner's term: a k1 estimate (which can go negative;
     measured only, since k1 is refused as a loss) must never trip `early_stop.kl_max`, while the non-negative k3
     estimate and the exact per-token KL of the same run do."""
     from chessgrpo.config import from_dict
     from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
-
     from conftest import ROOKWORLD_NODES
 
-    config = from_dict(RookWorldTrainConfig, {
-        "run": {"name": f"kl_{estimator}", "out_dir": str(rookworld_data / "runs"), "seed": 0}, "init_checkpoint": None,
-        "model": {"n_layer": 1, "n_embd": 32, "n_head": 2}, "data": str(rookworld_data / "data"),
-        "task": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "temperature": 1.0},
-        "rewards": {"policy": {"nodes": ROOKWORLD_NODES}}, "eval": {"policy_prompts": 0, "environment_prompts": 0},
-        "engine": {"processes": 1, "cache_path": str(rookworld_data / "cache.sqlite")},
-        "grpo": {"kl_estimator": estimator, "kl_coef": kl_coef, "kl_schedule": "fixed", "minibatch_size": 4,
-                 "entropy_coef": 0.01},  # an untrained LM scores every answer alike: the entropy term moves it
-        "steps": 4, "lr": 0.05, "warmup_steps": 0, "eval_every": 0, "eval_at_start": False, "checkpoint_every": 0,
-        "early_stop": {"kl_max": 1e-12, "kl_patience": 1},
-    })  # fmt: skip
+    config = from_dict(
+        RookWorldTrainConfig,
+        {
+            "run": {"name": f"kl_{estimator}", "out_dir": str(rookworld_data / "runs"), "seed": 0},
+            "init_checkpoint": None,
+            "model": {"n_layer": 1, "n_embd": 32, "n_head": 2},
+            "data": str(rookworld_data / "data"),
+            "task": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "temperature": 1.0},
+            "rewards": {"policy": {"nodes": ROOKWORLD_NODES}},
+            "eval": {"policy_prompts": 0, "environment_prompts": 0},
+            "engine": {"processes": 1, "cache_path": str(rookworld_data / "cache.sqlite")},
+            "grpo": {
+                "kl_estimator": estimator,
+                "kl_coef": kl_coef,
+                "kl_schedule": "fixed",
+                "minibatch_size": 4,
+                "entropy_coef": 0.01,
+            },  # an untrained LM scores every answer alike: the entropy term moves it
+            "steps": 4,
+            "lr": 0.05,
+            "warmup_steps": 0,
+            "eval_every": 0,
+            "eval_at_start": False,
+            "checkpoint_every": 0,
+            "early_stop": {"kl_max": 1e-12, "kl_patience": 1},
+        },
+    )
     with Trainer(config) as trainer:
         result = trainer.train()
     rows = read_metrics(config.run.directory / "metrics.jsonl")
@@ -170,8 +222,15 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, capl
 
 
 def test_retention_keeps_the_best_checkpoint(tmp_path):
-    config = tiny_config(tmp_path, "steps=6", "eval_every=3", "checkpoint_every=1", "keep_checkpoints=1",
-                         "checkpoint_best_metric=eval/puzzle_first_move_accuracy", "checkpoint_best_mode=max")  # fmt: skip
+    config = tiny_config(
+        tmp_path,
+        "steps=6",
+        "eval_every=3",
+        "checkpoint_every=1",
+        "keep_checkpoints=1",
+        "checkpoint_best_metric=eval/puzzle_first_move_accuracy",
+        "checkpoint_best_mode=max",
+    )
     with Trainer(config) as trainer:
         result = trainer.train()
     names = sorted(p.name for p in (config.run.directory / "checkpoints").iterdir())
@@ -185,14 +244,22 @@ def test_retention_keeps_the_best_checkpoint(tmp_path):
 def test_a_second_process_on_a_locked_run_directory_is_refused(cli, tmp_path):
     run_dir = tmp_path / "locked"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from chessgrpo.train.lock import RunLock; import time; RunLock({str(run_dir)!r}).acquire(); "
-         "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            f"from chessgrpo.train.lock import RunLock; import time; RunLock({str(run_dir)!r}).acquire(); "
+            "print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunLocked, match=str(holder.pid)):
             RunLock(run_dir).acquire()
-        done = cli.run("train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), *tiny_overrides(tmp_path, "locked"), timeout=120)
+        done = cli.run(
+            "train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), *tiny_overrides(tmp_path, "locked"), timeout=120
+        )
         assert done.returncode != 0
         assert f"in use by process {holder.pid}" in done.stderr and "Traceback" not in done.stderr
         assert not (run_dir / "config.yaml").exists()
@@ -213,7 +280,13 @@ def test_sigterm_checkpoints_and_resume_equals_an_uninterrupted_run(cli, tmp_pat
     with Trainer(straight) as trainer:
         trainer.train()
 
-    args = CLI + ["train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), *tiny_overrides(tmp_path, "killed"), *steps]
+    args = CLI + [
+        "train",
+        "--config",
+        str(ROOT / "configs/grpo_tiny.yaml"),
+        *tiny_overrides(tmp_path, "killed"),
+        *steps,
+    ]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "killed/metrics.jsonl"
     deadline = time.time() + 120
@@ -241,10 +314,18 @@ def test_expected_errors_print_one_line_and_unexpected_ones_keep_their_traceback
     bad = cli.run("train", "--config", str(ROOT / "configs/grpo_tiny.yaml"), "run.name=../x", timeout=60)
     assert bad.returncode == 2 and "run.name" in bad.stderr and "Traceback" not in bad.stderr
     crash = subprocess.run(
-        [sys.executable, "-c", "import sys; from chessgrpo import cli; import chessgrpo.commands.train as train; "
-         "train.resolve_run_config = lambda *a: (_ for _ in ()).throw(RuntimeError('shape mismatch [2] vs [3]')); "
-         "sys.exit(cli.main(['train', '--config', 'configs/grpo_tiny.yaml']))"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; from chessgrpo import cli; import chessgrpo.commands.train as train; "
+            "train.resolve_run_config = lambda *a: (_ for _ in ()).throw(RuntimeError('shape mismatch [2] vs [3]')); "
+            "sys.exit(cli.main(['train', '--config', 'configs/grpo_tiny.yaml']))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert crash.returncode != 0 and "Traceback" in crash.stderr and "shape mismatch" in crash.stderr
 
 
@@ -255,16 +336,45 @@ def test_compiled_grpo_trains_with_value_and_bc_terms_and_their_gradient_norms(t
     several gradients of one compiled graph; micro-batches in the slow case): the step runs and the ratio check holds.
     Before issue 53's fix it crashed at step 1 ("compiled with non-empty donated buffers")."""
     data = tmp_path / "data"
-    subprocess.run([*CLI, "data", "generate", "--config", "configs/data_tiny.yaml", f"out={data}", "positions=120", "nodes=30",
-                    "engine.processes=1", "test_fraction=0.2", "shard_size=120"], cwd=ROOT, check=True, capture_output=True)  # fmt: skip
-    config = tiny_config(tmp_path, "compile=true", "steps=1", "eval_every=0", "eval_at_start=false", "model.value_head=true",
-                         "value_loss_weight=0.1", "task.best_move_values=true", f"value_positions={data}", "bc_loss_weight=0.3",
-                         "grpo.term_gradient_every=1", *memory)  # fmt: skip
+    subprocess.run(
+        [
+            *CLI,
+            "data",
+            "generate",
+            "--config",
+            "configs/data_tiny.yaml",
+            f"out={data}",
+            "positions=120",
+            "nodes=30",
+            "engine.processes=1",
+            "test_fraction=0.2",
+            "shard_size=120",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    config = tiny_config(
+        tmp_path,
+        "compile=true",
+        "steps=1",
+        "eval_every=0",
+        "eval_at_start=false",
+        "model.value_head=true",
+        "value_loss_weight=0.1",
+        "task.best_move_values=true",
+        f"value_positions={data}",
+        "bc_loss_weight=0.3",
+        "grpo.term_gradient_every=1",
+        *memory,
+    )
     with Trainer(config) as trainer:
         assert trainer.train().finished
     rows = [row for row in read_metrics(config.run.directory / "metrics.jsonl") if "loss/total" in row]
     assert [row["step"] for row in rows] == [1]
-    assert rows[0]["grad_norm/policy"] > 0 and rows[0]["grad_norm/aux"] > 0 and rows[0]["ratio/first_max_abs_dev"] < 1e-4
+    assert (
+        rows[0]["grad_norm/policy"] > 0 and rows[0]["grad_norm/aux"] > 0 and rows[0]["ratio/first_max_abs_dev"] < 1e-4
+    )
 
 
 @pytest.mark.slow
@@ -280,8 +390,16 @@ def test_a_compiled_step_computes_the_eager_step_and_the_flag_is_scoped(tmp_path
     before = functorch_config.donated_buffer
     first_rows = {}
     for mode in ("eager", "compiled"):
-        config = tiny_config(tmp_path / mode, f"compile={mode == 'compiled'}", "steps=1", "eval_every=0", "eval_at_start=false",
-                             "grpo.term_gradient_every=1", f"grpo.pipeline={pipeline}", name=mode)  # fmt: skip
+        config = tiny_config(
+            tmp_path / mode,
+            f"compile={mode == 'compiled'}",
+            "steps=1",
+            "eval_every=0",
+            "eval_at_start=false",
+            "grpo.term_gradient_every=1",
+            f"grpo.pipeline={pipeline}",
+            name=mode,
+        )
         torch._dynamo.reset()  # forget graphs an earlier case of this process compiled: this run must compile its own
         graphs = dynamo_utils.counters["stats"]["unique_graphs"]
         with Trainer(config) as trainer:
@@ -295,8 +413,15 @@ def test_a_compiled_step_computes_the_eager_step_and_the_flag_is_scoped(tmp_path
     for key in ("loss/total", "grad_norm", "grad_norm/policy"):
         assert first_rows["compiled"][key] == pytest.approx(first_rows["eager"][key], rel=1e-4, abs=1e-6), key
     # Without the per-term norms the flag is never touched.
-    config = tiny_config(tmp_path / "plain", "compile=true", "steps=1", "eval_every=0", "eval_at_start=false",
-                         "grpo.term_gradient_every=0", name="plain")  # fmt: skip
+    config = tiny_config(
+        tmp_path / "plain",
+        "compile=true",
+        "steps=1",
+        "eval_every=0",
+        "eval_at_start=false",
+        "grpo.term_gradient_every=0",
+        name="plain",
+    )
     with Trainer(config) as trainer:
         assert functorch_config.donated_buffer == before
         assert trainer.train().finished

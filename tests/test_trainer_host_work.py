@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import chess
 import torch
-from helpers import random_playout_positions
 
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.tasks.move_group import (
@@ -21,6 +20,7 @@ from chessgrpo.tasks.move_group import (
     move_value_positions,
     sample_groups,
 )
+from helpers import random_playout_positions
 
 
 def move_value_positions_reference(
@@ -58,7 +58,9 @@ def test_move_value_positions_equal_the_reference_with_repeats_and_transposition
     reference_after, reference_indices = move_value_positions_reference(boards, moves)
     assert indices == reference_indices
     assert fens == [board.fen() for board in reference_after] == [board.fen() for board in after]
-    assert [board.move_stack for board in after] == [board.move_stack for board in reference_after]  # the same history (one move)
+    assert [board.move_stack for board in after] == [
+        board.move_stack for board in reference_after
+    ]  # the same history (one move)
     assert len(after) < sum(len(row) for row in moves)  # repeats were merged
 
 
@@ -67,7 +69,9 @@ def test_transposed_positions_from_two_boards_are_one_search():
     e3.push_uci("e2e3")
     e3.push_uci("e7e6")
     via_e4 = chess.Board("rnbqkbnr/pppp1ppp/4p3/8/8/4P3/PPPP1PPP/RNBQKBNR w KQkq - 0 2")
-    after, indices, fens = move_value_positions([e3, via_e4], [[chess.Move.from_uci("g1f3")], [chess.Move.from_uci("g1f3")]])
+    after, indices, fens = move_value_positions(
+        [e3, via_e4], [[chess.Move.from_uci("g1f3")], [chess.Move.from_uci("g1f3")]]
+    )
     assert len(after) == 1 and indices == [[0], [0]] and fens == [after[0].fen()]
 
 

@@ -20,26 +20,30 @@ from safetensors.torch import load_file
 from chessgrpo.board import ACTIONS, NUM_ACTIONS, decode_tokens, move_to_action
 from chessgrpo.board.endgames import endgame_positions
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, PolicyConfig, log_probs
 from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, PolicyOutputs, compute_advantages, optimize
-from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
+from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
 from chessgrpo.tasks.trajectory import (
     EngineValues,
     StockfishOpponent,
     TablebaseOpponent,
-    TrajectoryConfig,
     Trajectories,
+    TrajectoryConfig,
     make_forward,
     play_trajectories,
     to_rollout_batch,
 )
-from chessgrpo.engine.tablebase_values import game_over
-from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
-from chessgrpo.tasks.trajectory_rewards import engine_step_rewards, move_regret, sibling_baselines, tablebase_step_rewards
-from chessgrpo.train.metrics import read_metrics
-from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
+from chessgrpo.tasks.trajectory_rewards import (
+    engine_step_rewards,
+    move_regret,
+    sibling_baselines,
+    tablebase_step_rewards,
+)
 from chessgrpo.train.loop import Trainer
-
+from chessgrpo.train.metrics import read_metrics
 from helpers import SYZYGY_DIR
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,12 +75,20 @@ def _hand_trajectories(mask: list[list[int]], group_ids: list[int]) -> Trajector
     m = torch.tensor(mask, dtype=torch.bool)
     n, t = m.shape
     return Trajectories(
-        starts=[], group_ids=torch.tensor(group_ids), row_start=torch.zeros(n, dtype=torch.long), row_colour=[True] * n,
-        actions=torch.zeros(n, t, dtype=torch.long), behaviour_logp=torch.zeros(n, t), mask=m,
-        position=torch.zeros(n, t, dtype=torch.long), tokens=torch.zeros(1, 77, dtype=torch.long),
-        legal=torch.ones(1, NUM_ACTIONS, dtype=torch.bool), entropy=torch.zeros(n, t), ln_legal=torch.zeros(n, t),
+        starts=[],
+        group_ids=torch.tensor(group_ids),
+        row_start=torch.zeros(n, dtype=torch.long),
+        row_colour=[True] * n,
+        actions=torch.zeros(n, t, dtype=torch.long),
+        behaviour_logp=torch.zeros(n, t),
+        mask=m,
+        position=torch.zeros(n, t, dtype=torch.long),
+        tokens=torch.zeros(1, 77, dtype=torch.long),
+        legal=torch.ones(1, NUM_ACTIONS, dtype=torch.bool),
+        entropy=torch.zeros(n, t),
+        ln_legal=torch.zeros(n, t),
         points=[[] for _ in range(n)],
-    )  # fmt: skip
+    )
 
 
 def test_advantages_of_both_supervisions_by_hand():
@@ -110,12 +122,20 @@ def test_advantages_of_both_supervisions_by_hand():
     # Critic: not centred, only scaled by the batch std of the valid step rewards (the same s - 1e-4 here).
     critic = to_rollout_batch(trajectories, steps, "critic")
     assert critic.advantages is None and critic.supervision == "critic"
-    assert compute_advantages(critic, config).flatten().tolist() == pytest.approx([0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0], rel=1e-5)
+    assert compute_advantages(critic, config).flatten().tolist() == pytest.approx(
+        [0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0], rel=1e-5
+    )
 
     # The learner fills them: `optimize` runs the batch's own estimator.
     for batch, expected in ((step, expected_step), (critic, [0.1 / s, 0.1 / s, 1.05 / s, -1.0 / s, 0, 0])):
-        optimize(batch, lambda rows: PolicyOutputs(logp=rows.behaviour_logp.clone().requires_grad_()), lambda loss, step=True: 0.0,
-                 config, KLController.from_config(config), generator=None)  # fmt: skip
+        optimize(
+            batch,
+            lambda rows: PolicyOutputs(logp=rows.behaviour_logp.clone().requires_grad_()),
+            lambda loss, step=True: 0.0,
+            config,
+            KLController.from_config(config),
+            generator=None,
+        )
         assert batch.advantages is not None and batch.advantages.flatten().tolist() == pytest.approx(expected, rel=1e-5)
 
 
@@ -235,7 +255,9 @@ def test_config_plugs_into_the_spine(tmp_path):
     assert config.best_metric() == ("eval/mate_rate", "max") and config.lr == 1e-3
     defaults = TrajectoryTrainConfig()
     assert defaults.run.name == "trajectory" and defaults.lr == 1e-3 and defaults.engine.cache is False
-    offline = dataclasses.replace(config, positions="random:8", eval=TrajectoryEvalConfig(offline_positions="data/tiny"))
+    offline = dataclasses.replace(
+        config, positions="random:8", eval=TrajectoryEvalConfig(offline_positions="data/tiny")
+    )
     assert offline.best_metric() == ("eval/esl", "min")
     assert dataclasses.replace(config, positions="random:8").best_metric() is None  # nothing held out to pick by
     with pytest.raises(ConfigError, match="every"):  # the cadence moved to the top-level eval_every
@@ -249,7 +271,9 @@ def test_forward_recomputes_behaviour_log_probs_and_a_temperature_mismatch_raise
     model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
     starts = endgame_positions("KRvK", 3, seed=2, accept=oracle.is_won)
     config = TrajectoryConfig(group_size=3, positions_per_step=3, horizon=4, temperature=0.8)
-    trajectories = play_trajectories(model, starts, config, opponent=TablebaseOpponent(oracle), generator=torch.Generator().manual_seed(0))
+    trajectories = play_trajectories(
+        model, starts, config, opponent=TablebaseOpponent(oracle), generator=torch.Generator().manual_seed(0)
+    )
     batch = to_rollout_batch(trajectories, tablebase_step_rewards(trajectories, oracle, shaping=0.1), "process")
     batch.validate()
     outputs = make_forward(model, trajectories, temperature=0.8)(batch.select(torch.tensor([4, 0, 7])))
@@ -257,8 +281,9 @@ def test_forward_recomputes_behaviour_log_probs_and_a_temperature_mismatch_raise
     assert torch.allclose(outputs.logp[mask], batch.behaviour_logp[[4, 0, 7]][mask], atol=1e-5)
     assert (outputs.logp[~mask] == 0).all() and outputs.logp.requires_grad
     assert torch.allclose(outputs.entropy[mask], trajectories.entropy[[4, 0, 7]][mask], atol=1e-5)
-    with Trainer(_config(tmp_path, "mismatch", debug_learn_temperature=1.3)) as trainer, pytest.raises(
-        InvariantViolation, match="temperature"
+    with (
+        Trainer(_config(tmp_path, "mismatch", debug_learn_temperature=1.3)) as trainer,
+        pytest.raises(InvariantViolation, match="temperature"),
     ):
         trainer.train_step()
 
@@ -284,8 +309,16 @@ def test_resume_continues_bitwise_identically(tmp_path):
 def test_adaptive_curriculum_widens_as_the_mate_rate_holds_and_resumes(tmp_path, oracle):
     """curriculum_widen_at: the DTZ limit grows by curriculum_widen_plies when the rollouts' mate rate over the last
     curriculum_window steps reaches the threshold; the limit and the window survive a resume bitwise."""
-    adaptive = dict(steps=8, curriculum_start_dtz=1, curriculum_widen_at=0.08, curriculum_widen_plies=2, curriculum_window=2,
-                    checkpoint_every=1, lr=3e-3, task=TrajectoryConfig(group_size=8, positions_per_step=4, horizon=2, opponent="tablebase"))  # fmt: skip
+    adaptive = dict(
+        steps=8,
+        curriculum_start_dtz=1,
+        curriculum_widen_at=0.08,
+        curriculum_widen_plies=2,
+        curriculum_window=2,
+        checkpoint_every=1,
+        lr=3e-3,
+        task=TrajectoryConfig(group_size=8, positions_per_step=4, horizon=2, opponent="tablebase"),
+    )
     with Trainer(_config(tmp_path, "straight", **adaptive)) as trainer:
         trainer.train()
     with Trainer(_config(tmp_path, "resumed", stop_at=5, **adaptive)) as trainer:
@@ -313,9 +346,12 @@ def test_sibling_moves_are_valued_as_if_played_against_the_perfect_defender(orac
     torch.manual_seed(3)
     model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
     starts = endgame_positions("KRvK", 4, seed=4, accept=oracle.is_won)
-    config = TrajectoryConfig(group_size=2, positions_per_step=4, horizon=4, regret=True, supervision="critic", sibling_moves=3,
-                              shaping=0.2)  # fmt: skip
-    trajectories = play_trajectories(model, starts, config, opponent=TablebaseOpponent(oracle), generator=torch.Generator().manual_seed(0))
+    config = TrajectoryConfig(
+        group_size=2, positions_per_step=4, horizon=4, regret=True, supervision="critic", sibling_moves=3, shaping=0.2
+    )
+    trajectories = play_trajectories(
+        model, starts, config, opponent=TablebaseOpponent(oracle), generator=torch.Generator().manual_seed(0)
+    )
     rewards = tablebase_step_rewards(trajectories, oracle, shaping=0.2, regret=True)
     baselines = sibling_baselines(trajectories, oracle, shaping=0.2)
     checked = 0
@@ -331,7 +367,9 @@ def test_sibling_moves_are_valued_as_if_played_against_the_perfect_defender(orac
                 if game_over(after) is None:
                     after.push(oracle.tablebase_move(after))
                 state = oracle.state(after, chess.WHITE)
-                assert regret == pytest.approx(step_reward(before, state, 0.2) - best_step_reward(before, 0.2)), board.fen()
+                assert regret == pytest.approx(step_reward(before, state, 0.2) - best_step_reward(before, 0.2)), (
+                    board.fen()
+                )
                 checked += 1
             assert baselines[i, t] == pytest.approx(sum(played) / 3)
             own = move_regret(oracle, board, chess.Move.from_uci(ACTIONS[int(trajectories.actions[i, t])]), before, 0.2)
@@ -348,16 +386,23 @@ def test_short_endgame_run_learns_to_mate(tmp_path, oracle):
     starts = [b for b in endgame_positions("KQvK", 400, seed=6, accept=oracle.is_won) if oracle.probe_dtz(b) == 1][:16]
     (tmp_path / "mates.fen").write_text("".join(b.fen() + "\n" for b in starts))
     config = _config(
-        tmp_path, "learn", positions=str(tmp_path / "mates.fen"), steps=24, lr=3e-3,
+        tmp_path,
+        "learn",
+        positions=str(tmp_path / "mates.fen"),
+        steps=24,
+        lr=3e-3,
         task=TrajectoryConfig(group_size=8, positions_per_step=8, horizon=2, opponent="tablebase", shaping=0.1),
         grpo=GRPOConfig(num_iterations=2, minibatch_size=32),
-    )  # fmt: skip
+    )
     with Trainer(config) as trainer:
         trainer.train()
     rows = read_metrics(tmp_path / "learn" / "metrics.jsonl")
     mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)
     first, last = rows[:6], rows[-6:]
-    assert mean(last, "rollout/mate_rate") > mean(first, "rollout/mate_rate") + 0.15, (mean(first, "rollout/mate_rate"), mean(last, "rollout/mate_rate"))
+    assert mean(last, "rollout/mate_rate") > mean(first, "rollout/mate_rate") + 0.15, (
+        mean(first, "rollout/mate_rate"),
+        mean(last, "rollout/mate_rate"),
+    )
     assert mean(last, "reward/mean") > mean(first, "reward/mean")
     for row in rows:
         assert row["ratio/first_max_abs_dev"] < 1e-4 and row["entropy/mean"] <= row["entropy/ln_legal"] + 1e-4
@@ -366,10 +411,20 @@ def test_short_endgame_run_learns_to_mate(tmp_path, oracle):
 
 def test_train_command_runs_the_endgame_config(cli, tmp_path):
     command = [
-        "train", "--config", "configs/endgame_kqk.yaml", f"run.out_dir={tmp_path}",
-        "run.name=cli", "steps=2", "task.positions_per_step=2", "task.group_size=2", "task.horizon=2", "eval.positions=10",
-        f"engine.syzygy_path={SYZYGY_DIR}", "grpo.minibatch_size=0", "init_checkpoint=null",  # no warm start in a fresh clone
-    ]  # fmt: skip
+        "train",
+        "--config",
+        "configs/endgame_kqk.yaml",
+        f"run.out_dir={tmp_path}",
+        "run.name=cli",
+        "steps=2",
+        "task.positions_per_step=2",
+        "task.group_size=2",
+        "task.horizon=2",
+        "eval.positions=10",
+        f"engine.syzygy_path={SYZYGY_DIR}",
+        "grpo.minibatch_size=0",
+        "init_checkpoint=null",  # no warm start in a fresh clone
+    ]
     done = cli.run(*command, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = read_metrics(tmp_path / "cli" / "metrics.jsonl")
@@ -382,19 +437,26 @@ def test_train_command_runs_the_endgame_config(cli, tmp_path):
 
 def test_rewards_valued_during_the_rollout_equal_rewards_valued_after_it():
     """task.overlap_rewards: the engine values points as the rollout reaches them; same rewards, same searches."""
-    from chessgrpo.engine import EnginePool
     from chessgrpo.board import random_playout_positions
+    from chessgrpo.engine import EnginePool
 
     torch.manual_seed(3)
     model = ActionPolicy(PolicyConfig.from_size("tiny")).eval()
     starts = random_playout_positions(3, seed=5, max_plies=20)
-    config = TrajectoryConfig(group_size=3, positions_per_step=3, horizon=3, opponent="stockfish", opponent_nodes=50, reward="engine")
+    config = TrajectoryConfig(
+        group_size=3, positions_per_step=3, horizon=3, opponent="stockfish", opponent_nodes=50, reward="engine"
+    )
     with EnginePool(processes=2, nodes=300) as pool:
         results = []
         for overlap in (False, True):
             prefetch = EngineValues(pool, 300) if overlap else None
             trajectories = play_trajectories(
-                model, starts, config, opponent=StockfishOpponent(pool, 50), generator=torch.Generator().manual_seed(0), prefetch=prefetch
+                model,
+                starts,
+                config,
+                opponent=StockfishOpponent(pool, 50),
+                generator=torch.Generator().manual_seed(0),
+                prefetch=prefetch,
             )
             results.append(engine_step_rewards(trajectories, pool, nodes=300, prefetched=prefetch))
             assert trajectories.timings["policy_s"] > 0 and trajectories.timings["opponent_s"] > 0
@@ -435,14 +497,29 @@ def test_grpo_from_a_random_network_learns_to_mate_in_one_and_two(tmp_path):
     Wilson intervals of both. The shipped from-scratch recipe (configs/endgame_kqk_scratch.yaml), fixed at its first
     curriculum stage."""
     config = _config(
-        tmp_path, "scratch", 
+        tmp_path,
+        "scratch",
         model=ModelConfig(size="tiny", move_facts=True, en_prise=True),
-        task=TrajectoryConfig(group_size=8, positions_per_step=8, horizon=3, opponent="tablebase", reward="tablebase", shaping=0.2,
-                              regret=True, supervision="critic"),
+        task=TrajectoryConfig(
+            group_size=8,
+            positions_per_step=8,
+            horizon=3,
+            opponent="tablebase",
+            reward="tablebase",
+            shaping=0.2,
+            regret=True,
+            supervision="critic",
+        ),
         grpo=GRPOConfig(num_iterations=1, minibatch_size=64, kl_coef=0.0),
-        curriculum_start_dtz=3, curriculum_dtz_per_step=0.0, steps=40, lr=3e-3, warmup_steps=0,
-        eval=TrajectoryEvalConfig(positions=150, max_moves=3, max_dtz=3, baselines=False), eval_every=40, eval_at_start=True,
-    )  # fmt: skip
+        curriculum_start_dtz=3,
+        curriculum_dtz_per_step=0.0,
+        steps=40,
+        lr=3e-3,
+        warmup_steps=0,
+        eval=TrajectoryEvalConfig(positions=150, max_moves=3, max_dtz=3, baselines=False),
+        eval_every=40,
+        eval_at_start=True,
+    )
     with Trainer(config) as trainer:
         trainer.train()
     evals = [row for row in read_metrics(tmp_path / "scratch" / "metrics.jsonl") if "eval/mate_rate" in row]

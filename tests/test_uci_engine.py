@@ -15,13 +15,21 @@ import chess
 import chess.engine
 import pytest
 import torch
-from helpers import SYZYGY_DIR
 
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from chessgrpo.play.search_control import (
+    MAX_NODES,
+    GoFlags,
+    GoLimits,
+    clock_seconds,
+    movetime_seconds,
+    parse_go,
+    parse_go_flags,
+)
 from chessgrpo.uci.chess960 import move_actions
 from chessgrpo.uci.engine import UciEngine, parse_position, parse_temperature
-from chessgrpo.play.search_control import MAX_NODES, GoFlags, GoLimits, clock_seconds, movetime_seconds, parse_go, parse_go_flags
 from chessgrpo.uci.scores import expected_score_wdl, policy_estimate, quiescence
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from helpers import SYZYGY_DIR
 
 STARTUP_TIMEOUT_S = 60.0  # torch import on a busy 2-core machine
 
@@ -66,7 +74,11 @@ def test_python_chess_plays_legal_moves(checkpoint):
         board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
         for move in ["f1c4", "g8f6", "d2d3"]:
             board.push_uci(move)
-        for limit in (chess.engine.Limit(depth=3), chess.engine.Limit(nodes=100), chess.engine.Limit(white_clock=10, black_clock=10)):
+        for limit in (
+            chess.engine.Limit(depth=3),
+            chess.engine.Limit(nodes=100),
+            chess.engine.Limit(white_clock=10, black_clock=10),
+        ):
             result = engine.play(board, limit)
             assert result.move in board.legal_moves
         engine.configure({"Temperature": "1.5"})
@@ -125,7 +137,9 @@ def test_raw_pipe_survives_malformed_commands(checkpoint):
     assert bestmoves[3] == "0000"
     assert sum("error: no valid position" in line for line in lines) == 2
     errors = [line for line in lines if line.startswith("info string error")]
-    assert len(errors) >= 8  # two bad FENs, an illegal move, a bad setup, two go without position, two bad option values
+    assert (
+        len(errors) >= 8
+    )  # two bad FENs, an illegal move, a bad setup, two go without position, two bad option values
     assert any("unknown command ignored: frobnicate" in line for line in lines)
     assert sum(line.startswith("info depth") for line in lines) == 1  # only the one real move is announced
 
@@ -218,14 +232,18 @@ def test_search_finds_mate_in_one_and_reports_multipv(value_checkpoint):
 
 def test_time_limits_and_alphabeta(value_checkpoint):
     started = time.perf_counter()
-    lines = talk(value_checkpoint, "position startpos moves e2e4", "go movetime 200", "go wtime 3000 btime 3000 winc 0 binc 0")
+    lines = talk(
+        value_checkpoint, "position startpos moves e2e4", "go movetime 200", "go wtime 3000 btime 3000 winc 0 binc 0"
+    )
     assert time.perf_counter() - started < 10  # ~0.4 s of search plus loading, on a busy machine
     after_e4 = chess.Board()
     after_e4.push_uci("e2e4")
     moves = bestmoves(lines)
     assert len(moves) == 2 and all(chess.Move.from_uci(move) in after_e4.legal_moves for move in moves)
     assert len(search_lines(lines)) == 2
-    lines = talk(value_checkpoint, "setoption name Search value alphabeta", MATE_IN_ONE, "go nodes 100", "go movetime 100")
+    lines = talk(
+        value_checkpoint, "setoption name Search value alphabeta", MATE_IN_ONE, "go nodes 100", "go movetime 100"
+    )
     assert bestmoves(lines) == ["a1a8", "a1a8"] and " score mate 1 " in search_lines(lines)[0]
 
 
@@ -233,7 +251,9 @@ def test_search_sees_the_game_history(value_checkpoint):
     """With the moves, Kg8-h8 repeats the first position: an exact draw, never expanded (its PV
     stops there); from the FEN alone the same move is searched like any other."""
     fen = "7k/8/8/8/8/8/8/R6K w - - 0 1"
-    with_history = talk(value_checkpoint, "setoption name MultiPV value 5", f"position fen {fen} moves a1a2 h8g8 a2a1", "go nodes 200")
+    with_history = talk(
+        value_checkpoint, "setoption name MultiPV value 5", f"position fen {fen} moves a1a2 h8g8 a2a1", "go nodes 200"
+    )
     board = chess.Board(fen)
     for move in ["a1a2", "h8g8", "a2a1"]:
         board.push_uci(move)
@@ -248,10 +268,18 @@ def test_search_none_and_no_value_head_play_the_policy(value_checkpoint, checkpo
     lines = talk(value_checkpoint, "setoption name Search value none", "position startpos", "go nodes 200")
     assert not search_lines(lines) and len(policy_lines(lines)) == 1 and " score cp " in policy_lines(lines)[0]
     assert chess.Move.from_uci(bestmoves(lines)[0]) in chess.Board().legal_moves
-    lines = talk(value_checkpoint, "setoption name Search value none", "setoption name Search value PUCT", MATE_IN_ONE, "go nodes 200")
+    lines = talk(
+        value_checkpoint,
+        "setoption name Search value none",
+        "setoption name Search value PUCT",
+        MATE_IN_ONE,
+        "go nodes 200",
+    )
     assert bestmoves(lines) == ["a1a8"] and search_lines(lines)
     # `checkpoint` has no value head: one info string, then policy moves; never a crash.
-    lines = talk(checkpoint, "uci", "position startpos", "go nodes 50", "position startpos moves e2e4", "go movetime 50")
+    lines = talk(
+        checkpoint, "uci", "position startpos", "go nodes 50", "position startpos moves e2e4", "go movetime 50"
+    )
     notices = [line for line in lines if "no value head" in line]
     assert len(notices) == 1 and notices[0].startswith("info string ") and "error" not in notices[0]
     assert not search_lines(lines) and len(bestmoves(lines)) == 2 and len(policy_lines(lines)) == 2
@@ -306,7 +334,9 @@ def test_go_limits():
     assert (limits.nodes, limits.seconds) == (5000, pytest.approx(0.95))
     for arguments in ([], ["infinite"], ["depth", "5"], ["mate", "2"], ["ponder", "searchmoves", "e2e4"]):
         assert parse_go(arguments, chess.WHITE, 256) == (GoLimits(nodes=256), [])
-    assert parse_go_flags("ponder wtime 10 searchmoves e2e4 d2d4 nodes 5 infinite".split()) == GoFlags(True, True, ("e2e4", "d2d4"))
+    assert parse_go_flags("ponder wtime 10 searchmoves e2e4 d2d4 nodes 5 infinite".split()) == GoFlags(
+        True, True, ("e2e4", "d2d4")
+    )
     assert parse_go_flags(["searchmoves"]) == parse_go_flags([]) == GoFlags()
     limits, _ = parse_go("searchmoves e2e4 nodes 7".split(), chess.WHITE, 256)
     assert limits.nodes == 7
@@ -326,13 +356,19 @@ def test_parse_position():
 
 
 def test_a_bad_checkpoint_fails_at_startup(tmp_path):
-    completed = subprocess.run(command(tmp_path / "nothing"), input="uci\n", capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        command(tmp_path / "nothing"), input="uci\n", capture_output=True, text=True, timeout=120
+    )
     assert completed.returncode == 2 and "no checkpoint" in completed.stderr and completed.stdout == ""
 
 
 def test_a_bad_syzygy_path_fails_at_startup(value_checkpoint, tmp_path):
     completed = subprocess.run(
-        command(value_checkpoint, "--syzygy-path", str(tmp_path / "nothing")), input="uci\n", capture_output=True, text=True, timeout=120
+        command(value_checkpoint, "--syzygy-path", str(tmp_path / "nothing")),
+        input="uci\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert completed.returncode == 2 and "Syzygy directory not found" in completed.stderr and completed.stdout == ""
 
@@ -359,7 +395,9 @@ def test_python_chess_analyse_multipv_scores_with_and_without_a_value_head(value
             infos = engine.analyse(board, chess.engine.Limit(nodes=32), multipv=3)
             assert [info["multipv"] for info in infos] == [1, 2, 3]
             assert all(info["score"].relative.score() is not None for info in infos)
-            assert len({info["pv"][0] for info in infos}) == 3 and all(info["pv"][0] in board.legal_moves for info in infos)
+            assert len({info["pv"][0] for info in infos}) == 3 and all(
+                info["pv"][0] in board.legal_moves for info in infos
+            )
             engine.configure({"UCI_ShowWDL": True})
             # White to move, a rook up: an estimate, from material here without a value head.
             rook_up = chess.Board("4k3/pppp4/8/8/8/8/PPPP4/R3K3 w - - 0 1")
@@ -411,14 +449,22 @@ def test_policy_only_scores_are_estimates_not_a_fixed_zero(checkpoint):
     take, hang, quiet = (chess.Move.from_uci(m) for m in ("d2d5", "d2d4", "e1e2"))
     assert policy_estimate(board, take, 0.2, 0.2).amount >= 800  # Qxd5: a queen up
     assert policy_estimate(board, hang, 0.2, 0.2).amount <= -800  # Qd4?? Qxd4
-    assert policy_estimate(board, quiet, 0.2, 0.2).amount == 0  # Ke2 guards the queen: equal material, the policy's favourite
-    assert policy_estimate(board, quiet, 0.02, 0.2).amount == -42  # ten times less likely: 0.05 * ln 10 lower (Lc0's scale)
+    assert (
+        policy_estimate(board, quiet, 0.2, 0.2).amount == 0
+    )  # Ke2 guards the queen: equal material, the policy's favourite
+    assert (
+        policy_estimate(board, quiet, 0.02, 0.2).amount == -42
+    )  # ten times less likely: 0.05 * ln 10 lower (Lc0's scale)
     board.push(hang)
     assert quiescence(board) >= 800 and board.fen() == "4k3/8/8/3q4/3Q4/8/8/4K3 b - - 1 1"  # left unchanged
-    mate_lines = talk(checkpoint, "setoption name MultiPV value 16", "position fen 6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "go nodes 1")
+    mate_lines = talk(
+        checkpoint, "setoption name MultiPV value 16", "position fen 6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1", "go nodes 1"
+    )
     a8 = [line for line in policy_lines(mate_lines) if line.endswith(" pv a1a8")]
     assert len(a8) == 1 and " score mate 1 " in a8[0]
-    assert_mate_against(talk(checkpoint, "setoption name MultiPV value 16", f"position fen {BACK_RANK}", "go nodes 1"), policy_lines)
+    assert_mate_against(
+        talk(checkpoint, "setoption name MultiPV value 16", f"position fen {BACK_RANK}", "go nodes 1"), policy_lines
+    )
 
 
 BACK_RANK = "r5k1/5ppp/8/8/3N4/8/5PPP/6K1 w - - 0 1"
@@ -444,14 +490,26 @@ def test_expected_score_wdl():
 
 
 def test_search_scores_show_wdl_and_exact_results(value_checkpoint):
-    lines = talk(value_checkpoint, "setoption name UCI_ShowWDL value true", "setoption name MultiPV value 3", "position startpos", "go nodes 48")
+    lines = talk(
+        value_checkpoint,
+        "setoption name UCI_ShowWDL value true",
+        "setoption name MultiPV value 3",
+        "position startpos",
+        "go nodes 48",
+    )
     for line in search_lines(lines):
         wdl = [int(x) for x in line.split(" wdl ")[1].split()[:3]]
         assert sum(wdl) == 1000
     lines = talk(value_checkpoint, "setoption name UCI_ShowWDL value true", MATE_IN_ONE, "go nodes 16")
     assert " score mate 1 wdl 1000 0 0 " in search_lines(lines)[0]
     for search in ("puct", "alphabeta"):
-        lines = talk(value_checkpoint, f"setoption name Search value {search}", "setoption name MultiPV value 16", f"position fen {BACK_RANK}", "go nodes 64")
+        lines = talk(
+            value_checkpoint,
+            f"setoption name Search value {search}",
+            "setoption name MultiPV value 16",
+            f"position fen {BACK_RANK}",
+            "go nodes 64",
+        )
         assert_mate_against(lines, search_lines)
         assert bestmoves(lines)[0] not in ("g1h1", "d4b5", "d4c6", "d4e6", "d4f5")
 
@@ -465,7 +523,14 @@ class RawEngine:
 
     def __init__(self, checkpoint, *extra: str):
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(command(checkpoint, *extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1)
+        self.process = subprocess.Popen(
+            command(checkpoint, *extra),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            bufsize=1,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -490,7 +555,9 @@ class RawEngine:
                 raise AssertionError(f"no {prefix!r} within {timeout} s; got {before}") from None
             if line is None:
                 self.stderr.seek(0)
-                raise AssertionError(f"engine exited before {prefix!r}; got {before}; stderr {self.stderr.read()[-2000:]}")
+                raise AssertionError(
+                    f"engine exited before {prefix!r}; got {before}; stderr {self.stderr.read()[-2000:]}"
+                )
             if line.startswith(prefix):
                 return line, before
             before.append(line)
@@ -629,7 +696,13 @@ def test_policy_only_go_infinite_and_ponder_wait_in_process(checkpoint):
 def test_searchmoves_restricts_the_root(value_checkpoint, checkpoint):
     # The mate a1a8 is not among the searchmoves: neither the shortcut nor the search may play it.
     for search in ("puct", "alphabeta", "none"):
-        lines = talk(value_checkpoint, f"setoption name Search value {search}", "setoption name MultiPV value 5", MATE_IN_ONE, "go nodes 64 searchmoves g1f1 h2h3")
+        lines = talk(
+            value_checkpoint,
+            f"setoption name Search value {search}",
+            "setoption name MultiPV value 5",
+            MATE_IN_ONE,
+            "go nodes 64 searchmoves g1f1 h2h3",
+        )
         assert bestmoves(lines)[0] in ("g1f1", "h2h3"), search
         shown = search_lines(lines) or policy_lines(lines)
         assert set(pv_moves(shown)) <= {"g1f1", "h2h3"} and len(shown) == 2
@@ -663,16 +736,34 @@ def test_chess960_castling(value_checkpoint, checkpoint):
     assert len(set(actions.values())) == len(moves) and min(actions.values()) >= 0
     from chessgrpo.board import move_to_action
 
-    assert actions["b1c1"] == move_to_action("b1c1") and actions["b1a1"] == move_to_action("b1a1") and actions["b1h1"] == move_to_action("b1g1")
+    assert (
+        actions["b1c1"] == move_to_action("b1c1")
+        and actions["b1a1"] == move_to_action("b1a1")
+        and actions["b1h1"] == move_to_action("b1g1")
+    )
     after = parse_position(["fen", *CASTLE_960.split(), "moves", "b1h1"], chess960=True)
-    assert after.piece_at(chess.G1) == chess.Piece.from_symbol("K") and after.piece_at(chess.F1) == chess.Piece.from_symbol("R")
+    assert after.piece_at(chess.G1) == chess.Piece.from_symbol("K") and after.piece_at(
+        chess.F1
+    ) == chess.Piece.from_symbol("R")
     for path in (value_checkpoint, checkpoint):
         for castle in ("b1a1", "b1h1"):
-            lines = talk(path, "setoption name UCI_Chess960 value true", f"position fen {CASTLE_960}", f"go nodes 16 searchmoves {castle} a1a2")
+            lines = talk(
+                path,
+                "setoption name UCI_Chess960 value true",
+                f"position fen {CASTLE_960}",
+                f"go nodes 16 searchmoves {castle} a1a2",
+            )
             assert bestmoves(lines)[0] in (castle, "a1a2")
-            lines = talk(path, "setoption name UCI_Chess960 value true", f"position fen {CASTLE_960}", f"go nodes 16 searchmoves {castle}")
+            lines = talk(
+                path,
+                "setoption name UCI_Chess960 value true",
+                f"position fen {CASTLE_960}",
+                f"go nodes 16 searchmoves {castle}",
+            )
             assert bestmoves(lines) == [castle]
-        lines = talk(path, "setoption name UCI_Chess960 value true", f"position fen {CASTLE_960} moves b1a1 g8g7", "go nodes 16")
+        lines = talk(
+            path, "setoption name UCI_Chess960 value true", f"position fen {CASTLE_960} moves b1a1 g8g7", "go nodes 16"
+        )
         after = chess.Board(CASTLE_960, chess960=True)
         for move in ("b1a1", "g8g7"):
             after.push_uci(move)
@@ -687,19 +778,37 @@ def test_chess960_standard_geometry_matches_standard_chess(checkpoint):
     policy's lines are the same, castling written king-takes-rook."""
     moves = "e2e4 e7e5 g1f3 b8c6 f1c4 g8f6"
     standard = talk(checkpoint, "setoption name MultiPV value 16", f"position startpos moves {moves}", "go nodes 1")
-    chess960 = talk(checkpoint, "setoption name UCI_Chess960 value true", "setoption name MultiPV value 16", f"position startpos moves {moves}", "go nodes 1")
+    chess960 = talk(
+        checkpoint,
+        "setoption name UCI_Chess960 value true",
+        "setoption name MultiPV value 16",
+        f"position startpos moves {moves}",
+        "go nodes 1",
+    )
+
     def pv_and_score(lines: list[str]) -> list[tuple[str, str]]:
         return [(line.split(" pv ")[1], line.split(" score ")[1].split(" nodes ")[0]) for line in policy_lines(lines)]
 
     expected = [(pv.replace("e1g1", "e1h1"), score) for pv, score in pv_and_score(standard)]
     assert pv_and_score(chess960) == expected
-    standard = talk(checkpoint, "setoption name MultiPV value 3", f"position startpos moves {moves}", "go searchmoves e1g1 d2d3 h2h3")
+    standard = talk(
+        checkpoint,
+        "setoption name MultiPV value 3",
+        f"position startpos moves {moves}",
+        "go searchmoves e1g1 d2d3 h2h3",
+    )
     chess960 = talk(
-        checkpoint, "setoption name UCI_Chess960 value true", "setoption name MultiPV value 3", f"position startpos moves {moves}", "go searchmoves e1h1 d2d3 h2h3"
+        checkpoint,
+        "setoption name UCI_Chess960 value true",
+        "setoption name MultiPV value 3",
+        f"position startpos moves {moves}",
+        "go searchmoves e1h1 d2d3 h2h3",
     )
     expected = [(pv.replace("e1g1", "e1h1"), score) for pv, score in pv_and_score(standard)]
     assert pv_and_score(chess960) == expected and "e1h1" in [pv for pv, _ in expected]
-    lines = talk(checkpoint, "setoption name UCI_Chess960 value true", f"position startpos moves {moves}", "go searchmoves e1h1")
+    lines = talk(
+        checkpoint, "setoption name UCI_Chess960 value true", f"position startpos moves {moves}", "go searchmoves e1h1"
+    )
     assert bestmoves(lines) == ["e1h1"]
     lines = talk(checkpoint, f"position startpos moves {moves}", "go searchmoves e1g1")
     assert bestmoves(lines) == ["e1g1"]
@@ -742,16 +851,29 @@ def test_refused_options_change_nothing(checkpoint, value_checkpoint):
         "setoption name UCI_Chess960 value maybe",
     ]
     for path in (checkpoint, value_checkpoint):
-        lines = talk(path, "position startpos moves e2e4", "go nodes 32", *bad, "uci", "position startpos moves e2e4", "go nodes 32")
+        lines = talk(
+            path,
+            "position startpos moves e2e4",
+            "go nodes 32",
+            *bad,
+            "uci",
+            "position startpos moves e2e4",
+            "go nodes 32",
+        )
         errors = [line for line in lines if line.startswith("info string error")]
         assert len(errors) == len(bad)
         assert all("keeping cpu" in line for line in errors[:3]) and all("keeping 0" in line for line in errors[3:8])
-        assert "option name Temperature type string default 0" in lines and "option name Device type string default cpu" in lines
+        assert (
+            "option name Temperature type string default 0" in lines
+            and "option name Device type string default cpu" in lines
+        )
         first, second = bestmoves(lines)
         assert first == second
     # Valid values are taken: the device through a validated copy, a temperature samples.
     lines = talk(checkpoint, "setoption name Device value cpu", "setoption name Temperature value 0.5", "uci")
-    assert not [line for line in lines if "error" in line] and "option name Temperature type string default 0.5" in lines
+    assert (
+        not [line for line in lines if "error" in line] and "option name Temperature type string default 0.5" in lines
+    )
     assert parse_temperature("0") == 0.0 and parse_temperature("100") == 100.0
     for text in ("1e-320", "nan", "-inf", "-0.5", "100.5", "warm"):
         with pytest.raises(ValueError):
@@ -763,7 +885,10 @@ def test_refused_options_change_nothing(checkpoint, value_checkpoint):
     policy, weights = engine.policy, {name: tensor.clone() for name, tensor in engine.policy.state_dict().items()}
     engine.run()
     assert engine.policy is policy and engine.device == "cpu"
-    assert all(tensor.device.type == "cpu" and torch.equal(tensor, weights[name]) for name, tensor in policy.state_dict().items())
+    assert all(
+        tensor.device.type == "cpu" and torch.equal(tensor, weights[name])
+        for name, tensor in policy.state_dict().items()
+    )
 
 
 def test_a_rejected_position_is_never_answered_with_an_older_one(checkpoint, value_checkpoint):

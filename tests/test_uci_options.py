@@ -18,11 +18,19 @@ import torch
 
 from chessgrpo.engine import find_stockfish
 from chessgrpo.engine.pool import available_cores
-from chessgrpo.uci.engine import UciEngine
-from chessgrpo.play.search_control import MOVE_OVERHEAD_MS, GoLimits, SearchControl, clock_seconds, hash_nodes, movetime_seconds, parse_go
-from chessgrpo.uci.lm import LM_OPTIONS
 from chessgrpo.models.lm import LMModelConfig, build_lm, save_lm
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
+from chessgrpo.play.search_control import (
+    MOVE_OVERHEAD_MS,
+    GoLimits,
+    SearchControl,
+    clock_seconds,
+    hash_nodes,
+    movetime_seconds,
+    parse_go,
+)
+from chessgrpo.uci.engine import UciEngine
+from chessgrpo.uci.lm import LM_OPTIONS
 from helpers import SYZYGY_DIR
 
 STARTUP_TIMEOUT_S = 60.0
@@ -34,13 +42,19 @@ at bedd1d9, 2026-08); its `engine.ponder: true` makes python-chess ponder too. .
 @pytest.fixture(scope="module")
 def value_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
-    return save_policy(ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)), tmp_path_factory.mktemp("uci_opts") / "ckpt")
+    return save_policy(
+        ActionPolicy(PolicyConfig(n_layers=1, d_model=32, n_heads=2, value_head=True)),
+        tmp_path_factory.mktemp("uci_opts") / "ckpt",
+    )
 
 
 @pytest.fixture(scope="module")
 def lm_checkpoint(tmp_path_factory):
     """An untrained 1-layer chess LM: its greedy answers never parse, so without a clock each move takes 4 generations."""
-    return save_lm(build_lm(LMModelConfig(n_layer=1, n_embd=32, n_head=2, n_positions=256), seed=0), tmp_path_factory.mktemp("uci_lm") / "lm")
+    return save_lm(
+        build_lm(LMModelConfig(n_layer=1, n_embd=32, n_head=2, n_positions=256), seed=0),
+        tmp_path_factory.mktemp("uci_lm") / "lm",
+    )
 
 
 @pytest.fixture
@@ -52,8 +66,9 @@ def torch_threads():
 
 
 def engine(checkpoint) -> chess.engine.SimpleEngine:
-    return chess.engine.SimpleEngine.popen_uci([sys.executable, "-m", "chessgrpo.cli", "uci", "--checkpoint", str(checkpoint)],
-                                               timeout=STARTUP_TIMEOUT_S)  # fmt: skip
+    return chess.engine.SimpleEngine.popen_uci(
+        [sys.executable, "-m", "chessgrpo.cli", "uci", "--checkpoint", str(checkpoint)], timeout=STARTUP_TIMEOUT_S
+    )
 
 
 def play_clocked(
@@ -83,8 +98,12 @@ def play_clocked(
             assert opponent is not None
             board.push(opponent(board))
         else:
-            limit = chess.engine.Limit(white_clock=clocks[chess.WHITE], black_clock=clocks[chess.BLACK], white_inc=increment,
-                                       black_inc=increment)  # fmt: skip
+            limit = chess.engine.Limit(
+                white_clock=clocks[chess.WHITE],
+                black_clock=clocks[chess.BLACK],
+                white_inc=increment,
+                black_inc=increment,
+            )
             started = time.perf_counter()
             result = engines[side].play(board, limit, ponder=ponder, game=game)
             spent = time.perf_counter() - started
@@ -100,8 +119,14 @@ def play_clocked(
 
 
 def test_overhead_and_hash_set_the_budgets():
-    assert clock_seconds(30_000, 300, overhead_ms=1000) < clock_seconds(30_000, 300) < clock_seconds(30_000, 300, overhead_ms=0)
-    assert movetime_seconds(1000, 200) == pytest.approx(0.8) and movetime_seconds(1000) == pytest.approx(1 - MOVE_OVERHEAD_MS / 1000)
+    assert (
+        clock_seconds(30_000, 300, overhead_ms=1000)
+        < clock_seconds(30_000, 300)
+        < clock_seconds(30_000, 300, overhead_ms=0)
+    )
+    assert movetime_seconds(1000, 200) == pytest.approx(0.8) and movetime_seconds(1000) == pytest.approx(
+        1 - MOVE_OVERHEAD_MS / 1000
+    )
     assert hash_nodes(1) == 256 and hash_nodes(64) == 16384 and hash_nodes(10**6) == 100_000
     limits, _ = parse_go(["wtime", "1000", "btime", "1000"], chess.WHITE, 256, overhead_ms=900, max_nodes=300)
     assert limits.nodes == 300 and limits.seconds == pytest.approx(0.1 / 30)  # what the overhead leaves, over 30 moves
@@ -165,8 +190,13 @@ def test_lichess_bot_options_configure_and_a_30_plus_03_game_never_flags(value_c
 
 def test_options_with_spaces_threads_and_unknown_options_in_process(value_checkpoint, torch_threads):
     output = io.StringIO()
-    commands = ["setoption name Move Overhead value 250", "setoption name Threads value 1024", "setoption name Hash value 2",
-                "setoption name No Such Option value 3", "setoption name Move Overhead value -1"]  # fmt: skip
+    commands = [
+        "setoption name Move Overhead value 250",
+        "setoption name Threads value 1024",
+        "setoption name Hash value 2",
+        "setoption name No Such Option value 3",
+        "setoption name Move Overhead value -1",
+    ]
     uci = UciEngine(value_checkpoint, input=io.StringIO("\n".join(commands) + "\n"), output=output)
     assert uci.run() == 0
     lines = output.getvalue().splitlines()
@@ -223,8 +253,14 @@ def test_the_chess_lm_takes_the_bots_options_and_plays_a_whole_10_plus_01_game_w
         client.configure({"Threads": 1, "Hash": 16, "Move Overhead": 100})
         client.configure(LICHESS_BOT_DEFAULTS)
         client.ping()
-        board, lowest = play_clocked({chess.WHITE: client}, 400, ponder=True, clock=10.0, increment=0.1,
-                                     opponent=lambda board: stockfish.play(board, chess.engine.Limit(nodes=100)).move)  # fmt: skip
+        board, lowest = play_clocked(
+            {chess.WHITE: client},
+            400,
+            ponder=True,
+            clock=10.0,
+            increment=0.1,
+            opponent=lambda board: stockfish.play(board, chess.engine.Limit(nodes=100)).move,
+        )
         assert board.is_game_over() and lowest > 0  # to the end (Stockfish mates the LM's mostly random moves)
     finally:
         client.quit()

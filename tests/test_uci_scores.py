@@ -40,7 +40,9 @@ def white_scores_60(tmp_path_factory) -> Path:
 
 def test_a_known_value_is_reported_in_lc0_centipawns_for_either_side(white_scores_60):
     """v = 0.6 for White is cp = 111.714640912 tan(1.5620688421 * 0.2) = +36 for White and -36 for Black, every line."""
-    engine = chess.engine.SimpleEngine.popen_uci(engine_command(white_scores_60, "--search", "none"), timeout=STARTUP_TIMEOUT_S)
+    engine = chess.engine.SimpleEngine.popen_uci(
+        engine_command(white_scores_60, "--search", "none"), timeout=STARTUP_TIMEOUT_S
+    )
     try:
         engine.configure({"UCI_ShowWDL": True})
         board = chess.Board()
@@ -49,7 +51,10 @@ def test_a_known_value_is_reported_in_lc0_centipawns_for_either_side(white_score
         assert all(abs(info["wdl"].relative.expectation() - 0.6) < 0.002 for info in infos)
         board.push_uci("e2e4")
         infos = engine.analyse(board, chess.engine.Limit(nodes=1), multipv=3)
-        assert all(info["score"].relative == chess.engine.Cp(-36) and info["score"].white() == chess.engine.Cp(36) for info in infos)
+        assert all(
+            info["score"].relative == chess.engine.Cp(-36) and info["score"].white() == chess.engine.Cp(36)
+            for info in infos
+        )
     finally:
         engine.quit()
 

@@ -10,7 +10,6 @@ from chessgrpo.config import ConfigError, load_config
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-
 from helpers import importable_module
 
 REWARD_MODULE = '''
@@ -37,10 +36,22 @@ NOT_A_FUNCTION = 3
 '''
 
 OVERRIDES = [
-    "init_checkpoint=null", "positions=random:32", "task.group_size=4", "task.positions_per_step=4", "task.reward_nodes=50",
-    "grpo.num_iterations=1", "grpo.minibatch_size=0", "engine.processes=1", "engine.cache=false", "eval.positions=null",
-    "eval.puzzles=null", "steps=3", "warmup_steps=0", "checkpoint_every=0", "threads=1",
-]  # fmt: skip
+    "init_checkpoint=null",
+    "positions=random:32",
+    "task.group_size=4",
+    "task.positions_per_step=4",
+    "task.reward_nodes=50",
+    "grpo.num_iterations=1",
+    "grpo.minibatch_size=0",
+    "engine.processes=1",
+    "engine.cache=false",
+    "eval.positions=null",
+    "eval.puzzles=null",
+    "steps=3",
+    "warmup_steps=0",
+    "checkpoint_every=0",
+    "threads=1",
+]
 
 
 @pytest.fixture
@@ -49,7 +60,11 @@ def reward_module(tmp_path, monkeypatch):
 
 
 def test_a_user_reward_function_trains_a_three_step_run(reward_module, tmp_path):
-    config = load_config(MoveGroupTrainConfig, None, [*OVERRIDES, f"run.out_dir={tmp_path}", "run.name=mine", "task.reward_fn=my_rewards:capture_bonus"])
+    config = load_config(
+        MoveGroupTrainConfig,
+        None,
+        [*OVERRIDES, f"run.out_dir={tmp_path}", "run.name=mine", "task.reward_fn=my_rewards:capture_bonus"],
+    )
     with Trainer(config) as trainer:
         trainer.train()
     rows = read_metrics(tmp_path / "mine" / "metrics.jsonl")
@@ -59,24 +74,36 @@ def test_a_user_reward_function_trains_a_three_step_run(reward_module, tmp_path)
     assert all(0.0 <= value <= 1.0 for _, _, value in calls)
     # The logged training reward is the function's: the engine's value plus the captures' bonus, per step.
     for row, step_calls in zip(rows, (calls[0:16], calls[16:32], calls[32:48])):
-        expected = sum(value + chess.Board(fen).is_capture(chess.Move.from_uci(uci)) for fen, uci, value in step_calls) / 16
+        expected = (
+            sum(value + chess.Board(fen).is_capture(chess.Move.from_uci(uci)) for fen, uci, value in step_calls) / 16
+        )
         assert row["reward/mean"] == pytest.approx(expected, abs=1e-5)
 
 
 def test_a_constant_user_reward_gives_zero_advantages(reward_module, tmp_path):
     """The function is what GRPO learns from: equal rewards in every group leave nothing to learn (the KL term aside)."""
-    config = load_config(MoveGroupTrainConfig, None, [*OVERRIDES, f"run.out_dir={tmp_path}", "run.name=flat", "steps=1", "task.reward_fn=my_rewards:constant"])
+    config = load_config(
+        MoveGroupTrainConfig,
+        None,
+        [*OVERRIDES, f"run.out_dir={tmp_path}", "run.name=flat", "steps=1", "task.reward_fn=my_rewards:constant"],
+    )
     with Trainer(config) as trainer:
         trainer.train()
     [row] = read_metrics(tmp_path / "flat" / "metrics.jsonl")
     assert row["reward/mean"] == pytest.approx(0.25) and row["adv/mean"] == 0.0 and row["adv/std"] == 0.0
-    assert row["loss/policy"] == pytest.approx(0.0, abs=1e-7) and 0.0 < row["reward/win_prob"] < 1.0  # the engine still values the moves
+    assert (
+        row["loss/policy"] == pytest.approx(0.0, abs=1e-7) and 0.0 < row["reward/win_prob"] < 1.0
+    )  # the engine still values the moves
 
 
 def test_a_bad_reward_function_fails_when_the_config_is_built(reward_module, tmp_path):
-    for spec, problem in (("my_rewards", "expected 'module:function'"), ("no_such_module_x:f", "does not import"),
-                          ("my_rewards:missing", "has no attribute 'missing'"), ("my_rewards:NOT_A_FUNCTION", "is a int, not a function"),
-                          ("my_rewards:two_arguments", "must take (board, move, win_probability)")):  # fmt: skip
+    for spec, problem in (
+        ("my_rewards", "expected 'module:function'"),
+        ("no_such_module_x:f", "does not import"),
+        ("my_rewards:missing", "has no attribute 'missing'"),
+        ("my_rewards:NOT_A_FUNCTION", "is a int, not a function"),
+        ("my_rewards:two_arguments", "must take (board, move, win_probability)"),
+    ):
         with pytest.raises(ConfigError) as error:
             load_config(MoveGroupTrainConfig, None, [*OVERRIDES, f"run.out_dir={tmp_path}", f"task.reward_fn={spec}"])
         assert f"task.reward_fn {spec!r}" in str(error.value) and problem in str(error.value), str(error.value)

@@ -68,7 +68,7 @@ def test_fen_file_with_epd_comments_and_a_bad_line(tmp_path):
     path.write_text(
         "# a comment\n\n"
         "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1\n"
-        "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - bm Bb5; id \"x\";\n"
+        'r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - bm Bb5; id "x";\n'
     )
     boards = list(read_fen_file(path))
     assert len(boards) == 2 and boards[1].piece_at(chess.C6) == chess.Piece.from_symbol("n")

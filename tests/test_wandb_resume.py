@@ -28,7 +28,6 @@ from chessgrpo.train.backends import WANDB_ID_FILE, TrackingConfig
 from chessgrpo.train.config import DebugConfig, DivergenceConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-
 from test_train_backends import _scalars
 
 pytest.importorskip("wandb")  # in the dev extra, so CI runs it
@@ -36,12 +35,19 @@ pytest.importorskip("wandb")  # in the dev extra, so CI runs it
 
 def _config(tmp_path: Path, **changes) -> MoveGroupTrainConfig:
     config = MoveGroupTrainConfig(
-        run=RunConfig(name="wbr", out_dir=str(tmp_path), seed=0), init_checkpoint=None, positions="random:32",
+        run=RunConfig(name="wbr", out_dir=str(tmp_path), seed=0),
+        init_checkpoint=None,
+        positions="random:32",
         task=MoveGroupConfig(group_size=4, positions_per_step=4, reward_nodes=50),
-        grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05), engine=EngineConfig(nodes=None, processes=1, cache=False),
-        eval=MoveGroupEvalConfig(positions=None, puzzles=None), steps=4, warmup_steps=0, checkpoint_every=2, threads=1,
+        grpo=GRPOConfig(num_iterations=1, minibatch_size=0, kl_coef=0.05),
+        engine=EngineConfig(nodes=None, processes=1, cache=False),
+        eval=MoveGroupEvalConfig(positions=None, puzzles=None),
+        steps=4,
+        warmup_steps=0,
+        checkpoint_every=2,
+        threads=1,
         tracking=TrackingConfig(backends=["jsonl", "wandb"], wandb_project="chessgrpo-test"),
-    )  # fmt: skip
+    )
     return dataclasses.replace(config, **changes)
 
 
@@ -106,7 +112,9 @@ def _wandb_history(run_dir: Path, killed: int | None = None) -> list[tuple[int, 
         records = list(_records(log)) if number == killed else _finished_records(log)
         for record in records:
             if record.WhichOneof("record_type") == "history":
-                items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                items = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
                 history.append((int(items["_step"]), {k: v for k, v in items.items() if not k.startswith("_")}))
     return history
 
@@ -127,12 +135,16 @@ def _jsonl_history(run_dir: Path) -> list[tuple[int, dict[str, float]]]:
 def _assert_tensorboard_has_the_jsonl_rows(run_dir: Path) -> None:
     """TensorBoard keeps every row (two at a rollback's checkpoint step), so each metric's events are its JSONL values
     in file order; the abandoned steps are purged (float32: approximately)."""
-    scalars = {tag: events for tag, events in _scalars(run_dir / "tensorboard").items() if events}  # a purged tag stays, empty
+    scalars = {
+        tag: events for tag, events in _scalars(run_dir / "tensorboard").items() if events
+    }  # a purged tag stays, empty
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert set(scalars) == {key for row in rows for key in row} - {"step", "time"}
     for tag, events in scalars.items():
         assert [step for step, _ in events] == [row["step"] for row in rows if tag in row], tag
-        assert [value for _, value in events] == pytest.approx([row[tag] for row in rows if tag in row], rel=1e-6, nan_ok=True), tag
+        assert [value for _, value in events] == pytest.approx(
+            [row[tag] for row in rows if tag in row], rel=1e-6, nan_ok=True
+        ), tag
 
 
 # TensorBoard too where it is installed (both are in the dev extra): it must purge what a rollback or a resume replaces.
@@ -145,7 +157,10 @@ def _assert_same_history(wandb: list[tuple[int, dict[str, float]]], jsonl: list[
     assert [step for step, _ in wandb] == [step for step, _ in jsonl]
     for (step, got), (_, want) in zip(wandb, jsonl):
         assert got.keys() == want.keys(), step
-        same = [g == w or (isinstance(g, float) and math.isnan(g) and math.isnan(w)) for g, w in ((got[k], want[k]) for k in want)]
+        same = [
+            g == w or (isinstance(g, float) and math.isnan(g) and math.isnan(w))
+            for g, w in ((got[k], want[k]) for k in want)
+        ]
         assert all(same), (step, got, want)
 
 
@@ -162,7 +177,15 @@ def _wait_for_writers(run_dir: Path, timeout: float = 30.0) -> None:
 
 @pytest.fixture(autouse=True)
 def _offline_wandb(monkeypatch):
-    for variable in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID", "WANDB_RESUME"):
+    for variable in (
+        "WANDB_API_KEY",
+        "WANDB_MODE",
+        "WANDB_DIR",
+        "WANDB_PROJECT",
+        "WANDB_ENTITY",
+        "WANDB_RUN_ID",
+        "WANDB_RESUME",
+    ):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
 
@@ -204,9 +227,13 @@ def test_a_fresh_run_in_the_same_directory_is_a_new_wandb_run(tmp_path):
 def test_wandb_history_equals_metrics_jsonl_after_a_divergence_rollback(tmp_path):
     """Steps 4-6 are poisoned (the debug hook): three skips in a row roll the run back to its step-2 checkpoint, which
     rewinds metrics.jsonl and re-runs steps 3-6. W&B must not keep the abandoned rows 3-5 (nor drop the new ones)."""
-    config = _config(tmp_path, steps=6, debug=DebugConfig(nonfinite_at_step=4, nonfinite_steps=3),
-                     divergence=DivergenceConfig(max_consecutive_skips=3, lr_backoff=0.5),
-                     tracking=TrackingConfig(backends=_BACKENDS, wandb_project="chessgrpo-test"))  # fmt: skip
+    config = _config(
+        tmp_path,
+        steps=6,
+        debug=DebugConfig(nonfinite_at_step=4, nonfinite_steps=3),
+        divergence=DivergenceConfig(max_consecutive_skips=3, lr_backoff=0.5),
+        tracking=TrackingConfig(backends=_BACKENDS, wandb_project="chessgrpo-test"),
+    )
     with Trainer(config) as trainer:
         result = trainer.train()
         assert trainer.rollbacks == 1 and result.finished
@@ -241,7 +268,9 @@ def test_wandb_history_equals_metrics_jsonl_after_a_kill_and_resume(tmp_path):
     path = save_config(_config(tmp_path, steps=6, checkpoint_every=3, tracking=tracking), tmp_path / "killed.yaml")
     # Its own W&B service, as a separate invocation has (not this process's, which WANDB_SERVICE would name).
     env = {name: value for name, value in os.environ.items() if name != "WANDB_SERVICE"}
-    child = subprocess.run([sys.executable, "-c", _KILLED_AT_STEP_5, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT_STEP_5, str(path)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
     run = tmp_path / "wbr"
     killed_rows = read_metrics(run / "metrics.jsonl")

@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from chessgrpo.commands import COMMAND_MODULES
 from chessgrpo.config import ConfigError
@@ -16,7 +16,7 @@ from chessgrpo.errors import ChessGRPOError, InputError
 
 
 def version_text() -> str:
-    """"chessgrpo X (torch Y, python-chess Z, Python W)": installed distribution versions, read from
+    """ "chessgrpo X (torch Y, python-chess Z, Python W)": installed distribution versions, read from
     their metadata (fast: torch is not imported)."""
     import platform
     from importlib import metadata
@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     # Anything else (a CUDA out-of-memory, a plain ValueError from a shape check, a bug) keeps its
     # traceback and exits 1: only `InputError` says the user's input was wrong.
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -109,8 +109,14 @@ class EngineConfig:
     """Directory (or os.pathsep-separated directories) of Syzygy tables; None disables."""
 
     def __post_init__(self) -> None:
-        for name, low in (("processes", 0), ("threads", 1), ("hash_mb", 1), ("retries_per_position", 0),
-                          ("max_failures", 0), ("startup_attempts", 1)):  # fmt: skip
+        for name, low in (
+            ("processes", 0),
+            ("threads", 1),
+            ("hash_mb", 1),
+            ("retries_per_position", 0),
+            ("max_failures", 0),
+            ("startup_attempts", 1),
+        ):
             if getattr(self, name) < low:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         for name in ("nodes", "depth"):
@@ -156,7 +162,9 @@ class EngineEvalConfig:
 
     def __post_init__(self) -> None:
         if self.random_positions < 0 or self.max_plies < 1:
-            raise ValueError(f"need random_positions >= 0 and max_plies >= 1, got {self.random_positions}, {self.max_plies}")
+            raise ValueError(
+                f"need random_positions >= 0 and max_plies >= 1, got {self.random_positions}, {self.max_plies}"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +187,9 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, *, prefix: str = "", ba
     unknown = sorted(set(data) - set(fields), key=str)  # YAML keys may be numbers
     if unknown:
         names = ", ".join(_dotted(prefix, k) for k in unknown)
-        raise ConfigError(f"unknown config key {names}{_closest(unknown, fields)}; valid keys here: {', '.join(sorted(fields))}")
+        raise ConfigError(
+            f"unknown config key {names}{_closest(unknown, fields)}; valid keys here: {', '.join(sorted(fields))}"
+        )
     if base is None:
         try:
             base = cls()
@@ -256,7 +266,10 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"config key {key}: expected a mapping, got {quote(value)}")
         key_type, value_type = get_args(tp) or (Any, Any)
-        return {_coerce(k, key_type, f"{key} (its key {k!r})"): _coerce(v, value_type, _dotted(key, k)) for k, v in value.items()}
+        return {
+            _coerce(k, key_type, f"{key} (its key {k!r})"): _coerce(v, value_type, _dotted(key, k))
+            for k, v in value.items()
+        }
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key {key}: expected a list, got {quote(value)}")
@@ -288,7 +301,11 @@ def _coerce(value: Any, tp: Any, key: str, base: Any = None) -> Any:
                 number = float(value)
         except OverflowError:  # an integer beyond float range
             number = math.inf
-        if number is None and isinstance(value, str) and value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
+        if (
+            number is None
+            and isinstance(value, str)
+            and value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity")
+        ):
             number = math.nan  # "nan" and "inf" (YAML strings) get the same message as .nan and .inf
         if number is None:
             raise ConfigError(f"config key {key}: expected a number, got {quote(value)}")
@@ -309,7 +326,9 @@ def engine_limits_unused(engine: EngineConfig, rules: str) -> None:
     its own limit (the GRPO kinds): such a key would have no effect. `rules` names the keys that do."""
     for key in ("nodes", "depth"):
         if getattr(engine, key) is not None:
-            raise ConfigError(f"config key engine.{key}: has no effect in this kind ({rules} set the search limits); leave it null")
+            raise ConfigError(
+                f"config key engine.{key}: has no effect in this kind ({rules} set the search limits); leave it null"
+            )
 
 
 def grpo_engine_config() -> EngineConfig:
@@ -342,7 +361,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def _closest(unknown: list[Any], valid: Collection[str]) -> str:
-    """", did you mean 'lr'?" for the valid key nearest to the first unknown one (difflib), or ""."""
+    """ ", did you mean 'lr'?" for the valid key nearest to the first unknown one (difflib), or ""."""
     matches = difflib.get_close_matches(str(unknown[0]), list(valid), n=1, cutoff=0.6) if unknown else []
     return f", did you mean {matches[0]!r}?" if matches else ""
 
@@ -388,7 +407,9 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, cls: typ
             chosen = [item for item in items if isinstance(item, dict) and item.get("name") == parts[depth + 1]]
             if not chosen:
                 names = [item.get("name") for item in items if isinstance(item, dict)]
-                raise ConfigError(f"override {text!r}: no item named {parts[depth + 1]!r} in {'.'.join(parts[: depth + 1])} (names: {names})")
+                raise ConfigError(
+                    f"override {text!r}: no item named {parts[depth + 1]!r} in {'.'.join(parts[: depth + 1])} (names: {names})"
+                )
             _apply_override(chosen[0], parts[depth + 2 :], value, item_type, text)
             return
         if not dataclasses.is_dataclass(field_type):

@@ -55,7 +55,9 @@ def quote(value: object, limit: int = ECHO_LIMIT) -> str:
     text = repr(value[: limit + 1]) if sized else repr(value)  # never the repr of a huge string
     if len(text) <= limit + 2 and not (sized and len(value) > limit):  # + 2: the quotes
         return text
-    size, unit = (len(value), "bytes" if isinstance(value, bytes) else "characters") if sized else (len(text), "characters")
+    size, unit = (
+        (len(value), "bytes" if isinstance(value, bytes) else "characters") if sized else (len(text), "characters")
+    )
     return f"{text[:limit]}... ({size} {unit})"
 
 

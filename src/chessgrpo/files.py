@@ -24,8 +24,9 @@ import logging
 import os
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO
 
 from chessgrpo.errors import InputError, one_line
 
@@ -123,7 +124,7 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def compression_of(path: str | os.PathLike) -> str | None:
-    """"gzip" or "zstd" when the first bytes of `path` say so (whatever its name), else None."""
+    """ "gzip" or "zstd" when the first bytes of `path` say so (whatever its name), else None."""
     with open(path, "rb") as probe:
         magic = probe.read(4)
     if magic.startswith(GZIP_MAGIC):
@@ -154,8 +155,15 @@ class _Decompressing(io.RawIOBase):
             data = (getattr(self._stream, "read1", None) or self._stream.read)(len(buffer))
             buffer[: len(data)] = data
             return len(data)
-        except (OSError, EOFError, ValueError, zlib.error) as error:  # pyarrow: OSError/ArrowInvalid; gzip: EOFError, zlib.error
-            raise CorruptCompressedFile(f"{self._path}: truncated or corrupt {self._codec} file: {one_line(error)}") from None
+        except (
+            OSError,
+            EOFError,
+            ValueError,
+            zlib.error,
+        ) as error:  # pyarrow: OSError/ArrowInvalid; gzip: EOFError, zlib.error
+            raise CorruptCompressedFile(
+                f"{self._path}: truncated or corrupt {self._codec} file: {one_line(error)}"
+            ) from None
 
     def close(self) -> None:
         try:
@@ -257,7 +265,7 @@ def newest_intact_checkpoint(run_dir: str | os.PathLike, *, warn: bool = True) -
     A newer checkpoint that fails verification (truncated weights, a missing file, no manifest)
     is skipped with a warning naming it and what is wrong with it.
     """
-    for step, directory in reversed(step_checkpoints(run_dir)):
+    for _step, directory in reversed(step_checkpoints(run_dir)):
         problem = verify_manifest(directory)
         if problem is None:
             return directory.resolve()

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from statistics import NormalDist
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

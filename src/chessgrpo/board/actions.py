@@ -62,11 +62,7 @@ def _queen_targets(square: int) -> list[int]:
 def _knight_targets(square: int) -> list[int]:
     """Squares a knight on ``square`` attacks, ascending."""
     f0, r0 = square % 8, square // 8
-    targets = [
-        _square(f0 + df, r0 + dr)
-        for df, dr in _KNIGHT_STEPS
-        if 0 <= f0 + df < 8 and 0 <= r0 + dr < 8
-    ]
+    targets = [_square(f0 + df, r0 + dr) for df, dr in _KNIGHT_STEPS if 0 <= f0 + df < 8 and 0 <= r0 + dr < 8]
     return sorted(targets)
 
 

@@ -56,12 +56,38 @@ __all__ = [
 # Index order is part of the model interface (must match searchless_chess).
 # 'b' is shared by black-to-move, the black bishop and the b-file.
 VOCABULARY: tuple[str, ...] = (
-    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9",
-    "a", "b", "c", "d", "e", "f", "g", "h",
-    "p", "n", "r", "k", "q",
-    "P", "B", "N", "R", "Q", "K",
-    "w", ".",
-)  # fmt: skip
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "6",
+    "7",
+    "8",
+    "9",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "g",
+    "h",
+    "p",
+    "n",
+    "r",
+    "k",
+    "q",
+    "P",
+    "B",
+    "N",
+    "R",
+    "Q",
+    "K",
+    "w",
+    ".",
+)
 VOCAB_SIZE: int = 31
 SEQUENCE_LENGTH: int = 77
 
@@ -125,8 +151,7 @@ def _fen_to_chars(fen: str) -> str:
         if _RANK_RE.fullmatch(rank) is None:
             raise _bad_fen(
                 fen,
-                f"rank {8 - rank_index} {quote(rank)} must contain only pnbrqkPNBRQK "
-                "and single digits 1-8",
+                f"rank {8 - rank_index} {quote(rank)} must contain only pnbrqkPNBRQK and single digits 1-8",
             )
         squares = sum(int(c) if c.isdigit() else 1 for c in rank)
         if squares != 8:
@@ -152,14 +177,7 @@ def _fen_to_chars(fen: str) -> str:
 
     castling_chars = "" if castling == "-" else castling
     ep_chars = ".." if ep == "-" else ep
-    return (
-        side
-        + board.translate(_EXPAND_BOARD)
-        + castling_chars.ljust(4, ".")
-        + ep_chars
-        + half_chars
-        + full_chars
-    )
+    return side + board.translate(_EXPAND_BOARD) + castling_chars.ljust(4, ".") + ep_chars + half_chars + full_chars
 
 
 def _as_fen(position: str | chess.Board) -> str:
@@ -230,9 +248,7 @@ def decode_tokens(tokens: Iterable[int] | np.ndarray) -> str:
     """
     arr = np.asarray(tokens)
     if arr.shape != (SEQUENCE_LENGTH,) or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(
-            f"tokens must be {SEQUENCE_LENGTH} integers, got shape {arr.shape} dtype {arr.dtype}"
-        )
+        raise ValueError(f"tokens must be {SEQUENCE_LENGTH} integers, got shape {arr.shape} dtype {arr.dtype}")
     if arr.min() < 0 or arr.max() >= VOCAB_SIZE:
         raise ValueError(f"tokens must lie in [0, {VOCAB_SIZE}), got {arr.tolist()!r}")
     chars = _TOKEN_TO_BYTE[arr.astype(np.intp)].tobytes().decode("ascii")

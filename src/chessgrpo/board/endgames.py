@@ -180,23 +180,33 @@ class EndgameStarts:
         """`count` distinct won positions, excluded with all their rotations and mirror images from every later
         `draw`; only those at most `max_plies` from mate or conversion (`plies`) when it is given."""
         boards = endgame_positions(
-            self.material, count, seed=[seed, 1_000_000_007 % (1 << 30)], colours=self.colours,
-            accept=self._accept(max_plies), distinct=True,
-        )  # fmt: skip
+            self.material,
+            count,
+            seed=[seed, 1_000_000_007 % (1 << 30)],
+            colours=self.colours,
+            accept=self._accept(max_plies),
+            distinct=True,
+        )
         for board in boards:
             self.held_out.update(symmetric_epds(board))
         return boards
 
-    def draw(self, count: int, *, seed: int, step: int, rank: int = 0, max_plies: int | None = None) -> list[chess.Board]:
+    def draw(
+        self, count: int, *, seed: int, step: int, rank: int = 0, max_plies: int | None = None
+    ) -> list[chess.Board]:
         """`count` won positions for (seed, step, rank): reproducible, uniform, never held out.
 
         `max_plies` keeps only positions whose distance (`plies`) is at most that many plies (a
         reverse curriculum: near-mate positions first); uniform among those.
         """
         return endgame_positions(
-            self.material, count, seed=[seed, step, rank], colours=self.colours, accept=self._accept(max_plies),
+            self.material,
+            count,
+            seed=[seed, step, rank],
+            colours=self.colours,
+            accept=self._accept(max_plies),
             exclude=self.held_out,
-        )  # fmt: skip
+        )
 
     def _accept(self, max_plies: int | None) -> Callable[[chess.Board], bool]:
         """Won, and at most `max_plies` from mate or conversion when it is given."""

@@ -69,11 +69,14 @@ of these it was built with (`models.policy.PolicyConfig.extra_facts`)."""
 
 def fact_bit_positions(names: Sequence[str]) -> tuple[int, ...]:
     """The bit index of each named fact (`MOVE_FACTS` or `EXTRA_FACTS`) in a fact byte, in order."""
-    positions = {name: i for i, name in enumerate(MOVE_FACTS)} | {name: bit.bit_length() - 1 for name, bit in EXTRA_FACTS.items()}
+    positions = {name: i for i, name in enumerate(MOVE_FACTS)} | {
+        name: bit.bit_length() - 1 for name, bit in EXTRA_FACTS.items()
+    }
     unknown = [name for name in names if name not in positions]
     if unknown:
         raise ValueError(f"unknown move facts {unknown}; known: {list(positions)}")
     return tuple(positions[name] for name in names)
+
 
 PIECE_VALUES = (0, 1, 3, 3, 5, 9, 0)
 """Material by `chess.PieceType` (index 0: no piece): pawn 1, knight and bishop 3, rook 5, queen 9.
@@ -100,7 +103,9 @@ def move_facts(board: chess.Board, fen: str | None = None, *, extra: Collection[
         if "en_prise" in extra or "leaves_hanging" in extra:
             # One pass over the legal moves for both exchange facts.
             checks = {action for action, bits in facts if bits & CHECK}
-            en_prise, hanging = _exchange_facts(board, None, checks, en_prise="en_prise" in extra, hanging="leaves_hanging" in extra)
+            en_prise, hanging = _exchange_facts(
+                board, None, checks, en_prise="en_prise" in extra, hanging="leaves_hanging" in extra
+            )
             for action in en_prise:
                 merged[action] = merged.get(action, 0) | EN_PRISE
             for action in hanging:
@@ -293,7 +298,12 @@ _CAPTURER_VALUES = (0, 1, 3, 3, 5, 9, 100)
 
 
 def _exchange_facts(
-    board: chess.Board, moves: Sequence[chess.Move] | None, checks: Collection[int] | None, *, en_prise: bool, hanging: bool
+    board: chess.Board,
+    moves: Sequence[chess.Move] | None,
+    checks: Collection[int] | None,
+    *,
+    en_prise: bool,
+    hanging: bool,
 ) -> tuple[list[int], list[int]]:
     """(en-prise actions, leaves-hanging actions) of `board`, exactly `en_prise_reference` and
     `leaves_hanging_reference` (tests/test_move_facts.py compares them on thousands of positions).
@@ -308,7 +318,14 @@ def _exchange_facts(
     mine, theirs = board.occupied_co[us], board.occupied_co[them]
     our_pawn_attacks, their_pawn_attacks = _PAWN_ATTACKS[us], _PAWN_ATTACKS[them]
     kind = [0] * 64
-    for piece_type, bb in ((1, pawns), (2, knights), (3, board.bishops), (4, board.rooks), (5, board.queens), (6, kings)):
+    for piece_type, bb in (
+        (1, pawns),
+        (2, knights),
+        (3, board.bishops),
+        (4, board.rooks),
+        (5, board.queens),
+        (6, kings),
+    ):
         for square in chess.scan_forward(bb):
             kind[square] = piece_type
     values = PIECE_VALUES
@@ -320,7 +337,10 @@ def _exchange_facts(
         return (
             (_KING_ATTACKS[square] & kings)
             | (_KNIGHT_ATTACKS[square] & knights)
-            | ((_RANK_ATTACKS[square][_RANK_MASKS[square] & occ] | _FILE_ATTACKS[square][_FILE_MASKS[square] & occ]) & queens_rooks)
+            | (
+                (_RANK_ATTACKS[square][_RANK_MASKS[square] & occ] | _FILE_ATTACKS[square][_FILE_MASKS[square] & occ])
+                & queens_rooks
+            )
             | (_DIAG_ATTACKS[square][_DIAG_MASKS[square] & occ] & queens_bishops)
         )
 
@@ -367,7 +387,12 @@ def _exchange_facts(
         after = (occupied & ~from_bb) | to_bb
         their_after = theirs & ~to_bb
         captured = values[kind[to_square]]
-        captured_en_passant = to_square == ep_square and piece == chess.PAWN and not occupied & to_bb and abs(to_square - from_square) in (7, 9)
+        captured_en_passant = (
+            to_square == ep_square
+            and piece == chess.PAWN
+            and not occupied & to_bb
+            and abs(to_square - from_square) in (7, 9)
+        )
         if captured_en_passant:
             taken = _SQUARES[to_square + pawn_step]
             after &= ~taken
@@ -380,7 +405,9 @@ def _exchange_facts(
         if piece != chess.KING:
             attacking = their_attackers(to_square, after) & their_after
             if attacking:
-                moved_loss = values[moved] - cheapest(attacking) if our_attackers(to_square, after) & ~from_bb else values[moved]
+                moved_loss = (
+                    values[moved] - cheapest(attacking) if our_attackers(to_square, after) & ~from_bb else values[moved]
+                )
                 if en_prise and max(0, moved_loss) > captured:
                     en_prise_out.append(action)
         if not hanging:
@@ -417,7 +444,9 @@ def _exchange_facts(
     return en_prise_out, hanging_out
 
 
-def mate_in_two_actions(board: chess.Board, checks: Collection[int] | None = None, *, fen: str | None = None) -> list[int]:
+def mate_in_two_actions(
+    board: chess.Board, checks: Collection[int] | None = None, *, fen: str | None = None
+) -> list[int]:
     """Actions of the checks that force mate in two: the opponent has a legal reply, and after each
     one the mover has a mate in one. Exact (the rules, no estimate); quiet first moves are not
     searched (that would cost every legal move's every reply), and the board is left as it was.

@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import chess
 import chess.pgn
@@ -140,7 +140,11 @@ def _read_fen_lines(path: Path, text: str) -> list[Opening]:
             continue
         fields = stripped.split()
         # A full FEN has 6 fields (the last two numbers); an EPD has 4 and then operations.
-        fen = " ".join(fields[:6]) if len(fields) >= 6 and fields[4].isdigit() and fields[5].isdigit() else " ".join(fields[:4])
+        fen = (
+            " ".join(fields[:6])
+            if len(fields) >= 6 and fields[4].isdigit() and fields[5].isdigit()
+            else " ".join(fields[:4])
+        )
         try:
             board = parse_board(fen)
         except ValueError as error:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import chess
 
@@ -24,7 +24,9 @@ def random_playout(rng: random.Random, max_plies: int) -> chess.Board:
     return board
 
 
-def random_playout_positions(count: int, *, seed: int = 0, max_plies: int = 60, keep_history: bool = False) -> list[chess.Board]:
+def random_playout_positions(
+    count: int, *, seed: int = 0, max_plies: int = 60, keep_history: bool = False
+) -> list[chess.Board]:
     """`count` distinct non-terminal positions reached by uniformly random legal play.
 
     Each position is the end of a random game of 1..max_plies plies from the start position;

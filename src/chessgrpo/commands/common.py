@@ -18,18 +18,27 @@ T = TypeVar("T")
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """`--config FILE` plus positional ``key=value`` overrides, as every configurable command takes."""
-    parser.add_argument("--config", type=Path, default=None, help="YAML config file (defaults apply where it is silent)")
     parser.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides applied after the file, e.g. engine.nodes=5000"
+        "--config", type=Path, default=None, help="YAML config file (defaults apply where it is silent)"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="dotted overrides applied after the file, e.g. engine.nodes=5000",
     )
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """`--search-nodes` and `--search-algorithm`: the evaluated policy's search (`eval offline|puzzles|games`)."""
     parser.add_argument(
-        "--search-nodes", type=non_negative_int, help="search budget per move with the value head; 0 = policy argmax (default: config search_nodes)"
+        "--search-nodes",
+        type=non_negative_int,
+        help="search budget per move with the value head; 0 = policy argmax (default: config search_nodes)",
     )
-    parser.add_argument("--search-algorithm", choices=("puct", "alphabeta"), help="search algorithm (default: config search_algorithm)")
+    parser.add_argument(
+        "--search-algorithm", choices=("puct", "alphabeta"), help="search algorithm (default: config search_algorithm)"
+    )
 
 
 def _int_at_least(minimum: int):
@@ -62,7 +71,9 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_keys: frozenset[str], command: str) -> tuple[T, bool]:
+def resolve_run_config(
+    args: argparse.Namespace, config_cls: type[T], resumable_keys: frozenset[str], command: str
+) -> tuple[T, bool]:
     """A training run's config and whether it resumes: from --config + overrides, or RUN_DIR/config.yaml.
 
     A fresh run refuses a run directory that already has a checkpoint. A resumed run may only
@@ -90,7 +101,9 @@ def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_
     run_dir = args.resume
     saved_path = run_dir / "config.yaml"
     if not saved_path.is_file():
-        raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: it has no config.yaml (is it a `{command}` run directory?)")
+        raise FileNotFoundError(
+            f"cannot resume {str(run_dir)!r}: it has no config.yaml (is it a `{command}` run directory?)"
+        )
     saved = load_config(config_cls, saved_path)
     _warn_on_keys_added_since(saved_path, saved)
     saved = dataclasses.replace(saved, stop_at=None)  # a stop point applies to one invocation only
@@ -102,11 +115,15 @@ def resolve_run_config(args: argparse.Namespace, config_cls: type[T], resumable_
             f"cannot change {', '.join(changed)} when resuming (it changes the training math); "
             f"resumable keys: {', '.join(sorted(resumable_keys))}. Start a new run to change the others."
         )
-    config = dataclasses.replace(config, run=dataclasses.replace(config.run, out_dir=str(run_dir.parent), name=run_dir.name))
+    config = dataclasses.replace(
+        config, run=dataclasses.replace(config.run, out_dir=str(run_dir.parent), name=run_dir.name)
+    )
     if latest_checkpoint(run_dir) is None:
         raise FileNotFoundError(f"cannot resume {str(run_dir)!r}: no checkpoint under {str(run_dir / 'checkpoints')!r}")
     if config.steps != saved.steps:
-        logger.warning("steps changed from %d to %d: the schedule now ends at step %d", saved.steps, config.steps, config.steps)
+        logger.warning(
+            "steps changed from %d to %d: the schedule now ends at step %d", saved.steps, config.steps, config.steps
+        )
     return config, True
 
 
@@ -124,7 +141,9 @@ def _warn_on_keys_added_since(saved_path: Path, saved: Any) -> None:
     resolved = _flatten(to_dict(saved))
     missing = [f"{key}={value!r}" for key, value in resolved.items() if key not in written]
     if missing:
-        logger.warning("%s predates config keys that now resume with their defaults: %s", saved_path, ", ".join(missing))
+        logger.warning(
+            "%s predates config keys that now resume with their defaults: %s", saved_path, ", ".join(missing)
+        )
 
 
 class _LineWriter:
@@ -147,12 +166,23 @@ def progress_bar(total: int | None, description: str, unit: str, initial: int = 
     from tqdm import tqdm
 
     if sys.stderr.isatty():
-        return tqdm(total=total, initial=initial, desc=description, unit=unit, file=sys.stderr, dynamic_ncols=True, **options)
+        return tqdm(
+            total=total, initial=initial, desc=description, unit=unit, file=sys.stderr, dynamic_ncols=True, **options
+        )
 
     class _LogBar(tqdm):
         def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
-            super().set_postfix(ordered_dict, refresh=False, **kwargs)  # shown at the next 30 s line, not one line per step
+            super().set_postfix(
+                ordered_dict, refresh=False, **kwargs
+            )  # shown at the next 30 s line, not one line per step
 
     return _LogBar(
-        total=total, initial=initial, desc=description, unit=unit, file=_LineWriter(sys.stderr), ncols=100, mininterval=30.0, **options
+        total=total,
+        initial=initial,
+        desc=description,
+        unit=unit,
+        file=_LineWriter(sys.stderr),
+        ncols=100,
+        mininterval=30.0,
+        **options,
     )

@@ -26,7 +26,13 @@ _IMPORT_FLAGS = {
     "multipv": "multipv",
     "seed": "seed",
 }
-_ENDGAME_FLAGS = {"out": "out", "material": "material", "positions": "positions", "seed": "seed", "symmetries": "symmetries"}
+_ENDGAME_FLAGS = {
+    "out": "out",
+    "material": "material",
+    "positions": "positions",
+    "seed": "seed",
+    "symmetries": "symmetries",
+}
 
 
 class _IntermixedParser(argparse.ArgumentParser):
@@ -86,8 +92,12 @@ def _add_search_label_parser(data_commands: argparse._SubParsersAction) -> None:
     search.add_argument("--source", required=True, help="dataset directory whose train positions are searched")
     search.add_argument("--out", required=True, help="new dataset directory")
     search.add_argument("--nodes", type=int, default=64, help="search nodes per position (default 64)")
-    search.add_argument("--algorithm", choices=("puct", "alphabeta"), default="puct", help="search algorithm (default puct)")
-    search.add_argument("--syzygy-path", default=None, help="Syzygy directory: 3-4-piece positions exact (default: off)")
+    search.add_argument(
+        "--algorithm", choices=("puct", "alphabeta"), default="puct", help="search algorithm (default puct)"
+    )
+    search.add_argument(
+        "--syzygy-path", default=None, help="Syzygy directory: 3-4-piece positions exact (default: off)"
+    )
     search.add_argument("--max-positions", type=int, default=None, help="label only the first N train positions")
     search.add_argument("--workers", type=int, default=0, help="search processes (0 = one per CPU core)")
     search.set_defaults(handler=run_search_label)
@@ -105,9 +115,15 @@ def _add_import_pgn_parser(data_commands: argparse._SubParsersAction) -> None:
     pgn.add_argument("--min-elo", type=int, metavar="E", help="keep games where both players are rated >= E (min_elo)")
     pgn.add_argument("--max-games", type=int, metavar="G", help="read at most G games (max_games)")
     per_game = pgn.add_mutually_exclusive_group()
-    per_game.add_argument("--positions-per-game", type=int, metavar="K", help="positions sampled per game (positions_per_game)")
     per_game.add_argument(
-        "--every-ply", dest="positions_per_game", action="store_const", const="every", help="take every position of each game"
+        "--positions-per-game", type=int, metavar="K", help="positions sampled per game (positions_per_game)"
+    )
+    per_game.add_argument(
+        "--every-ply",
+        dest="positions_per_game",
+        action="store_const",
+        const="every",
+        help="take every position of each game",
     )
     _add_labelling_flags(pgn)
     pgn.set_defaults(handler=run_import_pgn)
@@ -122,13 +138,18 @@ def _add_endgame_parser(data_commands: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(endgame)
     endgame.add_argument("--out", metavar="DIR", help="dataset directory (config key out)")
-    endgame.add_argument("--material", metavar="SIG", help="material signature, strong side first, e.g. KQvK (config key material)")
+    endgame.add_argument(
+        "--material", metavar="SIG", help="material signature, strong side first, e.g. KQvK (config key material)"
+    )
     endgame.add_argument("--positions", type=int, metavar="N", help="distinct won positions (config key positions)")
     endgame.add_argument("--seed", type=int, metavar="S", help="seed of the position draw (config key seed)")
     endgame.add_argument(
-        "--symmetries", action="store_const", const=True, default=None,
+        "--symmetries",
+        action="store_const",
+        const=True,
+        default=None,
         help="also write each position's rotations and mirror images (~8x rows, no extra probes; config key symmetries)",
-    )  # fmt: skip
+    )
     endgame.set_defaults(handler=run_endgame)
 
 
@@ -165,7 +186,9 @@ def run_generate(args: argparse.Namespace) -> int:
     config = _load(GenerateConfig, args, _GENERATE_FLAGS)
     generator = DatasetGenerator(config)
     if generator.complete:
-        print(f"dataset {config.out} already has {generator.existing} positions (asked for {config.positions}): nothing to do")
+        print(
+            f"dataset {config.out} already has {generator.existing} positions (asked for {config.positions}): nothing to do"
+        )
         return 0
     if generator.existing:
         logging.getLogger(__name__).info("resuming %s: %d positions already stored", config.out, generator.existing)
@@ -208,11 +231,20 @@ def run_search_label(args: argparse.Namespace) -> int:
     if args.max_positions is not None and args.max_positions < 1:
         raise ConfigError(f"--max-positions must be >= 1, got {args.max_positions}")
     workers = args.workers or os.cpu_count() or 1
-    with progress_bar(args.max_positions, f"search-label ({args.algorithm} {args.nodes} nodes)", "pos", smoothing=0.1) as bar:
+    with progress_bar(
+        args.max_positions, f"search-label ({args.algorithm} {args.nodes} nodes)", "pos", smoothing=0.1
+    ) as bar:
         summary = label_with_search(
-            args.checkpoint, args.source, args.out, nodes=args.nodes, algorithm=args.algorithm, syzygy_path=args.syzygy_path,
-            max_positions=args.max_positions, workers=workers, progress=bar.update,
-        )  # fmt: skip
+            args.checkpoint,
+            args.source,
+            args.out,
+            nodes=args.nodes,
+            algorithm=args.algorithm,
+            syzygy_path=args.syzygy_path,
+            max_positions=args.max_positions,
+            workers=workers,
+            progress=bar.update,
+        )
     print(
         f"wrote {summary.positions} search-labelled positions to {summary.directory} in {summary.seconds:.1f}s "
         f"({summary.positions / max(summary.seconds, 1e-9):.1f} positions/s, {workers} workers); the search agrees with "
@@ -230,7 +262,9 @@ def run_import_pgn(args: argparse.Namespace) -> int:
     logging.getLogger("chess.pgn").setLevel(logging.CRITICAL)
     importer = PgnImporter(config)
     if importer.complete:
-        print(f"dataset {config.out} already holds the import of {config.pgn} ({importer.existing} positions): nothing to do")
+        print(
+            f"dataset {config.out} already holds the import of {config.pgn} ({importer.existing} positions): nothing to do"
+        )
         return 0
     with progress_bar(None, "labelling", "pos", initial=importer.existing, smoothing=0.1) as bar:
         summary = importer.run(progress=bar.update)

@@ -18,8 +18,12 @@ from pathlib import Path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    diagnose = commands.add_parser("diagnose", help="find why a run is not learning (ratio, loss budget, KL, entropy, signal, ...)")
-    diagnose.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a training run directory (finished or still running)")
+    diagnose = commands.add_parser(
+        "diagnose", help="find why a run is not learning (ratio, loss budget, KL, entropy, signal, ...)"
+    )
+    diagnose.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a training run directory (finished or still running)"
+    )
     diagnose.add_argument("--json", action="store_true", help='print {"findings": [...]} as JSON instead of text')
     diagnose.set_defaults(handler=run_diagnose)
 

@@ -28,9 +28,12 @@ from chessgrpo.paths import PUZZLES_DEFAULT, ROOKWORLD_SAMPLES_DEFAULT
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     doctor = commands.add_parser(
-        "doctor", help="check the installation: Python, torch, python-chess, Stockfish (or what engine.path runs), Syzygy, CPU/GPU"
+        "doctor",
+        help="check the installation: Python, torch, python-chess, Stockfish (or what engine.path runs), Syzygy, CPU/GPU",
     )
-    doctor.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="engine settings, e.g. engine.path=/usr/games/stockfish")
+    doctor.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="engine settings, e.g. engine.path=/usr/games/stockfish"
+    )
     doctor.set_defaults(handler=run_doctor)
 
 
@@ -52,7 +55,9 @@ def engine_rows(path: str | None, timeout_s: float = 30.0) -> tuple[list[tuple[s
     try:
         name = engine.name or "an engine without an id name"
         try:
-            result = engine.search("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", nodes=PROBE_NODES, timeout_s=timeout_s)
+            result = engine.search(
+                "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", nodes=PROBE_NODES, timeout_s=timeout_s
+            )
             node_limit, stops = f"go nodes {PROBE_NODES}: stopped (bestmove {result.bestmove_text})", True
         except EngineUnsupported as error:
             node_limit, stops = f"go nodes {PROBE_NODES}: IGNORED ({error})", False
@@ -112,7 +117,9 @@ def run_doctor(args: argparse.Namespace) -> int:
         where = ", ".join(str(p.resolve()) for p in split_paths(syzygy))
         if names:
             largest = max(len(n) - 1 for n in names)
-            origins = ", ".join(dict.fromkeys(data_origin(part) for part in str(config.engine.syzygy_path).split(os.pathsep) if part))
+            origins = ", ".join(
+                dict.fromkeys(data_origin(part) for part in str(config.engine.syzygy_path).split(os.pathsep) if part)
+            )
             rows.append(("syzygy", f"{len(names)} WDL tables up to {largest} pieces in {where} ({origins})"))
         elif looked := _syzygy_looked(config.engine.syzygy_path):
             missing = f"MISSING (optional): {config.engine.syzygy_path} not found{looked}"
@@ -135,7 +142,11 @@ def run_doctor(args: argparse.Namespace) -> int:
 DATA_FILES = (
     ("puzzles", PUZZLES_DEFAULT, "eval puzzles' default puzzle file"),
     ("rookworld samples", ROOKWORLD_SAMPLES_DEFAULT, "the RookWorld format tests"),
-    ("data/tiny", "data/tiny", "eval offline and the tiny configs; make it with `chessgrpo data generate --config configs/data_tiny.yaml`"),
+    (
+        "data/tiny",
+        "data/tiny",
+        "eval offline and the tiny configs; make it with `chessgrpo data generate --config configs/data_tiny.yaml`",
+    ),
 )
 """The data the commands' defaults name (besides the Syzygy tables): (row, default path, used by)."""
 
@@ -152,7 +163,9 @@ def data_rows() -> list[tuple[str, str]]:
             rows.append((name, f"found: {found} ({data_origin(path)})"))
         else:
             looked = places_looked(path)
-            rows.append((name, f"MISSING (optional; needed by {used_by}): looked at {looked}; set {DATA_ENV} or pass a path"))
+            rows.append(
+                (name, f"MISSING (optional; needed by {used_by}): looked at {looked}; set {DATA_ENV} or pass a path")
+            )
     return rows
 
 

@@ -40,20 +40,27 @@ def add_endgame_parser(sub: argparse._SubParsersAction) -> None:
         "endgame", help="mate rate against the tablebase-perfect defender from held-out won endgame positions"
     )
     player = parser.add_mutually_exclusive_group(required=True)
-    player.add_argument("--checkpoint", type=Path, help="policy or chess LM checkpoint, or run directory (its latest checkpoint)")
+    player.add_argument(
+        "--checkpoint", type=Path, help="policy or chess LM checkpoint, or run directory (its latest checkpoint)"
+    )
     player.add_argument("--policy", choices=ENDGAME_PLAYERS, help="evaluate a baseline instead of a checkpoint")
     parser.add_argument("--material", help="material signature, e.g. KQvK or KRvK (config key material)")
     parser.add_argument("--positions", type=int, help="held-out start positions (config key positions)")
     parser.add_argument("--seed", type=int, help="seed of the held-out set = the trainer's run.seed (config key seed)")
     parser.add_argument("--max-moves", type=int, help="own moves allowed to mate (config key max_moves)")
-    parser.add_argument("--baselines", action="store_true", default=None, help="also play the random mover and the tablebase")
+    parser.add_argument(
+        "--baselines", action="store_true", default=None, help="also play the random mover and the tablebase"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(parser)
     parser.set_defaults(handler=run_endgame_eval)
 
 
 def _records(starts: list[Any], result: Any) -> list[dict[str, Any]]:
-    return [{"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome} for board, outcome in zip(starts, result.results)]
+    return [
+        {"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome}
+        for board, outcome in zip(starts, result.results)
+    ]
 
 
 def run_endgame_eval(args: argparse.Namespace) -> int:
@@ -66,13 +73,19 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(config.threads)
-    flags = {"material": args.material, "positions": args.positions, "seed": args.seed, "max_moves": args.max_moves, "baselines": args.baselines}
+    flags = {
+        "material": args.material,
+        "positions": args.positions,
+        "seed": args.seed,
+        "max_moves": args.max_moves,
+        "baselines": args.baselines,
+    }
     config = dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
     tick = time.perf_counter()
     with Tablebase(config.syzygy_path) as tablebase:
-        starts = EndgameStarts(config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours).hold_out(
-            config.positions, seed=config.seed
-        )
+        starts = EndgameStarts(
+            config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours
+        ).hold_out(config.positions, seed=config.seed)
         lm_player = None
         if args.checkpoint is not None:
             name = str(args.checkpoint)
@@ -82,9 +95,17 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
             pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(tablebase)
         players = {name: pick}
         if config.baselines:
-            players.update({other: random_picker(config.seed) if other == "random" else tablebase_picker(tablebase)
-                            for other in ENDGAME_PLAYERS if other != args.policy})  # fmt: skip
-        results = {label: evaluate_endgame(picker, starts, tablebase, max_moves=config.max_moves) for label, picker in players.items()}
+            players.update(
+                {
+                    other: random_picker(config.seed) if other == "random" else tablebase_picker(tablebase)
+                    for other in ENDGAME_PLAYERS
+                    if other != args.policy
+                }
+            )
+        results = {
+            label: evaluate_endgame(picker, starts, tablebase, max_moves=config.max_moves)
+            for label, picker in players.items()
+        }
     seconds = time.perf_counter() - tick
     payload = {
         "kind": "endgame",
@@ -110,7 +131,11 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
     print(f"{'player':<40}  {'mate rate':<24}  {'DTZ-optimal moves':<24}  moves to mate (optimal)")
     for label, result in results.items():
         mate, optimal = result.mate_rate, result.dtz_optimal_rate
-        moves = "-" if result.moves_to_mate != result.moves_to_mate else f"{result.moves_to_mate:.2f} ({result.optimal_moves_to_mate:.2f})"
+        moves = (
+            "-"
+            if result.moves_to_mate != result.moves_to_mate
+            else f"{result.moves_to_mate:.2f} ({result.optimal_moves_to_mate:.2f})"
+        )
         print(
             f"{label[-40:]:<40}  {f'{mate.value:.3f} [{mate.low:.3f}, {mate.high:.3f}]':<24}  "
             f"{f'{optimal.value:.3f} [{optimal.low:.3f}, {optimal.high:.3f}]':<24}  {moves}"
@@ -126,7 +151,9 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
 def outcome_line(result: EndgameEvalResult) -> str:
     """How the games ended and which pieces moved: "games: mate 62%, draw by threefold_repetition 30%, ...;
     moves: K 55%, Q 45%" (a piece type near 0% is the king-only optimum: `chessgrpo diagnose` names it)."""
-    games = ", ".join(f"{'draw by ' + r[5:] if r.startswith('draw:') else r} {100 * v:.0f}%" for r, v in
-                      sorted(result.outcome_rates.items(), key=lambda kv: -kv[1]))  # fmt: skip
+    games = ", ".join(
+        f"{'draw by ' + r[5:] if r.startswith('draw:') else r} {100 * v:.0f}%"
+        for r, v in sorted(result.outcome_rates.items(), key=lambda kv: -kv[1])
+    )
     pieces = ", ".join(f"{p} {100 * v:.0f}%" for p, v in result.piece_shares.items())
     return f"games: {games}; moves: {pieces}"

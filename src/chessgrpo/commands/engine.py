@@ -27,8 +27,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(handler=run_engine_eval)
 
 
-
-
 def run_engine_eval(args: argparse.Namespace) -> int:
     """Evaluate positions with the pool; print a table (or JSON lines) and a throughput summary."""
     from tqdm import tqdm
@@ -67,9 +65,15 @@ def run_engine_eval(args: argparse.Namespace) -> int:
         print(f"{'win%':>6} {'score':>8} {'best':>6}  position")
         for evaluation in evaluations:
             score = (
-                f"#{evaluation.mate}" if evaluation.mate is not None else f"{evaluation.cp:+d}cp" if evaluation.cp is not None else "-"
+                f"#{evaluation.mate}"
+                if evaluation.mate is not None
+                else f"{evaluation.cp:+d}cp"
+                if evaluation.cp is not None
+                else "-"
             )
-            print(f"{100 * evaluation.win_probability:6.1f} {score:>8} {evaluation.best_move or '-':>6}  {evaluation.fen}")
+            print(
+                f"{100 * evaluation.win_probability:6.1f} {score:>8} {evaluation.best_move or '-':>6}  {evaluation.fen}"
+            )
     win = [e.win_probability for e in evaluations]
     print(
         f"\n{len(evaluations)} positions ({stats.searches} searched, {stats.cache_hits} from cache, "

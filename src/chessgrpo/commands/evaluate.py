@@ -42,10 +42,21 @@ from typing import Any
 from chessgrpo.commands.common import add_config_arguments, add_search_arguments, positive_int
 from chessgrpo.config import load_config
 from chessgrpo.errors import InputError
-from chessgrpo.eval.standalone import BASELINE_POLICIES, EvalConfig, PlayerResults, Subject, resolve_input, resolve_syzygy
+from chessgrpo.eval.standalone import (
+    BASELINE_POLICIES,
+    EvalConfig,
+    PlayerResults,
+    Subject,
+    resolve_input,
+    resolve_syzygy,
+)
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    evaluate = commands.add_parser("eval", help="evaluate a policy: offline move metrics, Lichess puzzles, paired comparisons, games against anchors")
+    evaluate = commands.add_parser(
+        "eval",
+        help="evaluate a policy: offline move metrics, Lichess puzzles, paired comparisons, games against anchors",
+    )
     sub = evaluate.add_subparsers(dest="eval_command", required=True, metavar="SUBCOMMAND")
     _add_player_parsers(sub)
     _add_compare_and_value_parsers(sub)
@@ -65,10 +76,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def _add_player_parsers(sub: argparse._SubParsersAction) -> None:
     """`eval offline|puzzles|epd`: one player (a checkpoint or a baseline) beside the baselines."""
-    offline = sub.add_parser("offline", help="top-1 agreement, expected-score loss and blunder rate on held-out positions")
+    offline = sub.add_parser(
+        "offline", help="top-1 agreement, expected-score loss and blunder rate on held-out positions"
+    )
     _add_player_arguments(offline)
     offline.add_argument("--positions", help="dataset dir, .parquet, .epd/.fen/.txt (one position per line) or .pgn")
-    offline.add_argument("--max-positions", type=positive_int, help="positions to sample (default: config max_positions)")
+    offline.add_argument(
+        "--max-positions", type=positive_int, help="positions to sample (default: config max_positions)"
+    )
     add_search_arguments(offline)
     offline.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(offline)
@@ -79,21 +94,29 @@ def _add_player_parsers(sub: argparse._SubParsersAction) -> None:
     puzzles.add_argument("--puzzles", help="Lichess puzzle CSV, also .csv.zst or .csv.gz (default: config puzzles)")
     puzzles.add_argument("--max-puzzles", type=positive_int, help="puzzles to sample (default: config max_puzzles)")
     puzzles.add_argument(
-        "--min-theme-puzzles", type=positive_int, help="report a theme with at least N puzzles (default: config min_theme_puzzles, 20)"
+        "--min-theme-puzzles",
+        type=positive_int,
+        help="report a theme with at least N puzzles (default: config min_theme_puzzles, 20)",
     )
     puzzles.add_argument(
-        "--rating-bands", type=_rating_edges, help="rating band edges, e.g. 1000,1400,1800,2200 (default: config rating_bands)"
+        "--rating-bands",
+        type=_rating_edges,
+        help="rating band edges, e.g. 1000,1400,1800,2200 (default: config rating_bands)",
     )
     add_search_arguments(puzzles)
     puzzles.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(puzzles)
     puzzles.set_defaults(handler=run_puzzles)
 
-    epd = sub.add_parser("epd", help="share of an EPD test suite solved: best moves (bm) found, moves to avoid (am) avoided")
+    epd = sub.add_parser(
+        "epd", help="share of an EPD test suite solved: best moves (bm) found, moves to avoid (am) avoided"
+    )
     _add_player_arguments(epd)
     epd.add_argument("--epd", help="EPD file with bm/am operations, also .gz or .zst (default: config epd)")
     add_search_arguments(epd)
-    epd.add_argument("-v", "--verbose", dest="list_positions", action="store_true", help="one line per position (id, move, bm/am)")
+    epd.add_argument(
+        "-v", "--verbose", dest="list_positions", action="store_true", help="one line per position (id, move, bm/am)"
+    )
     epd.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(epd)
     epd.set_defaults(handler=run_epd)
@@ -102,7 +125,8 @@ def _add_player_parsers(sub: argparse._SubParsersAction) -> None:
 def _add_compare_and_value_parsers(sub: argparse._SubParsersAction) -> None:
     """`eval compare` (paired B - A of two result files) and `eval value` (value-head quality)."""
     compare = sub.add_parser(
-        "compare", help="paired difference B - A of two `eval offline|puzzles|endgame ... output=FILE` results, with intervals"
+        "compare",
+        help="paired difference B - A of two `eval offline|puzzles|endgame ... output=FILE` results, with intervals",
     )
     compare.add_argument("a", type=Path, help="evaluation JSON of player A (the baseline, e.g. before GRPO)")
     compare.add_argument("b", type=Path, help="evaluation JSON of player B (e.g. after GRPO)")
@@ -116,8 +140,15 @@ def _add_compare_and_value_parsers(sub: argparse._SubParsersAction) -> None:
         "value",
         help="value-head quality on held-out positions: MAE against the engine's values, a constant baseline, calibration",
     )
-    value.add_argument("--checkpoint", type=Path, required=True, help="policy checkpoint or run directory (with a value head)")
-    value.add_argument("--data", type=Path, default=Path("data/tiny"), help="dataset directory (default data/tiny): its test split is scored, its train split gives the constant")
+    value.add_argument(
+        "--checkpoint", type=Path, required=True, help="policy checkpoint or run directory (with a value head)"
+    )
+    value.add_argument(
+        "--data",
+        type=Path,
+        default=Path("data/tiny"),
+        help="dataset directory (default data/tiny): its test split is scored, its train split gives the constant",
+    )
     value.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
     value.add_argument("--output", type=Path, help="also write the JSON summary here")
     value.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -126,7 +157,9 @@ def _add_compare_and_value_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _add_player_arguments(parser: argparse.ArgumentParser) -> None:
     player = parser.add_mutually_exclusive_group(required=True)
-    player.add_argument("--checkpoint", type=Path, help="policy checkpoint directory or run directory (its latest checkpoint)")
+    player.add_argument(
+        "--checkpoint", type=Path, help="policy checkpoint directory or run directory (its latest checkpoint)"
+    )
     player.add_argument("--policy", choices=BASELINE_POLICIES, help="evaluate a baseline instead of a checkpoint")
 
 
@@ -138,7 +171,9 @@ def _rating_edges(text: str) -> list[int]:
         edges = [int(part) for part in text.split(",")]
         rating_bands(edges)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected increasing integers like 1000,1400,1800,2200, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected increasing integers like 1000,1400,1800,2200, got {text!r}"
+        ) from None
     return edges
 
 
@@ -187,7 +222,8 @@ def _short(interval: Any) -> str:
 
 
 def run_offline(args: argparse.Namespace) -> int:
-    from chessgrpo.eval.standalone import OFFLINE_METRICS, run_offline as evaluate
+    from chessgrpo.eval.standalone import OFFLINE_METRICS
+    from chessgrpo.eval.standalone import run_offline as evaluate
 
     run = evaluate(_load(args, positions=args.positions, max_positions=args.max_positions), _subject(args), _progress)
     if args.json:
@@ -221,27 +257,40 @@ def run_value(args: argparse.Namespace) -> int:
     args.data = Path(resolve_input(args.data, "dataset"))
     model = load_policy(args.checkpoint)
     if model.value_head is None:
-        raise InputError(f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)")
+        raise InputError(
+            f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)"
+        )
     test = load_split(args.data, "test", move_facts=model.config.move_facts, extra_facts=model.config.extra_facts)
     batch = test.batch(torch.arange(len(test)))
     train_values = read_positions(args.data, "train", ["value"]).column("value").to_numpy(zero_copy_only=False)
     baseline = float(np.mean(train_values))
-    quality = value_quality(predict_values(model, batch.tokens), batch.win_probs[:, 0].numpy(), baseline, confidence=args.confidence)
-    summary = {"checkpoint": str(resolve_checkpoint(args.checkpoint)), "data": str(args.data), "n": len(test), **quality.to_json()}
+    quality = value_quality(
+        predict_values(model, batch.tokens), batch.win_probs[:, 0].numpy(), baseline, confidence=args.confidence
+    )
+    summary = {
+        "checkpoint": str(resolve_checkpoint(args.checkpoint)),
+        "data": str(args.data),
+        "n": len(test),
+        **quality.to_json(),
+    }
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(summary, indent=1))
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"value head of {summary['checkpoint']} on {len(test)} held-out positions of {args.data} ({100 * args.confidence:g}% bootstrap intervals)")
+    print(
+        f"value head of {summary['checkpoint']} on {len(test)} held-out positions of {args.data} ({100 * args.confidence:g}% bootstrap intervals)"
+    )
     print(f"  MAE                      {quality.mae}")
     print(f"  constant {baseline:.3f} MAE       {quality.baseline_mae}")
     print(f"  gain over the constant   {quality.mae_gain}")
     print(f"  calibration error (ECE)  {quality.ece:.3f}")
     print("  predicted bin   n      mean predicted  mean target")
     for row in quality.calibration:
-        print(f"  [{row['low']:.1f}, {row['high']:.1f})  {row['n']:>5}  {row['mean_predicted']:>14.3f}  {row['mean_target']:>11.3f}")
+        print(
+            f"  [{row['low']:.1f}, {row['high']:.1f})  {row['n']:>5}  {row['mean_predicted']:>14.3f}  {row['mean_target']:>11.3f}"
+        )
     return 0
 
 
@@ -264,7 +313,11 @@ def run_puzzles(args: argparse.Namespace) -> int:
     from chessgrpo.eval.standalone import run_puzzles as evaluate
 
     config = _load(
-        args, puzzles=args.puzzles, max_puzzles=args.max_puzzles, min_theme_puzzles=args.min_theme_puzzles, rating_bands=args.rating_bands
+        args,
+        puzzles=args.puzzles,
+        max_puzzles=args.max_puzzles,
+        min_theme_puzzles=args.min_theme_puzzles,
+        rating_bands=args.rating_bands,
     )
     run = evaluate(config, _subject(args), _progress)
     if args.json:
@@ -307,8 +360,10 @@ def _print_puzzle_groups(main: Any, label: str, min_theme_puzzles: int) -> None:
     if main.played_check_rate is not None:
         check_first = main.by_solution.get("check first")
         share = check_first["solve_rate"].n / max(main.solve_rate.n, 1) if check_first else 0.0
-        print(f"first moves that give check: {_short(main.played_check_rate)} of the player's, "
-              f"{share:.3f} of the solutions'")
+        print(
+            f"first moves that give check: {_short(main.played_check_rate)} of the player's, "
+            f"{share:.3f} of the solutions'"
+        )
     if not main.by_theme:
         print(f"(no theme has {min_theme_puzzles} puzzles; lower it with --min-theme-puzzles)")
 
@@ -336,7 +391,9 @@ def run_epd(args: argparse.Namespace) -> int:
     if args.list_positions or getattr(args, "verbose", False):
         print(f"\n{labels['player']}, position by position")
         for record in main.records:
-            expected = "; ".join(f"{opcode} {' '.join(moves)}" for opcode, moves in (("bm", record.bm), ("am", record.am)) if moves)
+            expected = "; ".join(
+                f"{opcode} {' '.join(moves)}" for opcode, moves in (("bm", record.bm), ("am", record.am)) if moves
+            )
             name = record.id if record.id is not None else f"line {record.line}"
             print(f"  {'solved' if record.solved else 'missed'}  {name}: played {record.san} ({expected})")
     return 0

@@ -49,10 +49,10 @@ from chessgrpo.play.match import GamesConfig, play_match, resolve_games_paths
 
 def add_games_parser(sub: argparse._SubParsersAction) -> None:
     """Register `eval games` on the `eval` subparsers."""
-    games = sub.add_parser(
-        "games", help="play game pairs against engine anchors: W/D/L, Elo with intervals, SPRT, PGN"
+    games = sub.add_parser("games", help="play game pairs against engine anchors: W/D/L, Elo with intervals, SPRT, PGN")
+    games.add_argument(
+        "--checkpoint", type=Path, required=True, help="policy or chess LM checkpoint directory, or run directory"
     )
-    games.add_argument("--checkpoint", type=Path, required=True, help="policy or chess LM checkpoint directory, or run directory")
     games.add_argument(
         "--anchors",
         help="comma-separated: random, sf-skill:N, sf-elo:N, sf-nodes:N, uci:PATH[:nodes=N|:depth=N|:movetime=MS]"
@@ -64,12 +64,19 @@ def add_games_parser(sub: argparse._SubParsersAction) -> None:
     games.add_argument("--workers", type=int, help="game worker processes (default: one per CPU core)")
     games.add_argument("--temperature", type=float, help="policy temperature; 0 = argmax (default)")
     add_search_arguments(games)
-    games.add_argument("--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors and UCI engines without one")
+    games.add_argument(
+        "--anchor-nodes", type=int, help="node limit per move of sf-skill/sf-elo anchors and UCI engines without one"
+    )
     games.add_argument("--anchor-depth", type=int, help="depth limit per move of those anchors (instead of nodes)")
-    games.add_argument("--tc", metavar="MOVES/SECONDS+INC",
-                       help="clocks for both sides, cutechess syntax: 40/10+0.1, 30+0.3 or 60 (default: none, per-move limits)")
+    games.add_argument(
+        "--tc",
+        metavar="MOVES/SECONDS+INC",
+        help="clocks for both sides, cutechess syntax: 40/10+0.1, 30+0.3 or 60 (default: none, per-move limits)",
+    )
     games.add_argument("--anchor-tc", metavar="TC", help="the anchors' clock when it differs from --tc")
-    games.add_argument("--sprt", metavar="ELO0,ELO1", help="SPRT of --checkpoint against --opponent; stops when decided")
+    games.add_argument(
+        "--sprt", metavar="ELO0,ELO1", help="SPRT of --checkpoint against --opponent; stops when decided"
+    )
     games.add_argument("--opponent", help="the checkpoint to play in SPRT mode")
     games.add_argument("--pgn", help="PGN output file")
     games.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -104,7 +111,9 @@ def _load(args: argparse.Namespace) -> GamesConfig:
         except ValueError:
             raise InputError(f"--sprt expects ELO0,ELO1 such as 0,10; got {args.sprt!r}") from None
         flags.update(sprt_elo0=elo0, sprt_elo1=elo1)
-    return resolve_games_paths(dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None}))
+    return resolve_games_paths(
+        dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
+    )
 
 
 def run_games_command(args: argparse.Namespace) -> int:
@@ -144,11 +153,15 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
         f"{summary['openings']}; {workers}, {summary['games_per_minute']} games/minute",
     ]
     if summary.get("games_resumed"):
-        lines.append(f"resumed: {summary['games_resumed']} of the games were played by an earlier, interrupted run (its journal)")
+        lines.append(
+            f"resumed: {summary['games_resumed']} of the games were played by an earlier, interrupted run (its journal)"
+        )
     if summary["stopped_early"]:
         lines.append("stopped early: the SPRT decided")
     if summary.get("tc"):
-        clocks = summary["tc"] if not summary.get("anchor_tc") else f"policy {summary['tc']}, anchors {summary['anchor_tc']}"
+        clocks = (
+            summary["tc"] if not summary.get("anchor_tc") else f"policy {summary['tc']}, anchors {summary['anchor_tc']}"
+        )
         losses = summary["time_losses"]
         lines.append(f"time control {clocks}: time losses: policy {losses['player']}, anchors {losses['anchor']}")
         lines.append(summary["clock_note"])
@@ -175,7 +188,9 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
     elif summary["elo"] is None:
         lines.append("maximum-likelihood Elo: n/a (no rated anchor; give ratings with anchor_ratings=[NAME=RATING])")
     else:
-        lines.append(f"maximum-likelihood Elo: {_elo_text(summary['elo'], signed=False)} ({level}; {summary['elo_method']})")
+        lines.append(
+            f"maximum-likelihood Elo: {_elo_text(summary['elo'], signed=False)} ({level}; {summary['elo_method']})"
+        )
     warnings = [row["ran"]["warning"] for row in summary["anchors"] if row.get("ran", {}).get("warning")]
     lines.extend(warnings)
     lines.append(f"note: {summary['calibration']}")
@@ -184,7 +199,13 @@ def format_summary(summary: dict, confidence: float = 0.95) -> str:
 
         s = summary["sprt"]
         result = SprtResult(
-            llr=s["llr"], lower=s["lower"], upper=s["upper"], elo0=s["elo0"], elo1=s["elo1"], alpha=s["alpha"], beta=s["beta"],
+            llr=s["llr"],
+            lower=s["lower"],
+            upper=s["upper"],
+            elo0=s["elo0"],
+            elo1=s["elo1"],
+            alpha=s["alpha"],
+            beta=s["beta"],
             pairs=tuple(s["pentanomial"]),
         )
         lines.append(result.format())
@@ -205,12 +226,24 @@ def _ran_cell(row: dict) -> str:
 def _anchor_table(anchors: list[dict], level: str, clocks: bool = False) -> list[str]:
     """One row per anchor: rating, W/D/L, time losses (policy/anchor, under clocks), score with its Wilson
     interval, pentanomial pairs, Elo difference, and what an engine anchor ran (median depth and nodes per move)."""
-    header = ["anchor", "rating", "W", "D", "L", *(["time losses P/A"] if clocks else []), f"score [{level} Wilson]",
-              "pairs 0/½/1/1½/2", f"Elo diff [{level}]", "ran/move"]  # fmt: skip
+    header = [
+        "anchor",
+        "rating",
+        "W",
+        "D",
+        "L",
+        *(["time losses P/A"] if clocks else []),
+        f"score [{level} Wilson]",
+        "pairs 0/½/1/1½/2",
+        f"Elo diff [{level}]",
+        "ran/move",
+    ]
     table = []
     for row in anchors:
         score = row["score"]
-        score_text = "n/a" if score["value"] is None else f"{score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
+        score_text = (
+            "n/a" if score["value"] is None else f"{score['value']:.3f} [{score['low']:.3f}, {score['high']:.3f}]"
+        )
         rating = "-" if row["rating"] is None else f"{row['rating']:.0f}"
         table.append(
             [

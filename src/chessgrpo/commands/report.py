@@ -24,14 +24,29 @@ from pathlib import Path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    report = commands.add_parser("report", help="HTML report of one or more runs: plots with intervals, evaluations, games, findings")
-    report.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
-                        help="run directories (several: drawn on shared axes and compared) or a sweep's study directory")  # fmt: skip
-    report.add_argument("--out", type=Path, default=None, metavar="FILE",
-                        help="HTML file to write (default: RUN_DIR/report.html; for several runs "
-                             "compare_<names>.html beside the first)")  # fmt: skip
-    report.add_argument("--static", action="store_true",
-                        help="figures as embedded PNGs (matplotlib) instead of interactive plotly charts")  # fmt: skip
+    report = commands.add_parser(
+        "report", help="HTML report of one or more runs: plots with intervals, evaluations, games, findings"
+    )
+    report.add_argument(
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories (several: drawn on shared axes and compared) or a sweep's study directory",
+    )
+    report.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="HTML file to write (default: RUN_DIR/report.html; for several runs "
+        "compare_<names>.html beside the first)",
+    )
+    report.add_argument(
+        "--static",
+        action="store_true",
+        help="figures as embedded PNGs (matplotlib) instead of interactive plotly charts",
+    )
     report.add_argument("--no-png", action="store_true", help="do not write the PNG files beside an interactive report")
     report.set_defaults(handler=run_report)
 

@@ -42,10 +42,14 @@ def add_data_parser(data_commands: argparse._SubParsersAction) -> None:
     )
     add_config_arguments(rookworld)
     rookworld.add_argument("--out", metavar="DIR", help="output directory (config key out)")
-    rookworld.add_argument("--positions", type=int, metavar="N", help="distinct positions, one P: and one A: example each")
+    rookworld.add_argument(
+        "--positions", type=int, metavar="N", help="distinct positions, one P: and one A: example each"
+    )
     rookworld.add_argument("--nodes", type=int, metavar="K", help="node limit of each multipv analysis")
     rookworld.add_argument("--seed", type=int, metavar="S", help="random seed")
-    rookworld.add_argument("--from-text", metavar="FILE", help="import an existing RookWorld text file instead of generating")
+    rookworld.add_argument(
+        "--from-text", metavar="FILE", help="import an existing RookWorld text file instead of generating"
+    )
     rookworld.set_defaults(handler=run_data_rookworld)
 
 
@@ -80,16 +84,30 @@ def run_data_rookworld(args: argparse.Namespace) -> int:
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     """`chessgrpo eval lm` (called from `commands.evaluate.add_parser`)."""
-    lm = sub.add_parser("lm", help="RookWorld P:/A: task metrics of a chess language model, with intervals; or compare two results")
+    lm = sub.add_parser(
+        "lm", help="RookWorld P:/A: task metrics of a chess language model, with intervals; or compare two results"
+    )
     source = lm.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, help="model directory, checkpoint or SFT/GRPO run directory")
-    source.add_argument("--compare", nargs=2, type=Path, metavar=("A.json", "B.json"), help="paired B - A of two `eval lm output=...` results")
+    source.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A.json", "B.json"),
+        help="paired B - A of two `eval lm output=...` results",
+    )
     lm.add_argument("--data", help="dataset directory (config key data)")
     lm.add_argument("--policy-prompts", type=int, metavar="N", help="held-out P: positions (config key policy_prompts)")
-    lm.add_argument("--environment-prompts", type=int, metavar="N", help="held-out A: prompts (config key environment_prompts)")
+    lm.add_argument(
+        "--environment-prompts", type=int, metavar="N", help="held-out A: prompts (config key environment_prompts)"
+    )
     lm.add_argument("--puzzles", help="Lichess puzzle CSV (config key puzzles)")
-    lm.add_argument("--prompt-bos", action="store_true", default=None,
-                    help="BOS before every prompt, as upstream RookWorld-LM was trained (config key prompt_bos)")
+    lm.add_argument(
+        "--prompt-bos",
+        action="store_true",
+        default=None,
+        help="BOS before every prompt, as upstream RookWorld-LM was trained (config key prompt_bos)",
+    )
     lm.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_config_arguments(lm)
     lm.set_defaults(handler=run_eval_lm)
@@ -120,8 +138,13 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     from chessgrpo.models.prompt_bos import with_prompt_bos
 
     config = load_config(LMEvalConfig, args.config, args.overrides)
-    flags = {"data": args.data, "policy_prompts": args.policy_prompts, "environment_prompts": args.environment_prompts,
-             "puzzles": args.puzzles, "prompt_bos": getattr(args, "prompt_bos", None)}
+    flags = {
+        "data": args.data,
+        "policy_prompts": args.policy_prompts,
+        "environment_prompts": args.environment_prompts,
+        "puzzles": args.puzzles,
+        "prompt_bos": getattr(args, "prompt_bos", None),
+    }
     config = dataclasses.replace(config, **{k: v for k, v in flags.items() if v is not None})
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -139,21 +162,35 @@ def run_eval_lm(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         engine_truth = config.rewards.policy.truth == "engine"  # a tablebase truth needs no engine
         pool = stack.enter_context(EnginePool.from_config(config.engine)) if fens and engine_truth else None
-        with tqdm(total=len(fens) + len(prompts) + len(puzzles), desc="eval lm", unit="prompt", file=sys.stderr, disable=None) as bar:
+        with tqdm(
+            total=len(fens) + len(prompts) + len(puzzles), desc="eval lm", unit="prompt", file=sys.stderr, disable=None
+        ) as bar:
             result = evaluate_lm(
-                lm, policy_fens=fens, environment_prompts=prompts, puzzles=puzzles, pool=pool, rewards=config.rewards,
-                batch_size=config.batch_size, policy_max_new_tokens=config.max_new_tokens,
-                environment_max_new_tokens=config.max_new_tokens, temperature=config.temperature, seed=config.seed,
-                confidence=config.confidence, resamples=config.resamples, progress=bar.update,
-            )  # fmt: skip
+                lm,
+                policy_fens=fens,
+                environment_prompts=prompts,
+                puzzles=puzzles,
+                pool=pool,
+                rewards=config.rewards,
+                batch_size=config.batch_size,
+                policy_max_new_tokens=config.max_new_tokens,
+                environment_max_new_tokens=config.max_new_tokens,
+                temperature=config.temperature,
+                seed=config.seed,
+                confidence=config.confidence,
+                resamples=config.resamples,
+                progress=bar.update,
+            )
     if config.output:
         write_result(config.output, {"config": to_dict(config), "checkpoint": str(args.checkpoint), **result.to_json()})
     if args.json:
         print(json.dumps({k: v.to_json() for k, v in result.metrics.items()}))
         return 0
-    print(f"eval lm: {lm.source} on {config.data} ({config.split}); {len(fens)} P:, {len(prompts)} A:, {len(puzzles)} puzzles; "
-          f"{'greedy' if config.temperature == 0 else f'temperature {config.temperature}'}"
-          f"{'; BOS before prompts' if config.prompt_bos else ''}; {100 * config.confidence:g}% intervals")
+    print(
+        f"eval lm: {lm.source} on {config.data} ({config.split}); {len(fens)} P:, {len(prompts)} A:, {len(puzzles)} puzzles; "
+        f"{'greedy' if config.temperature == 0 else f'temperature {config.temperature}'}"
+        f"{'; BOS before prompts' if config.prompt_bos else ''}; {100 * config.confidence:g}% intervals"
+    )
     for name, interval in result.metrics.items():
         print(f"  {name:<28} {interval.format(4)}")
     return 0

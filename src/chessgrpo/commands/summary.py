@@ -15,8 +15,12 @@ from pathlib import Path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    summary = commands.add_parser("summary", help="one screen: did the run get stronger (games, puzzles, value, with intervals) and what next")
-    summary.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a training run directory with evaluations under eval/")
+    summary = commands.add_parser(
+        "summary", help="one screen: did the run get stronger (games, puzzles, value, with intervals) and what next"
+    )
+    summary.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a training run directory with evaluations under eval/"
+    )
     summary.set_defaults(handler=run_summary)
 
 

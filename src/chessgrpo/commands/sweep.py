@@ -28,23 +28,57 @@ from chessgrpo.config import ConfigError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    sweep = commands.add_parser("sweep", help="hyperparameter search with Optuna over training runs (resumable, prunes on held-out metrics)")
+    sweep = commands.add_parser(
+        "sweep", help="hyperparameter search with Optuna over training runs (resumable, prunes on held-out metrics)"
+    )
     add_config_arguments(sweep)
-    sweep.add_argument("--summary", metavar="STUDY", default=None,
-                       help="summarise a study (its directory, or an Optuna storage URL) instead of running one")  # fmt: skip
+    sweep.add_argument(
+        "--summary",
+        metavar="STUDY",
+        default=None,
+        help="summarise a study (its directory, or an Optuna storage URL) instead of running one",
+    )
     sweep.add_argument("--study-name", default=None, help="--summary: the study, when the storage holds several")
     sweep.add_argument("--top", type=int, default=5, help="--summary: best trials listed (default 5)")
-    sweep.add_argument("--out", type=Path, default=None, metavar="DIR",
-                       help="--summary: where best_config.yaml and remeasure/ go (default: the study directory)")  # fmt: skip
-    sweep.add_argument("--remeasure", action="store_true",
-                       help="--summary: the best trial against the default trial on positions and puzzles no trial was evaluated on")  # fmt: skip
-    sweep.add_argument("--remeasure-positions", default=None, metavar="SOURCE",
-                       help="positions for --remeasure (dataset dir, .parquet, .epd/.fen/.txt, .pgn); default: the trials' own "
-                            "source minus the positions they saw")  # fmt: skip
-    sweep.add_argument("--remeasure-puzzles", default=None, metavar="CSV", help="Lichess puzzle CSV for --remeasure (default: the trials' own minus those they saw)")
-    sweep.add_argument("--remeasure-trial", type=int, default=None, metavar="N",
-                       help="--remeasure: re-measure complete trial N against the default instead of the best (e.g. the runner-up when the default won)")  # fmt: skip
-    sweep.add_argument("--remeasure-max", type=int, default=500, metavar="N", help="positions and puzzles re-measured, each (default 500)")
+    sweep.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="--summary: where best_config.yaml and remeasure/ go (default: the study directory)",
+    )
+    sweep.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="--summary: the best trial against the default trial on positions and puzzles no trial was evaluated on",
+    )
+    sweep.add_argument(
+        "--remeasure-positions",
+        default=None,
+        metavar="SOURCE",
+        help="positions for --remeasure (dataset dir, .parquet, .epd/.fen/.txt, .pgn); default: the trials' own "
+        "source minus the positions they saw",
+    )
+    sweep.add_argument(
+        "--remeasure-puzzles",
+        default=None,
+        metavar="CSV",
+        help="Lichess puzzle CSV for --remeasure (default: the trials' own minus those they saw)",
+    )
+    sweep.add_argument(
+        "--remeasure-trial",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--remeasure: re-measure complete trial N against the default instead of the best (e.g. the runner-up when the default won)",
+    )
+    sweep.add_argument(
+        "--remeasure-max",
+        type=int,
+        default=500,
+        metavar="N",
+        help="positions and puzzles re-measured, each (default 500)",
+    )
     sweep.add_argument("--json", action="store_true", help="--summary: print the summary as JSON")
     sweep.set_defaults(handler=run_sweep_command)
 
@@ -69,12 +103,16 @@ def _trial_progress(name: str, initial: int, total: int) -> Iterator[Any]:
 def run_sweep_command(args: argparse.Namespace) -> int:
     if args.summary is not None:
         if args.config is not None or args.overrides:
-            raise ConfigError("--summary reads a finished or running study: do not pass --config or key=value overrides with it")
+            raise ConfigError(
+                "--summary reads a finished or running study: do not pass --config or key=value overrides with it"
+            )
         return _summary(args)
     if args.remeasure or args.remeasure_trial is not None:
         raise ConfigError("--remeasure and --remeasure-trial go with --summary STUDY")
     if args.config is None:
-        raise ConfigError("give a sweep file (chessgrpo sweep --config SWEEP.yaml) or a study to summarise (--summary STUDY)")
+        raise ConfigError(
+            "give a sweep file (chessgrpo sweep --config SWEEP.yaml) or a study to summarise (--summary STUDY)"
+        )
     from chessgrpo.sweep.config import load_sweep
     from chessgrpo.sweep.storage import redacted
     from chessgrpo.sweep.study import run_sweep
@@ -84,10 +122,12 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     config = sweep.config
     objective = config.objective
     print(f"study {sweep.study_name} ({redacted(sweep.storage)}); trial runs under {sweep.study_dir}")
-    print(f"objective: {objective.metric} {'at the last evaluation' if objective.measure == 'final' else 'change from step 0'}, "
-          f"{objective.direction}; sampler {config.sampler.name}, pruner {config.pruner.name}; this invocation: "
-          f"{config.budget.trials} trials{f', {config.parallel} at once' if config.parallel > 1 else ''}"
-          f"{f', no new trial after {config.budget.timeout_s:g} s' if config.budget.timeout_s else ''}")  # fmt: skip
+    print(
+        f"objective: {objective.metric} {'at the last evaluation' if objective.measure == 'final' else 'change from step 0'}, "
+        f"{objective.direction}; sampler {config.sampler.name}, pruner {config.pruner.name}; this invocation: "
+        f"{config.budget.trials} trials{f', {config.parallel} at once' if config.parallel > 1 else ''}"
+        f"{f', no new trial after {config.budget.timeout_s:g} s' if config.budget.timeout_s else ''}"
+    )
     run = run_sweep(sweep, on_trial=print_trial, progress=_trial_progress if config.parallel == 1 else None)
     if run.stop_reason:
         print(f"stopped: {run.stop_reason}")
@@ -108,8 +148,10 @@ def _print_summary(study: Any, top: int, out: Path | None, remeasuring: bool = F
         print(f"best config: {path} (chessgrpo train --config {path})")
         target = summary.study_dir or out
         if summary.default is not None and summary.best is not summary.default and not remeasuring:
-            print(f"the best value is optimistic (selected on the same positions); check it on unseen ones: "
-                  f"chessgrpo sweep --summary {target} --remeasure")  # fmt: skip
+            print(
+                f"the best value is optimistic (selected on the same positions); check it on unseen ones: "
+                f"chessgrpo sweep --summary {target} --remeasure"
+            )
         if summary.study_dir is not None:
             print(f"report: chessgrpo report {summary.study_dir}")
     return summary
@@ -128,8 +170,14 @@ def _summary(args: argparse.Namespace) -> int:
         if summary.best is not None and (args.out or summary.study_dir):
             payload["best_config"] = str(write_best_config(summary, args.out))
         if args.remeasure:
-            payload["remeasure"] = remeasure(summary, positions=args.remeasure_positions, puzzles=args.remeasure_puzzles,
-                                             max_items=args.remeasure_max, out_dir=args.out, trial=args.remeasure_trial).to_json()  # fmt: skip
+            payload["remeasure"] = remeasure(
+                summary,
+                positions=args.remeasure_positions,
+                puzzles=args.remeasure_puzzles,
+                max_items=args.remeasure_max,
+                out_dir=args.out,
+                trial=args.remeasure_trial,
+            ).to_json()
         print(json.dumps(payload, indent=1))
         return 0
     summary = _print_summary(study, args.top, args.out, remeasuring=args.remeasure)
@@ -137,13 +185,23 @@ def _summary(args: argparse.Namespace) -> int:
         return 0
     best, default = summary.best, summary.default
     if args.remeasure_trial is None and best is not None and default is not None and best.number == default.number:
-        print(f"re-measure: the best trial is the default trial {default.number}; the search found nothing better on its own objective "
-              f"(--remeasure-trial N re-measures another complete trial against it)")  # fmt: skip
+        print(
+            f"re-measure: the best trial is the default trial {default.number}; the search found nothing better on its own objective "
+            f"(--remeasure-trial N re-measures another complete trial against it)"
+        )
         return 0
-    result = remeasure(summary, positions=args.remeasure_positions, puzzles=args.remeasure_puzzles, max_items=args.remeasure_max,
-                       out_dir=args.out, trial=args.remeasure_trial)  # fmt: skip
+    result = remeasure(
+        summary,
+        positions=args.remeasure_positions,
+        puzzles=args.remeasure_puzzles,
+        max_items=args.remeasure_max,
+        out_dir=args.out,
+        trial=args.remeasure_trial,
+    )
     which = "best trial" if args.remeasure_trial is None else "trial"
-    print(f"re-measured: {which} {result.best} (B) against the default trial {result.default} (A) on items no trial was evaluated on")
+    print(
+        f"re-measured: {which} {result.best} (B) against the default trial {result.default} (A) on items no trial was evaluated on"
+    )
     for note in result.notes:
         print(f"  {note}")
     for comparison in result.comparisons:

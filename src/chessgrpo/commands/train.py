@@ -31,15 +31,21 @@ _EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 def add_parser(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help=f"train any kind of run: {', '.join(KINDS)}")
     _add_arguments(train, default_kind=None)
-    pretrain = commands.add_parser("pretrain", help="alias of `train` with kind: pretrain (supervised pretraining of the action policy)")
+    pretrain = commands.add_parser(
+        "pretrain", help="alias of `train` with kind: pretrain (supervised pretraining of the action policy)"
+    )
     _add_arguments(pretrain, default_kind="pretrain")
-    sft = commands.add_parser("sft", help="alias of `train` with kind: sft (supervised fine-tuning of a chess language model)")
+    sft = commands.add_parser(
+        "sft", help="alias of `train` with kind: sft (supervised fine-tuning of a chess language model)"
+    )
     _add_arguments(sft, default_kind="sft")
 
 
 def _add_arguments(parser: argparse.ArgumentParser, default_kind: str | None) -> None:
     add_config_arguments(parser)
-    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its newest intact checkpoint")
+    parser.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue RUN_DIR from its newest intact checkpoint"
+    )
     parser.set_defaults(handler=run_train, default_kind=default_kind)
 
 
@@ -56,7 +62,9 @@ def run_kind(args: argparse.Namespace) -> str:
     if kind is None:
         kind = default or "move_group"
     if default is not None and kind != default:
-        raise ConfigError(f"`chessgrpo {default}` runs kind: {default}, but the config says kind: {kind}; use `chessgrpo train`")
+        raise ConfigError(
+            f"`chessgrpo {default}` runs kind: {default}, but the config says kind: {kind}; use `chessgrpo train`"
+        )
     return kind
 
 

@@ -24,14 +24,20 @@ from pathlib import Path
 
 from chessgrpo.errors import InputError
 
-SEARCH_CHOICES = ("puct", "alphabeta", "none")  # = chessgrpo.uci.engine.SEARCH_CHOICES (not imported: keeps --help fast)
+SEARCH_CHOICES = (
+    "puct",
+    "alphabeta",
+    "none",
+)  # = chessgrpo.uci.engine.SEARCH_CHOICES (not imported: keeps --help fast)
 POLICY_DEFAULTS = {"temperature": 0.0, "search": "puct", "nodes": 256, "syzygy_path": ""}
 """The action policy's flags: given for a chess LM they are an error, so their parser default is None."""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     uci = commands.add_parser("uci", help="run a policy or chess LM checkpoint as a UCI engine on stdin/stdout")
-    uci.add_argument("--checkpoint", type=Path, required=True, help="policy or chess LM checkpoint directory, or run directory")
+    uci.add_argument(
+        "--checkpoint", type=Path, required=True, help="policy or chess LM checkpoint directory, or run directory"
+    )
     uci.add_argument("--device", default="cpu", help="torch device (default cpu; also the UCI option Device)")
     uci.add_argument(
         "--temperature",
@@ -43,15 +49,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         choices=SEARCH_CHOICES,
         help="puct (default), alphabeta, or none = the policy's move without search; needs a value head (also the UCI option Search)",
     )
-    uci.add_argument("--nodes", type=int, help="node budget of a go without node or time limits (default 256; also the UCI option Nodes)")
+    uci.add_argument(
+        "--nodes",
+        type=int,
+        help="node budget of a go without node or time limits (default 256; also the UCI option Nodes)",
+    )
     uci.add_argument(
         "--syzygy-path",
         metavar="DIR",
         help="Syzygy tables for exact 3-4-piece values (default off; also the UCI option SyzygyPath)",
     )
-    uci.add_argument("--retries", type=int, help="chess LM only: re-samples of an ill-formed or illegal answer (default 3)")
     uci.add_argument(
-        "--prompt-bos", action="store_true", default=None, help="chess LM only: BOS before every prompt (default: as its run was trained)"
+        "--retries", type=int, help="chess LM only: re-samples of an ill-formed or illegal answer (default 3)"
+    )
+    uci.add_argument(
+        "--prompt-bos",
+        action="store_true",
+        default=None,
+        help="chess LM only: BOS before every prompt (default: as its run was trained)",
     )
     uci.set_defaults(handler=run)
 
@@ -65,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     if identify_checkpoint(args.checkpoint).kind == LM:
         return _run_lm(args)
     if args.retries is not None or args.prompt_bos is not None:
-        raise InputError(f"--retries and --prompt-bos are for a chess LM, but {str(args.checkpoint)!r} is an action policy")
+        raise InputError(
+            f"--retries and --prompt-bos are for a chess LM, but {str(args.checkpoint)!r} is an action policy"
+        )
     from chessgrpo.uci.engine import UciEngine
 
     given = {name: getattr(args, name) for name in POLICY_DEFAULTS}
@@ -87,7 +104,9 @@ def _run_lm(args: argparse.Namespace) -> int:
 
     given = [f"--{name.replace('_', '-')}" for name in POLICY_DEFAULTS if getattr(args, name) is not None]
     if given:
-        raise InputError(f"{', '.join(given)}: an action policy's option, but {str(args.checkpoint)!r} is a chess language model")
+        raise InputError(
+            f"{', '.join(given)}: an action policy's option, but {str(args.checkpoint)!r} is a chess language model"
+        )
     settings = {"retries": args.retries, "prompt_bos": args.prompt_bos}
     config = LMPlayerConfig(**{key: value for key, value in settings.items() if value is not None})
     return LMUciEngine(args.checkpoint, device=args.device, config=config).run()

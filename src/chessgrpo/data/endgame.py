@@ -192,7 +192,9 @@ def _label_fen(fen: str) -> dict[str, Any]:
     return label_row(_WORKER_TABLEBASE, chess.Board(fen))
 
 
-def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[int], None] | None = None) -> EndgameDataSummary:
+def generate_endgame_dataset(
+    config: EndgameDataConfig, *, progress: Callable[[int], None] | None = None
+) -> EndgameDataSummary:
     """Draw, label and write the dataset; refuses to overwrite an existing one."""
     if not config.out:
         raise ConfigError("config key out is required (--out DIR)")
@@ -208,9 +210,14 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
             for board in starts.hold_out(config.held_out, seed=config.held_out_seed):
                 excluded |= symmetric_epds(board) if config.symmetries else {board.epd()}
         boards = endgame_positions(
-            starts.material, config.positions, seed=[config.seed, 7], colours=config.colours,
-            accept=tablebase.is_won, exclude=excluded, distinct=True,
-        )  # fmt: skip
+            starts.material,
+            config.positions,
+            seed=[config.seed, 7],
+            colours=config.colours,
+            accept=tablebase.is_won,
+            exclude=excluded,
+            distinct=True,
+        )
     fens = [board.fen() for board in boards]
     processes = config.processes or os.cpu_count() or 1
     rows: list[dict[str, Any]] = []
@@ -247,7 +254,9 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
     shards = 0
     for split, split_rows in by_split.items():
         for index, start in enumerate(range(0, len(split_rows), config.shard_size)):
-            schema.write_shard(split_rows[start : start + config.shard_size], directory / split / f"shard-{index:05d}.parquet")
+            schema.write_shard(
+                split_rows[start : start + config.shard_size], directory / split / f"shard-{index:05d}.parquet"
+            )
             shards += 1
     optimal = [sum(1 for value in row["win_probs"] if value == row["win_probs"][0]) for row in rows]
     seconds = time.perf_counter() - tick
@@ -261,7 +270,11 @@ def generate_endgame_dataset(config: EndgameDataConfig, *, progress: Callable[[i
             "material": config.material,
             "positions": len(rows),
             "splits": {split: len(split_rows) for split, split_rows in by_split.items()},
-            "held_out_excluded": {"count": config.held_out, "seed": config.held_out_seed, "with_images": config.symmetries},
+            "held_out_excluded": {
+                "count": config.held_out,
+                "seed": config.held_out_seed,
+                "with_images": config.symmetries,
+            },
             "symmetries": config.symmetries,
             "shard_sha256": schema.shard_checksums(directory),
             "label": f"value = 1 - {PLY_STEP} * plies to mate after the move (win), 0.5 draw",

@@ -30,8 +30,9 @@ import logging
 import math
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import chess
 
@@ -40,8 +41,8 @@ from chessgrpo.board.validation import parse_move
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import (
-    LabellingConfig,
     DatasetWriter,
+    LabellingConfig,
     Progress,
     Row,
     analyse_boards,
@@ -94,17 +95,36 @@ class GenerateConfig(LabellingConfig):
         require(bool(self.out), "out", self.out, "give the dataset directory with --out DIR (or out=DIR)")
         require(self.positions >= 1, "positions", self.positions, "must be >= 1")
         self.validate_labelling()
-        require(0.0 <= self.random_playout_fraction <= 1.0, "random_playout_fraction", self.random_playout_fraction, "must be in [0, 1]")
-        require(self.random_playout_max_plies >= 1, "random_playout_max_plies", self.random_playout_max_plies, "must be >= 1")
-        require(self.opening_random_plies_min >= 0, "opening_random_plies_min", self.opening_random_plies_min, "must be >= 0")
+        require(
+            0.0 <= self.random_playout_fraction <= 1.0,
+            "random_playout_fraction",
+            self.random_playout_fraction,
+            "must be in [0, 1]",
+        )
+        require(
+            self.random_playout_max_plies >= 1,
+            "random_playout_max_plies",
+            self.random_playout_max_plies,
+            "must be >= 1",
+        )
+        require(
+            self.opening_random_plies_min >= 0,
+            "opening_random_plies_min",
+            self.opening_random_plies_min,
+            "must be >= 0",
+        )
         require(
             self.opening_random_plies_max >= self.opening_random_plies_min,
-            "opening_random_plies_max", self.opening_random_plies_max, "must be >= opening_random_plies_min",
-        )  # fmt: skip
+            "opening_random_plies_max",
+            self.opening_random_plies_max,
+            "must be >= opening_random_plies_min",
+        )
         require(
             self.max_game_plies > self.opening_random_plies_max,
-            "max_game_plies", self.max_game_plies, "must be > opening_random_plies_max",
-        )  # fmt: skip
+            "max_game_plies",
+            self.max_game_plies,
+            "must be > opening_random_plies_max",
+        )
         require(self.sampling_temperature >= 0.0, "sampling_temperature", self.sampling_temperature, "must be >= 0")
         require(self.concurrent_games >= 1, "concurrent_games", self.concurrent_games, "must be >= 1")
 
@@ -223,7 +243,7 @@ class EngineGames:
         }
 
     @classmethod
-    def from_state(cls, config: GenerateConfig, state: dict[str, Any]) -> "EngineGames":
+    def from_state(cls, config: GenerateConfig, state: dict[str, Any]) -> EngineGames:
         """Games as `state` saved them; the moves are replayed, so repetitions are still seen."""
         rng = random.Random()
         version, internal, gauss = state["rng"]
@@ -235,7 +255,9 @@ class EngineGames:
                 board.push(parse_move(board, move))
             boards.append(board)
         if len(boards) != config.concurrent_games:
-            raise InputError(f"saved engine games: {len(boards)} games, config has concurrent_games={config.concurrent_games}")
+            raise InputError(
+                f"saved engine games: {len(boards)} games, config has concurrent_games={config.concurrent_games}"
+            )
         return cls(config, rng, boards)
 
 
@@ -373,7 +395,9 @@ class DatasetGenerator:
             try:
                 return EngineGames.from_state(self.config, json.loads(path.read_text()))
             except (ValueError, KeyError, TypeError) as error:
-                raise InputError(f"saved engine games {str(path)!r} are unreadable ({error}); delete the file to start new games") from None
+                raise InputError(
+                    f"saved engine games {str(path)!r} are unreadable ({error}); delete the file to start new games"
+                ) from None
         if shard_index > 0:
             logger.warning("no saved engine games for shard %d: starting new games", shard_index)
         return EngineGames(self.config, shard_rng(self.config.seed, shard_index, "games"))
@@ -414,6 +438,8 @@ class DatasetGenerator:
         schema.write_manifest(self.directory, manifest)
 
 
-def generate_dataset(config: GenerateConfig, *, pool: EnginePool | None = None, progress: Progress | None = None) -> GenerateSummary:
+def generate_dataset(
+    config: GenerateConfig, *, pool: EnginePool | None = None, progress: Progress | None = None
+) -> GenerateSummary:
     """Generate or resume the dataset described by `config` (see `DatasetGenerator`)."""
     return DatasetGenerator(config).run(pool=pool, progress=progress)

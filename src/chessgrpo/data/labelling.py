@@ -18,8 +18,9 @@ import dataclasses
 import datetime
 import logging
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import chess
 
@@ -197,9 +198,17 @@ def validate_labelling(nodes: int, multipv: int, test_fraction: float, engine: E
     require(1 <= multipv <= MAX_MULTIPV, "multipv", multipv, f"must be in 1..{MAX_MULTIPV}")
     require(0.0 <= test_fraction < 1.0, "test_fraction", test_fraction, "must be in [0, 1)")
     # One labelling limit, one place to set it: a differing engine.nodes would be silently unused.
-    require(engine.depth is None, "engine.depth", engine.depth, "labels use node limits: set `nodes`, leave engine.depth null")
     require(
-        engine.nodes in (None, nodes), "engine.nodes", engine.nodes, f"conflicts with nodes={nodes}: set `nodes` (--nodes) only"
+        engine.depth is None,
+        "engine.depth",
+        engine.depth,
+        "labels use node limits: set `nodes`, leave engine.depth null",
+    )
+    require(
+        engine.nodes in (None, nodes),
+        "engine.nodes",
+        engine.nodes,
+        f"conflicts with nodes={nodes}: set `nodes` (--nodes) only",
     )
 
 
@@ -267,8 +276,12 @@ def prepare_output(out: str, identity: dict[str, Any]) -> tuple[Path, dict[str, 
             f"not `data {identity['command']}`; use another --out"
         )
     if manifest and previous != identity:
-        differing = sorted(key for key in set(identity) | set(previous or {}) if (previous or {}).get(key) != identity.get(key))
-        details = ", ".join(f"{key}: {(previous or {}).get(key)!r} there, {identity.get(key)!r} now" for key in differing)
+        differing = sorted(
+            key for key in set(identity) | set(previous or {}) if (previous or {}).get(key) != identity.get(key)
+        )
+        details = ", ".join(
+            f"{key}: {(previous or {}).get(key)!r} there, {identity.get(key)!r} now" for key in differing
+        )
         raise InputError(
             f"output directory {str(directory)!r} holds a dataset made with other settings ({details}); "
             "use another --out or the same settings"
@@ -281,7 +294,9 @@ def check_engine(manifest: dict[str, Any], directory: Path, engine_name: str) ->
     """Refuse to extend a dataset labelled by another engine version."""
     previous = manifest.get("engine")
     if previous and previous != engine_name:
-        raise InputError(f"dataset {str(directory)!r} was labelled by {previous}, this engine is {engine_name}; use another --out")
+        raise InputError(
+            f"dataset {str(directory)!r} was labelled by {previous}, this engine is {engine_name}; use another --out"
+        )
 
 
 def now_iso() -> str:
@@ -375,7 +390,9 @@ class DatasetWriter:
         complete = indices["train"] & indices["test"]
         for split in schema.SPLITS:
             for index in sorted(indices[split] - complete):
-                logger.warning("removing incomplete shard %s (its other split was never written)", self._shard_path(split, index))
+                logger.warning(
+                    "removing incomplete shard %s (its other split was never written)", self._shard_path(split, index)
+                )
                 self._shard_path(split, index).unlink()
                 self.checksums.pop(self._relative(self._shard_path(split, index)), None)
         if not complete:

@@ -46,8 +46,9 @@ import io
 import logging
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 import chess
 import chess.pgn
@@ -55,8 +56,8 @@ import chess.pgn
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import (
-    LabellingConfig,
     DatasetWriter,
+    LabellingConfig,
     Progress,
     check_engine,
     is_labelable,
@@ -99,7 +100,12 @@ class ImportPgnConfig(LabellingConfig):
         if self.max_games is not None:
             require(self.max_games >= 1, "max_games", self.max_games, "must be >= 1")
         if self.positions_per_game is not None:
-            require(self.positions_per_game >= 1, "positions_per_game", self.positions_per_game, "must be >= 1 (null = every ply)")
+            require(
+                self.positions_per_game >= 1,
+                "positions_per_game",
+                self.positions_per_game,
+                "must be >= 1 (null = every ply)",
+            )
         self.validate_labelling()
         path = Path(self.pgn)
         if not path.exists():
@@ -254,7 +260,7 @@ MALFORMED_WARNINGS = 10
 
 
 def game_name(game: chess.pgn.Game) -> str:
-    """"White - Black, Event, Date" from the game's headers (what a user finds the game by)."""
+    """ "White - Black, Event, Date" from the game's headers (what a user finds the game by)."""
     headers = game.headers
     return f"{headers.get('White', '?')} - {headers.get('Black', '?')}, {headers.get('Event', '?')}, {headers.get('Date', '?')}"
 
@@ -277,7 +283,9 @@ def game_filter_reason(game: chess.pgn.Game, min_elo: int | None) -> str | None:
     return None
 
 
-def sample_game_positions(game: chess.pgn.Game, count: int | None, rng: random.Random) -> list[tuple[chess.Board, dict[str, Any]]]:
+def sample_game_positions(
+    game: chess.pgn.Game, count: int | None, rng: random.Random
+) -> list[tuple[chess.Board, dict[str, Any]]]:
     """Up to `count` distinct-ply labelable positions of the mainline (all when None), in game order,
     each with the game columns of its row (`mainline_positions`)."""
     candidates = [(board, info) for board, info in mainline_positions(game) if is_labelable(board)]
@@ -309,8 +317,9 @@ class PgnImporter:
             logger.warning(
                 "dataset %s was started before imports kept the game columns (human_move, ratings, %%eval, %%clk): "
                 "its %d positions so far have them null; re-import into a new --out to have them everywhere",
-                self.directory, self.writer.rows,
-            )  # fmt: skip
+                self.directory,
+                self.writer.rows,
+            )
 
     @property
     def existing(self) -> int:
@@ -363,12 +372,15 @@ class PgnImporter:
                         self._flush(pool, pending, counts, started, progress)
                         pending = []
         except (OSError, CorruptCompressedFile) as error:  # a read error, truncated or corrupt compression
-            raise InputError(f"cannot read PGN file {config.pgn!r} after game {counts.games_read}: {one_line(error)}") from None
+            raise InputError(
+                f"cannot read PGN file {config.pgn!r} after game {counts.games_read}: {one_line(error)}"
+            ) from None
         if fallback.bytes:
             logger.warning(
                 "PGN file %r is not UTF-8: %d bytes were read as ISO-8859-1 (Latin-1, the PGN standard's character set)",
-                config.pgn, fallback.bytes,
-            )  # fmt: skip
+                config.pgn,
+                fallback.bytes,
+            )
         self._flush(pool, pending, counts, started, progress)
         if self.end_of_file and self.games.games_used == 0 and self.writer.rows == 0:
             raise InputError(f"PGN file {config.pgn!r} has no usable games ({self._describe_counts()})")
@@ -380,9 +392,16 @@ class PgnImporter:
         if reason is not None:
             setattr(counts, f"skipped_{reason}", getattr(counts, f"skipped_{reason}") + 1)
             if reason == "malformed" and counts.skipped_malformed <= MALFORMED_WARNINGS:
-                logger.warning("PGN file %r: game %d (%s) skipped as malformed: %s%s", self.config.pgn, index + 1, game_name(game),
-                               one_line(game.errors[0]) if game.errors else "an impossible start position",
-                               "; further malformed games are only counted" if counts.skipped_malformed == MALFORMED_WARNINGS else "")  # fmt: skip
+                logger.warning(
+                    "PGN file %r: game %d (%s) skipped as malformed: %s%s",
+                    self.config.pgn,
+                    index + 1,
+                    game_name(game),
+                    one_line(game.errors[0]) if game.errors else "an impossible start position",
+                    "; further malformed games are only counted"
+                    if counts.skipped_malformed == MALFORMED_WARNINGS
+                    else "",
+                )
             return []
         counts.games_used += 1
         rng = random.Random(f"chessgrpo.data.pgn_import/{self.config.seed}/{index}")
@@ -395,7 +414,11 @@ class PgnImporter:
         return positions
 
     def _flush(
-        self, pool: EnginePool, pending: list[tuple[chess.Board, dict[str, Any]]], counts: GameCounts, started: float,
+        self,
+        pool: EnginePool,
+        pending: list[tuple[chess.Board, dict[str, Any]]],
+        counts: GameCounts,
+        started: float,
         progress: Progress | None,
     ) -> None:
         """Label and write the pending positions (with their game columns), then record the games they came from."""
@@ -450,6 +473,8 @@ class PgnImporter:
         schema.write_manifest(self.directory, manifest)
 
 
-def import_pgn(config: ImportPgnConfig, *, pool: EnginePool | None = None, progress: Progress | None = None) -> ImportSummary:
+def import_pgn(
+    config: ImportPgnConfig, *, pool: EnginePool | None = None, progress: Progress | None = None
+) -> ImportSummary:
     """Import the PGN file described by `config` (see `PgnImporter`)."""
     return PgnImporter(config).run(pool=pool, progress=progress)

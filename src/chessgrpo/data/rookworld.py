@@ -46,14 +46,6 @@ from chessgrpo.board import random_playout_positions
 from chessgrpo.config import save_config, to_dict
 from chessgrpo.data import schema
 from chessgrpo.data.labelling import DataEngineConfig, require
-from chessgrpo.data.rookworld_format import (
-    MAX_LISTED_MOVES,
-    parse_environment_line,
-    parse_policy_line,
-    split_environment_line,
-    split_policy_line,
-    upstream_best_defect,
-)
 from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: the dataset's example type and builders
     RookWorldExample,
     environment_example,
@@ -61,6 +53,14 @@ from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: th
     hash_seed,
     illegal_move,
     policy_example,
+)
+from chessgrpo.data.rookworld_format import (
+    MAX_LISTED_MOVES,
+    parse_environment_line,
+    parse_policy_line,
+    split_environment_line,
+    split_policy_line,
+    upstream_best_defect,
 )
 from chessgrpo.data.rookworld_truths import PolicyTruth, mover_pawns
 from chessgrpo.errors import InputError
@@ -137,7 +137,12 @@ class RookWorldDataConfig:
         require(1 <= self.multipv <= MAX_LISTED_MOVES, "multipv", self.multipv, f"must be in 1..{MAX_LISTED_MOVES}")
         require(0.0 <= self.test_fraction < 1.0, "test_fraction", self.test_fraction, "must be in [0, 1)")
         require(self.max_plies >= 1, "max_plies", self.max_plies, "must be >= 1")
-        require(0.0 <= self.engine_move_fraction <= 1.0, "engine_move_fraction", self.engine_move_fraction, "must be in [0, 1]")
+        require(
+            0.0 <= self.engine_move_fraction <= 1.0,
+            "engine_move_fraction",
+            self.engine_move_fraction,
+            "must be in [0, 1]",
+        )
         require(0.0 <= self.illegal_fraction < 1.0, "illegal_fraction", self.illegal_fraction, "must be in [0, 1)")
         require(self.engine.depth is None, "engine.depth", self.engine.depth, "analyses use node limits: set `nodes`")
         if self.endgames:
@@ -177,7 +182,9 @@ def _playouts(count: int, seed: int, max_plies: int) -> list[chess.Board]:
     return random_playout_positions(count, seed=seed, max_plies=max_plies, keep_history=True)
 
 
-def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable[[int], None] | None = None) -> list[RookWorldExample]:
+def generate_examples(
+    config: RookWorldDataConfig, pool: Any, progress: Callable[[int], None] | None = None
+) -> list[RookWorldExample]:
     """The P: and A: examples of `config` (pure function of the config and the engine)."""
     boards = _playouts(config.positions, config.seed, config.max_plies)
     examples: list[RookWorldExample] = []
@@ -196,8 +203,13 @@ def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable
             if not truth.moves:
                 raise RuntimeError(f"the engine returned no line for {fen!r}")
             examples.append(policy_example(truth, config.seed, config.nodes))
-            move = environment_move(board, truth, seed=config.seed, illegal_fraction=config.illegal_fraction,
-                                    engine_move_fraction=config.engine_move_fraction)  # fmt: skip
+            move = environment_move(
+                board,
+                truth,
+                seed=config.seed,
+                illegal_fraction=config.illegal_fraction,
+                engine_move_fraction=config.engine_move_fraction,
+            )
             examples.append(environment_example(board, move))
         if progress is not None:
             progress(len(part))
@@ -208,7 +220,9 @@ def generate_examples(config: RookWorldDataConfig, pool: Any, progress: Callable
 # Import
 
 
-def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False) -> tuple[list[RookWorldExample], int, int]:
+def read_rookworld_text(
+    path: str | os.PathLike, *, keep_defective: bool = False
+) -> tuple[list[RookWorldExample], int, int]:
     """(examples, defective P: lines seen, lines dropped) of a RookWorld text file.
 
     Blank lines and lines starting with '#' are skipped; any other line that is not a valid P:
@@ -234,10 +248,18 @@ def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False
                         dropped += 1
                         continue
                     ranked = sorted(zip(answer.evals, answer.moves), key=lambda pair: -pair[0])
-                    examples.append(RookWorldExample(
-                        "policy", prompt, completion, fen, "imported",
-                        moves=tuple(m for _, m in ranked), pawns=tuple(v for v, _ in ranked), defect=defect,
-                    ))  # fmt: skip
+                    examples.append(
+                        RookWorldExample(
+                            "policy",
+                            prompt,
+                            completion,
+                            fen,
+                            "imported",
+                            moves=tuple(m for _, m in ranked),
+                            pawns=tuple(v for v, _ in ranked),
+                            defect=defect,
+                        )
+                    )
                 elif line.startswith("A:"):
                     query, _ = parse_environment_line(line)
                     prompt, completion = split_environment_line(line)
@@ -253,7 +275,9 @@ def read_rookworld_text(path: str | os.PathLike, *, keep_defective: bool = False
 # Writing and reading
 
 
-def write_examples(directory: Path, examples: Iterable[RookWorldExample], test_fraction: float) -> dict[str, dict[str, int]]:
+def write_examples(
+    directory: Path, examples: Iterable[RookWorldExample], test_fraction: float
+) -> dict[str, dict[str, int]]:
     """Text files and one Parquet shard per split (atomic writes); returns split -> task -> count.
 
     The split is `schema.split_of` of the position, except for endgame examples, which carry theirs
@@ -278,7 +302,9 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
     directory = find_data_path(directory) or Path(directory)  # a relative path, from any current directory
     paths = sorted((directory / split).glob("shard-*.parquet"))
     if not paths:
-        raise FileNotFoundError(f"no RookWorld Parquet shards for split {split!r} under {str(directory)!r} (make them with `chessgrpo data rookworld`)")
+        raise FileNotFoundError(
+            f"no RookWorld Parquet shards for split {split!r} under {str(directory)!r} (make them with `chessgrpo data rookworld`)"
+        )
     checksums = schema.read_manifest(directory).get("shard_sha256", {})
     examples = []
     for path in paths:
@@ -287,10 +313,19 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
         for row in table.to_pylist():
             if task is not None and row["task"] != task:
                 continue
-            examples.append(RookWorldExample(
-                row["task"], row["prompt"], row["completion"], row["fen"], row["source"],
-                tuple(row["moves"] or ()), tuple(row["pawns"] or ()), bool(row["defect"]), int(row["nodes"] or 0),
-            ))  # fmt: skip
+            examples.append(
+                RookWorldExample(
+                    row["task"],
+                    row["prompt"],
+                    row["completion"],
+                    row["fen"],
+                    row["source"],
+                    tuple(row["moves"] or ()),
+                    tuple(row["pawns"] or ()),
+                    bool(row["defect"]),
+                    int(row["nodes"] or 0),
+                )
+            )
     return examples
 
 
@@ -305,8 +340,14 @@ def _existing_dataset(directory: Path, config: RookWorldDataConfig) -> RookWorld
         return None
     if manifest.get("command") != "rookworld" or manifest.get("settings") != to_dict(config):
         return None
-    return RookWorldSummary(directory, manifest["counts"], manifest.get("defects", 0), manifest.get("dropped_defective", 0), 0.0,
-                            already_complete=True)  # fmt: skip
+    return RookWorldSummary(
+        directory,
+        manifest["counts"],
+        manifest.get("defects", 0),
+        manifest.get("dropped_defective", 0),
+        0.0,
+        already_complete=True,
+    )
 
 
 def partial_directory(directory: Path) -> Path:
@@ -344,7 +385,9 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
         done = _existing_dataset(directory, config)
         if done is not None:  # the same command again (e.g. after a kill between the rename and the exit)
             return done
-        raise InputError(f"output directory {str(directory)!r} exists and is not empty (and holds no dataset made with these settings); choose a new one")
+        raise InputError(
+            f"output directory {str(directory)!r} exists and is not empty (and holds no dataset made with these settings); choose a new one"
+        )
     remove_abandoned_partials(directory)
     started = time.perf_counter()
     defects = dropped = 0
@@ -371,10 +414,18 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
     try:
         counts = write_examples(partial, examples, config.test_fraction)
         save_config(config, partial / "config.yaml")
-        schema.write_manifest(partial, {
-            "command": "rookworld", "settings": to_dict(config), "engine": engine_name, "counts": counts,
-            "defects": defects, "dropped_defective": dropped, "shard_sha256": schema.shard_checksums(partial),
-        })  # fmt: skip
+        schema.write_manifest(
+            partial,
+            {
+                "command": "rookworld",
+                "settings": to_dict(config),
+                "engine": engine_name,
+                "counts": counts,
+                "defects": defects,
+                "dropped_defective": dropped,
+                "shard_sha256": schema.shard_checksums(partial),
+            },
+        )
         if directory.is_dir():
             directory.rmdir()  # empty (checked above); os.replace needs the name free or an empty dir
         os.replace(partial, directory)

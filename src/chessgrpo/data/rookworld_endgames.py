@@ -73,7 +73,9 @@ def endgame_boards(config: RookWorldDataConfig, tablebase: object) -> dict[str, 
     distinct other won positions split evenly over the materials (train)."""
     split: dict[str, list[chess.Board]] = {"train": [], "test": []}
     materials = list(config.endgames)
-    per_material = [config.positions // len(materials) + (i < config.positions % len(materials)) for i in range(len(materials))]
+    per_material = [
+        config.positions // len(materials) + (i < config.positions % len(materials)) for i in range(len(materials))
+    ]
     for material, count in zip(materials, per_material):
         starts = EndgameStarts(material, tablebase.is_won, tables=tablebase.names, colours=config.colours)  # type: ignore[attr-defined]
         held_out = starts.hold_out(config.held_out, seed=config.seed) if config.held_out else []
@@ -81,9 +83,14 @@ def endgame_boards(config: RookWorldDataConfig, tablebase: object) -> dict[str, 
         # No train position is a held-out start or one of its images (`EndgameStarts.hold_out`); with symmetries
         # every image of a train position is written too, so none of those is a held-out start either.
         train = endgame_positions(
-            material, count, seed=[config.seed, 7], colours=config.colours, accept=tablebase.is_won,  # type: ignore[attr-defined]
-            exclude=starts.held_out, distinct=True,
-        )  # fmt: skip
+            material,
+            count,
+            seed=[config.seed, 7],
+            colours=config.colours,
+            accept=tablebase.is_won,  # type: ignore[attr-defined]
+            exclude=starts.held_out,
+            distinct=True,
+        )
         rng = random.Random(hash_seed(config.seed, f"clocks:{material}"))
         split["train"] += [with_game_clocks(board, tablebase.probe_dtz(board), rng) for board in train]  # type: ignore[attr-defined]
     return split
@@ -107,7 +114,9 @@ def with_game_clocks(board: chess.Board, dtz: int, rng: random.Random) -> chess.
     return board
 
 
-def symmetric_images(boards: Sequence[chess.Board], truths: Sequence[PolicyTruth], *, multipv: int) -> tuple[list[chess.Board], list[PolicyTruth]]:
+def symmetric_images(
+    boards: Sequence[chess.Board], truths: Sequence[PolicyTruth], *, multipv: int
+) -> tuple[list[chess.Board], list[PolicyTruth]]:
     """`boards` and every distinct rotation and mirror image of each (`board.endgames.board_symmetries`), with
     truths mapped, not re-probed: an image of a pawnless position is the same position for the tables. Images
     that repeat a position already listed (two drawn positions of one symmetry class) are written once."""
@@ -121,14 +130,23 @@ def symmetric_images(boards: Sequence[chess.Board], truths: Sequence[PolicyTruth
             if image.epd() in seen:
                 continue
             seen.add(image.epd())
-            values = {transform_move(chess.Move.from_uci(move), square_map).uci(): value for move, value in truth.exact.items()}
+            values = {
+                transform_move(chess.Move.from_uci(move), square_map).uci(): value
+                for move, value in truth.exact.items()
+            }
             out_boards.append(image)
             out_truths.append(exact_truth(image.fen(), values, multipv=multipv))
     return out_boards, out_truths
 
 
-def probe_truths(boards: Sequence[chess.Board], *, syzygy_path: str, multipv: int, workers: int,
-                 progress: Callable[[int], None] | None = None) -> list[PolicyTruth]:  # fmt: skip
+def probe_truths(
+    boards: Sequence[chess.Board],
+    *,
+    syzygy_path: str,
+    multipv: int,
+    workers: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[PolicyTruth]:
     """`tablebase_truth` of every board, in order, probed in `workers` processes (0 = one per core)."""
     fens = [board.fen() for board in boards]
     chunks = [fens[i : i + _CHUNK] for i in range(0, len(fens), _CHUNK)]
@@ -141,7 +159,9 @@ def probe_truths(boards: Sequence[chess.Board], *, syzygy_path: str, multipv: in
             if progress is not None:
                 progress(len(chunk))
         return truths
-    with ProcessPoolExecutor(max_workers=workers, initializer=_open_worker_tablebase, initargs=(syzygy_path,)) as executor:
+    with ProcessPoolExecutor(
+        max_workers=workers, initializer=_open_worker_tablebase, initargs=(syzygy_path,)
+    ) as executor:
         for chunk, result in zip(chunks, executor.map(_truths_of, chunks, [multipv] * len(chunks))):
             truths += result
             if progress is not None:
@@ -149,7 +169,9 @@ def probe_truths(boards: Sequence[chess.Board], *, syzygy_path: str, multipv: in
     return truths
 
 
-def generate_endgame_examples(config: RookWorldDataConfig, progress: Callable[[int], None] | None = None) -> list[RookWorldExample]:
+def generate_endgame_examples(
+    config: RookWorldDataConfig, progress: Callable[[int], None] | None = None
+) -> list[RookWorldExample]:
     """The P: and A: examples of `config.endgames` (a pure function of the config and the tables).
 
     Each example's ``source`` is ``endgame:<material>:<split>``, which `data.rookworld.write_examples`
@@ -161,25 +183,37 @@ def generate_endgame_examples(config: RookWorldDataConfig, progress: Callable[[i
         boards = endgame_boards(config, tablebase)
     examples = []
     for split, split_boards in boards.items():
-        truths = probe_truths(split_boards, syzygy_path=config.syzygy_path, multipv=config.multipv, workers=config.workers,
-                              progress=progress)  # fmt: skip
+        truths = probe_truths(
+            split_boards,
+            syzygy_path=config.syzygy_path,
+            multipv=config.multipv,
+            workers=config.workers,
+            progress=progress,
+        )
         if split == "train" and config.symmetries:
             split_boards, truths = symmetric_images(split_boards, truths, multipv=config.multipv)
         for board, truth in zip(split_boards, truths):
             source = f"endgame:{material_name(board)}:{split}"
             examples.append(policy_example(truth, config.seed, 0, source=source))
-            move = environment_move(board, truth, seed=config.seed, illegal_fraction=config.illegal_fraction,
-                                    engine_move_fraction=config.engine_move_fraction)  # fmt: skip
+            move = environment_move(
+                board,
+                truth,
+                seed=config.seed,
+                illegal_fraction=config.illegal_fraction,
+                engine_move_fraction=config.engine_move_fraction,
+            )
             examples.append(environment_example(board, move, source=source))
     return examples
 
 
 def material_name(board: chess.Board) -> str:
-    """"KQvK"-style signature of a board, the side to move (the strong side) first."""
+    """ "KQvK"-style signature of a board, the side to move (the strong side) first."""
     letters = "KQRBNP"
     sides = []
     for colour in (board.turn, not board.turn):
-        pieces = sorted((p.symbol().upper() for p in board.piece_map().values() if p.color == colour), key=letters.index)
+        pieces = sorted(
+            (p.symbol().upper() for p in board.piece_map().values() if p.color == colour), key=letters.index
+        )
         sides.append("".join(pieces))
     return "v".join(sides)
 

@@ -63,16 +63,24 @@ def environment_example(board: chess.Board, move: str, source: str = "random_pla
     history = tuple([m.uci() for m in board.move_stack][-(HISTORY_MOVES - 1) :] + [move])
     query = EnvironmentQuery(fen=board.fen(), move=move, history=history)
     answer = environment_step(query.fen, move)
-    return RookWorldExample("environment", environment_prompt(query), format_environment_completion(answer), query.fen, source)
+    return RookWorldExample(
+        "environment", environment_prompt(query), format_environment_completion(answer), query.fen, source
+    )
 
 
 def policy_example(truth: PolicyTruth, seed: int, nodes: int, source: str = "random_playout") -> RookWorldExample:
     """The P: example of an engine analysis (M shuffled with a per-position seed)."""
     answer = truth.answer(seed=hash_seed(seed, truth.fen))
     return RookWorldExample(
-        "policy", policy_prompt(truth.fen), format_policy_completion(truth.fen, answer), truth.fen, source,
-        moves=truth.moves, pawns=truth.pawns, nodes=nodes,
-    )  # fmt: skip
+        "policy",
+        policy_prompt(truth.fen),
+        format_policy_completion(truth.fen, answer),
+        truth.fen,
+        source,
+        moves=truth.moves,
+        pawns=truth.pawns,
+        nodes=nodes,
+    )
 
 
 def hash_seed(seed: int, text: str) -> int:
@@ -80,8 +88,9 @@ def hash_seed(seed: int, text: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}|{text}".encode()).digest()[:8], "big")
 
 
-def environment_move(board: chess.Board, truth: PolicyTruth, *, seed: int, illegal_fraction: float,
-                     engine_move_fraction: float) -> str:  # fmt: skip
+def environment_move(
+    board: chess.Board, truth: PolicyTruth, *, seed: int, illegal_fraction: float, engine_move_fraction: float
+) -> str:
     """The move of a position's A: example, seeded by (seed, FEN): an illegal move with probability
     `illegal_fraction`, else the truth's best move with probability `engine_move_fraction`, else a uniformly
     random legal move."""
@@ -92,4 +101,3 @@ def environment_move(board: chess.Board, truth: PolicyTruth, *, seed: int, illeg
     if draw < illegal_fraction + (1 - illegal_fraction) * engine_move_fraction:
         return truth.best
     return rng.choice(sorted(truth.legal))
-

@@ -67,7 +67,9 @@ ENVIRONMENT_REWARDS = (REWARD_MATE, REWARD_DRAW, REWARD_MOVE, REWARD_ILLEGAL)
 _UCI = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
 _POLICY_COMPLETION = re.compile(r"^\s*M:(?P<moves>.*?)E:(?P<evals>.*?)B:(?P<best>.*)$", re.DOTALL)
-_ENVIRONMENT_PROMPT = re.compile(r"^\s*A:\s*(?P<fen>[^+]*?)\s*\+\s*(?P<move>[^+]*?)\s*\+(?P<history>[^+]*)\+$", re.DOTALL)
+_ENVIRONMENT_PROMPT = re.compile(
+    r"^\s*A:\s*(?P<fen>[^+]*?)\s*\+\s*(?P<move>[^+]*?)\s*\+(?P<history>[^+]*)\+$", re.DOTALL
+)
 
 
 def _is_uci(text: str) -> bool:
@@ -256,7 +258,9 @@ def parse_environment_prompt(text: str) -> EnvironmentQuery:
         raise InputError(f"A: prompt move {move!r} is not a UCI move")
     history = tuple(match.group("history").split())
     if not history or len(history) > HISTORY_MOVES or history[-1] != move or any(not _UCI.match(m) for m in history):
-        raise InputError(f"A: prompt history {' '.join(history)!r} must be 1-{HISTORY_MOVES} UCI moves ending with {move!r}")
+        raise InputError(
+            f"A: prompt history {' '.join(history)!r} must be 1-{HISTORY_MOVES} UCI moves ending with {move!r}"
+        )
     del board
     return EnvironmentQuery(fen=fen, move=move, history=history)
 
@@ -305,14 +309,13 @@ def parse_environment_line(line: str) -> tuple[EnvironmentQuery, EnvironmentAnsw
 
 
 def task_of(prompt: str) -> str:
-    """"policy" or "environment" from a prompt's marker; `ValueError` otherwise."""
+    """ "policy" or "environment" from a prompt's marker; `ValueError` otherwise."""
     head = prompt.lstrip()[:2]
     if head == "P:":
         return "policy"
     if head == "A:":
         return "environment"
     raise InputError(f"prompt {prompt[:40]!r} starts with neither 'P:' nor 'A:'")
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -346,4 +349,3 @@ def upstream_best_defect(answer: PolicyAnswer) -> bool:
     if answer.best not in answer.moves:
         return True
     return answer.evals[answer.moves.index(answer.best)] < max(answer.evals)
-

@@ -61,9 +61,9 @@ from chessgrpo.data.rookworld_format import (
     task_of,
 )
 from chessgrpo.data.rookworld_truths import (
+    TABLEBASE_WIN_PAWNS,
     ExactMoveValue,
     MoveValue,
-    TABLEBASE_WIN_PAWNS,
     PolicyTruth,
     policy_truths,
     tablebase_pawns,
@@ -174,8 +174,10 @@ class PolicyRewardConfig:
         if self.truth not in TRUTHS:
             raise ValueError(f"truth must be one of {', '.join(TRUTHS)}, got {self.truth!r}")
         if not 0.0 <= self.tablebase_draw_credit < self.tablebase_win_credit < 1.0:
-            raise ValueError(f"need 0 <= tablebase_draw_credit < tablebase_win_credit < 1, got "
-                             f"{self.tablebase_draw_credit} and {self.tablebase_win_credit}")  # fmt: skip
+            raise ValueError(
+                f"need 0 <= tablebase_draw_credit < tablebase_win_credit < 1, got "
+                f"{self.tablebase_draw_credit} and {self.tablebase_win_credit}"
+            )
         if not (math.isfinite(self.tablebase_half_plies) and self.tablebase_half_plies > 0):
             raise ValueError(f"tablebase_half_plies must be > 0, got {self.tablebase_half_plies}")
 
@@ -206,12 +208,20 @@ class EnvironmentRewardConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if not math.isfinite(value) or (field.name != "malformed_penalty" and value < 0):
-                raise ValueError(f"{field.name} must be a finite number{' >= 0' if field.name != 'malformed_penalty' else ''}, got {value}")
+                raise ValueError(
+                    f"{field.name} must be a finite number{' >= 0' if field.name != 'malformed_penalty' else ''}, got {value}"
+                )
 
     @property
     def maximum(self) -> float:
-        return (self.format_weight + self.fen_exact_weight + self.fen_fields_weight + self.reward_weight
-                + self.terminated_weight + self.truncated_weight)  # fmt: skip
+        return (
+            self.format_weight
+            + self.fen_exact_weight
+            + self.fen_fields_weight
+            + self.reward_weight
+            + self.terminated_weight
+            + self.truncated_weight
+        )
 
 
 @dataclasses.dataclass
@@ -252,11 +262,15 @@ def _move_wins(truth: PolicyTruth, unlisted: dict[str, MoveValue] | None) -> dic
 def _regret(move: str, truth: PolicyTruth, wins: dict[str, float]) -> float:
     """Win probability a legal move gives up against the best line (< 0 when its own search rates it higher)."""
     if move not in wins:
-        raise ValueError(f"legal move {move!r} in {truth.fen!r} has no value: pass its search in `unlisted` (score_completions does)")
+        raise ValueError(
+            f"legal move {move!r} in {truth.fen!r} has no value: pass its search in `unlisted` (score_completions does)"
+        )
     return truth.best_win - wins[move]
 
 
-def _graded_top5(moves: Sequence[str], truth: PolicyTruth, config: PolicyRewardConfig, wins: dict[str, float]) -> tuple[float, list[float]]:
+def _graded_top5(
+    moves: Sequence[str], truth: PolicyTruth, config: PolicyRewardConfig, wins: dict[str, float]
+) -> tuple[float, list[float]]:
     """(graded `top5`, regrets of `moves`): the distinct legal moves' summed credits over the engine's top k's.
 
     Normalised by what the engine's own top k earn, not by |M|: a mean over M would give a one-move M
@@ -268,15 +282,20 @@ def _graded_top5(moves: Sequence[str], truth: PolicyTruth, config: PolicyRewardC
     return min(1.0, sum(config.credit(r) for r in regrets) / attainable), regrets
 
 
-def _eval_credit(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardConfig,
-                 unlisted: dict[str, MoveValue] | None) -> tuple[float, list[float]]:  # fmt: skip
+def _eval_credit(
+    answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardConfig, unlisted: dict[str, MoveValue] | None
+) -> tuple[float, list[float]]:
     """(`eval` credit, absolute errors in pawns of the moves with a known value)."""
     known = dict(zip(truth.moves, truth.pawns))
     if truth.exact is not None:  # an exact truth values every legal move
         known = {move: tablebase_pawns(value) for move, value in truth.exact.items()}
     if unlisted and config.eval_unlisted_moves:
         known.update({m: v.pawns for m, v in unlisted.items() if m not in known})
-    clip = config.eval_clip if config.eval_clip is not None else (TABLEBASE_WIN_PAWNS if truth.exact is not None else ENGINE_EVAL_CLIP)
+    clip = (
+        config.eval_clip
+        if config.eval_clip is not None
+        else (TABLEBASE_WIN_PAWNS if truth.exact is not None else ENGINE_EVAL_CLIP)
+    )
     errors = []
     credits = []
     seen = set()
@@ -339,15 +358,32 @@ def _score_policy_exact(answer: PolicyAnswer, truth: PolicyTruth, config: Policy
     evaluation, errors = _eval_credit(answer, truth, config, None)
     if errors:
         extra["eval_error"] = sum(errors) / len(errors)
-    components = {"format": 1.0, "legal": legal, "best": best, "top5": top5, "eval": evaluation,
-                  "best_exact": best_exact, "top5_overlap": min(1.0, top5_overlap), **extra}  # fmt: skip
-    total = (config.format_weight + config.legal_weight * legal + config.best_weight * best + config.top5_weight * top5
-             + config.eval_weight * evaluation)  # fmt: skip
+    components = {
+        "format": 1.0,
+        "legal": legal,
+        "best": best,
+        "top5": top5,
+        "eval": evaluation,
+        "best_exact": best_exact,
+        "top5_overlap": min(1.0, top5_overlap),
+        **extra,
+    }
+    total = (
+        config.format_weight
+        + config.legal_weight * legal
+        + config.best_weight * best
+        + config.top5_weight * top5
+        + config.eval_weight * evaluation
+    )
     return Reward(total, components, None, answer)
 
 
-def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: PolicyRewardConfig,
-                 unlisted: dict[str, MoveValue] | None = None) -> Reward:  # fmt: skip
+def score_policy(
+    answer: PolicyAnswer | Malformed,
+    truth: PolicyTruth,
+    config: PolicyRewardConfig,
+    unlisted: dict[str, MoveValue] | None = None,
+) -> Reward:
     """The P: reward of a parsed completion against the engine's truth.
 
     `unlisted` maps legal moves outside the engine's list (of M, and B) to their searched values;
@@ -384,14 +420,29 @@ def score_policy(answer: PolicyAnswer | Malformed, truth: PolicyTruth, config: P
     evaluation, errors = _eval_credit(answer, truth, config, unlisted)
     if errors:
         extra["eval_error"] = sum(errors) / len(errors)
-    components = {"format": 1.0, "legal": legal, "best": best, "top5": top5, "eval": evaluation,
-                  "best_exact": best_exact, "top5_overlap": top5_overlap, **extra}  # fmt: skip
-    total = (config.format_weight + config.legal_weight * legal + config.best_weight * best + config.top5_weight * top5
-             + config.eval_weight * evaluation)  # fmt: skip
+    components = {
+        "format": 1.0,
+        "legal": legal,
+        "best": best,
+        "top5": top5,
+        "eval": evaluation,
+        "best_exact": best_exact,
+        "top5_overlap": top5_overlap,
+        **extra,
+    }
+    total = (
+        config.format_weight
+        + config.legal_weight * legal
+        + config.best_weight * best
+        + config.top5_weight * top5
+        + config.eval_weight * evaluation
+    )
     return Reward(total, components, None, answer)
 
 
-def score_environment(answer: EnvironmentAnswer | Malformed, truth: EnvironmentAnswer, config: EnvironmentRewardConfig) -> Reward:
+def score_environment(
+    answer: EnvironmentAnswer | Malformed, truth: EnvironmentAnswer, config: EnvironmentRewardConfig
+) -> Reward:
     """The A: reward of a parsed completion against python-chess's truth."""
     if isinstance(answer, Malformed):
         return Reward(config.malformed_penalty, {name: 0.0 for name in ENVIRONMENT_COMPONENTS}, answer.reason)
@@ -406,13 +457,20 @@ def score_environment(answer: EnvironmentAnswer | Malformed, truth: EnvironmentA
         "terminated": float(answer.terminated == truth.terminated),
         "truncated": float(answer.truncated == truth.truncated),
     }
-    total = (config.format_weight + config.fen_exact_weight * fen_exact + config.fen_fields_weight * fen_fields
-             + config.reward_weight * components["reward"] + config.terminated_weight * components["terminated"]
-             + config.truncated_weight * components["truncated"])  # fmt: skip
+    total = (
+        config.format_weight
+        + config.fen_exact_weight * fen_exact
+        + config.fen_fields_weight * fen_fields
+        + config.reward_weight * components["reward"]
+        + config.terminated_weight * components["terminated"]
+        + config.truncated_weight * components["truncated"]
+    )
     return Reward(total, components, None, answer)
 
 
-def _unlisted_pairs(truth: PolicyTruth, answer: PolicyAnswer | Malformed, config: PolicyRewardConfig) -> list[tuple[str, str]]:
+def _unlisted_pairs(
+    truth: PolicyTruth, answer: PolicyAnswer | Malformed, config: PolicyRewardConfig
+) -> list[tuple[str, str]]:
     """The (FEN, move) pairs `score_policy` needs searched: legal moves of the answer outside the engine's list."""
     if isinstance(answer, Malformed):
         return []
@@ -507,6 +565,8 @@ def score_completions(
     for task, score in TASK_GRADERS.items():
         rows = [i for i, t in enumerate(tasks) if t == task]
         if rows:
-            for row, reward in zip(rows, score(pool, [prompts[i] for i in rows], [completions[i] for i in rows], config)):
+            for row, reward in zip(
+                rows, score(pool, [prompts[i] for i in rows], [completions[i] for i in rows], config)
+            ):
                 rewards[row] = reward
     return rewards  # type: ignore[return-value]

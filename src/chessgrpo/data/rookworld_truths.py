@@ -120,7 +120,9 @@ class PolicyTruth:
         )
 
 
-def policy_truths(pool: EnginePool, fens: Sequence[str], *, nodes: int, multipv: int = MAX_LISTED_MOVES) -> list[PolicyTruth]:
+def policy_truths(
+    pool: EnginePool, fens: Sequence[str], *, nodes: int, multipv: int = MAX_LISTED_MOVES
+) -> list[PolicyTruth]:
     """One `PolicyTruth` per FEN from a multipv analysis (cached by the pool); distinct FENs once."""
     boards = {fen: parse_board(fen) for fen in dict.fromkeys(fens)}
     for fen, board in boards.items():
@@ -151,7 +153,9 @@ class MoveValue:
     """Win probability (expected score) for the mover: 1 - the opponent's after the move."""
 
 
-def unlisted_move_values(pool: EnginePool, pairs: Sequence[tuple[str, str]], *, nodes: int) -> dict[tuple[str, str], MoveValue]:
+def unlisted_move_values(
+    pool: EnginePool, pairs: Sequence[tuple[str, str]], *, nodes: int
+) -> dict[tuple[str, str], MoveValue]:
     """Values (mover's view) of (FEN, legal move) pairs from a search of the position after the move."""
     distinct = list(dict.fromkeys(pairs))
     if not distinct:
@@ -170,7 +174,6 @@ def unlisted_move_values(pool: EnginePool, pairs: Sequence[tuple[str, str]], *, 
         # The opponent's expected score, one ply later: the WDL model's ply term moves it negligibly.
         values[pair] = MoveValue(pawns=pawns, win=1.0 - evaluation.win_probability)
     return values
-
 
 
 def exact_move_values(tablebase: Tablebase, board: chess.Board) -> dict[str, ExactMoveValue]:
@@ -205,12 +208,18 @@ def exact_truth(fen: str, values: Mapping[str, ExactMoveValue], *, multipv: int 
         raise ValueError(f"position {fen!r} has no legal move: no policy task")
     ranked = sorted(values, key=lambda move: (tuple(-x for x in values[move].key), move))[:multipv]
     return PolicyTruth(
-        fen=fen, moves=tuple(ranked), pawns=tuple(tablebase_pawns(values[m]) for m in ranked),
-        legal=frozenset(values), wins=tuple(values[m].score for m in ranked), exact=dict(values),
-    )  # fmt: skip
+        fen=fen,
+        moves=tuple(ranked),
+        pawns=tuple(tablebase_pawns(values[m]) for m in ranked),
+        legal=frozenset(values),
+        wins=tuple(values[m].score for m in ranked),
+        exact=dict(values),
+    )
 
 
-def tablebase_truths(tablebase: Tablebase, fens: Sequence[str], *, multipv: int = MAX_LISTED_MOVES) -> list[PolicyTruth]:
+def tablebase_truths(
+    tablebase: Tablebase, fens: Sequence[str], *, multipv: int = MAX_LISTED_MOVES
+) -> list[PolicyTruth]:
     """`tablebase_truth` of each FEN (distinct FENs probed once; the tablebase caches probes)."""
     truths = {fen: tablebase_truth(tablebase, parse_board(fen), multipv=multipv) for fen in dict.fromkeys(fens)}
     return [truths[fen] for fen in fens]

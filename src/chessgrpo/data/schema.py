@@ -62,8 +62,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -103,8 +104,16 @@ POSITION_SCHEMA = pa.schema(
     ]
 )
 GAME_COLUMNS: tuple[str, ...] = (
-    "ply", "human_move", "mover_rating", "opponent_rating", "pgn_eval_cp", "pgn_eval_mate", "mover_clock", "result", "time_control",
-)  # fmt: skip
+    "ply",
+    "human_move",
+    "mover_rating",
+    "opponent_rating",
+    "pgn_eval_cp",
+    "pgn_eval_mate",
+    "mover_clock",
+    "result",
+    "time_control",
+)
 OPTIONAL_COLUMNS: frozenset[str] = frozenset(GAME_COLUMNS)
 """Columns a shard may lack (written before they existed): they read back as nulls."""
 
@@ -140,7 +149,9 @@ def write_parquet(table: pa.Table, path: str | os.PathLike) -> Path:
     return path
 
 
-def read_parquet(path: str | os.PathLike, columns: Sequence[str] | None = None, *, what: str = "Parquet file") -> pa.Table:
+def read_parquet(
+    path: str | os.PathLike, columns: Sequence[str] | None = None, *, what: str = "Parquet file"
+) -> pa.Table:
     """Read `columns` (None = all) of one Parquet file, verifying its page CRCs where it has them.
 
     Raises `FileNotFoundError` for a missing file and one `ValueError` naming the file for anything
@@ -155,15 +166,22 @@ def read_parquet(path: str | os.PathLike, columns: Sequence[str] | None = None, 
         missing = [name for name in columns or () if name not in names]
         if missing:
             raise InputError(f"{what} {str(path)!r} lacks columns {missing}")
-        return pq.read_table(path, columns=list(columns) if columns is not None else None, page_checksum_verification=True)
+        return pq.read_table(
+            path, columns=list(columns) if columns is not None else None, page_checksum_verification=True
+        )
     except (pa.ArrowException, OSError) as error:
-        raise InputError(f"{what} {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(
+            f"{what} {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}"
+        ) from None
 
 
 def shard_checksums(directory: str | os.PathLike) -> dict[str, str]:
     """{relative path: SHA-256} of every shard of a dataset directory: the manifest's ``shard_sha256``."""
     directory = Path(directory)
-    return {path.relative_to(directory).as_posix(): file_sha256(path) for path in sorted(directory.glob("*/shard-*.parquet"))}
+    return {
+        path.relative_to(directory).as_posix(): file_sha256(path)
+        for path in sorted(directory.glob("*/shard-*.parquet"))
+    }
 
 
 def verify_shard(directory: Path, path: Path, checksums: dict[str, str]) -> None:
@@ -184,7 +202,9 @@ def shard_paths(directory: str | os.PathLike, split: Split | None = None) -> lis
     return sorted(p for s in splits for p in (directory / s).glob("shard-*.parquet"))
 
 
-def read_positions(source: str | os.PathLike, split: Split | None = None, columns: Iterable[str] | None = None) -> pa.Table:
+def read_positions(
+    source: str | os.PathLike, split: Split | None = None, columns: Iterable[str] | None = None
+) -> pa.Table:
     """Read a dataset directory (all shards of `split`, or both) or a single Parquet file.
 
     `columns` None reads every column of `POSITION_SCHEMA`. A shard written before the game columns
@@ -217,7 +237,9 @@ def _read_shard(path: Path, target: pa.Schema) -> pa.Table:
     try:
         present = set(pq.read_schema(path).names)
     except (pa.ArrowException, OSError) as error:
-        raise InputError(f"dataset shard {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(
+            f"dataset shard {str(path)!r} is not a readable Parquet file (truncated or corrupt): {one_line(error)}"
+        ) from None
     absent = [name for name in target.names if name in OPTIONAL_COLUMNS and name not in present]
     table = read_parquet(path, [name for name in target.names if name not in absent], what="dataset shard")
     for name in absent:

@@ -22,8 +22,9 @@ import dataclasses
 import multiprocessing
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import chess
 
@@ -61,11 +62,19 @@ def _search_rows(job: tuple[str, dict[str, Any], list[str], list[str], int]) -> 
             moves = [m.move.uci() for m in root]
             rows.append(
                 dict(
-                    fen=fen, source="search", best_move=moves[0], best_action=move_to_action(root[0].move), moves=moves,
-                    win_probs=[float(m.value) for m in root], value=float(root[0].value), legal_moves=None,
-                    legal_win_probs=None, nodes=int(settings["nodes"]), agrees=moves[0] == best,
+                    fen=fen,
+                    source="search",
+                    best_move=moves[0],
+                    best_action=move_to_action(root[0].move),
+                    moves=moves,
+                    win_probs=[float(m.value) for m in root],
+                    value=float(root[0].value),
+                    legal_moves=None,
+                    legal_win_probs=None,
+                    nodes=int(settings["nodes"]),
+                    agrees=moves[0] == best,
                 )
-            )  # fmt: skip
+            )
     finally:
         searcher.close()
     return rows
@@ -107,7 +116,10 @@ def label_with_search(
     from chessgrpo.search import NetworkEvaluator
 
     NetworkEvaluator(load_policy(checkpoint))  # fail fast: a bad checkpoint, or one without a value head
-    jobs = [(str(checkpoint), settings, fens[i : i + chunk], engine_best[i : i + chunk], top_moves) for i in range(0, len(fens), chunk)]
+    jobs = [
+        (str(checkpoint), settings, fens[i : i + chunk], engine_best[i : i + chunk], top_moves)
+        for i in range(0, len(fens), chunk)
+    ]
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     context = multiprocessing.get_context("spawn")
@@ -125,8 +137,15 @@ def label_with_search(
     seconds = time.perf_counter() - started
     write_manifest(
         out,
-        {"command": "data search-label", "checkpoint": str(checkpoint), "source": str(source), "search": settings,
-         "positions": len(rows), "agreement_with_source": agreement, "seconds": seconds,
-         "shard_sha256": shard_checksums(out)},
-    )  # fmt: skip
+        {
+            "command": "data search-label",
+            "checkpoint": str(checkpoint),
+            "source": str(source),
+            "search": settings,
+            "positions": len(rows),
+            "agreement_with_source": agreement,
+            "seconds": seconds,
+            "shard_sha256": shard_checksums(out),
+        },
+    )
     return SearchLabelSummary(out, len(rows), seconds, agreement)

@@ -22,7 +22,6 @@ from chessgrpo.board.validation import parse_board
 from chessgrpo.errors import InputError
 from chessgrpo.paths import resolve_data_path
 
-
 LABEL_FILTERS = "win_prob_range, min_best_margin and best_move_check"
 """The start-position filters that read a dataset's labels."""
 
@@ -72,7 +71,9 @@ class StartPositions:
         labelled_only = win_prob_range is not None or min_best_margin is not None or best_move_check is not None
         if source.startswith("random:"):
             if labelled_only:
-                raise InputError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
+                raise InputError(
+                    f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)"
+                )
             count = source.split(":", 1)[1]
             if not count.isdigit() or int(count) < 1:
                 raise InputError(f"start positions {source!r}: expected random:N with N >= 1")
@@ -82,20 +83,30 @@ class StartPositions:
         suffix = path.suffix.lower()
         if path.is_dir() or suffix == ".parquet":
             boards = _dataset_positions(
-                path, source, split=split if path.is_dir() else None, win_prob_range=win_prob_range, min_best_margin=min_best_margin,
+                path,
+                source,
+                split=split if path.is_dir() else None,
+                win_prob_range=win_prob_range,
+                min_best_margin=min_best_margin,
                 best_move_check=best_move_check,
-            )  # fmt: skip
+            )
             if not boards:
-                raise InputError(f"start positions {source!r}: no position passes win_prob_range {win_prob_range}, min_best_margin "
-                                 f"{min_best_margin} and best_move_check {best_move_check}")  # fmt: skip
+                raise InputError(
+                    f"start positions {source!r}: no position passes win_prob_range {win_prob_range}, min_best_margin "
+                    f"{min_best_margin} and best_move_check {best_move_check}"
+                )
         elif labelled_only:
-            raise InputError(f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)")
+            raise InputError(
+                f"start positions {source!r}: {LABEL_FILTERS} need a labelled dataset (directory or .parquet)"
+            )
         elif suffix in (".epd", ".fen", ".txt"):
             boards = list(read_fen_file(path))
         elif suffix == ".pgn":
             boards = pgn_positions(path, skip_mover=skip_mover)
         else:
-            raise InputError(f"start positions {source!r}: expected a dataset directory, .parquet, .epd/.fen/.txt, .pgn or random:N")
+            raise InputError(
+                f"start positions {source!r}: expected a dataset directory, .parquet, .epd/.fen/.txt, .pgn or random:N"
+            )
         if max_positions is not None and len(boards) > max_positions:
             chosen = np.sort(np.random.default_rng(seed).choice(len(boards), max_positions, replace=False))
             boards = [boards[i] for i in chosen]
@@ -115,24 +126,35 @@ class StartPositions:
 
 
 def _dataset_positions(
-    path: Path, source: str, *, split: str | None, win_prob_range: tuple[float, float] | None, min_best_margin: float | None = None,
+    path: Path,
+    source: str,
+    *,
+    split: str | None,
+    win_prob_range: tuple[float, float] | None,
+    min_best_margin: float | None = None,
     best_move_check: bool | None = None,
 ) -> list[chess.Board]:
     from chessgrpo.data.schema import read_positions  # lazy: pyarrow only for datasets
 
     table = read_positions(path, split=split, columns=["fen", "win_probs", "best_move"])
     boards = []
-    rows = zip(table.column("fen").to_pylist(), table.column("win_probs").to_pylist(), table.column("best_move").to_pylist())
+    rows = zip(
+        table.column("fen").to_pylist(), table.column("win_probs").to_pylist(), table.column("best_move").to_pylist()
+    )
     for row, (fen, win_probs, best_move) in enumerate(rows):
         if win_prob_range is not None and win_probs and not win_prob_range[0] <= win_probs[0] <= win_prob_range[1]:
             continue
-        if min_best_margin is not None and not (len(win_probs or []) >= 2 and win_probs[0] - win_probs[1] >= min_best_margin):
+        if min_best_margin is not None and not (
+            len(win_probs or []) >= 2 and win_probs[0] - win_probs[1] >= min_best_margin
+        ):
             continue  # one labelled move (or none) says nothing about the margin
         try:
             board = parse_board(fen)
         except ValueError as error:
             raise InputError(f"start positions {source!r} row {row}: {error}") from None
-        if best_move_check is not None and not (best_move and board.gives_check(chess.Move.from_uci(best_move)) == best_move_check):
+        if best_move_check is not None and not (
+            best_move and board.gives_check(chess.Move.from_uci(best_move)) == best_move_check
+        ):
             continue
         boards.append(board)
     return boards
@@ -191,13 +213,19 @@ class PositionSource:
 
     def __post_init__(self) -> None:
         if self.max_defender_pieces is not None and self.max_defender_pieces < 1:
-            raise ValueError(f"position source {self.positions!r}: max_defender_pieces must be >= 1 (the king), got {self.max_defender_pieces}")
+            raise ValueError(
+                f"position source {self.positions!r}: max_defender_pieces must be >= 1 (the king), got {self.max_defender_pieces}"
+            )
         if not (self.weight >= 0 and np.isfinite(self.weight)):
-            raise ValueError(f"position source {self.positions!r}: weight must be a finite number >= 0, got {self.weight}")
+            raise ValueError(
+                f"position source {self.positions!r}: weight must be a finite number >= 0, got {self.weight}"
+            )
         if self.win_prob_range is not None and not 0.0 <= self.win_prob_range[0] <= self.win_prob_range[1] <= 1.0:
             raise ValueError(f"position source {self.positions!r}: win_prob_range must be [low, high] within [0, 1]")
         if self.min_best_margin is not None and not 0.0 < self.min_best_margin <= 1.0:
-            raise ValueError(f"position source {self.positions!r}: min_best_margin must be in (0, 1], got {self.min_best_margin}")
+            raise ValueError(
+                f"position source {self.positions!r}: min_best_margin must be in (0, 1], got {self.min_best_margin}"
+            )
 
     @property
     def label(self) -> str:
@@ -217,7 +245,9 @@ class StartPositionMixture:
 
     def __init__(self, sources: Sequence[StartPositions], weights: Sequence[float], labels: Sequence[str]):
         if not sources or not (len(sources) == len(weights) == len(labels)):
-            raise ValueError("a start-position mixture needs one weight and one label per source (and at least one source)")
+            raise ValueError(
+                "a start-position mixture needs one weight and one label per source (and at least one source)"
+            )
         total = float(sum(weights))
         if not total > 0:
             raise ValueError(f"a start-position mixture needs a positive total weight, got weights {list(weights)}")
@@ -231,7 +261,11 @@ class StartPositionMixture:
 
     @classmethod
     def from_config(
-        cls, items: Sequence[PositionSource], *, seed: int = 0, load: Callable[[PositionSource], StartPositions | None] | None = None
+        cls,
+        items: Sequence[PositionSource],
+        *,
+        seed: int = 0,
+        load: Callable[[PositionSource], StartPositions | None] | None = None,
     ) -> StartPositionMixture:
         """The mixture of config items; `load` may build a source this module does not know
         (e.g. ``policy_games:N``, which needs a policy) and returns None for the others."""
@@ -240,14 +274,23 @@ class StartPositionMixture:
             loaded = load(item) if load is not None else None
             if loaded is None:
                 loaded = StartPositions.from_source(
-                    item.positions, split=item.split, max_positions=item.max_positions, seed=seed,
-                    win_prob_range=item.win_prob_range, skip_mover=item.skip_mover, min_best_margin=item.min_best_margin,
+                    item.positions,
+                    split=item.split,
+                    max_positions=item.max_positions,
+                    seed=seed,
+                    win_prob_range=item.win_prob_range,
+                    skip_mover=item.skip_mover,
+                    min_best_margin=item.min_best_margin,
                     best_move_check=item.best_move_check,
-                )  # fmt: skip
+                )
             if item.max_defender_pieces is not None:
-                kept = [b for b in loaded.boards if chess.popcount(b.occupied_co[not b.turn]) <= item.max_defender_pieces]
+                kept = [
+                    b for b in loaded.boards if chess.popcount(b.occupied_co[not b.turn]) <= item.max_defender_pieces
+                ]
                 if not kept:
-                    raise InputError(f"start positions {item.positions!r}: none with at most {item.max_defender_pieces} defender pieces")
+                    raise InputError(
+                        f"start positions {item.positions!r}: none with at most {item.max_defender_pieces} defender pieces"
+                    )
                 loaded = StartPositions(kept, loaded.source)
             sources.append(loaded)
         return cls(sources, [item.weight for item in items], [item.label for item in items])
@@ -267,7 +310,9 @@ class StartPositionMixture:
         for index, source in enumerate(self.sources):
             where = np.flatnonzero(slots == index)
             if len(where):
-                for slot, board in zip(where, source.draw(len(where), seed=seed, step=step, rank=rank, stream=index + 1)):
+                for slot, board in zip(
+                    where, source.draw(len(where), seed=seed, step=step, rank=rank, stream=index + 1)
+                ):
                     boards[int(slot)] = board
         self.last_sources = [int(s) for s in slots]
         return boards  # type: ignore[return-value]

@@ -15,8 +15,9 @@ import json
 import logging
 import sqlite3
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from chessgrpo.errors import ChessGRPOError, one_line
 
@@ -68,10 +69,14 @@ class EvaluationCache:
             self._connection = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False)
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.execute("CREATE TABLE IF NOT EXISTS evaluations (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._connection.execute(
+                "CREATE TABLE IF NOT EXISTS evaluations (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
             self._connection.commit()
         except sqlite3.DatabaseError as error:
-            raise CacheError(f"evaluation cache {str(self.path)!r} is not a usable SQLite database: {one_line(error)}") from error
+            raise CacheError(
+                f"evaluation cache {str(self.path)!r} is not a usable SQLite database: {one_line(error)}"
+            ) from error
         self.hits = 0
         self.misses = 0
         self.dropped = 0
@@ -126,7 +131,10 @@ class EvaluationCache:
             if bad and not self.dropped:
                 logger.warning(
                     "evaluation cache %s: dropped %d unreadable entr%s (e.g. key %s); searching again",
-                    self.path, len(bad), "y" if len(bad) == 1 else "ies", bad[0][0][:200],
+                    self.path,
+                    len(bad),
+                    "y" if len(bad) == 1 else "ies",
+                    bad[0][0][:200],
                 )
             self.dropped += len(bad)
         return found

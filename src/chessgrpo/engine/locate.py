@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from chessgrpo.errors import ChessGRPOError
-
 import os
 import shutil
 from pathlib import Path
+
+from chessgrpo.errors import ChessGRPOError
 
 # Debian installs Stockfish into its games directory, which is often not on PATH.
 _FALLBACK_LOCATIONS = ("/usr/games/stockfish", "/usr/local/bin/stockfish", "/opt/homebrew/bin/stockfish")
@@ -38,7 +38,9 @@ def find_stockfish(path: str | os.PathLike | None = None) -> Path:
         if not candidate.is_file() or not os.access(candidate, os.X_OK):
             resolved = shutil.which(str(path))
             if resolved is None:
-                raise EngineNotFoundError(f"Stockfish binary {str(path)!r} does not exist or is not executable; {INSTALL_HINT}")
+                raise EngineNotFoundError(
+                    f"Stockfish binary {str(path)!r} does not exist or is not executable; {INSTALL_HINT}"
+                )
             candidate = Path(resolved)
         return candidate
     found = shutil.which("stockfish")

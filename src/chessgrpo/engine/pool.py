@@ -46,8 +46,9 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import chess
 
@@ -193,7 +194,15 @@ class _Dispatch:
 class PendingEvaluations:
     """Evaluations under way (`EnginePool.submit`): `result()` waits for them and returns them in order."""
 
-    def __init__(self, pool: EnginePool, boards: list[chess.Board], fens: list[str], results: list, requests: dict, dispatch: _Dispatch):
+    def __init__(
+        self,
+        pool: EnginePool,
+        boards: list[chess.Board],
+        fens: list[str],
+        results: list,
+        requests: dict,
+        dispatch: _Dispatch,
+    ):
         self._pool, self._boards, self._fens, self._results = pool, boards, fens, results
         self._requests, self._dispatch = requests, dispatch
         self._done = False
@@ -254,12 +263,18 @@ class EnginePool:
         self.clear_hash = clear_hash
         # No default limit (nodes and depth both None): every search must pass its own, so a GRPO kind's
         # searches cannot silently fall back to an engine-wide limit that no config key of theirs sets.
-        self.default_limit = SearchLimit(nodes=None if depth is not None else nodes, depth=depth) if (nodes, depth) != (None, None) else None
+        self.default_limit = (
+            SearchLimit(nodes=None if depth is not None else nodes, depth=depth)
+            if (nodes, depth) != (None, None)
+            else None
+        )
         self.stats = PoolStats()
         self._stats_lock = threading.Lock()
         # (priority, arrival, (task, future) or None to stop a worker): urgent searches (an opponent's
         # move the caller waits for) overtake background ones (rewards prefetched during a rollout).
-        self._queue: queue.PriorityQueue[tuple[float, int, tuple[_Task, concurrent.futures.Future] | None]] = queue.PriorityQueue()
+        self._queue: queue.PriorityQueue[tuple[float, int, tuple[_Task, concurrent.futures.Future] | None]] = (
+            queue.PriorityQueue()
+        )
         self._arrival = itertools.count()
         self._engines: list[UciProcess | None] = [None] * self.processes
         self._closed = False
@@ -298,7 +313,7 @@ class EnginePool:
             worker.start()
 
     @classmethod
-    def from_config(cls, config: Any) -> "EnginePool":
+    def from_config(cls, config: Any) -> EnginePool:
         """Build a pool from an `EngineConfig`."""
         return cls(
             path=config.path,
@@ -408,7 +423,9 @@ class EnginePool:
                 results[index] = self._analysis(boards[index], value, cached)
         return results  # type: ignore[return-value]
 
-    def analyse(self, position: Position, *, multipv: int = 5, nodes: int | None = None, depth: int | None = None) -> Analysis:
+    def analyse(
+        self, position: Position, *, multipv: int = 5, nodes: int | None = None, depth: int | None = None
+    ) -> Analysis:
         """The top `multipv` moves of one position, best first."""
         return self.analyse_many([position], multipv=multipv, nodes=nodes, depth=depth)[0]
 
@@ -436,7 +453,7 @@ class EnginePool:
         if self.cache is not None:
             self.cache.close()
 
-    def __enter__(self) -> "EnginePool":
+    def __enter__(self) -> EnginePool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -448,8 +465,10 @@ class EnginePool:
     def _limit(self, nodes: int | None, depth: int | None) -> SearchLimit:
         if nodes is None and depth is None:
             if self.default_limit is None:
-                raise ValueError("a search without a limit, from a pool with no default limit (engine.nodes and engine.depth are "
-                                 "null): pass the limit of the config key that sets it")
+                raise ValueError(
+                    "a search without a limit, from a pool with no default limit (engine.nodes and engine.depth are "
+                    "null): pass the limit of the config key that sets it"
+                )
             return self.default_limit
         return SearchLimit(nodes=nodes, depth=depth)
 
@@ -467,7 +486,9 @@ class EnginePool:
             # from `board`), built from the key's string instead of a second board.fen().
             requests[key] = (f"{position} 1", [index])
 
-    def _dispatch(self, requests: dict[str, tuple[str, list[int]]], limit: SearchLimit, multipv: int, priority: int) -> _Dispatch:
+    def _dispatch(
+        self, requests: dict[str, tuple[str, list[int]]], limit: SearchLimit, multipv: int, priority: int
+    ) -> _Dispatch:
         """Answer what the cache knows and queue the rest (`_collect` waits for them)."""
         if self._closed:
             raise EngineError("the engine pool is closed")
@@ -488,7 +509,9 @@ class EnginePool:
             futures[future] = key
         return _Dispatch(cached, futures, time.perf_counter())
 
-    def _collect(self, requests: dict[str, tuple[str, list[int]]], dispatch: _Dispatch, progress: Progress | None) -> dict[str, tuple[dict, bool]]:
+    def _collect(
+        self, requests: dict[str, tuple[str, list[int]]], dispatch: _Dispatch, progress: Progress | None
+    ) -> dict[str, tuple[dict, bool]]:
         """Raw search results for each request key: the dispatch's cached answers and its searches."""
         out = dict(dispatch.cached)
         if progress and out:
@@ -540,10 +563,18 @@ class EnginePool:
                 )
             except EngineError as error:
                 last_error = error
-                logger.warning("engine %s failed to start (attempt %d of %d): %s", self.path, attempt + 1, self.retry.startup_attempts, error)
+                logger.warning(
+                    "engine %s failed to start (attempt %d of %d): %s",
+                    self.path,
+                    attempt + 1,
+                    self.retry.startup_attempts,
+                    error,
+                )
                 self._count_engine_failure(f"starting {self.path}")
         reason = str(last_error).replace(f"cannot start engine {str(self.path)!r}: ", "")  # the path once
-        raise EngineError(f"engine {str(self.path)!r} could not be started in {self.retry.startup_attempts} attempts: {reason}")
+        raise EngineError(
+            f"engine {str(self.path)!r} could not be started in {self.retry.startup_attempts} attempts: {reason}"
+        )
 
     def _count_engine_failure(self, doing: str) -> None:
         """Count one engine fault against the pool's budget; raise when the budget is spent."""
@@ -610,7 +641,9 @@ class EnginePool:
             except EngineError as error:
                 failures += 1
                 if engine is not None:
-                    logger.warning("engine %d (pid %d) failed on %r (%s); replacing it", slot, engine.pid, task.fen, error)
+                    logger.warning(
+                        "engine %d (pid %d) failed on %r (%s); replacing it", slot, engine.pid, task.fen, error
+                    )
                     engine.kill()
                     self._engines[slot] = None
                     self._count_engine_failure(f"searching {task.fen!r} ({task.limit})")
@@ -669,7 +702,9 @@ class EnginePool:
             if not pv:
                 continue
             wdl = score_to_wdl(cp, mate, ply=ply, model=self.wdl_model)
-            lines.append(MoveEvaluation(move=pv[0], win_probability=expected_score(wdl), wdl=wdl, cp=cp, mate=mate, pv=tuple(pv)))
+            lines.append(
+                MoveEvaluation(move=pv[0], win_probability=expected_score(wdl), wdl=wdl, cp=cp, mate=mate, pv=tuple(pv))
+            )
         first = value["lines"][0] if value["lines"] else (None, None, (), 0, 0)
         return Analysis(fen=board.fen(), lines=tuple(lines), depth=first[3], nodes=first[4], cached=cached)
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Sequence
 
 import chess
 import chess.syzygy
@@ -124,7 +123,7 @@ class Tablebase:
     def close(self) -> None:
         self._tablebase.close()
 
-    def __enter__(self) -> "Tablebase":
+    def __enter__(self) -> Tablebase:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -135,8 +134,18 @@ class Tablebase:
 
     @staticmethod
     def _key(board: chess.Board) -> tuple:
-        return (board.occupied_co[0], board.occupied_co[1], board.pawns, board.knights, board.bishops, board.rooks,
-                board.queens, board.kings, board.turn, board.ep_square)  # fmt: skip
+        return (
+            board.occupied_co[0],
+            board.occupied_co[1],
+            board.pawns,
+            board.knights,
+            board.bishops,
+            board.rooks,
+            board.queens,
+            board.kings,
+            board.turn,
+            board.ep_square,
+        )
 
     def _check(self, board: chess.Board) -> None:
         if not self.covers(board):
@@ -171,9 +180,14 @@ class Tablebase:
     # Values and perfect moves
 
     def state(
-        self, board: chess.Board, pov: chess.Color, *, terminal: str | None = None, checked: bool = False,
+        self,
+        board: chess.Board,
+        pov: chess.Color,
+        *,
+        terminal: str | None = None,
+        checked: bool = False,
         distance: bool = True,
-    ) -> TablebaseState:  # fmt: skip
+    ) -> TablebaseState:
         """The exact value of `board` for `pov`.
 
         `checked=True` says the caller already knows whether the game is over (`terminal`, None
@@ -184,7 +198,9 @@ class Tablebase:
             terminal = game_over(board)
         if terminal == "checkmate":
             mated = board.turn == pov
-            return TablebaseState(score=0.0 if mated else 1.0, plies=0, terminal=terminal, mated=mated, delivered_mate=not mated)
+            return TablebaseState(
+                score=0.0 if mated else 1.0, plies=0, terminal=terminal, mated=mated, delivered_mate=not mated
+            )
         if terminal is not None:
             return TablebaseState(score=0.5, plies=0, terminal=terminal)
         wdl = self.probe_wdl(board)

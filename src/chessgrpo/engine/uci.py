@@ -31,8 +31,9 @@ import os
 import select
 import subprocess
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from chessgrpo.engine.locate import EngineError
 from chessgrpo.errors import InputError, quote
@@ -519,7 +520,7 @@ def _final_lines(blocks: list[list[str]]) -> list[SearchLine]:
     """
     widest = max((len(block) for block in blocks), default=0)
     for block in reversed(blocks):
-        if len(block) == widest and not any(" lowerbound" in l or " upperbound" in l for l in block):
+        if len(block) == widest and not any(" lowerbound" in line or " upperbound" in line for line in block):
             parsed = [parse_info(line) for line in block]
             lines = [entry for entry in parsed if entry is not None]
             if len(lines) == len(block):

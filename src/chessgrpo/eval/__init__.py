@@ -13,7 +13,14 @@ Every metric is reported with an interval (`chessgrpo.stats.Interval`) and besid
 """
 
 from chessgrpo.eval.compare import Comparison, compare_files, compare_records
-from chessgrpo.eval.offline import BLUNDER_THRESHOLD, MoveRecord, OfflineResult, evaluate_offline, move_values, score_moves
+from chessgrpo.eval.offline import (
+    BLUNDER_THRESHOLD,
+    MoveRecord,
+    OfflineResult,
+    evaluate_offline,
+    move_values,
+    score_moves,
+)
 from chessgrpo.eval.positions import LabelledPosition, load_eval_positions
 from chessgrpo.eval.puzzles import (
     RATING_BUCKETS,

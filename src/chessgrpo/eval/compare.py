@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from chessgrpo.errors import InputError
 from chessgrpo.eval.registry import comparable, recognise_records
@@ -40,10 +41,16 @@ class MetricComparison:
 
     @property
     def verdict(self) -> str:
-        """"better", "worse" (B against A; "higher", "lower" for a descriptive rate) or "no
+        """ "better", "worse" (B against A; "higher", "lower" for a descriptive rate) or "no
         significant difference" (interval contains 0)."""
         if self.higher_is_better is None:
-            return "higher" if self.difference.low > 0 else "lower" if self.difference.high < 0 else "no significant difference"
+            return (
+                "higher"
+                if self.difference.low > 0
+                else "lower"
+                if self.difference.high < 0
+                else "no significant difference"
+            )
         if self.difference.low > 0:
             return "better" if self.higher_is_better else "worse"
         if self.difference.high < 0:
@@ -141,7 +148,9 @@ def read_evaluation(path: str | Path) -> tuple[str, str, list[dict[str, Any]]]:
     records = payload.get("records", {}).get("player") if isinstance(payload, dict) else None
     names = [e.name for e in comparable()]
     if not isinstance(records, list) or not records:
-        raise InputError(f"{path} has no per-item records: write it with `chessgrpo eval {'|'.join(names)} ... output={path}`")
+        raise InputError(
+            f"{path} has no per-item records: write it with `chessgrpo eval {'|'.join(names)} ... output={path}`"
+        )
     found = recognise_records(records[0])
     if found is None:
         labels = [e.records_label for e in comparable()]
@@ -170,5 +179,7 @@ def format_comparison(comparison: Comparison, confidence: float = 0.95) -> str:
         d = m.difference
         a, b = (f"{x.value:.3f} [{x.low:.3f}, {x.high:.3f}]" for x in (m.a, m.b))
         subset = f" (on {m.a.n} of them)" if m.a.n != comparison.n else ""
-        lines.append(f"{m.metric:<20}  {a:<22}  {b:<22}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<26}  {m.verdict}{subset}")
+        lines.append(
+            f"{m.metric:<20}  {a:<22}  {b:<22}  {f'{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]':<26}  {m.verdict}{subset}"
+        )
     return "\n".join(lines)

@@ -28,9 +28,9 @@ from chessgrpo.config import ConfigError
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.errors import InputError
+from chessgrpo.paths import SYZYGY_DEFAULT
 from chessgrpo.play.lm_player import LMPlayerConfig
 from chessgrpo.stats import Interval, wilson_interval
-from chessgrpo.paths import SYZYGY_DEFAULT
 
 
 @dataclasses.dataclass
@@ -66,6 +66,7 @@ class EndgameEvalConfig:
         if self.threads < 0:
             raise ConfigError(f"config key threads must be >= 0 (0 = torch's default), got {self.threads}")
 
+
 MovePicker = Callable[[list[chess.Board]], list[chess.Move]]
 """Chooses one move for each board (all with the strong side to move)."""
 
@@ -82,14 +83,16 @@ def policy_picker(model, *, temperature: float = 0.0, generator: torch.Generator
 def checkpoint_picker(path: Path, config: EndgameEvalConfig) -> tuple[MovePicker, Any]:
     """(picker, the `LMPlayer` or None) of an action-policy or chess LM checkpoint (`models.checkpoint_kind`);
     ``lm.*`` settings given with an action policy are an error naming the path."""
-    from chessgrpo.play.lm_player import LMPlayer
     from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
+    from chessgrpo.play.lm_player import LMPlayer
 
     if identify_checkpoint(path).kind == LM:
         lm_player = LMPlayer.from_path(path, device=config.device, config=config.lm)
         return lm_player.picker(), lm_player
     if config.lm != LMPlayerConfig():
-        raise InputError(f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them")
+        raise InputError(
+            f"the lm.* settings are for a chess LM checkpoint, but {str(path)!r} is an action policy; drop them"
+        )
     from chessgrpo.models.policy import load_policy
 
     return policy_picker(load_policy(path, device=config.device).eval()), None
@@ -149,7 +152,13 @@ class EndgameEvalResult:
         out: dict[str, float] = {}
         for name in ("mate_rate", "dtz_optimal_rate", "win_lost_rate"):
             interval = getattr(self, name)
-            out.update({f"{prefix}{name}": interval.value, f"{prefix}{name}_low": interval.low, f"{prefix}{name}_high": interval.high})
+            out.update(
+                {
+                    f"{prefix}{name}": interval.value,
+                    f"{prefix}{name}_low": interval.low,
+                    f"{prefix}{name}_high": interval.high,
+                }
+            )
         # Means over the mated games: undefined (left out, not NaN, which `diagnose` reads as a numeric fault) until one mates.
         for name in ("moves_to_mate", "optimal_moves_to_mate", "optimal_moves_all"):
             if not math.isnan(getattr(self, name)):
@@ -158,7 +167,9 @@ class EndgameEvalResult:
         for piece, share in self.piece_shares.items():
             out[f"{prefix}piece_share/{piece}"] = share
         for result, rate in self.outcome_rates.items():
-            if result.startswith("draw:"):  # why wins were given away: repetition, stalemate, insufficient material, ...
+            if result.startswith(
+                "draw:"
+            ):  # why wins were given away: repetition, stalemate, insufficient material, ...
                 out[f"{prefix}{result.replace(':', '_')}_rate"] = rate
         return out
 

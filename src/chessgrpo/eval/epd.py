@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import chess
 
 from chessgrpo.board.validation import parse_board
 from chessgrpo.errors import InputError, one_line, quote
+from chessgrpo.files import open_decompressed, text_lines
 from chessgrpo.play.players import Player
 from chessgrpo.stats import Interval, wilson_interval
-from chessgrpo.files import open_decompressed, text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,9 @@ def parse_epd(text: str, line: int = 0) -> EpdPosition:
     if best and all(move in avoid for move in best):
         raise InputError("every bm move is also an am move")
     identifier = operations.get("id")
-    return EpdPosition(line=line, id=None if identifier is None else str(identifier), board=board, best=best, avoid=avoid)
+    return EpdPosition(
+        line=line, id=None if identifier is None else str(identifier), board=board, best=best, avoid=avoid
+    )
 
 
 def read_epd(path: str | Path, *, strict: bool = False) -> EpdSuite:

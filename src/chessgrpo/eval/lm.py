@@ -38,12 +38,24 @@ from chessgrpo.data.rookworld_format import (
     parse_policy_completion,
 )
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
-from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 from chessgrpo.models.lm_generation import generate_texts
+from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
-POLICY_PROPORTIONS = ("p_format_rate", "p_best_accuracy", "p_best_accuracy_well_formed", "p_top5_hit_rate", "p_best_legal_rate")
+POLICY_PROPORTIONS = (
+    "p_format_rate",
+    "p_best_accuracy",
+    "p_best_accuracy_well_formed",
+    "p_top5_hit_rate",
+    "p_best_legal_rate",
+)
 POLICY_MEANS = ("p_legal_rate", "p_top5_overlap", "p_eval_error", "p_reward")
-ENVIRONMENT_PROPORTIONS = ("a_format_rate", "a_fen_accuracy", "a_reward_accuracy", "a_flag_accuracy", "a_exact_state_accuracy")
+ENVIRONMENT_PROPORTIONS = (
+    "a_format_rate",
+    "a_fen_accuracy",
+    "a_reward_accuracy",
+    "a_flag_accuracy",
+    "a_exact_state_accuracy",
+)
 ENVIRONMENT_MEANS = ("a_reward",)
 PUZZLE_PROPORTIONS = ("puzzle_format_rate", "puzzle_first_move_accuracy")
 
@@ -96,17 +108,23 @@ class LMEvalResult:
         for name, interval in self.metrics.items():
             if interval.n == 0 or math.isnan(interval.value):
                 continue
-            out.update({f"{prefix}{name}": interval.value, f"{prefix}{name}_low": interval.low, f"{prefix}{name}_high": interval.high})
+            out.update(
+                {
+                    f"{prefix}{name}": interval.value,
+                    f"{prefix}{name}_low": interval.low,
+                    f"{prefix}{name}_high": interval.high,
+                }
+            )
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {"metrics": {k: v.to_json() for k, v in self.metrics.items()}, "records": self.records}
 
 
-
-
 def _mean(values: Sequence[float], confidence: float, resamples: int, seed: int) -> Interval:
-    return bootstrap_interval(np.asarray(values, dtype=np.float64), confidence=confidence, resamples=resamples, seed=seed)
+    return bootstrap_interval(
+        np.asarray(values, dtype=np.float64), confidence=confidence, resamples=resamples, seed=seed
+    )
 
 
 def _rate(flags: Sequence[bool], confidence: float) -> Interval:
@@ -127,18 +145,23 @@ def top_share(moves: Sequence[str]) -> float:
     return Counter(moves).most_common(1)[0][1] / len(moves)
 
 
-def bootstrap_statistic(items: Sequence[Any], statistic: Callable[[Sequence[Any]], float], confidence: float,
-                        resamples: int, seed: int) -> Interval:  # fmt: skip
+def bootstrap_statistic(
+    items: Sequence[Any], statistic: Callable[[Sequence[Any]], float], confidence: float, resamples: int, seed: int
+) -> Interval:
     """`statistic` of `items` with a percentile-bootstrap interval (items resampled with replacement)."""
     if not items:
         return Interval(math.nan, math.nan, math.nan, 0)
     rng = np.random.default_rng(seed)
     samples = [statistic([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(resamples)]
     alpha = (1 - confidence) / 2
-    return Interval(statistic(items), float(np.quantile(samples, alpha)), float(np.quantile(samples, 1 - alpha)), len(items))
+    return Interval(
+        statistic(items), float(np.quantile(samples, alpha)), float(np.quantile(samples, 1 - alpha)), len(items)
+    )
 
 
-def policy_metrics(rows: Sequence[dict[str, Any]], *, confidence: float, resamples: int, seed: int) -> dict[str, Interval]:
+def policy_metrics(
+    rows: Sequence[dict[str, Any]], *, confidence: float, resamples: int, seed: int
+) -> dict[str, Interval]:
     """P: task metrics with intervals from per-prompt records (`malformed`, `best`, `top5_hit`, `legal`, `top5`, `total`,
     and `eval_error` where the answer had one): Wilson intervals for rates, bootstrap for means."""
     metrics: dict[str, Interval] = {}
@@ -146,7 +169,9 @@ def policy_metrics(rows: Sequence[dict[str, Any]], *, confidence: float, resampl
     metrics["p_best_accuracy"] = _rate([r["best"] == 1.0 for r in rows], confidence)
     # A malformed answer scores no best move, so p_best_accuracy rises with the format alone; this
     # rate among well-formed answers says whether the chess improved too (NaN when none is).
-    metrics["p_best_accuracy_well_formed"] = _rate([r["best"] == 1.0 for r in rows if r["malformed"] is None], confidence)
+    metrics["p_best_accuracy_well_formed"] = _rate(
+        [r["best"] == 1.0 for r in rows if r["malformed"] is None], confidence
+    )
     metrics["p_top5_hit_rate"] = _rate([r["top5_hit"] == 1.0 for r in rows], confidence)
     if rows and "best_legal" in rows[0]:  # records from before these keys have neither
         metrics["p_best_legal_rate"] = _rate([r["best_legal"] == 1.0 for r in rows], confidence)
@@ -194,14 +219,19 @@ def evaluate_lm(
         truths = policy_truths_for(pool, [p[3:] for p in prompts], rewards.policy)
         for prompt, text, reward, truth in zip(prompts, texts, scored, truths):
             answer = reward.answer if isinstance(reward.answer, PolicyAnswer) else None
-            records["policy"].append({
-                "prompt": prompt, "completion": text, "total": reward.total, "malformed": reward.malformed,
-                **reward.components,
-                "top5_hit": float(answer is not None and answer.best in truth.moves),
-                "engine_best": truth.best,
-                "best_move": answer.best if answer is not None else None,
-                "best_legal": float(answer is not None and answer.best in truth.legal),
-            })  # fmt: skip
+            records["policy"].append(
+                {
+                    "prompt": prompt,
+                    "completion": text,
+                    "total": reward.total,
+                    "malformed": reward.malformed,
+                    **reward.components,
+                    "top5_hit": float(answer is not None and answer.best in truth.moves),
+                    "engine_best": truth.best,
+                    "best_move": answer.best if answer is not None else None,
+                    "best_legal": float(answer is not None and answer.best in truth.legal),
+                }
+            )
         metrics.update(policy_metrics(records["policy"], confidence=confidence, resamples=resamples, seed=seed))
 
     if environment_prompts:
@@ -209,10 +239,16 @@ def evaluate_lm(
         scored = score_completions(None, list(environment_prompts), texts, rewards)
         for prompt, text, reward in zip(environment_prompts, texts, scored):
             c = reward.components
-            records["environment"].append({
-                "prompt": prompt, "completion": text, "total": reward.total, "malformed": reward.malformed, **c,
-                "exact_state": float(c["fen_exact"] == c["reward"] == c["terminated"] == c["truncated"] == 1.0),
-            })  # fmt: skip
+            records["environment"].append(
+                {
+                    "prompt": prompt,
+                    "completion": text,
+                    "total": reward.total,
+                    "malformed": reward.malformed,
+                    **c,
+                    "exact_state": float(c["fen_exact"] == c["reward"] == c["terminated"] == c["truncated"] == 1.0),
+                }
+            )
         rows = records["environment"]
         metrics["a_format_rate"] = _rate([r["malformed"] is None for r in rows], confidence)
         metrics["a_fen_accuracy"] = _rate([r["fen_exact"] == 1.0 for r in rows], confidence)
@@ -236,10 +272,16 @@ def evaluate_lm(
                     board = puzzle.board.copy(stack=False)
                     board.push(move)
                     correct = move == puzzle.solution[0] or board.is_checkmate()
-            records["puzzles"].append({
-                "id": puzzle.id, "rating": puzzle.rating, "prompt": prompt, "completion": text,
-                "well_formed": not isinstance(answer, Malformed), "first_move_correct": bool(correct),
-            })  # fmt: skip
+            records["puzzles"].append(
+                {
+                    "id": puzzle.id,
+                    "rating": puzzle.rating,
+                    "prompt": prompt,
+                    "completion": text,
+                    "well_formed": not isinstance(answer, Malformed),
+                    "first_move_correct": bool(correct),
+                }
+            )
         rows = records["puzzles"]
         metrics["puzzle_format_rate"] = _rate([r["well_formed"] for r in rows], confidence)
         metrics["puzzle_first_move_accuracy"] = _rate([r["first_move_correct"] for r in rows], confidence)
@@ -250,8 +292,9 @@ def evaluate_lm(
 # Comparison
 
 
-def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: float = 0.95, resamples: int = 2000,
-                       seed: int = 0) -> dict[str, Interval]:  # fmt: skip
+def compare_lm_results(
+    a: dict[str, Any], b: dict[str, Any], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> dict[str, Interval]:
     """Paired B - A differences over the prompts both evaluations hold (records of `LMEvalResult.to_json`).
 
     P: reward, best-move accuracy (B: earns full credit, as the metric counts it), the mean best-move credit (graded
@@ -260,10 +303,16 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
     """
     out: dict[str, Interval] = {}
     specs = {
-        "policy": {"p_reward": "total", "p_best_accuracy": "best_is_right", "p_best_credit": "best", "p_top5_hit_rate": "top5_hit",
-                   "p_legal_rate": "legal", "p_format_rate": None},
+        "policy": {
+            "p_reward": "total",
+            "p_best_accuracy": "best_is_right",
+            "p_best_credit": "best",
+            "p_top5_hit_rate": "top5_hit",
+            "p_legal_rate": "legal",
+            "p_format_rate": None,
+        },
         "environment": {"a_reward": "total", "a_exact_state_accuracy": "exact_state", "a_format_rate": None},
-    }  # fmt: skip
+    }
     for task, names in specs.items():
         first = {r["prompt"]: r for r in a.get("records", {}).get(task, [])}
         second = {r["prompt"]: r for r in b.get("records", {}).get(task, [])}
@@ -271,36 +320,52 @@ def compare_lm_results(a: dict[str, Any], b: dict[str, Any], *, confidence: floa
         if not shared:
             continue
         for metric, key in names.items():
+
             def value(record: dict[str, Any], key: str | None = key) -> float:
                 if key is None:
                     return float(record["malformed"] is None)
-                if key == "best_is_right":  # as the metric p_best_accuracy counts it: full credit (graded) or exact match
+                if (
+                    key == "best_is_right"
+                ):  # as the metric p_best_accuracy counts it: full credit (graded) or exact match
                     return float(record["best"] == 1.0)
                 return float(record[key])
 
             out[metric] = paired_bootstrap_difference(
-                [value(second[p]) for p in shared], [value(first[p]) for p in shared],
-                confidence=confidence, resamples=resamples, seed=seed,
-            )  # fmt: skip
+                [value(second[p]) for p in shared],
+                [value(first[p]) for p in shared],
+                confidence=confidence,
+                resamples=resamples,
+                seed=seed,
+            )
         if task == "policy":
             # The chess alone: over the prompts answered well-formed in both, so a format gain cannot show here.
             both = [p for p in shared if first[p]["malformed"] is None and second[p]["malformed"] is None]
             if shared and "best_move" in first[shared[0]] and "best_move" in second[shared[0]]:
                 out["p_distinct_best_ratio"] = _paired_distinct_ratio(
-                    [first[p]["best_move"] for p in shared], [second[p]["best_move"] for p in shared], confidence, resamples, seed
-                )  # fmt: skip
+                    [first[p]["best_move"] for p in shared],
+                    [second[p]["best_move"] for p in shared],
+                    confidence,
+                    resamples,
+                    seed,
+                )
             if both:
-                for metric, value_of in (("p_best_accuracy_well_formed", lambda r: float(r["best"] == 1.0)),
-                                         ("p_reward_well_formed", lambda r: float(r["total"]))):  # fmt: skip
+                for metric, value_of in (
+                    ("p_best_accuracy_well_formed", lambda r: float(r["best"] == 1.0)),
+                    ("p_reward_well_formed", lambda r: float(r["total"])),
+                ):
                     out[metric] = paired_bootstrap_difference(
-                        [value_of(second[p]) for p in both], [value_of(first[p]) for p in both],
-                        confidence=confidence, resamples=resamples, seed=seed,
-                    )  # fmt: skip
+                        [value_of(second[p]) for p in both],
+                        [value_of(first[p]) for p in both],
+                        confidence=confidence,
+                        resamples=resamples,
+                        seed=seed,
+                    )
     return out
 
 
-def _paired_distinct_ratio(a: Sequence[str | None], b: Sequence[str | None], confidence: float, resamples: int,
-                           seed: int) -> Interval:  # fmt: skip
+def _paired_distinct_ratio(
+    a: Sequence[str | None], b: Sequence[str | None], confidence: float, resamples: int, seed: int
+) -> Interval:
     """distinct B: moves of `b` / distinct of `a` over the same prompts (ill-formed answers left out), with a
     paired bootstrap over prompts: below 1 when a policy collapses onto fewer moves."""
 

@@ -26,15 +26,16 @@ positions). Per-position `MoveRecord`s are kept so two players can later be comp
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import chess
 import numpy as np
 
 from chessgrpo.board import move_to_action
 from chessgrpo.board.move_facts import en_prise_actions
-from chessgrpo.play.players import Player
 from chessgrpo.eval.positions import LabelledPosition
+from chessgrpo.play.players import Player
 from chessgrpo.stats import Interval, bootstrap_interval
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,7 +99,7 @@ class OfflineResult:
 
 
 def move_values(
-    pool: "EnginePool", boards: Sequence[chess.Board], moves: Sequence[chess.Move], *, nodes: int | None = None
+    pool: EnginePool, boards: Sequence[chess.Board], moves: Sequence[chess.Move], *, nodes: int | None = None
 ) -> list[float]:
     """The value of each (board, move) for the side to move: 1 - win probability after the move.
 
@@ -119,7 +120,7 @@ def move_values(
 
 
 def score_moves(
-    pool: "EnginePool",
+    pool: EnginePool,
     positions: Sequence[LabelledPosition],
     chosen: Sequence[chess.Move],
     *,
@@ -160,7 +161,9 @@ def summarize(
     """Aggregate records into bootstrap intervals of top1, mean ESL and blunder rate."""
 
     def interval(values: list[float]) -> Interval:
-        return bootstrap_interval(np.asarray(values, dtype=np.float64), confidence=confidence, resamples=resamples, seed=seed)
+        return bootstrap_interval(
+            np.asarray(values, dtype=np.float64), confidence=confidence, resamples=resamples, seed=seed
+        )
 
     return OfflineResult(
         player=player,
@@ -174,7 +177,7 @@ def summarize(
 def evaluate_offline(
     player: Player,
     positions: Sequence[LabelledPosition],
-    pool: "EnginePool",
+    pool: EnginePool,
     *,
     nodes: int | None = None,
     batch_size: int = 256,

@@ -20,8 +20,9 @@ import dataclasses
 import io
 import logging
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import chess
 import chess.pgn
@@ -57,7 +58,7 @@ def load_eval_positions(
     path: str | Path,
     max_positions: int | None = None,
     seed: int = 0,
-    pool: "EnginePool | None" = None,
+    pool: EnginePool | None = None,
     nodes: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[LabelledPosition]:
@@ -94,7 +95,7 @@ def load_eval_positions(
 
 def _label(
     items: list[tuple[chess.Board, chess.Move | None]],
-    pool: "EnginePool | None",
+    pool: EnginePool | None,
     nodes: int | None,
     path: Path,
     progress: Callable[[int], None] | None,
@@ -103,13 +104,18 @@ def _label(
     labels: dict[int, chess.Move] = {}
     if unlabelled:
         if pool is None:
-            raise InputError(f"{len(unlabelled)} positions in {str(path)!r} have no best move and no engine pool was given to label them")
+            raise InputError(
+                f"{len(unlabelled)} positions in {str(path)!r} have no best move and no engine pool was given to label them"
+            )
         analyses = pool.analyse_many([items[i][0] for i in unlabelled], multipv=1, nodes=nodes, progress=progress)
         for index, analysis in zip(unlabelled, analyses):
             if analysis.best is None:
                 raise RuntimeError(f"the engine found no move in {analysis.fen!r}")
             labels[index] = parse_move(items[index][0], analysis.best.move)
-    return [LabelledPosition(board, move if move is not None else labels[index]) for index, (board, move) in enumerate(items)]
+    return [
+        LabelledPosition(board, move if move is not None else labels[index])
+        for index, (board, move) in enumerate(items)
+    ]
 
 
 def _read_parquet(path: Path) -> list[tuple[chess.Board, chess.Move | None]]:

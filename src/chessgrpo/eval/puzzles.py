@@ -42,17 +42,17 @@ import dataclasses
 import logging
 import random
 from array import array
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import chess
 
 from chessgrpo.board.validation import parse_board, parse_move
 from chessgrpo.errors import InputError, one_line
-from chessgrpo.play.players import Player
-from chessgrpo.stats import Interval, wilson_interval
 from chessgrpo.files import open_decompressed, text_lines
 from chessgrpo.paths import find_data_path
+from chessgrpo.play.players import Player
+from chessgrpo.stats import Interval, wilson_interval
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +214,11 @@ def read_puzzles(path: str | Path, max_puzzles: int | None = None, seed: int = 0
                 puzzles = None  # a large file to sample from: keep row numbers, parse the sample again
     if skipped:
         logger.warning(
-            "skipped %d malformed puzzle rows of %s (first: line %d: %s)", len(skipped), path, skipped[0].line, skipped[0].reason
+            "skipped %d malformed puzzle rows of %s (first: line %d: %s)",
+            len(skipped),
+            path,
+            skipped[0].line,
+            skipped[0].reason,
         )
     if not valid_rows:
         raise InputError(f"puzzle file {str(path)!r} holds no valid puzzle ({len(skipped)} rows skipped)")
@@ -281,7 +285,10 @@ class PuzzleResult:
 
     def to_json(self, records: bool = False) -> dict:
         def table(groups: dict[str, dict[str, Interval]]) -> dict:
-            return {group: {metric: interval.to_json() for metric, interval in metrics.items()} for group, metrics in groups.items()}
+            return {
+                group: {metric: interval.to_json() for metric, interval in metrics.items()}
+                for group, metrics in groups.items()
+            }
 
         out = {
             "player": self.player,
@@ -409,8 +416,14 @@ def summarize_puzzles(
         bands[rating_bucket(record.rating, rating_bands)].append(record)
         for theme in dict.fromkeys(record.themes):  # a theme listed twice counts once
             themes.setdefault(theme, []).append(record)
-    solution_kinds = {"check first": [r for r in records if r.solution_check], "quiet first": [r for r in records if not r.solution_check]}
-    frequent = sorted((theme for theme, group in themes.items() if len(group) >= min_theme_puzzles), key=lambda t: (-len(themes[t]), t))
+    solution_kinds = {
+        "check first": [r for r in records if r.solution_check],
+        "quiet first": [r for r in records if not r.solution_check],
+    }
+    frequent = sorted(
+        (theme for theme, group in themes.items() if len(group) >= min_theme_puzzles),
+        key=lambda t: (-len(themes[t]), t),
+    )
     return PuzzleResult(
         player=player,
         first_move_accuracy=overall["first_move_accuracy"],

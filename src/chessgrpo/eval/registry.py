@@ -92,7 +92,11 @@ _OFFLINE = Evaluation(
     item_key="fen",
     record_marker="esl",
     records_label="offline",
-    paired=(PairedMetric("top1", "top1", True), PairedMetric("esl", "esl", False), PairedMetric("blunder_rate", "blunder", False)),
+    paired=(
+        PairedMetric("top1", "top1", True),
+        PairedMetric("esl", "esl", False),
+        PairedMetric("blunder_rate", "blunder", False),
+    ),
     descriptive=(
         PairedMetric("played_check_rate", "chosen_check", None),
         PairedMetric("label_check_rate", "best_check", None),
@@ -115,14 +119,19 @@ _PUZZLES = Evaluation(
     item_noun="puzzles",
     record_marker="first_move_correct",
     records_label="puzzle",
-    paired=(PairedMetric("first_move_accuracy", "first_move_correct", True), PairedMetric("solve_rate", "solved", True)),
+    paired=(
+        PairedMetric("first_move_accuracy", "first_move_correct", True),
+        PairedMetric("solve_rate", "solved", True),
+    ),
     descriptive=(
         PairedMetric("check_first_accuracy", "first_move_correct", True, ("solution_check", True)),
         PairedMetric("quiet_first_accuracy", "first_move_correct", True, ("solution_check", False)),
         PairedMetric("played_check_rate", "played_check", None),
     ),
     held_out=(
-        HeldOutMetric("puzzle_first_move_accuracy", "first_move_accuracy", "first_move_correct", True, "fraction of puzzles"),
+        HeldOutMetric(
+            "puzzle_first_move_accuracy", "first_move_accuracy", "first_move_correct", True, "fraction of puzzles"
+        ),
         HeldOutMetric("puzzle_solve_rate", "solve_rate", "solved", True, "fraction of puzzles"),
     ),
     summary_marker="first_move_accuracy",
@@ -150,7 +159,9 @@ _LM = Evaluation(
         HeldOutMetric("p_format_rate", "p_format_rate", "malformed", True, "fraction of P: answers"),
         HeldOutMetric("p_best_accuracy", "p_best_accuracy", "best", True, "fraction of P: answers"),
         HeldOutMetric("a_format_rate", "a_format_rate", "malformed", True, "fraction of A: answers"),
-        HeldOutMetric("a_exact_state_accuracy", "a_exact_state_accuracy", "exact_state", True, "fraction of A: answers"),
+        HeldOutMetric(
+            "a_exact_state_accuracy", "a_exact_state_accuracy", "exact_state", True, "fraction of A: answers"
+        ),
     ),
 )
 # Games: one record per colour-swapped pair (same anchor, pair index and opening); values are

@@ -15,14 +15,14 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ContextManager, Literal
+from typing import Any, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
 from chessgrpo.errors import InputError
 from chessgrpo.paths import PUZZLES_DEFAULT
 
 BASELINE_POLICIES = ("random", "stockfish")
-Progress = Callable[[int, str], ContextManager[Any]]
+Progress = Callable[[int, str], contextlib.AbstractContextManager[Any]]
 """(items, description) -> a progress bar context with update(n) (the CLI's tqdm bar)."""
 
 
@@ -119,10 +119,16 @@ def search_for(subject: Subject, config: EvalConfig) -> Any:
     from chessgrpo.play.players import search_settings
 
     search = search_settings(
-        config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
+        config.search_nodes,
+        config.search_algorithm,
+        config.search_c_puct,
+        config.search_batch_size,
+        config.engine.syzygy_path,
     )
     if search is not None and subject.checkpoint is None:
-        raise InputError(f"search_nodes={config.search_nodes}: only a --checkpoint policy searches, not --policy {subject.policy}")
+        raise InputError(
+            f"search_nodes={config.search_nodes}: only a --checkpoint policy searches, not --policy {subject.policy}"
+        )
     return search
 
 
@@ -196,7 +202,9 @@ class PlayerResults:
         return self.results["player"]
 
 
-def _summary(player: Any, results: dict[str, Any], baselines: dict[str, Any], config: EvalConfig, source: dict) -> dict[str, Any]:
+def _summary(
+    player: Any, results: dict[str, Any], baselines: dict[str, Any], config: EvalConfig, source: dict
+) -> dict[str, Any]:
     """The JSON summary of a puzzle or EPD evaluation: the player's result, the search, the baselines' results."""
     return {
         **results["player"].to_json(),
@@ -253,7 +261,9 @@ def run_offline(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
         "player": player.name,
         "search": search_record(player),
         **{metric: getattr(main, metric).to_json() for metric in OFFLINE_METRICS},
-        "baselines": {name: {metric: getattr(results[name], metric).to_json() for metric in OFFLINE_METRICS} for name in baselines},
+        "baselines": {
+            name: {metric: getattr(results[name], metric).to_json() for metric in OFFLINE_METRICS} for name in baselines
+        },
         "positions": {"source": str(config.positions), "n": len(positions)},
         "engine": engine_name,
         "valuation": valuation,
@@ -265,7 +275,12 @@ def run_offline(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
 
 
 def _every_player(
-    subject: Subject, config: EvalConfig, progress: Progress, label: str, count: int, solve: Callable[[Any, Callable[[int], None]], Any]
+    subject: Subject,
+    config: EvalConfig,
+    progress: Progress,
+    label: str,
+    count: int,
+    solve: Callable[[Any, Callable[[int], None]], Any],
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(player, baselines, results by name): ``solve(player, progress_update)`` for the player and each baseline,
     each with its own progress bar, over an engine pool when one of them needs it."""
@@ -289,9 +304,21 @@ def run_puzzles(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
     config = dataclasses.replace(config, puzzles=resolve_input(config.puzzles, "puzzle file"))
     puzzle_set = read_puzzles(config.puzzles, config.max_puzzles, config.seed)
     puzzles = puzzle_set.puzzles
-    player, baselines, results = _every_player(subject, config, progress, "puzzles", len(puzzles), lambda each, update: solve_puzzles(
-        each, puzzles, confidence=config.confidence, progress=update, rating_bands=bands, min_theme_puzzles=config.min_theme_puzzles,
-    ))  # fmt: skip
+    player, baselines, results = _every_player(
+        subject,
+        config,
+        progress,
+        "puzzles",
+        len(puzzles),
+        lambda each, update: solve_puzzles(
+            each,
+            puzzles,
+            confidence=config.confidence,
+            progress=update,
+            rating_bands=bands,
+            min_theme_puzzles=config.min_theme_puzzles,
+        ),
+    )
     source = {"puzzles": {"source": str(config.puzzles), "n": len(puzzles), "skipped": len(puzzle_set.skipped)}}
     summary = _summary(player, results, baselines, config, source)
     write_output(config, {**summary, "records": _records(results)})
@@ -307,9 +334,20 @@ def run_epd(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerR
     config = dataclasses.replace(config, epd=resolve_input(config.epd, "EPD suite"))
     suite = read_epd(config.epd)
     positions = suite.positions
-    player, baselines, results = _every_player(subject, config, progress, "epd", len(positions), lambda each, update: solve_epd(
-        each, positions, confidence=config.confidence, batch_size=config.batch_size, progress=update,
-    ))  # fmt: skip
+    player, baselines, results = _every_player(
+        subject,
+        config,
+        progress,
+        "epd",
+        len(positions),
+        lambda each, update: solve_epd(
+            each,
+            positions,
+            confidence=config.confidence,
+            batch_size=config.batch_size,
+            progress=update,
+        ),
+    )
     source = {"epd": {"source": str(config.epd), "n": len(positions), "skipped": len(suite.skipped)}}
     summary = _summary(player, results, baselines, config, source)
     write_output(config, {**summary, "records": _records(results)})

@@ -50,7 +50,9 @@ class ValueQuality:
         }
 
 
-def value_quality(predicted: np.ndarray, targets: np.ndarray, baseline: float, *, confidence: float = 0.95, seed: int = 0) -> ValueQuality:
+def value_quality(
+    predicted: np.ndarray, targets: np.ndarray, baseline: float, *, confidence: float = 0.95, seed: int = 0
+) -> ValueQuality:
     """Error, paired gain over the constant `baseline` and calibration of `predicted` against `targets`."""
     predicted, targets = np.asarray(predicted, dtype=np.float64), np.asarray(targets, dtype=np.float64)
     if predicted.shape != targets.shape or predicted.ndim != 1 or len(predicted) == 0:
@@ -65,9 +67,14 @@ def value_quality(predicted: np.ndarray, targets: np.ndarray, baseline: float, *
             continue
         mean_predicted, mean_target = float(predicted[chosen].mean()), float(targets[chosen].mean())
         calibration.append(
-            {"low": index / CALIBRATION_BINS, "high": (index + 1) / CALIBRATION_BINS, "n": int(chosen.sum()),
-             "mean_predicted": mean_predicted, "mean_target": mean_target}
-        )  # fmt: skip
+            {
+                "low": index / CALIBRATION_BINS,
+                "high": (index + 1) / CALIBRATION_BINS,
+                "n": int(chosen.sum()),
+                "mean_predicted": mean_predicted,
+                "mean_target": mean_target,
+            }
+        )
         ece += chosen.mean() * abs(mean_predicted - mean_target)
     return ValueQuality(
         mae=bootstrap_interval(errors, confidence=confidence, seed=seed),

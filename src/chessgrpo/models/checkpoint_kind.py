@@ -79,9 +79,13 @@ def wrong_kind_error(path: str | os.PathLike, directory: Path, needed: Checkpoin
     """One error naming what `path` holds and what was needed when `directory` (its resolved model directory) is the
     other kind of checkpoint; None when it is not (the loader then reports what is wrong with it)."""
     if needed == POLICY and is_lm_directory(directory):
-        return InputError(f"{str(path)!r} is a chess language model checkpoint ({TRANSFORMERS_CONFIG}), and this needs an "
-                          f"action-policy checkpoint; chess-LM checkpoints are taken by {LM_TAKERS}")  # fmt: skip
+        return InputError(
+            f"{str(path)!r} is a chess language model checkpoint ({TRANSFORMERS_CONFIG}), and this needs an "
+            f"action-policy checkpoint; chess-LM checkpoints are taken by {LM_TAKERS}"
+        )
     if needed == LM and not is_lm_directory(directory) and all((directory / name).is_file() for name in _POLICY_FILES):
-        return InputError(f"{str(path)!r} is an action-policy checkpoint, and this needs a chess language model (a "
-                          f"transformers {TRANSFORMERS_CONFIG}); action-policy checkpoints are taken by {POLICY_TAKERS}")  # fmt: skip
+        return InputError(
+            f"{str(path)!r} is an action-policy checkpoint, and this needs a chess language model (a "
+            f"transformers {TRANSFORMERS_CONFIG}); action-policy checkpoints are taken by {POLICY_TAKERS}"
+        )
     return None

@@ -66,7 +66,7 @@ SPLIT_PATTERN = "|".join(
         r" ?-?[0-9]{1,2}",  # integers (clocks, evaluations, rewards, flags, FEN rank digits)
         r"\.[0-9]{1,2}",  # fractional parts
         r" -(?= |$)",  # no castling / no en-passant square
-        r" {1,%d}" % MAX_SPACE_RUN,  # spaces and padding
+        rf" {{1,{MAX_SPACE_RUN}}}",  # spaces and padding
         r"[^ ]",  # any other single character (the alphabet is checked before encoding)
     ]
 )

@@ -316,7 +316,9 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
     try:
         model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, **kwargs)
     except SafetensorError as error:  # not an OSError: a truncated or corrupt weights file
-        raise InputError(f"{directory / LM_WEIGHTS_FILE} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(
+            f"{directory / LM_WEIGHTS_FILE} is not a readable safetensors file (truncated or corrupt): {one_line(error)}"
+        ) from None
     except (OSError, ValueError) as error:
         raise InputError(f"{directory} is not a loadable causal LM: {one_line(error)}") from None
     model.to(device)
@@ -339,7 +341,6 @@ def save_lm(lm: ChessLM, directory: str | os.PathLike) -> Path:
     return directory
 
 
-
 def lm_head_parameters(model: torch.nn.Module, head_lr: float | None) -> list[torch.nn.Parameter]:
     """The LM head's parameters when it is its own matrix; a head tied to the token embeddings
     (GPT-2's) has none, and asking for a separate `head_lr` is then a config error."""
@@ -348,7 +349,9 @@ def lm_head_parameters(model: torch.nn.Module, head_lr: float | None) -> list[to
     head = model.get_output_embeddings()
     if head is None or head.weight is model.get_input_embeddings().weight:
         if head_lr is not None:
-            raise ConfigError("config key head_lr: the model's lm_head is tied to its token embeddings; there is no separate head")
+            raise ConfigError(
+                "config key head_lr: the model's lm_head is tied to its token embeddings; there is no separate head"
+            )
         return []
     return list(head.parameters())
 
@@ -363,12 +366,19 @@ def lm_frozen_parameters(model: torch.nn.Module, freeze_layers: int) -> list[tor
         return []
     transformer = getattr(model, "transformer", None)
     decoder = getattr(model, "model", None)
-    if transformer is not None and hasattr(transformer, "h") and hasattr(transformer, "wte") and hasattr(transformer, "wpe"):
+    if (
+        transformer is not None
+        and hasattr(transformer, "h")
+        and hasattr(transformer, "wte")
+        and hasattr(transformer, "wpe")
+    ):
         blocks, embeddings = transformer.h, [transformer.wte, transformer.wpe]
     elif decoder is not None and hasattr(decoder, "layers") and hasattr(decoder, "embed_tokens"):
         blocks, embeddings = decoder.layers, [decoder.embed_tokens]
     else:
-        raise ConfigError(f"config key freeze_layers: only GPT-2 and Llama models can freeze layers, not {type(model).__name__}")
+        raise ConfigError(
+            f"config key freeze_layers: only GPT-2 and Llama models can freeze layers, not {type(model).__name__}"
+        )
     if freeze_layers > len(blocks):
         raise ConfigError(f"config key freeze_layers={freeze_layers} but the model has {len(blocks)} blocks")
     modules = [*embeddings, *blocks[:freeze_layers]]
@@ -397,7 +407,15 @@ def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
             module.attention_dropout = 0.0
     config = getattr(model, "config", None)
     if config is not None:
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout", "attention_dropout", "hidden_dropout"):
+        for name in (
+            "resid_pdrop",
+            "embd_pdrop",
+            "attn_pdrop",
+            "summary_first_dropout",
+            "dropout",
+            "attention_dropout",
+            "hidden_dropout",
+        ):
             if isinstance(getattr(config, name, None), float):
                 setattr(config, name, 0.0)
     model.eval()
@@ -408,7 +426,9 @@ def prepare_for_rl(model: torch.nn.Module) -> torch.nn.Module:
 # Batches and the one log-prob function
 
 
-def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str, left: bool, name: str) -> tuple[Tensor, Tensor]:
+def _pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str, left: bool, name: str
+) -> tuple[Tensor, Tensor]:
     if not sequences or any(len(s) == 0 for s in sequences):
         raise ValueError(f"{name} needs at least one sequence and no empty sequence")
     width = max(len(s) for s in sequences)
@@ -421,12 +441,16 @@ def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device |
     return ids.to(device), mask.to(device)
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu"
+) -> tuple[Tensor, Tensor]:
     """([N, P] long ids, [N, P] bool mask) with each sequence right-aligned (left padding)."""
     return _pad(sequences, pad_id, device, left=True, name="left_pad")
 
 
-def right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+def right_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu"
+) -> tuple[Tensor, Tensor]:
     """([N, L] long ids, [N, L] bool mask) with each sequence left-aligned (right padding)."""
     return _pad(sequences, pad_id, device, left=False, name="right_pad")
 
@@ -498,9 +522,17 @@ def completion_log_probs(
     Chunking does not change the results beyond float summation order.
     """
     logp, entropy, _ = _chunked_log_probs(
-        model, None, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        temperature=temperature, with_entropy=with_entropy, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
-    )  # fmt: skip
+        model,
+        None,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        temperature=temperature,
+        with_entropy=with_entropy,
+        chunk_rows=chunk_rows,
+        entropy_grad=entropy_grad,
+    )
     return logp, entropy
 
 
@@ -521,9 +553,17 @@ def completion_log_probs_and_kl(
     ``grpo.kl_estimator: exact``. The reference runs under no_grad on the same rows; the KL's gradient flows
     through the policy's logits. Costs one reference forward and a [rows, L, vocab] softmax per chunk."""
     logp, entropy, kl = _chunked_log_probs(
-        model, reference, prompt_ids, prompt_mask, completion_ids, completion_mask,
-        temperature=temperature, with_entropy=True, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
-    )  # fmt: skip
+        model,
+        reference,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        temperature=temperature,
+        with_entropy=True,
+        chunk_rows=chunk_rows,
+        entropy_grad=entropy_grad,
+    )
     assert entropy is not None and kl is not None
     return logp, entropy, kl
 
@@ -550,10 +590,16 @@ def _chunked_log_probs(
     step = chunk_rows or max(rows, 1)
     parts = [
         _completion_log_probs_rows(
-            model, prompt_ids[start : start + step], prompt_mask[start : start + step],
-            completion_ids[start : start + step], completion_mask[start : start + step],
-            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, reference=reference,
-        )  # fmt: skip
+            model,
+            prompt_ids[start : start + step],
+            prompt_mask[start : start + step],
+            completion_ids[start : start + step],
+            completion_mask[start : start + step],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            reference=reference,
+        )
         for start in range(0, rows, step)
     ]
     if len(parts) == 1:
@@ -583,11 +629,15 @@ def _completion_log_probs_rows(
     positions = position_ids(attention)
     # Logits only where they predict a completion token: positions P-1 .. P+L-2, the last L+1
     # positions minus the very last (which predicts past the end).
-    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=length + 1, use_cache=False)
+    out = model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=length + 1, use_cache=False
+    )
     logits = out.logits[:, :-1]
     del out  # the [n, L+1, V] logits live on only through `logits` (and what autograd saves)
     if logits.shape[1] != length:
-        raise RuntimeError(f"model returned {logits.shape[1]} positions for a completion of {length} (logits_to_keep unsupported?)")
+        raise RuntimeError(
+            f"model returned {logits.shape[1]} positions for a completion of {length} (logits_to_keep unsupported?)"
+        )
     logp, entropy = token_log_probs_and_entropy(
         logits, completion_ids, temperature, with_entropy=with_entropy, entropy_grad=entropy_grad
     )
@@ -597,7 +647,13 @@ def _completion_log_probs_rows(
     kl = None
     if reference is not None:
         with torch.no_grad():
-            ref_out = reference(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=length + 1, use_cache=False)
+            ref_out = reference(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=positions,
+                logits_to_keep=length + 1,
+                use_cache=False,
+            )
             ref_logp_full = torch.log_softmax(_tempered(ref_out.logits[:, :-1].to(logits.device), temperature), dim=-1)
             del ref_out
         logp_full = torch.log_softmax(_tempered(logits, temperature), dim=-1)

@@ -93,7 +93,9 @@ def generate(
     n = prompt_ids.shape[0]
     attention = prompt_mask.long()
     positions = position_ids(attention)
-    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
+    )
     past = out.past_key_values
     next_logits = out.logits[:, -1]
     next_position = positions[:, -1] + 1
@@ -130,8 +132,16 @@ def generate(
     return Generation(prompt_ids, prompt_mask, completion_ids, completion_mask, finished)
 
 
-def generate_texts(lm: Any, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-                   seed: int = 0, progress: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
+def generate_texts(
+    lm: Any,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
     """Completions (no EOS) of `prompts`, batched; greedy at temperature 0."""
     if lm.model.training:
         raise RuntimeError("evaluation needs the model in eval mode")
@@ -142,9 +152,13 @@ def generate_texts(lm: Any, prompts: Sequence[str], *, max_new_tokens: int, batc
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         generation = generate(
-            lm.model, [lm.tokenizer.encode(prompts[i]) for i in chunk], eos_token_id=lm.tokenizer.eos_token_id,
-            max_new_tokens=max_new_tokens, temperature=temperature, generator=generator,
-        )  # fmt: skip
+            lm.model,
+            [lm.tokenizer.encode(prompts[i]) for i in chunk],
+            eos_token_id=lm.tokenizer.eos_token_id,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            generator=generator,
+        )
         for i, text in zip(chunk, generation.texts(lm.tokenizer)):
             out[i] = text
         if progress is not None:

@@ -27,8 +27,8 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import chess
 import numpy as np
@@ -86,7 +86,7 @@ class PolicyConfig:
     what search (`chessgrpo.search`) evaluates its leaves with."""
 
     @classmethod
-    def from_size(cls, size: str) -> "PolicyConfig":
+    def from_size(cls, size: str) -> PolicyConfig:
         if size not in MODEL_SIZES:
             raise ValueError(f"unknown model size {size!r}; choose one of {sorted(MODEL_SIZES)}")
         return cls(**MODEL_SIZES[size])
@@ -309,14 +309,20 @@ class ActionPolicy(nn.Module):
         """Columns of an input row: the 77 board tokens, plus one fact byte per action with move facts."""
         return SEQUENCE_LENGTH + (NUM_ACTIONS if self.config.move_facts else 0)
 
-    def forward(self, tokens: torch.Tensor, with_value: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, with_value: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Raw (unmasked) logits [B, 1968]; mask and temperature belong to `log_probs`.
 
         With `with_value` (a model with a value head): (logits, value logits [B]) from one trunk
         pass; `torch.sigmoid(value_logits)` is the side to move's expected score.
         """
         if tokens.dim() != 2 or tokens.shape[1] != self.input_length:
-            facts = " (77 board tokens + 1968 move-fact bytes: build inputs with `ActionPolicy.inputs`)" if self.config.move_facts else ""
+            facts = (
+                " (77 board tokens + 1968 move-fact bytes: build inputs with `ActionPolicy.inputs`)"
+                if self.config.move_facts
+                else ""
+            )
             raise ValueError(f"expected inputs of shape [B, {self.input_length}]{facts}, got {tuple(tokens.shape)}")
         board = tokens[:, :SEQUENCE_LENGTH]
         x = self.token_embedding(board.long()) + self.position_embedding
@@ -399,7 +405,6 @@ class ActionPolicy(nn.Module):
 # The one way from logits to a distribution
 
 
-
 @dataclasses.dataclass
 class ModelConfig:
     """The policy's shape in a training config: a named size, optionally with some of its fields replaced."""
@@ -440,11 +445,27 @@ class ModelConfig:
 
     def overrides(self) -> dict[str, int]:
         """The fields of the named size that this config replaces."""
-        return {f: getattr(self, f) for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim") if getattr(self, f) is not None}
+        return {
+            f: getattr(self, f)
+            for f in ("n_layers", "d_model", "n_heads", "d_ff", "head_dim")
+            if getattr(self, f) is not None
+        }
 
     def policy_config(self) -> PolicyConfig:
         base = dataclasses.asdict(PolicyConfig.from_size(self.size))
-        return PolicyConfig(**{**base, **self.overrides(), "dropout": self.dropout, "head": self.head, "move_facts": self.move_facts, "en_prise": self.en_prise, "mate_in_two": self.mate_in_two, "leaves_hanging": self.leaves_hanging, "value_head": self.value_head})
+        return PolicyConfig(
+            **{
+                **base,
+                **self.overrides(),
+                "dropout": self.dropout,
+                "head": self.head,
+                "move_facts": self.move_facts,
+                "en_prise": self.en_prise,
+                "mate_in_two": self.mate_in_two,
+                "leaves_hanging": self.leaves_hanging,
+                "value_head": self.value_head,
+            }
+        )
 
     @property
     def extra_facts(self) -> tuple[str, ...]:
@@ -453,7 +474,13 @@ class ModelConfig:
 
     def describe(self) -> str:
         """The size's name, with the replaced fields when there are any (e.g. "tiny, n_layers=4, d_model=128")."""
-        extras = (["move facts"] if self.move_facts else []) + (["en prise"] if self.en_prise else []) + (["mate in two"] if self.mate_in_two else []) + (["leaves hanging"] if self.leaves_hanging else []) + (["value head"] if self.value_head else [])
+        extras = (
+            (["move facts"] if self.move_facts else [])
+            + (["en prise"] if self.en_prise else [])
+            + (["mate in two"] if self.mate_in_two else [])
+            + (["leaves hanging"] if self.leaves_hanging else [])
+            + (["value head"] if self.value_head else [])
+        )
         return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *extras])
 
 
@@ -491,7 +518,11 @@ def log_probs(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float
 
 
 def sample_actions(
-    logits: torch.Tensor, legal_mask: torch.Tensor, *, temperature: float = 1.0, generator: torch.Generator | None = None
+    logits: torch.Tensor,
+    legal_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Sample one action per row from `log_probs` (no top-k/top-p truncation: it would bias ratios)."""
     probs = log_probs(logits, legal_mask, temperature).exp()
@@ -523,10 +554,12 @@ def multinomial_by_group(
         raise ValueError(f"groups has {group_of_row.numel()} entries for {probs.shape[0]} rows")
     runs = _contiguous_runs(group_of_row.tolist())
     if runs is not None:  # each group's rows side by side (rollouts list games group by group): slices, no gathers
-        return torch.cat([
-            torch.multinomial(probs[start:end], num_samples, replacement=replacement, generator=generator[group])
-            for group, start, end in runs
-        ])  # fmt: skip
+        return torch.cat(
+            [
+                torch.multinomial(probs[start:end], num_samples, replacement=replacement, generator=generator[group])
+                for group, start, end in runs
+            ]
+        )
     out = torch.empty(probs.shape[0], num_samples, dtype=torch.long, device=probs.device)
     for group in torch.unique(group_of_row).tolist():
         rows = (group_of_row == group).nonzero().flatten().to(probs.device)
@@ -598,7 +631,9 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     try:
         state = load_file(str(weights_path))
     except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError on a truncated file
-        raise InputError(f"{weights_path} is not a readable safetensors file (truncated or corrupt): {one_line(error)}") from None
+        raise InputError(
+            f"{weights_path} is not a readable safetensors file (truncated or corrupt): {one_line(error)}"
+        ) from None
     try:
         model.load_state_dict(state)
     except RuntimeError as error:  # missing, unexpected or differently shaped tensors

@@ -51,4 +51,3 @@ def with_prompt_bos(lm: ChessLM, enabled: bool) -> ChessLM:
     from chessgrpo.models.lm import ChessLM
 
     return ChessLM(lm.model, PromptBOSTokenizer(lm.tokenizer), lm.source)  # type: ignore[arg-type]
-

@@ -89,9 +89,13 @@ def probe_anchor(spec: AnchorSpec) -> AnchorSpec:
     where = f"anchor {spec.text!r}"
     try:
         process = UciProcess(
-            engine.command[0], args=engine.command[1:], threads=1, hash_mb=ENGINE_HASH_MB,
-            options=dict(engine.options), startup_timeout_s=min(30.0, engine.timeout_s),
-        )  # fmt: skip
+            engine.command[0],
+            args=engine.command[1:],
+            threads=1,
+            hash_mb=ENGINE_HASH_MB,
+            options=dict(engine.options),
+            startup_timeout_s=min(30.0, engine.timeout_s),
+        )
     except EngineUnsupported as error:
         raise EngineUnsupported(f"{where}: {error}") from None
     except EngineError as error:
@@ -99,7 +103,11 @@ def probe_anchor(spec: AnchorSpec) -> AnchorSpec:
     board = chess.Board()
     try:
         result = process.search(
-            board.fen(), nodes=engine.nodes, depth=engine.depth, movetime_ms=engine.movetime_ms, timeout_s=engine.timeout_s
+            board.fen(),
+            nodes=engine.nodes,
+            depth=engine.depth,
+            movetime_ms=engine.movetime_ms,
+            timeout_s=engine.timeout_s,
         )
         best = result.best_move
         try:
@@ -118,7 +126,9 @@ def probe_anchor(spec: AnchorSpec) -> AnchorSpec:
     finally:
         process.quit()
     id_name = process.name or Path(engine.command[0]).name
-    return dataclasses.replace(spec, engine=dataclasses.replace(engine, id_name=id_name, applied=tuple(process.settings.items())))
+    return dataclasses.replace(
+        spec, engine=dataclasses.replace(engine, id_name=id_name, applied=tuple(process.settings.items()))
+    )
 
 
 def prepare_anchors(specs: list[AnchorSpec]) -> list[AnchorSpec]:

@@ -66,12 +66,18 @@ def judge(
     """(kept, why) for the asked limit (`kind`, `value`) given the medians; kept None = nothing to judge.
     `clocked`: the engine also had a clock, which may stop it below its limit."""
     kept, why = _judge_limit(kind, value, depth, nodes, seconds)
-    if clocked and kept is False and ("below" in why or (kind == "depth" and depth is not None and depth < (value or 0))):
+    if (
+        clocked
+        and kept is False
+        and ("below" in why or (kind == "depth" and depth is not None and depth < (value or 0)))
+    ):
         return None, "the clock came first"
     return kept, why
 
 
-def _judge_limit(kind: str, value: int | None, depth: float | None, nodes: float | None, seconds: float | None) -> tuple[bool | None, str]:
+def _judge_limit(
+    kind: str, value: int | None, depth: float | None, nodes: float | None, seconds: float | None
+) -> tuple[bool | None, str]:
     if kind == "nodes" and value is not None:
         if nodes is None:
             return False, "did not report nodes"
@@ -127,5 +133,7 @@ def anchor_run(
         "kept": kept,
         "verdict": why,
         "line": line,
-        "warning": None if kept is not False else f"WARNING: {line}; the result is against what it ran, not what it was asked",
+        "warning": None
+        if kept is not False
+        else f"WARNING: {line}; the result is against what it ran, not what it was asked",
     }

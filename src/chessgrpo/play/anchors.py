@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import chess
 import chess.engine
@@ -122,9 +123,13 @@ class EngineSpec:
     def __post_init__(self) -> None:
         limits = [v for v in (self.nodes, self.depth, self.movetime_ms) if v is not None]
         if len(limits) != 1:
-            raise InputError(f"engine {self.name or self.command[0]!r}: give exactly one limit of nodes, depth, movetime")
+            raise InputError(
+                f"engine {self.name or self.command[0]!r}: give exactly one limit of nodes, depth, movetime"
+            )
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in limits):
-            raise InputError(f"engine {self.name or self.command[0]!r}: the limit must be a positive integer, got {limits[0]!r}")
+            raise InputError(
+                f"engine {self.name or self.command[0]!r}: the limit must be a positive integer, got {limits[0]!r}"
+            )
 
     def limit(self) -> chess.engine.Limit:
         if self.nodes is not None:
@@ -202,7 +207,9 @@ class AnchorSpec:
     def asked(self) -> tuple[str, int | None]:
         """The per-move limit the engine is asked to keep: ("nodes" | "depth" | "movetime", value), or
         ("clock", None) on a clock without a limit of its own (see `clock`)."""
-        if self.clock is not None and (self.engine.default_limit if self.engine is not None else self.kind != "sf-nodes"):
+        if self.clock is not None and (
+            self.engine.default_limit if self.engine is not None else self.kind != "sf-nodes"
+        ):
             return "clock", None
         limit = self.limit()
         if limit.nodes is not None:
@@ -227,7 +234,9 @@ class AnchorSpec:
         bound = self.asked_text().replace(", ", "; ")
         if self.engine is not None:
             engine = self.engine
-            options = engine.applied or tuple((name, _uci_value(value)) for name, value in self.engine_options().items())
+            options = engine.applied or tuple(
+                (name, _uci_value(value)) for name, value in self.engine_options().items()
+            )
             parts = [engine.id_name or "UCI engine", " ".join(engine.command), *(f"{n}={v}" for n, v in options), bound]
             return "; ".join(parts)
         options = "; ".join(f"{name}={_uci_value(value)}" for name, value in self.engine_options().items())
@@ -286,12 +295,20 @@ def _engine_limit(limit: Mapping[str, Any], nodes: int | None, depth: int | None
         given = {"depth": depth} if depth is not None else {"nodes": nodes}
     key, value = next(iter(given.items()))
     number = _positive_int(value, f"{where}: {key}")
-    return {"nodes": number if key == "nodes" else None, "depth": number if key == "depth" else None,
-            "movetime_ms": number if key == "movetime" else None, "default_limit": default}  # fmt: skip
+    return {
+        "nodes": number if key == "nodes" else None,
+        "depth": number if key == "depth" else None,
+        "movetime_ms": number if key == "movetime" else None,
+        "default_limit": default,
+    }
 
 
 def parse_uci_anchor(
-    text: str, *, nodes: int | None = DEFAULT_ANCHOR_NODES, depth: int | None = None, timeout_s: float = 60.0,
+    text: str,
+    *,
+    nodes: int | None = DEFAULT_ANCHOR_NODES,
+    depth: int | None = None,
+    timeout_s: float = 60.0,
     retry: RetryPolicy | None = None,
 ) -> AnchorSpec:
     """Parse ``uci:PATH[:KEY=VALUE]...`` (`UCI_GRAMMAR`); the binary must exist."""
@@ -308,8 +325,10 @@ def parse_uci_anchor(
     for setting in settings:
         match = _UCI_SETTING.match(setting)
         if match is None:
-            raise InputError(f"{where}: {quote(setting)} is not KEY=VALUE with KEY one of nodes, depth, movetime, "
-                             f"option.NAME, name, elo; expected {UCI_GRAMMAR}")  # fmt: skip
+            raise InputError(
+                f"{where}: {quote(setting)} is not KEY=VALUE with KEY one of nodes, depth, movetime, "
+                f"option.NAME, name, elo; expected {UCI_GRAMMAR}"
+            )
         key, value = match.groups()
         if key in LIMIT_KEYS:
             limit[key] = value
@@ -327,14 +346,24 @@ def parse_uci_anchor(
     except EngineNotFoundError as error:
         raise EngineNotFoundError(f"{where}: {error}") from None
     engine = EngineSpec(
-        command=(str(binary),), name=name, options=tuple(options), elo=elo, source="the anchor", timeout_s=timeout_s,
-        retry=retry or RetryPolicy(), **_engine_limit(limit, nodes, depth, where),
-    )  # fmt: skip
+        command=(str(binary),),
+        name=name,
+        options=tuple(options),
+        elo=elo,
+        source="the anchor",
+        timeout_s=timeout_s,
+        retry=retry or RetryPolicy(),
+        **_engine_limit(limit, nodes, depth, where),
+    )
     return AnchorSpec(text=name or text, kind="uci", engine=engine, given=text)
 
 
 def load_engines(
-    path: str | Path, *, nodes: int | None = DEFAULT_ANCHOR_NODES, depth: int | None = None, timeout_s: float = 60.0,
+    path: str | Path,
+    *,
+    nodes: int | None = DEFAULT_ANCHOR_NODES,
+    depth: int | None = None,
+    timeout_s: float = 60.0,
     retry: RetryPolicy | None = None,
 ) -> dict[str, EngineSpec]:
     """The engines of an engines file, by name (docs/engines.md)::
@@ -361,7 +390,9 @@ def load_engines(
         raise InputError(f"engines file {str(path)!r} is not valid YAML: {error}") from None
     entries = data.get("engines") if isinstance(data, dict) else None
     if not isinstance(data, dict) or set(data) != {"engines"} or not isinstance(entries, list) or not entries:
-        raise InputError(f"engines file {str(path)!r}: expected a mapping with one key, engines: a non-empty list of engines")
+        raise InputError(
+            f"engines file {str(path)!r}: expected a mapping with one key, engines: a non-empty list of engines"
+        )
     engines: dict[str, EngineSpec] = {}
     for index, entry in enumerate(entries):
         where = f"engines file {str(path)!r}, engine {index + 1}"
@@ -445,7 +476,11 @@ def parse_anchor(
             return AnchorSpec(text=text, kind=kind, value=value)
         # UCI_Elo's range depends on the engine; `check_anchor` checks it against the running one.
         return AnchorSpec(text=text, kind=kind, value=value, nodes=None if depth is not None else nodes, depth=depth)
-    known = f"; engines from the engines file: {', '.join(engines)}" if engines else "; other engines: uci:PATH or --engines FILE"
+    known = (
+        f"; engines from the engines file: {', '.join(engines)}"
+        if engines
+        else "; other engines: uci:PATH or --engines FILE"
+    )
     if text.startswith("sf-") or ":" in text and not Path(text).exists():
         raise InputError(
             f"unknown anchor {text!r}: use random, sf-skill:N (0..20), sf-elo:N, sf-nodes:N, {UCI_GRAMMAR}, "
@@ -511,7 +546,9 @@ def anchor_rating(
     if spec.engine is not None:
         if spec.engine.elo is not None:
             return AnchorRating(spec.engine.elo, f"given in {spec.engine.source}")
-        return AnchorRating(None, "unrated: give it elo (in the engines file, or uci:...:elo=R) or an anchor_ratings entry")
+        return AnchorRating(
+            None, "unrated: give it elo (in the engines file, or uci:...:elo=R) or an anchor_ratings entry"
+        )
     if spec.kind == "random":
         return AnchorRating(random_rating, "convention (random_rating), not a measured rating")
     if spec.kind == "sf-elo":
@@ -524,7 +561,9 @@ def anchor_rating(
                 round(skill_level_elo(spec.value), 1),  # type: ignore[arg-type]
                 "nominal: Stockfish 15.1's UCI_Elo for this level, 1346.6 + 143.4 * level^0.806 (CCRL-anchored)",
             )
-        return AnchorRating(None, f"no known skill calibration for {engine_name or 'this engine'} (give one in anchor_ratings)")
+        return AnchorRating(
+            None, f"no known skill calibration for {engine_name or 'this engine'} (give one in anchor_ratings)"
+        )
     return AnchorRating(None, "no published rating; give one in anchor_ratings")
 
 

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Sequence
 from statistics import NormalDist
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 from chessgrpo.stats import Interval, wilson_interval
 
@@ -124,7 +125,7 @@ class EloEstimate:
         return {"value": self.value, "low": self.low, "high": self.high, "n": self.n, "bound": self.bound}
 
     def format(self, signed: bool = True) -> str:
-        """"+123 [+45, +201]", or "> +523 (lower bound: every game won)" at a perfect score."""
+        """ "+123 [+45, +201]", or "> +523 (lower bound: every game won)" at a perfect score."""
         if self.value is None:
             return f"n/a (n={self.n})"
         sign = "+" if signed else ""
@@ -266,7 +267,7 @@ class SprtResult:
 
     @property
     def decision(self) -> Literal["H0", "H1"] | None:
-        """"H1" (elo >= elo1 accepted), "H0" (elo <= elo0 accepted) or None (keep playing)."""
+        """ "H1" (elo >= elo1 accepted), "H0" (elo <= elo0 accepted) or None (keep playing)."""
         if self.llr >= self.upper:
             return "H1"
         if self.llr <= self.lower:
@@ -320,9 +321,7 @@ def _fit_with_mean(frequencies: Sequence[float], values: Sequence[float], mean: 
     return [f / (1.0 + theta * d) for f, d in zip(frequencies, deviations)]
 
 
-def sprt(
-    pairs: Sequence[int], elo0: float, elo1: float, alpha: float = 0.05, beta: float = 0.05
-) -> SprtResult:
+def sprt(pairs: Sequence[int], elo0: float, elo1: float, alpha: float = 0.05, beta: float = 0.05) -> SprtResult:
     """The GSPRT log-likelihood ratio of pentanomial pair counts (see the module docstring).
 
     `pairs` are the counts of pair scores 0, 0.5, 1, 1.5, 2 (`pentanomial`); elo0 < elo1 are

@@ -87,10 +87,12 @@ class GameClock:
     def view(self, colour: chess.Color) -> ClockView:
         """The clocks as `colour` sees them before its move."""
         return ClockView(
-            white=self.left[chess.WHITE], black=self.left[chess.BLACK],
-            white_increment=self.controls[chess.WHITE].increment, black_increment=self.controls[chess.BLACK].increment,
+            white=self.left[chess.WHITE],
+            black=self.left[chess.BLACK],
+            white_increment=self.controls[chess.WHITE].increment,
+            black_increment=self.controls[chess.BLACK].increment,
             moves_to_go=self.moves_to_go(colour),
-        )  # fmt: skip
+        )
 
     def spend(self, colour: chess.Color, seconds: float) -> bool:
         """Take a move's wall time off `colour`'s clock; True when it flagged (below zero before the increment)."""

@@ -25,8 +25,8 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from chessgrpo.play.games import GameResult, GameSettings, GameTask
 
@@ -94,10 +94,17 @@ class GameJournal:
                         continue
                     result = GameResult(**fields)
                 except (ValueError, KeyError, TypeError) as error:
-                    log.warning("games journal %s line %d is unreadable (%s); that game is played again", self.path, number, error)
+                    log.warning(
+                        "games journal %s line %d is unreadable (%s); that game is played again",
+                        self.path,
+                        number,
+                        error,
+                    )
                     continue
                 if (result.anchor_index, result.pair, result.game) != wanted[key]:
-                    log.warning("games journal %s line %d does not match its key; that game is played again", self.path, number)
+                    log.warning(
+                        "games journal %s line %d does not match its key; that game is played again", self.path, number
+                    )
                     continue
                 found[key] = result
         return list(found.values())

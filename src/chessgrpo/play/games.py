@@ -67,8 +67,9 @@ import queue
 import re
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import chess
 import chess.pgn
@@ -203,7 +204,11 @@ class GameSettings:
         if self.search is not None and self.search.enabled:
             return f"policy {self.checkpoint}; {describe_search(self.search)}; the search scores repetitions as draws"
         mode = "argmax" if self.temperature == 0 else f"sampled at temperature {self.temperature:g}"
-        repetition = f"avoids threefold when >= {self.winning_material} pawns ahead" if self.avoid_repetition else "no repetition rule"
+        repetition = (
+            f"avoids threefold when >= {self.winning_material} pawns ahead"
+            if self.avoid_repetition
+            else "no repetition rule"
+        )
         return f"policy {self.checkpoint}; {mode}; {repetition}"
 
 
@@ -257,7 +262,7 @@ class GameResult:
         return 1.0 if (self.result == "1-0") == self.player_white else 0.0
 
 
-def pair_records(results: "list[GameResult]") -> list[dict]:
+def pair_records(results: list[GameResult]) -> list[dict]:
     """One record per complete colour-swapped pair, keyed by anchor, pair and opening: what
     `chessgrpo eval compare` pairs between two players that met the same anchors from the same openings.
     Values are per-game shares: score, wins and stalemates of the pair's two games."""
@@ -299,7 +304,9 @@ def make_tasks(
         opening = openings[pair % len(openings)]
         for index, (anchor, settings) in enumerate(zip(anchors, anchor_settings)):
             for game in (0, 1):
-                tasks.append(GameTask(index, anchor, settings, pair, game, opening, game_seed(seed, anchor.text, pair, game)))
+                tasks.append(
+                    GameTask(index, anchor, settings, pair, game, opening, game_seed(seed, anchor.text, pair, game))
+                )
     return tasks
 
 
@@ -315,7 +322,9 @@ class Adjudicator:
 
         self.max_plies = settings.max_plies
         self.tablebase_pieces = settings.tablebase_pieces
-        self.tablebase = Tablebase(settings.syzygy_path) if settings.syzygy_path and settings.tablebase_pieces > 0 else None
+        self.tablebase = (
+            Tablebase(settings.syzygy_path) if settings.syzygy_path and settings.tablebase_pieces > 0 else None
+        )
         self.resign_cp = settings.resign_cp
         self.resign_plies = settings.resign_plies
         self.pool = None
@@ -347,7 +356,10 @@ class Adjudicator:
         return None
 
     def _tablebase(self, board: chess.Board) -> tuple[str, str] | None:
-        if chess.popcount(board.occupied) > min(self.tablebase_pieces, self.tablebase.max_pieces) or board.castling_rights:
+        if (
+            chess.popcount(board.occupied) > min(self.tablebase_pieces, self.tablebase.max_pieces)
+            or board.castling_rights
+        ):
             return None
         try:
             probe = self.tablebase.probe(board)
@@ -363,7 +375,9 @@ class Adjudicator:
         if evaluation.mate is not None:
             mover = 1 if evaluation.mate > 0 else -1
         else:
-            mover = 0 if evaluation.cp is None or abs(evaluation.cp) < self.resign_cp else (1 if evaluation.cp > 0 else -1)
+            mover = (
+                0 if evaluation.cp is None or abs(evaluation.cp) < self.resign_cp else (1 if evaluation.cp > 0 else -1)
+            )
         white = mover if board.turn == chess.WHITE else -mover
         if white != 0 and white == self._streak_sign:
             self._streak += 1
@@ -389,7 +403,11 @@ class GameAbandoned(Exception):
 
 
 def play_game(
-    task: GameTask, player: Mover, anchor: Mover, adjudicator: Adjudicator, settings: GameSettings,
+    task: GameTask,
+    player: Mover,
+    anchor: Mover,
+    adjudicator: Adjudicator,
+    settings: GameSettings,
     abandon: Callable[[], bool] | None = None,
 ) -> GameResult:
     """Play one game from the task's opening to its end; returns the result with its PGN.
@@ -420,7 +438,9 @@ def play_game(
         if verdict is not None:
             break
         if abandon is not None and abandon():
-            raise GameAbandoned(f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} abandoned after {plies} plies")
+            raise GameAbandoned(
+                f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} abandoned after {plies} plies"
+            )
         mover = white if board.turn == chess.WHITE else black
         if clock is None:
             move = mover.move(board)
@@ -435,7 +455,9 @@ def play_game(
                 break
             clocks.append(clock.left[board.turn])
         if not board.is_legal(move):
-            raise RuntimeError(f"{'player' if mover is player else task.anchor.text} played illegal {move} in {board.fen()!r}")
+            raise RuntimeError(
+                f"{'player' if mover is player else task.anchor.text} played illegal {move} in {board.fen()!r}"
+            )
         board.push(move)
         plies += 1
     result, termination = verdict
@@ -462,7 +484,12 @@ def play_game(
 
 
 def _pgn(
-    task: GameTask, board: chess.Board, result: str, termination: str, plies: int, settings: GameSettings,
+    task: GameTask,
+    board: chess.Board,
+    result: str,
+    termination: str,
+    plies: int,
+    settings: GameSettings,
     clocks: list[float] | None = None,
 ) -> str:
     game = chess.pgn.Game.from_board(board)  # SetUp/FEN tags when the opening is not the start
@@ -573,7 +600,12 @@ def _worker_main(settings: GameSettings, tasks: Any, results: Any, stop: Any, pa
             except GameAbandoned:
                 break
             except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
-                results.put(("error", f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} failed:\n{traceback.format_exc()}"))
+                results.put(
+                    (
+                        "error",
+                        f"game {task.anchor.text} pair {task.pair + 1} game {task.game + 1} failed:\n{traceback.format_exc()}",
+                    )
+                )
                 break
     finally:
         if os.getppid() != parent:
@@ -636,7 +668,10 @@ def _run_parallel(
         task_queue.put(None)
     processes = [
         context.Process(
-            target=_worker_main, args=(settings, task_queue, result_queue, stop, os.getpid()), name=f"games-{i}", daemon=True
+            target=_worker_main,
+            args=(settings, task_queue, result_queue, stop, os.getpid()),
+            name=f"games-{i}",
+            daemon=True,
         )
         for i in range(workers)
     ]

@@ -83,7 +83,9 @@ class LMPlayerConfig:
         if not (isinstance(self.retry_temperature, (int, float)) and 0 < self.retry_temperature < float("inf")):
             raise ConfigError(f"config key lm.retry_temperature must be a number > 0, got {self.retry_temperature!r}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"config key lm.max_new_tokens must be >= 1 or null (by the tokenizer), got {self.max_new_tokens!r}")
+            raise ConfigError(
+                f"config key lm.max_new_tokens must be >= 1 or null (by the tokenizer), got {self.max_new_tokens!r}"
+            )
         if self.batch_size < 1:
             raise ConfigError(f"config key lm.batch_size must be >= 1, got {self.batch_size!r}")
 
@@ -140,7 +142,9 @@ class LMPlayerStats:
 def default_max_new_tokens(tokenizer: Any) -> int:
     """The answer budget for `tokenizer`: `CHESS_TOKENIZER_NEW_TOKENS` for the chess word-level
     tokenizer, else `TEXT_TOKENIZER_NEW_TOKENS`."""
-    return CHESS_TOKENIZER_NEW_TOKENS if getattr(tokenizer, "kind", "") == "chess-wordlevel" else TEXT_TOKENIZER_NEW_TOKENS
+    return (
+        CHESS_TOKENIZER_NEW_TOKENS if getattr(tokenizer, "kind", "") == "chess-wordlevel" else TEXT_TOKENIZER_NEW_TOKENS
+    )
 
 
 def run_directory(path: str | os.PathLike, model_directory: Path | None = None) -> Path | None:
@@ -178,7 +182,9 @@ def run_prompt_bos(path: str | os.PathLike, model_directory: Path | None = None)
     for task in config.get("tasks") or []:
         inner = task.get("config") if isinstance(task, dict) else None
         sections.append(inner.get("task") if isinstance(inner, dict) else None)
-    found = {bool(section["prompt_bos"]) for section in sections if isinstance(section, dict) and "prompt_bos" in section}
+    found = {
+        bool(section["prompt_bos"]) for section in sections if isinstance(section, dict) and "prompt_bos" in section
+    }
     if len(found) > 1:
         raise ValueError(f"{config_path}: the run's tasks disagree on prompt_bos; set lm.prompt_bos=true or false")
     return found.pop() if found else False
@@ -216,7 +222,9 @@ class LMPlayer:
         self.reseed(self.config.seed)
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike, *, device: str = "cpu", config: LMPlayerConfig | None = None) -> LMPlayer:
+    def from_path(
+        cls, path: str | os.PathLike, *, device: str = "cpu", config: LMPlayerConfig | None = None
+    ) -> LMPlayer:
         """Load the LM at `path` (`models.lm.load_lm`: a save_pretrained directory, an SFT/GRPO run or
         checkpoint); `prompt_bos` null reads the run's (`run_prompt_bos`)."""
         from chessgrpo.models.lm import load_lm, resolve_lm_directory
@@ -266,11 +274,19 @@ class LMPlayer:
             longest = max(len(self.lm.tokenizer.encode(prompt)) for prompt in prompts)
             budget = min(budget, limit - longest)
             if budget < 1:
-                logger.warning("prompts of %d tokens leave no room to answer in the model's %d positions", longest, limit)
+                logger.warning(
+                    "prompts of %d tokens leave no room to answer in the model's %d positions", longest, limit
+                )
                 return [""] * len(prompts)
         seed = self._seed_rng.getrandbits(63)  # drawn for greedy calls too: the stream stays in step
-        return generate_texts(self.lm, prompts, max_new_tokens=budget, batch_size=self.config.batch_size,
-                              temperature=temperature, seed=seed)  # fmt: skip
+        return generate_texts(
+            self.lm,
+            prompts,
+            max_new_tokens=budget,
+            batch_size=self.config.batch_size,
+            temperature=temperature,
+            seed=seed,
+        )
 
     def choose(
         self,
@@ -285,7 +301,9 @@ class LMPlayer:
         `should_stop` (a clock) is asked before each generation, the greedy one included; True ends the
         asking: boards without a legal answer yet get the random fallback ("fallback" after a failed
         greedy answer, "no_time" when there was no time to ask at all). `last_stopped` says it did."""
-        legal = [set(moves) for moves in allowed] if allowed is not None else [set(board.legal_moves) for board in boards]
+        legal = (
+            [set(moves) for moves in allowed] if allowed is not None else [set(board.legal_moves) for board in boards]
+        )
         if len(legal) != len(boards):
             raise ValueError(f"allowed has {len(legal)} move lists for {len(boards)} boards")
         for board, moves in zip(boards, legal):
@@ -323,7 +341,9 @@ class LMPlayer:
                     chosen[i], answers[i], outcomes[i] = move, answer, "resampled"
                     self.stats.resampled += 1
             pending = still
-        unasked = [i for i in range(len(boards)) if chosen[i] is None and i not in pending]  # the clock stopped the greedy
+        unasked = [
+            i for i in range(len(boards)) if chosen[i] is None and i not in pending
+        ]  # the clock stopped the greedy
         for i in pending + unasked:
             # Sorted, so the draw depends on the seed only, not on python-chess's generation order.
             chosen[i] = self._fallback_rng.choice(sorted(legal[i], key=chess.Move.uci))
@@ -344,7 +364,9 @@ class LMMover:
         self._game_start = LMPlayerStats()
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike, *, device: str = "cpu", config: LMPlayerConfig | None = None) -> LMMover:
+    def from_path(
+        cls, path: str | os.PathLike, *, device: str = "cpu", config: LMPlayerConfig | None = None
+    ) -> LMMover:
         return cls(LMPlayer.from_path(path, device=device, config=config))
 
     def new_game(self, game_id: object, seed: int) -> None:

@@ -26,12 +26,13 @@ Defaults and every key: configs/games.yaml.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ContextManager, Literal
+from typing import Any, Literal
 
 from chessgrpo.config import EngineConfig, to_dict
 from chessgrpo.errors import InputError
@@ -144,7 +145,9 @@ def resolve_games_paths(config: GamesConfig) -> GamesConfig:
     return dataclasses.replace(
         config,
         openings=resolve_optional(config.openings, required=False),
-        engine=dataclasses.replace(config.engine, syzygy_path=resolve_optional(config.engine.syzygy_path, required=False)),
+        engine=dataclasses.replace(
+            config.engine, syzygy_path=resolve_optional(config.engine.syzygy_path, required=False)
+        ),
     )
 
 
@@ -347,7 +350,9 @@ def _openings(config: GamesConfig, pairs: int) -> tuple[list[Any], str]:
     return openings, note
 
 
-def _game_settings(config: GamesConfig, checkpoint: Path, search: Any, engine_name: str, lm_player: LMPlayerConfig | None = None) -> Any:
+def _game_settings(
+    config: GamesConfig, checkpoint: Path, search: Any, engine_name: str, lm_player: LMPlayerConfig | None = None
+) -> Any:
     from chessgrpo.play.games import GameSettings, checkpoint_name
     from chessgrpo.play.players import search_label
 
@@ -396,42 +401,53 @@ class _SprtWatch:
             self.halves[key] = result.player_points
             return False
         self.pair_points.append(self.halves.pop(key) + result.player_points)
-        state = sprt(pentanomial(self.pair_points), config.sprt_elo0, config.sprt_elo1, config.sprt_alpha, config.sprt_beta)  # type: ignore[arg-type]
+        state = sprt(
+            pentanomial(self.pair_points), config.sprt_elo0, config.sprt_elo1, config.sprt_alpha, config.sprt_beta
+        )  # type: ignore[arg-type]
         self.result = state
         self.progress.set_postfix(llr=f"{state.llr:.2f}")
         return state.decision is not None
 
 
-Progress = Callable[[int], ContextManager[Any]]
+Progress = Callable[[int], contextlib.AbstractContextManager[Any]]
 """total games -> a progress bar (a context with update(n) and set_postfix(**values)), e.g. the CLI's tqdm bar."""
 
 
-def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress, notify: Callable[[str], None] = print) -> dict[str, Any]:
+def play_match(
+    config: GamesConfig, checkpoint_path: Path, *, progress: Progress, notify: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Play the match `config` describes for the checkpoint (or run directory) at `checkpoint_path`; the summary.
 
     Writes the PGN (and ``output`` when set); `notify` receives the one-line note of a resumed match.
     """
     from chessgrpo.engine import available_cores
+    from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
     from chessgrpo.play.anchors import CALIBRATION_NOTE, anchor_rating
     from chessgrpo.play.games import make_tasks, pair_records, run_games
     from chessgrpo.play.players import search_settings
-    from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
 
     validate_games_config(config)
     found = identify_checkpoint(checkpoint_path)
     checkpoint = found.directory
     lm_player = _check_lm_player(config, checkpoint_path) if found.kind == LM else None
     if lm_player is None and config.lm != LMPlayerConfig():
-        raise InputError(f"the lm.* settings are for a chess LM checkpoint, but {str(checkpoint_path)!r} is an action policy; drop them")
+        raise InputError(
+            f"the lm.* settings are for a chess LM checkpoint, but {str(checkpoint_path)!r} is an action policy; drop them"
+        )
     if config.search_nodes > 0 and config.engine.syzygy_path:  # the search opens the tables
         config = dataclasses.replace(
             config,
             engine=dataclasses.replace(
-                config.engine, syzygy_path=_require(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", _SYZYGY_HINT)
+                config.engine,
+                syzygy_path=_require(config.engine.syzygy_path, "Syzygy directory (engine.syzygy_path)", _SYZYGY_HINT),
             ),
         )
     search = search_settings(
-        config.search_nodes, config.search_algorithm, config.search_c_puct, config.search_batch_size, config.engine.syzygy_path
+        config.search_nodes,
+        config.search_algorithm,
+        config.search_c_puct,
+        config.search_batch_size,
+        config.engine.syzygy_path,
     )
     _check_search(checkpoint, search, config.device)
     sprt_mode = config.sprt_elo0 is not None
@@ -478,9 +494,13 @@ def play_match(config: GamesConfig, checkpoint_path: Path, *, progress: Progress
 
     _write_atomic(pgn_path, "".join(result.pgn + "\n" for result in results))
 
-    ratings = [anchor_rating(anchor, lineup.engine_name, random_rating=config.random_rating, overrides=lineup.ratings_given)
-               for anchor in lineup.anchors]  # fmt: skip
-    summary = summarise(results, lineup.anchors, described, ratings, confidence=config.confidence, sprt_result=watch.result)
+    ratings = [
+        anchor_rating(anchor, lineup.engine_name, random_rating=config.random_rating, overrides=lineup.ratings_given)
+        for anchor in lineup.anchors
+    ]
+    summary = summarise(
+        results, lineup.anchors, described, ratings, confidence=config.confidence, sprt_result=watch.result
+    )
     summary.update(
         checkpoint=str(checkpoint),
         player_kind="chess LM" if lm_player is not None else "action policy",

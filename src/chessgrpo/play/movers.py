@@ -104,7 +104,11 @@ class EngineMover:
     plays_on_clock = True
 
     def __init__(
-        self, spec: AnchorSpec, path: str | None = None, timeout_s: float | None = None, retry: RetryPolicy | None = None
+        self,
+        spec: AnchorSpec,
+        path: str | None = None,
+        timeout_s: float | None = None,
+        retry: RetryPolicy | None = None,
     ):
         if not spec.is_engine:
             raise ValueError(f"{spec.text!r} is not an engine anchor")
@@ -191,7 +195,13 @@ class EngineMover:
 
         try:
             asyncio.run_coroutine_threadsafe(asyncio.wait_for(fresh_game(), self.timeout_s), protocol.loop).result()
-        except (RuntimeError, TimeoutError, asyncio.TimeoutError, chess.engine.EngineError, chess.engine.EngineTerminatedError):
+        except (
+            RuntimeError,
+            TimeoutError,
+            asyncio.TimeoutError,
+            chess.engine.EngineError,
+            chess.engine.EngineTerminatedError,
+        ):
             self._kill()  # a broken engine: `move` replaces it, with its retries
 
     def game_searches(self) -> list[MoveSearch]:
@@ -204,13 +214,19 @@ class EngineMover:
             return self.spec.limit()
         kind, value = self.spec.asked()
         return chess.engine.Limit(
-            white_clock=clock.white, black_clock=clock.black, white_inc=clock.white_increment, black_inc=clock.black_increment,
+            white_clock=clock.white,
+            black_clock=clock.black,
+            white_inc=clock.white_increment,
+            black_inc=clock.black_increment,
             remaining_moves=clock.moves_to_go or None,
-            nodes=value if kind == "nodes" else None, depth=value if kind == "depth" else None,
+            nodes=value if kind == "nodes" else None,
+            depth=value if kind == "depth" else None,
             time=value / 1000 if kind == "movetime" and value else None,
-        )  # fmt: skip
+        )
 
-    def _play(self, engine: chess.engine.SimpleEngine, board: chess.Board, clock: ClockView | None = None) -> chess.Move:
+    def _play(
+        self, engine: chess.engine.SimpleEngine, board: chess.Board, clock: ClockView | None = None
+    ) -> chess.Move:
         """One move from `engine` within the deadline; `EngineError` for any answer that is not
         a legal move of `board`."""
         limit = self._limit(clock)
@@ -219,20 +235,25 @@ class EngineMover:
         started = time.perf_counter()
         try:
             future = asyncio.run_coroutine_threadsafe(
-                asyncio.wait_for(protocol.play(board, limit, game=self._game, info=chess.engine.INFO_BASIC), timeout), protocol.loop
+                asyncio.wait_for(protocol.play(board, limit, game=self._game, info=chess.engine.INFO_BASIC), timeout),
+                protocol.loop,
             )
         except RuntimeError as error:  # python-chess closes the client's event loop when the process dies
             raise EngineError(f"the engine process has ended ({error})") from None
         try:
             result = future.result()
         except (TimeoutError, asyncio.TimeoutError):
-            raise EngineTimeout(f"no `bestmove` within {timeout:g} s ({self._limit_text()} plus engine.timeout_s)") from None
+            raise EngineTimeout(
+                f"no `bestmove` within {timeout:g} s ({self._limit_text()} plus engine.timeout_s)"
+            ) from None
         if not result.move:  # None for `bestmove (none)`, the null move for `0000`
             text = "(none)" if result.move is None else result.move.uci()
             raise EngineError(f"answered `bestmove {text}` in a position with legal moves")
         if not board.is_legal(result.move):  # python-chess already refuses these; kept as the contract
             raise EngineError(f"answered `bestmove {result.move.uci()}`, an illegal move")
-        self.searches.append(MoveSearch(result.info.get("depth"), result.info.get("nodes"), time.perf_counter() - started))
+        self.searches.append(
+            MoveSearch(result.info.get("depth"), result.info.get("nodes"), time.perf_counter() - started)
+        )
         return result.move
 
     def _limit_text(self) -> str:
@@ -349,7 +370,7 @@ class PolicyMover:
         temperature: float = 0.0,
         avoid_repetition: bool = True,
         winning_material: int = 3,
-        search: "SearchSettings | None" = None,
+        search: SearchSettings | None = None,
     ):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature!r}")
@@ -358,15 +379,15 @@ class PolicyMover:
         self.avoid_repetition = avoid_repetition
         self.winning_material = winning_material
         self.searcher = build_searcher(self.policy, search, self.temperature)
-        self._generator: "torch.Generator | None" = None
+        self._generator: torch.Generator | None = None
         self.last_probability: float | None = None
         """Probability (at temperature 1, legal moves) of the last chosen move, for `info` lines;
         None for a searched move (the search's numbers are in `last_search`)."""
-        self.last_search: "SearchResult | None" = None
+        self.last_search: SearchResult | None = None
         """The last search's result (value, nodes, principal variation); None without search."""
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str = "cpu", **kwargs: Any) -> "PolicyMover":
+    def from_checkpoint(cls, path: str | Path, *, device: str = "cpu", **kwargs: Any) -> PolicyMover:
         """Load a checkpoint or run directory; a `ValueError` of the player names the checkpoint."""
         from chessgrpo.models.policy import load_policy
 
@@ -433,7 +454,9 @@ class PolicyMover:
             if self.temperature == 0.0:
                 action = int(logits.masked_fill(~masks, float("-inf")).argmax(dim=-1).item())
             else:
-                action = int(sample_actions(logits, masks, temperature=self.temperature, generator=self._generator).item())
+                action = int(
+                    sample_actions(logits, masks, temperature=self.temperature, generator=self._generator).item()
+                )
             self.last_probability = float(log_probs(logits, full_mask)[0, action].exp().item())
         move = chess.Move.from_uci(ACTIONS[action])
         if not board.is_legal(move):
@@ -466,7 +489,12 @@ class PolicyMover:
 
 
 def make_mover(
-    spec: AnchorSpec, *, engine_path: str | None = None, device: str = "cpu", temperature: float = 0.0, **policy_options: Any
+    spec: AnchorSpec,
+    *,
+    engine_path: str | None = None,
+    device: str = "cpu",
+    temperature: float = 0.0,
+    **policy_options: Any,
 ) -> Mover:
     """The game player of an anchor (checkpoint anchors play like the evaluated policy)."""
     if spec.kind == "random":

@@ -19,8 +19,9 @@ its baselines are measured by the same code:
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import chess
 
@@ -66,7 +67,7 @@ def _require_moves(boards: Sequence[chess.Board]) -> None:
 
 def search_settings(
     nodes: int, algorithm: str = "puct", c_puct: float = 1.5, batch_size: int = 16, syzygy_path: str | None = None
-) -> "SearchSettings | None":
+) -> SearchSettings | None:
     """The `SearchSettings` of the ``search_*`` config keys; None when `nodes` is 0 (no search).
 
     The values are checked here, with the config keys' names, even when the search is off, so a
@@ -83,20 +84,22 @@ def search_settings(
         return None
     from chessgrpo.search import SearchSettings
 
-    return SearchSettings(nodes=nodes, algorithm=algorithm, c_puct=float(c_puct), batch_size=batch_size, syzygy_path=syzygy_path)
+    return SearchSettings(
+        nodes=nodes, algorithm=algorithm, c_puct=float(c_puct), batch_size=batch_size, syzygy_path=syzygy_path
+    )
 
 
-def search_label(search: "SearchSettings | None") -> str:
+def search_label(search: SearchSettings | None) -> str:
     """A short tag for player names, e.g. "puct 256 nodes"; "" without search."""
     return f"{search.algorithm} {search.nodes} nodes" if search is not None and search.enabled else ""
 
 
-def describe_search(search: "SearchSettings | None") -> str:
+def describe_search(search: SearchSettings | None) -> str:
     """`SearchSettings.describe`, or "no search (policy argmax)" without one."""
     return search.describe() if search is not None else "no search (policy argmax)"
 
 
-def build_searcher(policy: Any, search: "SearchSettings | None", temperature: float = 0.0) -> "Searcher | None":
+def build_searcher(policy: Any, search: SearchSettings | None, temperature: float = 0.0) -> Searcher | None:
     """The `Searcher` of `policy` for an enabled `search`, else None.
 
     Raises:
@@ -117,7 +120,9 @@ def build_searcher(policy: Any, search: "SearchSettings | None", temperature: fl
     try:
         return Searcher(policy, search)
     except FileNotFoundError as error:
-        raise FileNotFoundError(f"{error} (the search's tablebases: engine.syzygy_path; null searches without them)") from None
+        raise FileNotFoundError(
+            f"{error} (the search's tablebases: engine.syzygy_path; null searches without them)"
+        ) from None
 
 
 class RandomPlayer:
@@ -136,7 +141,7 @@ class RandomPlayer:
 class StockfishPlayer:
     """Stockfish's best move at a small node budget, searched by an `EnginePool` (and cached)."""
 
-    def __init__(self, pool: "EnginePool", nodes: int = DEFAULT_BASELINE_NODES):
+    def __init__(self, pool: EnginePool, nodes: int = DEFAULT_BASELINE_NODES):
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
         self.name = "stockfish"
@@ -176,7 +181,7 @@ class PolicyPlayer:
         batch_size: int = 256,
         seed: int | None = None,
         name: str = "policy",
-        search: "SearchSettings | None" = None,
+        search: SearchSettings | None = None,
     ):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature!r}")
@@ -204,8 +209,8 @@ class PolicyPlayer:
         temperature: float = 0.0,
         batch_size: int = 256,
         seed: int | None = None,
-        search: "SearchSettings | None" = None,
-    ) -> "PolicyPlayer":
+        search: SearchSettings | None = None,
+    ) -> PolicyPlayer:
         """Load a checkpoint directory or a run directory (its latest checkpoint).
 
         A `ValueError` of the player (no value head for the search, ...) names the checkpoint.

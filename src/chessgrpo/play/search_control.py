@@ -64,7 +64,12 @@ GO_KEYWORDS = frozenset(INTEGER_ARGUMENTS) | {"infinite", "ponder", "searchmoves
 
 
 def parse_go(
-    arguments: list[str], turn: chess.Color, default_nodes: int, *, overhead_ms: int = MOVE_OVERHEAD_MS, max_nodes: int = MAX_NODES
+    arguments: list[str],
+    turn: chess.Color,
+    default_nodes: int,
+    *,
+    overhead_ms: int = MOVE_OVERHEAD_MS,
+    max_nodes: int = MAX_NODES,
 ) -> tuple[GoLimits, list[str]]:
     """The limits of ``go <arguments>`` for the side `turn`, and a description of every argument
     that was malformed and ignored.
@@ -122,7 +127,9 @@ def movetime_seconds(movetime_ms: int, overhead_ms: int = MOVE_OVERHEAD_MS) -> f
     return max((movetime_ms - min(overhead_ms, movetime_ms / 2)) / 1000, MIN_SEARCH_SECONDS)
 
 
-def clock_seconds(remaining_ms: int, increment_ms: int = 0, moves_to_go: int = 0, overhead_ms: int = MOVE_OVERHEAD_MS) -> float:
+def clock_seconds(
+    remaining_ms: int, increment_ms: int = 0, moves_to_go: int = 0, overhead_ms: int = MOVE_OVERHEAD_MS
+) -> float:
     """The time for one move from the clock: with ``usable = remaining - overhead_ms`` (``Move Overhead``),
 
         min(usable / (movestogo or 30) + 0.75 * increment, usable / 5)
@@ -157,7 +164,13 @@ class SearchControl:
     """
 
     def __init__(
-        self, limits: GoLimits, *, infinite: bool = False, ponder: bool = False, started: float | None = None, step_seconds: float = 0.0
+        self,
+        limits: GoLimits,
+        *,
+        infinite: bool = False,
+        ponder: bool = False,
+        started: float | None = None,
+        step_seconds: float = 0.0,
     ):
         self.limits = limits
         self.started = time.perf_counter() if started is None else started

@@ -17,7 +17,13 @@ from chessgrpo.rl.advantages import (
 from chessgrpo.rl.batch import RolloutBatch
 from chessgrpo.rl.config import GRPOConfig
 from chessgrpo.rl.forward import eval_mode_forward
-from chessgrpo.rl.invariants import InvariantViolation, NonFiniteError, check_finite, check_first_minibatch, check_kl_nonnegative
+from chessgrpo.rl.invariants import (
+    InvariantViolation,
+    NonFiniteError,
+    check_finite,
+    check_first_minibatch,
+    check_kl_nonnegative,
+)
 from chessgrpo.rl.kl_control import KLController
 from chessgrpo.rl.learner import PolicyOutputs, compute_advantages, optimize
 from chessgrpo.rl.loss import LossOutput, aggregate, categorical_entropy, exact_kl, kl_estimate, policy_loss

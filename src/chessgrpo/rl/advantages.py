@@ -32,7 +32,12 @@ SUPERVISIONS = ("outcome", "process", "step", "critic")
 
 
 def group_advantages(
-    rewards: Tensor, group_ids: Tensor, estimator: str = "grpo", epsilon: float = 1e-4, *, batch_std: Tensor | None = None
+    rewards: Tensor,
+    group_ids: Tensor,
+    estimator: str = "grpo",
+    epsilon: float = 1e-4,
+    *,
+    batch_std: Tensor | None = None,
 ) -> Tensor:
     """Advantages [N] of outcome rewards [N] relative to their groups.
 

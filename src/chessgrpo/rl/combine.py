@@ -52,8 +52,14 @@ def concat_rollouts(parts: Sequence[RolloutBatch]) -> RolloutBatch:
             raise ValueError(f"rollout {index} has no advantages: fill them with its own groups before joining")
         part.validate()
         advantage = part.advantages if part.advantages.dim() == 2 else part.advantages.unsqueeze(1).expand_as(part.mask)
-        advantages.append(_pad(torch.where(part.mask, advantage.float(), torch.zeros_like(advantage, dtype=torch.float32)), length))
-        reward = part.rewards if part.rewards.dim() == 1 else torch.where(part.mask, part.rewards, torch.zeros_like(part.rewards)).sum(1)
+        advantages.append(
+            _pad(torch.where(part.mask, advantage.float(), torch.zeros_like(advantage, dtype=torch.float32)), length)
+        )
+        reward = (
+            part.rewards
+            if part.rewards.dim() == 1
+            else torch.where(part.mask, part.rewards, torch.zeros_like(part.rewards)).sum(1)
+        )
         rewards.append(reward.float())
         ids = part.group_ids.long()
         _, dense = torch.unique(ids, return_inverse=True)  # 0..groups-1 within the part
@@ -133,9 +139,13 @@ def concat_forwards(parts: Sequence[RolloutBatch], forwards: Sequence[Forward]) 
                 )
         assert logp is not None  # a minibatch has at least one row
         return PolicyOutputs(
-            logp=logp, entropy=entropy if has_entropy else None, ref_logp=ref_logp if has_reference else None,
-            kl=kl if has_kl else None, aux_loss=aux, aux_row_loss=aux_rows,
-        )  # fmt: skip
+            logp=logp,
+            entropy=entropy if has_entropy else None,
+            ref_logp=ref_logp if has_reference else None,
+            kl=kl if has_kl else None,
+            aux_loss=aux,
+            aux_row_loss=aux_rows,
+        )
 
     return forward
 

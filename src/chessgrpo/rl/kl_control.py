@@ -117,8 +117,12 @@ class KLController:
             logger.warning(
                 "adaptive KL coefficient has sat at %s = %g for %d updates (last observed KL %g, target %g): "
                 "the controller cannot reach its target; revisit kl_target or the bounds",
-                bound, self._adaptive_coef, self._pinned_streak, observed_kl, self.target,
-            )  # fmt: skip
+                bound,
+                self._adaptive_coef,
+                self._pinned_streak,
+                observed_kl,
+                self.target,
+            )
 
     def metrics(self) -> dict[str, float]:
         """``kl/coef`` (the next step's coefficient), ``kl/frac_at_min``, ``kl/frac_at_max``."""

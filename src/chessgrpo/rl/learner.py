@@ -253,10 +253,16 @@ def optimize(
                 context = f"iteration {iteration}, {minibatch.num_rows} of {n} rows, bf16={bf16}"
                 lagged = first and behaviour_forward is not None
                 loss, step_metrics, terms = _micro_batch_loss(
-                    minibatch, outputs, config, kl_controller, kl_coef,
-                    check=first and config.check_invariants and not lagged, check_clipping=check_clipping, tolerance=tolerance,
+                    minibatch,
+                    outputs,
+                    config,
+                    kl_controller,
+                    kl_coef,
+                    check=first and config.check_invariants and not lagged,
+                    check_clipping=check_clipping,
+                    tolerance=tolerance,
                     context=context,
-                )  # fmt: skip
+                )
                 checked_dev = step_metrics.get("ratio/max_abs_dev", math.nan)
                 if lagged:  # the invariant holds for the sampling snapshot; the live weights are one update on
                     assert behaviour_forward is not None
@@ -266,7 +272,9 @@ def optimize(
                 if outputs.aux_row_loss is not None:
                     # The rows' sum over the whole minibatch's row count (x world size: DDP averages over ranks).
                     weighted = weighted + outputs.aux_row_loss.sum() * (world_size / rows.numel())
-                    step_metrics["loss/aux"] = step_metrics.get("loss/aux", 0.0) + float(outputs.aux_row_loss.detach().mean())
+                    step_metrics["loss/aux"] = step_metrics.get("loss/aux", 0.0) + float(
+                        outputs.aux_row_loss.detach().mean()
+                    )
                 if first:  # the largest deviation over the first minibatch's micro-batches
                     first_dev = checked_dev if math.isnan(first_dev) else max(first_dev, checked_dev)
                 if first and index == 0 and measure_terms:
@@ -337,7 +345,9 @@ class _RowLayout:
         local = rows[mine] - self.offset
         return local, self._weight(local, rows, aggregation, world_size)
 
-    def micro_batches(self, rows: Tensor, micro_size: int, aggregation: str, world_size: int) -> list[tuple[Tensor, float]]:
+    def micro_batches(
+        self, rows: Tensor, micro_size: int, aggregation: str, world_size: int
+    ) -> list[tuple[Tensor, float]]:
         """This rank's share of the global minibatch `rows` cut into micro-batches of <= `micro_size`
         rows (0 = one), each with its loss weight: world size x its share of the minibatch's valid
         tokens (token_mean) or rows (sequence means), so the weighted micro-batch losses sum to
@@ -381,13 +391,17 @@ def _all_outputs(outputs: PolicyOutputs) -> Tensor:
     return total
 
 
-def _sampler_deviation(behaviour_forward: Forward, minibatch: RolloutBatch, config: GRPOConfig, tolerance: float, context: str) -> float:
+def _sampler_deviation(
+    behaviour_forward: Forward, minibatch: RolloutBatch, config: GRPOConfig, tolerance: float, context: str
+) -> float:
     """max |ratio - 1| of the sampling weights' recomputed log-probs on `minibatch` (no gradient); with
     config.check_invariants, `check_first_minibatch` on it: the learner's forward must reproduce the sampler."""
     with torch.no_grad():
         logp = behaviour_forward(minibatch).logp
     if tuple(logp.shape) != tuple(minibatch.actions.shape):
-        raise ValueError(f"behaviour_forward returned logp of shape {list(logp.shape)} for actions {list(minibatch.actions.shape)}")
+        raise ValueError(
+            f"behaviour_forward returned logp of shape {list(logp.shape)} for actions {list(minibatch.actions.shape)}"
+        )
     deviation = ratio_max_abs_dev(logp, minibatch.behaviour_logp, minibatch.mask)
     if config.check_invariants:
         # Within tolerance the sampler's ratio cannot clip (the tolerance is below the clip range, or the bound alone is the check).
@@ -404,7 +418,9 @@ def _check_outputs(outputs: PolicyOutputs, minibatch: RolloutBatch) -> None:
     if not outputs.logp.requires_grad:
         raise ValueError("forward returned logp without grad (was it run under torch.no_grad?)")
     if outputs.aux_row_loss is not None and tuple(outputs.aux_row_loss.shape) != shape[:1]:
-        raise ValueError(f"forward returned aux_row_loss of shape {list(outputs.aux_row_loss.shape)} for {shape[0]} rows")
+        raise ValueError(
+            f"forward returned aux_row_loss of shape {list(outputs.aux_row_loss.shape)} for {shape[0]} rows"
+        )
 
 
 def _micro_batch_loss(
@@ -436,15 +452,24 @@ def _micro_batch_loss(
             "but neither forward's PolicyOutputs.ref_logp nor batch.ref_logp holds them"
         )
     out = policy_loss(
-        outputs.logp, minibatch.behaviour_logp, minibatch.advantages, minibatch.mask, config,
-        ref_logp=ref_logp, kl=outputs.kl, entropy=outputs.entropy, kl_coef=kl_coef,
-    )  # fmt: skip
+        outputs.logp,
+        minibatch.behaviour_logp,
+        minibatch.advantages,
+        minibatch.mask,
+        config,
+        ref_logp=ref_logp,
+        kl=outputs.kl,
+        entropy=outputs.entropy,
+        kl_coef=kl_coef,
+    )
     step_metrics = out.metrics
     if check:
         check_first_minibatch(
-            step_metrics["ratio/max_abs_dev"], step_metrics["ratio/clip_frac"] if check_clipping else 0.0, tolerance,
+            step_metrics["ratio/max_abs_dev"],
+            step_metrics["ratio/clip_frac"] if check_clipping else 0.0,
+            tolerance,
             context=context,
-        )  # fmt: skip
+        )
     if config.check_invariants and "kl/min" in step_metrics:
         check_kl_nonnegative(step_metrics["kl/min"], estimator=config.kl_estimator)
     loss, terms = out.loss, dict(out.terms)
@@ -477,7 +502,9 @@ def term_gradient_norms(terms: dict[str, Tensor], parameters: Sequence[Tensor]) 
         else:
             every = torch.autograd.grad(term, [trainable[i] for i in shared], retain_graph=True, allow_unused=True)
             grads = [g for g in every if g is not None]
-        out[f"grad_norm/{name}"] = float(torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads]))) if grads else 0.0
+        out[f"grad_norm/{name}"] = (
+            float(torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads]))) if grads else 0.0
+        )
     return out
 
 

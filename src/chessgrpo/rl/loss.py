@@ -166,7 +166,13 @@ def policy_loss(
     shape = new_logp.shape
     if new_logp.dim() != 2:
         raise ValueError(f"new_logp must be [N, L], got {list(shape)}")
-    for name, value in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("kl", kl), ("entropy", entropy)):
+    for name, value in (
+        ("old_logp", old_logp),
+        ("mask", mask),
+        ("ref_logp", ref_logp),
+        ("kl", kl),
+        ("entropy", entropy),
+    ):
         if value is not None and value.shape != shape:
             raise ValueError(f"{name} has shape {list(value.shape)}, expected {list(shape)} like new_logp")
     if mask.dtype != torch.bool:
@@ -236,23 +242,43 @@ def policy_loss(
         high = (advantages > 0) & (ratio > 1.0 + eps_high) & valid
         zero = total.new_zeros(())
         kl_weighted = kl_coef * kl_term if kl_term is not None else zero
-        terms = torch.stack(
-            [policy_term, kl_weighted, entropy_term if entropy_term is not None else zero]
-        ).detach()
+        terms = torch.stack([policy_term, kl_weighted, entropy_term if entropy_term is not None else zero]).detach()
         magnitude = terms.abs().sum()
         shares = torch.where(magnitude > 0, terms.abs() / magnitude.clamp(min=1e-30), torch.zeros_like(terms))
         names = [
-            "loss/policy", "loss/kl", "loss/kl_weighted", "loss/entropy", "loss/total",
-            "loss/share_policy", "loss/share_kl", "loss/share_entropy",
-            "ratio/mean", "ratio/min", "ratio/max", "ratio/max_abs_dev",
-            "ratio/clip_frac_low", "ratio/clip_frac_high", "ratio/clip_frac",
-        ]  # fmt: skip
+            "loss/policy",
+            "loss/kl",
+            "loss/kl_weighted",
+            "loss/entropy",
+            "loss/total",
+            "loss/share_policy",
+            "loss/share_kl",
+            "loss/share_entropy",
+            "ratio/mean",
+            "ratio/min",
+            "ratio/max",
+            "ratio/max_abs_dev",
+            "ratio/clip_frac_low",
+            "ratio/clip_frac_high",
+            "ratio/clip_frac",
+        ]
         values = [
-            policy_term, kl_term if kl_term is not None else zero, kl_weighted, terms[2], total,
-            shares[0], shares[1], shares[2],
-            valid_ratio.mean(), valid_ratio.min(), valid_ratio.max(), token_dev.max(),
-            low.sum() / num_valid, high.sum() / num_valid, (low | high).sum() / num_valid,
-        ]  # fmt: skip
+            policy_term,
+            kl_term if kl_term is not None else zero,
+            kl_weighted,
+            terms[2],
+            total,
+            shares[0],
+            shares[1],
+            shares[2],
+            valid_ratio.mean(),
+            valid_ratio.min(),
+            valid_ratio.max(),
+            token_dev.max(),
+            low.sum() / num_valid,
+            high.sum() / num_valid,
+            (low | high).sum() / num_valid,
+        ]
         if per_token_kl is not None:
             names += ["kl/value", "kl/min"]
             values += [per_token_kl[valid].mean(), per_token_kl[valid].min()]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import chess
 
@@ -57,7 +57,9 @@ class SearchSettings:
         """Every setting that changes the searched move (for PGN headers and JSON summaries)."""
         if not self.enabled:
             return "no search (policy argmax)"
-        shape = f"c_puct {self.c_puct:g}, batch {self.batch_size}" if self.algorithm == "puct" else f"width {self.width}"
+        shape = (
+            f"c_puct {self.c_puct:g}, batch {self.batch_size}" if self.algorithm == "puct" else f"width {self.width}"
+        )
         tables = f"syzygy {self.syzygy_path}" if self.syzygy_path else "no syzygy"
         return f"{self.algorithm} search, {self.nodes} nodes/move, {shape}, prior temperature {self.prior_temperature:g}, {tables}"
 
@@ -69,7 +71,13 @@ class Searcher:
     boards to the network differently (`chessgrpo.uci.chess960.Chess960Evaluator`).
     """
 
-    def __init__(self, policy: ActionPolicy, settings: SearchSettings, *, evaluator_class: type[NetworkEvaluator] = NetworkEvaluator):
+    def __init__(
+        self,
+        policy: ActionPolicy,
+        settings: SearchSettings,
+        *,
+        evaluator_class: type[NetworkEvaluator] = NetworkEvaluator,
+    ):
         tablebase = None
         if settings.syzygy_path:
             from chessgrpo.engine.tablebase import Tablebase
@@ -78,7 +86,9 @@ class Searcher:
         self.settings = settings
         self.evaluator = evaluator_class(policy, prior_temperature=settings.prior_temperature, tablebase=tablebase)
         if settings.algorithm == "puct":
-            self.algorithm: PuctSearch | AlphaBetaSearch = PuctSearch(self.evaluator, PuctConfig(c_puct=settings.c_puct, batch_size=settings.batch_size))
+            self.algorithm: PuctSearch | AlphaBetaSearch = PuctSearch(
+                self.evaluator, PuctConfig(c_puct=settings.c_puct, batch_size=settings.batch_size)
+            )
         else:
             self.algorithm = AlphaBetaSearch(self.evaluator, AlphaBetaConfig(width=settings.width))
 
@@ -99,7 +109,14 @@ class Searcher:
         when ``should_stop(nodes)`` is true; `report` the search so far every `report_interval` s.
         """
         limits = SearchLimits(nodes=nodes or max(1, self.settings.nodes), seconds=seconds)
-        return self.algorithm.search(board, limits, root_moves=root_moves, should_stop=should_stop, report=report, report_interval=report_interval)
+        return self.algorithm.search(
+            board,
+            limits,
+            root_moves=root_moves,
+            should_stop=should_stop,
+            report=report,
+            report_interval=report_interval,
+        )
 
     def close(self) -> None:
         if self.evaluator.tablebase is not None:

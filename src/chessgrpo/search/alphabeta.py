@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import chess
 
@@ -118,7 +118,7 @@ class AlphaBetaSearch:
                 best_move = max(moves, key=lambda m: (scores[m][0], -moves.index(m)))
                 seldepth = depth_limit
                 moves = sorted(moves, key=lambda m: -scores[m][0])  # best first: better cut-offs next time
-                progress(lambda: self._result(root, scores, best_move, depth, seldepth, started))
+                progress(lambda: self._result(root, scores, best_move, depth, seldepth, started))  # noqa: B023 (called now or never)
         return self._result(root, scores, best_move, depth, seldepth, started)
 
     def _result(
@@ -134,7 +134,10 @@ class AlphaBetaSearch:
         ranked = sorted(scores, key=lambda m: (m != best_move, -scores[m][0]))
         priors = dict(zip(root.moves, root.priors))
         root_moves = [
-            RootMove(move=m, visits=0, value=(min(1.0, scores[m][0]) + 1.0) / 2.0, prior=float(priors[m]), pv=scores[m][1]) for m in ranked
+            RootMove(
+                move=m, visits=0, value=(min(1.0, scores[m][0]) + 1.0) / 2.0, prior=float(priors[m]), pv=scores[m][1]
+            )
+            for m in ranked
         ]
         used = self.evaluator.network_positions - self._positions_before
         return SearchResult(
@@ -149,7 +152,9 @@ class AlphaBetaSearch:
             exact=abs(scores[best_move][0]) > 1.0 - MATE_PLY_DISCOUNT * self.config.max_depth - 1e-9,
         )
 
-    def _root_iteration(self, board: chess.Board, moves: list[chess.Move], depth: int) -> dict[chess.Move, tuple[float, list[chess.Move]]]:
+    def _root_iteration(
+        self, board: chess.Board, moves: list[chess.Move], depth: int
+    ) -> dict[chess.Move, tuple[float, list[chess.Move]]]:
         self._prefetch(board, moves)
         alpha, scores = -2.0, {}
         for move in moves:
@@ -162,7 +167,9 @@ class AlphaBetaSearch:
             alpha = max(alpha, -score)
         return scores
 
-    def _negamax(self, board: chess.Board, depth: int, alpha: float, beta: float, ply: int) -> tuple[float, list[chess.Move]]:
+    def _negamax(
+        self, board: chess.Board, depth: int, alpha: float, beta: float, ply: int
+    ) -> tuple[float, list[chess.Move]]:
         """Score in [-1, 1] for the side to move at `board`, and the line that reaches it."""
         evaluation = self._evaluate(board)
         if evaluation.exact:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import chess
 
@@ -121,10 +122,22 @@ def decided_result(move: chess.Move, value: float, started: float) -> SearchResu
     """The result of a root decided without search (a mate in one, a tablebase position)."""
     root_move = RootMove(move=move, visits=0, value=value, prior=1.0, pv=[move])
     seconds = time.perf_counter() - started
-    return SearchResult(move=move, value=value, root_moves=[root_move], nodes=0, network_positions=0, seconds=seconds, depth=1, seldepth=1, exact=True)
+    return SearchResult(
+        move=move,
+        value=value,
+        root_moves=[root_move],
+        nodes=0,
+        network_positions=0,
+        seconds=seconds,
+        depth=1,
+        seldepth=1,
+        exact=True,
+    )
 
 
-def mate_in_one_result(board: chess.Board, started: float, moves: Sequence[chess.Move] | None = None) -> SearchResult | None:
+def mate_in_one_result(
+    board: chess.Board, started: float, moves: Sequence[chess.Move] | None = None
+) -> SearchResult | None:
     """The mate where one of `moves` (default: every legal move) mates at once, else None."""
     mate = mating_move(board, list(board.legal_moves) if moves is None else moves)
     if mate is None:
@@ -132,7 +145,9 @@ def mate_in_one_result(board: chess.Board, started: float, moves: Sequence[chess
     return decided_result(mate, 1.0, started)
 
 
-def tablebase_result(evaluator: "NetworkEvaluator", board: chess.Board, started: float, moves: Sequence[chess.Move] | None = None) -> SearchResult | None:
+def tablebase_result(
+    evaluator: NetworkEvaluator, board: chess.Board, started: float, moves: Sequence[chess.Move] | None = None
+) -> SearchResult | None:
     """The perfect move where the evaluator's tablebases cover the root (`Tablebase.best_moves`:
     the fastest win, else a draw, else the longest loss), else None. No network call is needed.
 
@@ -157,7 +172,9 @@ def tablebase_result(evaluator: "NetworkEvaluator", board: chess.Board, started:
     return decided_result(best[0], value, started)
 
 
-def decided_root(evaluator: "NetworkEvaluator", board: chess.Board, moves: Sequence[chess.Move], started: float) -> SearchResult | None:
+def decided_root(
+    evaluator: NetworkEvaluator, board: chess.Board, moves: Sequence[chess.Move], started: float
+) -> SearchResult | None:
     """A root decided without search among `moves` (`root_candidates`): a tablebase move, else a
     mate in one; None when the root must be searched."""
     return tablebase_result(evaluator, board, started, moves) or mate_in_one_result(board, started, moves)

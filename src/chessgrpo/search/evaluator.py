@@ -21,7 +21,8 @@ same scale as the engine labels and the value head (`models.policy.ValueHead`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import chess
 import numpy as np
@@ -89,7 +90,7 @@ class NetworkEvaluator:
         policy: ActionPolicy,
         *,
         prior_temperature: float = 1.0,
-        tablebase: "Tablebase | None" = None,
+        tablebase: Tablebase | None = None,
         tablebase_pieces: int = 4,
     ):
         if policy.value_head is None:
@@ -116,12 +117,18 @@ class NetworkEvaluator:
         value = rule_value(board, legal)
         return value if value is not None else self._value_beyond_rules(board, legal, facts)
 
-    def _value_beyond_rules(self, board: chess.Board, legal: Sequence[chess.Move], facts: Sequence[tuple[int, int]] | None) -> float | None:
+    def _value_beyond_rules(
+        self, board: chess.Board, legal: Sequence[chess.Move], facts: Sequence[tuple[int, int]] | None
+    ) -> float | None:
         """`exact_value` for a position the rules leave open: a mate in one, else the tablebase."""
         if has_mate(facts) if facts is not None else mating_move(board, legal) is not None:
             return 1.0
         tablebase = self.tablebase
-        if tablebase is not None and chess.popcount(board.occupied) <= self.tablebase_pieces and tablebase.covers(board):
+        if (
+            tablebase is not None
+            and chess.popcount(board.occupied) <= self.tablebase_pieces
+            and tablebase.covers(board)
+        ):
             return TABLEBASE_VALUES[tablebase.probe_wdl(board)]
         return None
 
@@ -156,9 +163,13 @@ class NetworkEvaluator:
             else:
                 pending.append((index, legal, facts, fen))
         if pending:
-            known = [f for _, _, f, _ in pending] if with_facts and all(f is not None for _, _, f, _ in pending) else None
+            known = (
+                [f for _, _, f, _ in pending] if with_facts and all(f is not None for _, _, f, _ in pending) else None
+            )
             fens = [boards[i].fen() if fen is None else fen for i, _, _, fen in pending]
-            evaluated = self._network([boards[i] for i, _, _, _ in pending], [m for _, m, _, _ in pending], facts=known, fens=fens)
+            evaluated = self._network(
+                [boards[i] for i, _, _, _ in pending], [m for _, m, _, _ in pending], facts=known, fens=fens
+            )
             for (index, legal, _, _), (priors, value) in zip(pending, evaluated):
                 results[index] = LeafEvaluation(legal, priors, value, exact=False)
         return results  # type: ignore[return-value]

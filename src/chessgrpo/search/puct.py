@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import chess
 import numpy as np
@@ -189,7 +189,7 @@ class PuctSearch:
                     child = _Node(evaluation)
                     parent.children[edge] = child
                     self._backup(path, child.value)
-            progress(lambda: self._result(root, nodes, started, positions_before, seldepth))
+            progress(lambda: self._result(root, nodes, started, positions_before, seldepth))  # noqa: B023 (called now or never)
         return self._result(root, nodes, started, positions_before, seldepth)
 
     def _walk(self, root: _Node, board: chess.Board) -> tuple[list[tuple[_Node, int]], chess.Board, float | None]:

@@ -227,7 +227,9 @@ class SweepConfig:
     def __post_init__(self) -> None:
         if self.parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {self.parallel}")
-        if self.study_name is not None and (not _PLAIN_NAME.fullmatch(self.study_name) or self.study_name in (".", "..")):
+        if self.study_name is not None and (
+            not _PLAIN_NAME.fullmatch(self.study_name) or self.study_name in (".", "..")
+        ):
             raise ValueError(f"study_name {self.study_name!r} is not a plain name (letters, digits, . _ - only)")
         if self.space:
             parse_space(self.space)
@@ -244,13 +246,17 @@ def parse_space(raw: dict) -> dict[str, ParamSpace]:
         if isinstance(entry, list):
             entry = {"type": "categorical", "choices": entry}
         if not isinstance(entry, dict) or "type" not in entry:
-            raise ConfigError(f"space.{key}: expected a mapping with type: float | int | categorical (or a list of choices), got {entry!r}")
+            raise ConfigError(
+                f"space.{key}: expected a mapping with type: float | int | categorical (or a list of choices), got {entry!r}"
+            )
         space[key] = from_dict(ParamSpace, entry, prefix=f"space.{key}")
     searched: list[str] = []
     for key, param in space.items():
         for condition in param.when or {}:
             if condition in space and condition not in searched:
-                raise ConfigError(f"space.{key}.when names {condition}, which is searched later: list {condition} first")
+                raise ConfigError(
+                    f"space.{key}.when names {condition}, which is searched later: list {condition} first"
+                )
         searched.append(key)
     return space
 
@@ -356,7 +362,9 @@ def trial_name(number: int) -> str:
 
 def _base_data(base: str | dict | None) -> dict[str, Any]:
     if base is None:
-        raise ConfigError("sweep key base is required: a run config file (e.g. configs/grpo_tiny.yaml) or an inline mapping")
+        raise ConfigError(
+            "sweep key base is required: a run config file (e.g. configs/grpo_tiny.yaml) or an inline mapping"
+        )
     if isinstance(base, dict):
         return copy.deepcopy(base)
     path = Path(base)
@@ -390,8 +398,10 @@ def _check_key_exists(config_class: type, key: str, what: str) -> None:
         if part not in fields:
             prefix = ".".join(key.split(".")[:depth])
             where = f" under {prefix}" if prefix else ""
-            raise ConfigError(f"{what} {key}: unknown config key{where} of {config_class.__name__}; valid keys here: "
-                              f"{', '.join(sorted(fields))}")  # fmt: skip
+            raise ConfigError(
+                f"{what} {key}: unknown config key{where} of {config_class.__name__}; valid keys here: "
+                f"{', '.join(sorted(fields))}"
+            )
         node = get_type_hints(node)[part]
 
 
@@ -423,7 +433,9 @@ def resolve_sweep(config: SweepConfig, sweep_path: str | Path | None = None, run
         _check_key_exists(config_class, key, "sweep overrides:")
     base_config = _checked(config_class, data, "sweep base config (with the overrides)")
     if config.objective.measure == "change" and not getattr(base_config, "eval_at_start", False):
-        raise ConfigError("objective.measure: change needs the step-0 evaluation: set eval_at_start: true in the base or overrides")
+        raise ConfigError(
+            "objective.measure: change needs the step-0 evaluation: set eval_at_start: true in the base or overrides"
+        )
 
     space = parse_space(config.space)
     for key, param in space.items():
@@ -442,7 +454,9 @@ def resolve_sweep(config: SweepConfig, sweep_path: str | Path | None = None, run
 
     study_name = config.study_name or (Path(sweep_path).stem if sweep_path is not None else "sweep")
     if not _PLAIN_NAME.fullmatch(study_name) or study_name in (".", ".."):
-        raise ConfigError(f"study_name {study_name!r} is not a plain name (letters, digits, . _ - only): set study_name")
+        raise ConfigError(
+            f"study_name {study_name!r} is not a plain name (letters, digits, . _ - only): set study_name"
+        )
     study_dir = (Path(base_config.run.out_dir) / study_name).resolve()
     storage = config.storage or f"sqlite:///{study_dir / STUDY_DB}"
     sweep = Sweep(config, kind, config_class, data, space, study_name, study_dir, storage, base_config, {})

@@ -45,9 +45,13 @@ def open_storage(url: str) -> Any:
     try:
         with warnings.catch_warnings():  # the heartbeat is marked experimental; it is what makes a killed trial FAILED
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+            )
     except Exception as error:  # sqlalchemy: a bad URL, a missing driver, a server that cannot be reached
-        raise ConfigError(f"storage {redacted(url)!r} cannot be opened: {type(error).__name__}: {str(error).splitlines()[0]}") from None
+        raise ConfigError(
+            f"storage {redacted(url)!r} cannot be opened: {type(error).__name__}: {str(error).splitlines()[0]}"
+        ) from None
 
 
 def redacted(url: str) -> str:

@@ -38,7 +38,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 from chessgrpo.config import ConfigError, to_dict
 from chessgrpo.errors import ChessGRPOError
@@ -48,7 +48,7 @@ from chessgrpo.sweep.storage import open_storage, quiet_optuna, redacted
 logger = logging.getLogger(__name__)
 
 StepProgress = Callable[[int, "dict[str, Any] | None"], None]
-ProgressFactory = Callable[[str, int, int], ContextManager[StepProgress]]
+ProgressFactory = Callable[[str, int, int], contextlib.AbstractContextManager[StepProgress]]
 """(trial run name, first step, last step) -> a context giving the per-step progress callback (the CLI's bar)."""
 
 
@@ -89,10 +89,13 @@ def make_pruner(sweep: Sweep) -> Any:
 
     config = sweep.config.pruner
     if config.name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=config.n_startup_trials, n_warmup_steps=config.n_warmup_steps)
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=config.n_startup_trials, n_warmup_steps=config.n_warmup_steps
+        )
     if config.name == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=config.min_resource if config.min_resource is not None else "auto", reduction_factor=config.reduction_factor
+            min_resource=config.min_resource if config.min_resource is not None else "auto",
+            reduction_factor=config.reduction_factor,
         )
     if config.name == "threshold":
         return optuna.pruners.ThresholdPruner(lower=config.lower, upper=config.upper)
@@ -113,19 +116,31 @@ def open_study(sweep: Sweep, seed_offset: int = 0, *, create: bool = False) -> A
     direction = objective.direction
     sampler, pruner = make_sampler(sweep, seed_offset), make_pruner(sweep)
     if create:
-        study = optuna.create_study(storage=storage, study_name=sweep.study_name, direction=direction, sampler=sampler,
-                                    pruner=pruner, load_if_exists=True)  # fmt: skip
+        study = optuna.create_study(
+            storage=storage,
+            study_name=sweep.study_name,
+            direction=direction,
+            sampler=sampler,
+            pruner=pruner,
+            load_if_exists=True,
+        )
     else:
         study = optuna.load_study(storage=storage, study_name=sweep.study_name, sampler=sampler, pruner=pruner)
     recorded = study.user_attrs.get("sweep")
     if recorded is None:
         if study.trials:
-            raise ConfigError(f"study {sweep.study_name!r} in {redacted(sweep.storage)} was not created by `chessgrpo sweep`; choose another study_name")
+            raise ConfigError(
+                f"study {sweep.study_name!r} in {redacted(sweep.storage)} was not created by `chessgrpo sweep`; choose another study_name"
+            )
         study.set_user_attr("sweep", sweep_record(sweep))
     else:
         before = recorded.get("objective", {})
         now = to_dict(objective)
-        if study.direction.name.lower() != direction or before.get("metric") != now["metric"] or before.get("measure") != now["measure"]:
+        if (
+            study.direction.name.lower() != direction
+            or before.get("metric") != now["metric"]
+            or before.get("measure") != now["measure"]
+        ):
             raise ConfigError(
                 f"study {sweep.study_name!r} optimises {before.get('metric')} ({before.get('measure')}, {study.direction.name.lower()}); "
                 f"this sweep asks for {now['metric']} ({now['measure']}, {direction}): set another study_name to start a new study"
@@ -157,7 +172,9 @@ def base_differences(sweep: Sweep, recorded: dict[str, Any]) -> list[str]:
 
     free = (resumable_keys(sweep.config_class) - {"steps"}) | {"run.out_dir", "run.name"}
     before, now = flat(recorded), flat(to_dict(sweep.base_config))
-    return sorted(k for k in set(before) | set(now) if k not in free and json.dumps(before.get(k)) != json.dumps(now.get(k)))
+    return sorted(
+        k for k in set(before) | set(now) if k not in free and json.dumps(before.get(k)) != json.dumps(now.get(k))
+    )
 
 
 def enqueue_default(study: Any, sweep: Sweep) -> None:
@@ -257,8 +274,14 @@ class _Tracker:
 class TrialRunner:
     """The Optuna objective (one trial = one training run) and the after-trial callback."""
 
-    def __init__(self, sweep: Sweep, *, cores: int | None = None, on_trial: Callable[[Any], None] | None = None,
-                 progress: ProgressFactory | None = None):  # fmt: skip
+    def __init__(
+        self,
+        sweep: Sweep,
+        *,
+        cores: int | None = None,
+        on_trial: Callable[[Any], None] | None = None,
+        progress: ProgressFactory | None = None,
+    ):
         self.sweep = sweep
         self.cores = cores
         self.on_trial = on_trial
@@ -293,19 +316,30 @@ class TrialRunner:
         trial.set_user_attr("run_dir", str(run_dir))
         trial.set_user_attr("config", to_dict(portable))
         if latest_checkpoint(run_dir) is not None:
-            return self._fail(trial, f"{run_dir} already holds a run (a study of the same name was deleted?); move it away")
+            return self._fail(
+                trial, f"{run_dir} already holds a run (a study of the same name was deleted?); move it away"
+            )
         if self.signal is not None:
             return self._fail(trial, self.stop_reason or "interrupted")
         objective = self.sweep.config.objective
-        tracker = _Tracker(trial, objective.metric, objective.measure == "change", config.steps,
-                           pruning=self.sweep.config.pruner.name != "none")  # fmt: skip
+        tracker = _Tracker(
+            trial,
+            objective.metric,
+            objective.measure == "change",
+            config.steps,
+            pruning=self.sweep.config.pruner.name != "none",
+        )
         result = None
         try:
             with Trainer(config) as trainer:
                 self._trainer = trainer
                 if self.signal is not None:
                     trainer.request_stop(self.stop_reason or "interrupted")
-                bar = self.progress(run_dir.name, trainer.step, trainer.end_step) if self.progress else contextlib.nullcontext(None)
+                bar = (
+                    self.progress(run_dir.name, trainer.step, trainer.end_step)
+                    if self.progress
+                    else contextlib.nullcontext(None)
+                )
                 with bar as step_progress:
 
                     def progress(step: int, row: dict[str, Any] | None) -> None:
@@ -340,10 +374,14 @@ class TrialRunner:
         if not result.finished:
             return self._fail(trial, f"stopped before step {config.steps}: {result.stop_reason}")
         if objective.measure == "change" and tracker.start is None:
-            return self._fail(trial, f"no step-0 value of {objective.metric} (is eval_at_start on?); measure: change needs it")
+            return self._fail(
+                trial, f"no step-0 value of {objective.metric} (is eval_at_start on?); measure: change needs it"
+            )
         if tracker.last is None or tracker.last[0] != result.step:
             seen = ", ".join(sorted(tracker.seen)) or "none"
-            return self._fail(trial, f"the run never logged {objective.metric} at its last step (its held-out metrics: {seen})")
+            return self._fail(
+                trial, f"the run never logged {objective.metric} at its last step (its held-out metrics: {seen})"
+            )
         step, value, row = tracker.last
         if not math.isfinite(value):
             return self._fail(trial, f"{objective.metric} is not finite ({value}) at step {step}")
@@ -368,7 +406,9 @@ class TrialRunner:
     def _health(trial: Any, run_dir: Path) -> None:
         events = read_events(run_dir)
         if events:
-            trial.set_user_attr("health", [f"{e.get('event')}: {str(e.get('message', ''))[:300]}" for e in events][-20:])
+            trial.set_user_attr(
+                "health", [f"{e.get('event')}: {str(e.get('message', ''))[:300]}" for e in events][-20:]
+            )
 
     def after_trial(self, study: Any, frozen: Any) -> None:
         """Optuna callback: report the finished trial, count failures in a row, stop on a signal."""
@@ -385,7 +425,9 @@ class TrialRunner:
             study.stop()
         elif limit is not None and self.failures_in_a_row >= limit:
             reason = frozen.user_attrs.get("fail_reason", "no reason recorded")
-            self.stop_reason = f"{self.failures_in_a_row} trials failed in a row (budget.max_failures_in_a_row); the last: {reason}"
+            self.stop_reason = (
+                f"{self.failures_in_a_row} trials failed in a row (budget.max_failures_in_a_row); the last: {reason}"
+            )
             study.stop()
 
 
@@ -421,11 +463,20 @@ def _signals_stop(runner: TrialRunner) -> Iterator[None]:
 def _finished_count(study: Any) -> int:
     from optuna.trial import TrialState
 
-    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) for t in study.get_trials(deepcopy=False))
+    return sum(
+        t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) for t in study.get_trials(deepcopy=False)
+    )
 
 
-def optimize(sweep: Sweep, n_trials: int, *, worker: int = 0, cores: int | None = None,
-             on_trial: Callable[[Any], None] | None = None, progress: ProgressFactory | None = None) -> SweepRun:  # fmt: skip
+def optimize(
+    sweep: Sweep,
+    n_trials: int,
+    *,
+    worker: int = 0,
+    cores: int | None = None,
+    on_trial: Callable[[Any], None] | None = None,
+    progress: ProgressFactory | None = None,
+) -> SweepRun:
     """Run `n_trials` trials of the (existing) study in this process; what a worker does."""
     import optuna
     from optuna.trial import TrialState
@@ -438,23 +489,37 @@ def optimize(sweep: Sweep, n_trials: int, *, worker: int = 0, cores: int | None 
     callbacks: list[Any] = [runner.after_trial]
     budget = sweep.config.budget
     if budget.max_trials is not None:
-        callbacks.append(optuna.study.MaxTrialsCallback(budget.max_trials, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
+        callbacks.append(
+            optuna.study.MaxTrialsCallback(
+                budget.max_trials, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+            )
+        )
     with _signals_stop(runner):
-        study.optimize(runner.objective, n_trials=n_trials, timeout=budget.timeout_s, catch=(Exception,), callbacks=callbacks,
-                       gc_after_trial=True)  # fmt: skip
+        study.optimize(
+            runner.objective,
+            n_trials=n_trials,
+            timeout=budget.timeout_s,
+            catch=(Exception,),
+            callbacks=callbacks,
+            gc_after_trial=True,
+        )
     exit_code = {signal.SIGINT: 130, signal.SIGTERM: 143}.get(runner.signal, 0) if runner.signal else 0
     return SweepRun(sweep.study_name, sweep.storage, runner.trials_run, runner.stop_reason, exit_code)
 
 
 def _worker(sweep: Sweep, n_trials: int, worker: int, cores: int, on_trial: Callable[[Any], None] | None) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     run = optimize(sweep, n_trials, worker=worker, cores=cores, on_trial=on_trial)
     if run.stop_reason:
         logger.warning("worker %d: %s", worker, run.stop_reason)
     raise SystemExit(run.exit_code)
 
 
-def run_sweep(sweep: Sweep, *, on_trial: Callable[[Any], None] | None = None, progress: ProgressFactory | None = None) -> SweepRun:
+def run_sweep(
+    sweep: Sweep, *, on_trial: Callable[[Any], None] | None = None, progress: ProgressFactory | None = None
+) -> SweepRun:
     """Create or continue the sweep's study and run this invocation's budget (see the module docstring).
 
     `on_trial(TrialOutcome)` is called as each trial finishes (from the worker processes too, so it
@@ -470,7 +535,12 @@ def run_sweep(sweep: Sweep, *, on_trial: Callable[[Any], None] | None = None, pr
     if budget.max_trials is not None:
         left = budget.max_trials - _finished_count(study)
         if left <= 0:
-            return SweepRun(sweep.study_name, sweep.storage, 0, f"the study already has {budget.max_trials} finished trials (budget.max_trials)")
+            return SweepRun(
+                sweep.study_name,
+                sweep.storage,
+                0,
+                f"the study already has {budget.max_trials} finished trials (budget.max_trials)",
+            )
         n_trials = min(n_trials, left)
     cores = available_cores()
     parallel = min(sweep.config.parallel, n_trials)
@@ -480,8 +550,10 @@ def run_sweep(sweep: Sweep, *, on_trial: Callable[[Any], None] | None = None, pr
     before = _finished_count(study)
     context = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no torch or engine state shared
     shares = [n_trials // parallel + (i < n_trials % parallel) for i in range(parallel)]
-    workers = [context.Process(target=_worker, args=(sweep, share, i, cores, on_trial), name=f"sweep-worker-{i}")
-               for i, share in enumerate(shares)]  # fmt: skip
+    workers = [
+        context.Process(target=_worker, args=(sweep, share, i, cores, on_trial), name=f"sweep-worker-{i}")
+        for i, share in enumerate(shares)
+    ]
     received: list[int] = []
 
     def handler(signum: int, frame: object) -> None:  # the workers get the terminal's signal themselves

@@ -66,8 +66,13 @@ def outcome(trial: Any) -> TrialOutcome:
     from optuna.trial import TrialState
 
     attrs = trial.user_attrs
-    state = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
-             TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}[trial.state]  # fmt: skip
+    state = {
+        TrialState.COMPLETE: "complete",
+        TrialState.PRUNED: "pruned",
+        TrialState.FAIL: "failed",
+        TrialState.RUNNING: "running",
+        TrialState.WAITING: "waiting",
+    }[trial.state]
     value = trial.value if trial.state == TrialState.COMPLETE else None
     if trial.state == TrialState.PRUNED and trial.intermediate_values:
         value = trial.intermediate_values[max(trial.intermediate_values)]
@@ -79,15 +84,29 @@ def outcome(trial: Any) -> TrialOutcome:
         duration = (trial.datetime_complete - trial.datetime_start).total_seconds()
     interval = attrs.get("interval")
     return TrialOutcome(
-        number=trial.number, state=state, params=dict(trial.params), value=value,
-        interval=tuple(interval) if interval else None, reason=reason, metrics=dict(attrs.get("metrics") or {}),
-        run_dir=attrs.get("run_dir"), config=attrs.get("config"), steps=attrs.get("steps"), duration_s=duration,
-        health=list(attrs.get("health") or []), default=bool(attrs.get("default")),
-    )  # fmt: skip
+        number=trial.number,
+        state=state,
+        params=dict(trial.params),
+        value=value,
+        interval=tuple(interval) if interval else None,
+        reason=reason,
+        metrics=dict(attrs.get("metrics") or {}),
+        run_dir=attrs.get("run_dir"),
+        config=attrs.get("config"),
+        steps=attrs.get("steps"),
+        duration_s=duration,
+        health=list(attrs.get("health") or []),
+        default=bool(attrs.get("default")),
+    )
 
 
 def format_params(params: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in params.items()) or "-"
+    return (
+        ", ".join(
+            f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in params.items()
+        )
+        or "-"
+    )
 
 
 def format_value(value: float | None, interval: tuple[float, float] | None = None) -> str:
@@ -139,15 +158,21 @@ def load_study(target: str | Path, study_name: str | None = None) -> Any:
         url = text
     else:
         if not Path(text).is_dir():
-            raise FileNotFoundError(f"{text!r} is neither a study directory nor a storage URL (sqlite:///..., postgresql://...)")
+            raise FileNotFoundError(
+                f"{text!r} is neither a study directory nor a storage URL (sqlite:///..., postgresql://...)"
+            )
         if not is_study_directory(text):
-            raise FileNotFoundError(f"{text!r} has no {STUDY_DB}: not the directory of a `chessgrpo sweep` study with the default storage")
+            raise FileNotFoundError(
+                f"{text!r} has no {STUDY_DB}: not the directory of a `chessgrpo sweep` study with the default storage"
+            )
         url = f"sqlite:///{Path(text).resolve() / STUDY_DB}"
     storage = open_storage(url)
     names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if study_name is None:
         if len(names) != 1:
-            raise ConfigError(f"{redacted(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): pass --study-name")
+            raise ConfigError(
+                f"{redacted(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): pass --study-name"
+            )
         study_name = names[0]
     if study_name not in names:
         raise ConfigError(f"no study {study_name!r} in {redacted(url)} (studies: {', '.join(names) or 'none'})")
@@ -187,17 +212,27 @@ class StudySummary:
         return {s: n for s in states if (n := sum(t.state == s for t in self.trials))}
 
     def objective_text(self) -> str:
-        what = f"{self.metric} at the last evaluation" if self.measure == "final" else f"change of {self.metric} from step 0 (paired)"
+        what = (
+            f"{self.metric} at the last evaluation"
+            if self.measure == "final"
+            else f"change of {self.metric} from step 0 (paired)"
+        )
         return f"{what}, {self.direction}"
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "study": self.name, "metric": self.metric, "measure": self.measure, "direction": self.direction,
-            "study_dir": str(self.study_dir) if self.study_dir else None, "counts": self.counts(),
-            "best": self.best.number if self.best else None, "default": self.default.number if self.default else None,
-            "importances": self.importances, "importance_note": self.importance_note,
+            "study": self.name,
+            "metric": self.metric,
+            "measure": self.measure,
+            "direction": self.direction,
+            "study_dir": str(self.study_dir) if self.study_dir else None,
+            "counts": self.counts(),
+            "best": self.best.number if self.best else None,
+            "default": self.default.number if self.default else None,
+            "importances": self.importances,
+            "importance_note": self.importance_note,
             "trials": [t.to_json() for t in self.trials],
-        }  # fmt: skip
+        }
 
 
 def summarize(study: Any) -> StudySummary:
@@ -216,7 +251,9 @@ def summarize(study: Any) -> StudySummary:
             with warnings.catch_warnings(record=True) as caught:  # e.g. too few trials in a regime: said in the note
                 warnings.simplefilter("always")
                 evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-                importances = {k: float(v) for k, v in optuna.importance.get_param_importances(study, evaluator=evaluator).items()}
+                importances = {
+                    k: float(v) for k, v in optuna.importance.get_param_importances(study, evaluator=evaluator).items()
+                }
             if caught:
                 note = f"importances are rough with {len(complete)} complete trials: {caught[0].message}"
         except (RuntimeError, ValueError) as error:
@@ -225,10 +262,15 @@ def summarize(study: Any) -> StudySummary:
             note = "importances: no parameter varied among the complete trials"
     study_dir = record.get("study_dir")
     return StudySummary(
-        name=study.study_name, metric=objective.get("metric", "?"), measure=objective.get("measure", "final"),
-        direction=study.direction.name.lower(), study_dir=Path(study_dir) if study_dir else None, trials=trials,
-        importances=importances, importance_note=note,
-    )  # fmt: skip
+        name=study.study_name,
+        metric=objective.get("metric", "?"),
+        measure=objective.get("measure", "final"),
+        direction=study.direction.name.lower(),
+        study_dir=Path(study_dir) if study_dir else None,
+        trials=trials,
+        importances=importances,
+        importance_note=note,
+    )
 
 
 def format_summary(summary: StudySummary, top: int = 5) -> list[str]:
@@ -252,7 +294,9 @@ def format_summary(summary: StudySummary, top: int = 5) -> list[str]:
         lines.append(f"pruned and failed trials{' (the last 10)' if len(stopped) > 10 else ''}:")
         lines.extend(f"  {trial_line(trial)}" for trial in stopped[-10:])
     if summary.importances:
-        lines.append("parameter importances (PED-ANOVA): " + ", ".join(f"{k} {v:.2f}" for k, v in summary.importances.items()))
+        lines.append(
+            "parameter importances (PED-ANOVA): " + ", ".join(f"{k} {v:.2f}" for k, v in summary.importances.items())
+        )
     if summary.importance_note:
         lines.append(summary.importance_note)
     return lines
@@ -319,7 +363,12 @@ class Remeasurement:
     path: Path
 
     def to_json(self) -> dict[str, Any]:
-        return {"best": self.best, "default": self.default, "notes": self.notes, "comparisons": [c.to_json() for c in self.comparisons]}
+        return {
+            "best": self.best,
+            "default": self.default,
+            "notes": self.notes,
+            "comparisons": [c.to_json() for c in self.comparisons],
+        }
 
 
 def _seen_items(trials: list[TrialOutcome], name: str) -> set[str]:
@@ -346,12 +395,22 @@ def _trial_checkpoint(trial: TrialOutcome) -> Path:
     from chessgrpo.train.checkpoint import latest_checkpoint
 
     if not trial.run_dir or latest_checkpoint(Path(trial.run_dir)) is None:
-        raise FileNotFoundError(f"trial {trial.number}'s run directory {trial.run_dir!r} has no checkpoint on this machine")
+        raise FileNotFoundError(
+            f"trial {trial.number}'s run directory {trial.run_dir!r} has no checkpoint on this machine"
+        )
     return latest_checkpoint(Path(trial.run_dir))  # type: ignore[return-value]
 
 
-def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: str | None = None, max_items: int = 500,
-              seed: int = 1, out_dir: Path | None = None, trial: int | None = None) -> Remeasurement:  # fmt: skip
+def remeasure(
+    summary: StudySummary,
+    *,
+    positions: str | None = None,
+    puzzles: str | None = None,
+    max_items: int = 500,
+    seed: int = 1,
+    out_dir: Path | None = None,
+    trial: int | None = None,
+) -> Remeasurement:
     """The best trial (or complete trial number `trial`, e.g. the runner-up when the default won)
     against the default trial on positions and puzzles no trial was evaluated on (paired).
 
@@ -366,10 +425,10 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     from chessgrpo.engine import EnginePool
     from chessgrpo.eval.compare import compare_records
     from chessgrpo.eval.offline import evaluate_offline
-    from chessgrpo.play.players import PolicyPlayer
     from chessgrpo.eval.positions import load_eval_positions
     from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
     from chessgrpo.files import write_json_atomic
+    from chessgrpo.play.players import PolicyPlayer
     from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig
 
     best, default = summary.best, summary.default
@@ -381,17 +440,27 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     if best is None:
         raise ValueError(f"study {summary.name} has no complete trial to re-measure")
     if default is None:
-        raise ValueError(f"study {summary.name} has no default trial (enqueue_default was off): nothing to compare the best with")
+        raise ValueError(
+            f"study {summary.name} has no default trial (enqueue_default was off): nothing to compare the best with"
+        )
     if best.number == default.number:
         raise ValueError(
             f"the {'chosen' if trial is not None else 'best'} trial is the default trial {default.number}: nothing to compare it with"
-            + ("" if trial is not None else "; the search found nothing better on its own objective (--remeasure-trial N re-measures another)")
+            + (
+                ""
+                if trial is not None
+                else "; the search found nothing better on its own objective (--remeasure-trial N re-measures another)"
+            )
         )
     if default.state != "complete":
-        raise ValueError(f"the default trial {default.number} did not complete ({default.state}: {default.reason}); nothing to compare with")
+        raise ValueError(
+            f"the default trial {default.number} did not complete ({default.state}: {default.reason}); nothing to compare with"
+        )
     config = best.config or {}
     if config.get("kind") not in ("move_group", "trajectory", "pretrain"):
-        raise ValueError(f"--remeasure evaluates action policies (move_group, trajectory, pretrain runs), not kind {config.get('kind')!r}")
+        raise ValueError(
+            f"--remeasure evaluates action policies (move_group, trajectory, pretrain runs), not kind {config.get('kind')!r}"
+        )
     directory = Path(out_dir or summary.study_dir or ".") / REMEASURE_DIR
     checkpoints = {default.number: _trial_checkpoint(default), best.number: _trial_checkpoint(best)}
     kind, eval_config = config["kind"], config.get("eval") or {}
@@ -402,9 +471,14 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
     names = {"player_a": f"default trial {default.number}", "player_b": f"{label} {best.number}", "seed": seed}
 
     # Held-out positions: the trials' own source minus every position a trial was evaluated on.
-    source = positions or {"move_group": eval_config.get("positions"), "trajectory": eval_config.get("offline_positions")}.get(kind)
+    source = positions or {
+        "move_group": eval_config.get("positions"),
+        "trajectory": eval_config.get("offline_positions"),
+    }.get(kind)
     if source is None:
-        notes.append("positions: the trials evaluate on no position source of their own; pass --remeasure-positions to add one")
+        notes.append(
+            "positions: the trials evaluate on no position source of their own; pass --remeasure-positions to add one"
+        )
     else:
         seen = set() if positions else _seen_items(evaluated, "offline")
         engine = from_dict(EngineConfig, config.get("engine") or {})
@@ -414,17 +488,28 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
             drawn = load_eval_positions(source, max_items + len(seen), seed=seed, pool=pool, nodes=nodes)
             candidates = [p for p in drawn if p.fen not in seen]
             if len(candidates) > max_items:
-                candidates = [candidates[i] for i in sorted(random.Random(seed).sample(range(len(candidates)), max_items))]
+                candidates = [
+                    candidates[i] for i in sorted(random.Random(seed).sample(range(len(candidates)), max_items))
+                ]
             if not candidates:
-                notes.append(f"positions: every position of {source} was seen by the objective; pass --remeasure-positions")
+                notes.append(
+                    f"positions: every position of {source} was seen by the objective; pass --remeasure-positions"
+                )
             else:
                 records = {}
                 for number, checkpoint in checkpoints.items():
-                    result = evaluate_offline(PolicyPlayer.from_checkpoint(checkpoint), candidates, pool, nodes=nodes, seed=seed)
+                    result = evaluate_offline(
+                        PolicyPlayer.from_checkpoint(checkpoint), candidates, pool, nodes=nodes, seed=seed
+                    )
                     records[number] = [r.to_json() for r in result.records]
-                    write_json_atomic(directory / f"trial_{number:04d}_offline.json", {**result.to_json(), "records": {"player": records[number]}})
+                    write_json_atomic(
+                        directory / f"trial_{number:04d}_offline.json",
+                        {**result.to_json(), "records": {"player": records[number]}},
+                    )
                 comparisons.append(compare_records("offline", records[default.number], records[best.number], **names))
-                notes.append(f"positions: {len(candidates)} from {source} that no trial was evaluated on ({len(seen)} seen excluded)")
+                notes.append(
+                    f"positions: {len(candidates)} from {source} that no trial was evaluated on ({len(seen)} seen excluded)"
+                )
 
     # Puzzles: the trials' own file (move groups) or the shared development set, minus every puzzle a trial saw.
     puzzle_file = puzzles or eval_config.get("puzzles") or MoveGroupEvalConfig().puzzles
@@ -440,13 +525,20 @@ def remeasure(summary: StudySummary, *, positions: str | None = None, puzzles: s
             for number, checkpoint in checkpoints.items():
                 result = solve_puzzles(PolicyPlayer.from_checkpoint(checkpoint), unseen)
                 records[number] = [r.to_json() for r in result.records]
-                write_json_atomic(directory / f"trial_{number:04d}_puzzles.json", {**result.to_json(), "records": {"player": records[number]}})
+                write_json_atomic(
+                    directory / f"trial_{number:04d}_puzzles.json",
+                    {**result.to_json(), "records": {"player": records[number]}},
+                )
             comparisons.append(compare_records("puzzles", records[default.number], records[best.number], **names))
-            notes.append(f"puzzles: {len(unseen)} from {puzzle_file} that no trial was evaluated on ({len(seen_puzzles)} seen excluded)")
+            notes.append(
+                f"puzzles: {len(unseen)} from {puzzle_file} that no trial was evaluated on ({len(seen_puzzles)} seen excluded)"
+            )
     elif puzzle_file:
         notes.append(f"puzzles: {puzzle_file} does not exist; pass --remeasure-puzzles")
     if not comparisons:
-        raise ValueError("nothing to re-measure on: " + "; ".join(notes or ["the trials name no evaluation positions or puzzles"]))
+        raise ValueError(
+            "nothing to re-measure on: " + "; ".join(notes or ["the trials name no evaluation positions or puzzles"])
+        )
     result = Remeasurement(best.number, default.number, comparisons, notes, directory / "remeasure.json")
     write_json_atomic(result.path, result.to_json())
     return result
@@ -474,13 +566,29 @@ class StudyPlotData:
 def plot_data(summary: StudySummary) -> StudyPlotData:
     trials = sorted(summary.trials, key=lambda t: t.number)
     return StudyPlotData(
-        name=summary.name, metric=f"{summary.metric}{' change' if summary.measure == 'change' else ''}", direction=summary.direction,
-        numbers=[t.number for t in trials], values=[t.value for t in trials], states=[t.state for t in trials],
-        intervals=[t.interval for t in trials], importances=summary.importances, importance_note=summary.importance_note,
-    )  # fmt: skip
+        name=summary.name,
+        metric=f"{summary.metric}{' change' if summary.measure == 'change' else ''}",
+        direction=summary.direction,
+        numbers=[t.number for t in trials],
+        values=[t.value for t in trials],
+        states=[t.state for t in trials],
+        intervals=[t.interval for t in trials],
+        importances=summary.importances,
+        importance_note=summary.importance_note,
+    )
 
 
 __all__ = [
-    "BEST_CONFIG", "StudySummary", "TrialOutcome", "format_summary", "is_study_directory", "load_study", "outcome", "plot_data",
-    "remeasure", "summarize", "trial_line", "write_best_config",
-]  # fmt: skip
+    "BEST_CONFIG",
+    "StudySummary",
+    "TrialOutcome",
+    "format_summary",
+    "is_study_directory",
+    "load_study",
+    "outcome",
+    "plot_data",
+    "remeasure",
+    "summarize",
+    "trial_line",
+    "write_best_config",
+]

@@ -36,11 +36,15 @@ def text_task_reward(task: str) -> LMReward:
     `data.rookworld_grading.TASK_GRADERS` entry; None for the other rows."""
     grade = TASK_GRADERS[task]
 
-    def reward(pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig) -> list[Reward | None]:
+    def reward(
+        pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig
+    ) -> list[Reward | None]:
         rows = [i for i, prompt in enumerate(prompts) if task_of(prompt) == task]
         out: list[Reward | None] = [None] * len(prompts)
         if rows:
-            for row, graded in zip(rows, grade(pool, [prompts[i] for i in rows], [completions[i] for i in rows], config)):
+            for row, graded in zip(
+                rows, grade(pool, [prompts[i] for i in rows], [completions[i] for i in rows], config)
+            ):
                 out[row] = graded
         return out
 
@@ -66,10 +70,14 @@ def user_lm_reward(spec: str, key: str = "task.rewards") -> RegisteredReward[LMR
     function = import_function(spec, key)
     check_signature(function, spec, key, "(prompts, completions, **kwargs) as keywords", prompts=[], completions=[])
 
-    def reward(pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig) -> list[Reward | None]:
+    def reward(
+        pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig
+    ) -> list[Reward | None]:
         values = function(prompts=list(prompts), completions=list(completions))
         if not isinstance(values, (list, tuple)) or len(values) != len(completions):
-            raise ValueError(f"{key} {spec!r} returned {type(values).__name__} for {len(completions)} completions: expected a list of as many floats")
+            raise ValueError(
+                f"{key} {spec!r} returned {type(values).__name__} for {len(completions)} completions: expected a list of as many floats"
+            )
         out: list[Reward | None] = []
         for value in values:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -127,29 +127,49 @@ def sample_completion_groups(
     of the joint text cannot shift the tokens that log-probs are taken of.
     """
     with torch.no_grad():
-        return _sample_completion_groups(lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows)
+        return _sample_completion_groups(
+            lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows
+        )
 
 
-def _sample_completion_groups(lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows=0) -> CompletionGroups:
+def _sample_completion_groups(
+    lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows=0
+) -> CompletionGroups:
     model = lm.model
     if model.training or (reference is not None and reference.training):
         raise RuntimeError("sampling needs every model in eval mode (no dropout in RL forwards)")
     encoded = [lm.tokenizer.encode(p) for p in prompts]
     rows = [ids for ids in encoded for _ in range(group_size)]
     generation = generate(
-        model, rows, eos_token_id=lm.tokenizer.eos_token_id, max_new_tokens=max_new_tokens,
-        temperature=temperature, generator=generator, row_groups=[i // group_size for i in range(len(rows))],
-    )  # fmt: skip
+        model,
+        rows,
+        eos_token_id=lm.tokenizer.eos_token_id,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        generator=generator,
+        row_groups=[i // group_size for i in range(len(rows))],
+    )
     logp, entropy = completion_log_probs(
-        model, generation.prompt_ids, generation.prompt_mask, generation.completion_ids, generation.completion_mask,
-        temperature=temperature, with_entropy=True, chunk_rows=chunk_rows,
-    )  # fmt: skip
+        model,
+        generation.prompt_ids,
+        generation.prompt_mask,
+        generation.completion_ids,
+        generation.completion_mask,
+        temperature=temperature,
+        with_entropy=True,
+        chunk_rows=chunk_rows,
+    )
     ref_logp = None
     if reference is not None:
         ref_logp, _ = completion_log_probs(
-            reference, generation.prompt_ids, generation.prompt_mask, generation.completion_ids,
-            generation.completion_mask, temperature=temperature, chunk_rows=chunk_rows,
-        )  # fmt: skip
+            reference,
+            generation.prompt_ids,
+            generation.prompt_mask,
+            generation.completion_ids,
+            generation.completion_mask,
+            temperature=temperature,
+            chunk_rows=chunk_rows,
+        )
     assert entropy is not None
     return CompletionGroups(
         prompts=list(prompts),
@@ -181,9 +201,13 @@ def to_rollout_batch(groups: CompletionGroups, rewards: torch.Tensor) -> Rollout
 
 
 def make_forward(
-    model: torch.nn.Module, *, temperature: float, chunk_rows: int = 0, entropy_grad: bool = True,
+    model: torch.nn.Module,
+    *,
+    temperature: float,
+    chunk_rows: int = 0,
+    entropy_grad: bool = True,
     reference: torch.nn.Module | None = None,
-) -> Forward:  # fmt: skip
+) -> Forward:
     """The learner's forward: `completion_log_probs` (with exact entropy) of any subset of rows.
 
     `chunk_rows`: rows per model call (0 = all). `entropy_grad=False` (no entropy bonus) keeps the
@@ -195,14 +219,28 @@ def make_forward(
         inputs = minibatch.inputs
         if reference is not None:
             logp, entropy, kl = completion_log_probs_and_kl(
-                model, reference, inputs["prompt_ids"], inputs["prompt_mask"], minibatch.actions, minibatch.mask,
-                temperature=temperature, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
-            )  # fmt: skip
+                model,
+                reference,
+                inputs["prompt_ids"],
+                inputs["prompt_mask"],
+                minibatch.actions,
+                minibatch.mask,
+                temperature=temperature,
+                chunk_rows=chunk_rows,
+                entropy_grad=entropy_grad,
+            )
             return PolicyOutputs(logp=logp, entropy=entropy, kl=kl)
         logp, entropy = completion_log_probs(
-            model, inputs["prompt_ids"], inputs["prompt_mask"], minibatch.actions, minibatch.mask,
-            temperature=temperature, with_entropy=True, chunk_rows=chunk_rows, entropy_grad=entropy_grad,
-        )  # fmt: skip
+            model,
+            inputs["prompt_ids"],
+            inputs["prompt_mask"],
+            minibatch.actions,
+            minibatch.mask,
+            temperature=temperature,
+            with_entropy=True,
+            chunk_rows=chunk_rows,
+            entropy_grad=entropy_grad,
+        )
         return PolicyOutputs(logp=logp, entropy=entropy)
 
     return eval_mode_forward(model, outputs)

@@ -41,7 +41,13 @@ from chessgrpo.data.start_positions import StartPositions  # noqa: F401  (re-exp
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
 from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
-from chessgrpo.tasks.reward_registry import USER_SEPARATOR, RegisteredReward, RewardRegistry, WeightedReward, one_reward_weights
+from chessgrpo.tasks.reward_registry import (
+    USER_SEPARATOR,
+    RegisteredReward,
+    RewardRegistry,
+    WeightedReward,
+    one_reward_weights,
+)
 from chessgrpo.tasks.rewards import probe_tablebase, shaped_value, tablebase_evaluation
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -300,7 +306,12 @@ def move_value_positions(
 
 
 def score_groups(
-    pool: "EnginePool", groups: MoveGroups, *, nodes: int, best_move_values: bool = True, tablebase: "Tablebase | None" = None
+    pool: EnginePool,
+    groups: MoveGroups,
+    *,
+    nodes: int,
+    best_move_values: bool = True,
+    tablebase: Tablebase | None = None,
 ) -> GroupRewards:
     """Value every sampled move (and the best move) for the mover with the engine pool.
 
@@ -324,8 +335,12 @@ def score_groups(
     # Positions the tables cover need no search: their values are exact, probed once for both rewards.
     probes = [probe_tablebase(board, tablebase) for board in after_boards]
     unprobed = [i for i, probe in enumerate(probes) if probe is None]
-    searched = iter(pool.evaluate([after_boards[i] for i in unprobed], nodes=nodes, fens=[after_fens[i] for i in unprobed]))
-    evaluations = [tablebase_evaluation(b, p) if p is not None else next(searched) for b, p in zip(after_boards, probes)]
+    searched = iter(
+        pool.evaluate([after_boards[i] for i in unprobed], nodes=nodes, fens=[after_fens[i] for i in unprobed])
+    )
+    evaluations = [
+        tablebase_evaluation(b, p) if p is not None else next(searched) for b, p in zip(after_boards, probes)
+    ]
     mover_value = torch.tensor([1.0 - e.win_probability for e in evaluations], dtype=torch.float32)
     mover_shaped = torch.tensor([shaped_value(e, p) for e, p in zip(evaluations, probes)], dtype=torch.float32)
     table = torch.tensor(indices, dtype=torch.long)
@@ -384,7 +399,13 @@ def make_forward(
 
     def outputs(minibatch: RolloutBatch) -> PolicyOutputs:
         at = distinct_position_log_probs(
-            model, groups.tokens, groups.legal, minibatch.inputs["position"], temperature, bf16=bf16, with_value=with_value
+            model,
+            groups.tokens,
+            groups.legal,
+            minibatch.inputs["position"],
+            temperature,
+            bf16=bf16,
+            with_value=with_value,
         )
         aux_rows = None
         if at.value_logits is not None:
@@ -398,7 +419,9 @@ def make_forward(
         entropy = categorical_entropy(at.logp_full)[at.inverse].unsqueeze(1)
         kl = None
         if reference is not None:
-            kl = exact_reference_kl(reference, groups.tokens, groups.legal, at, temperature, bf16=bf16)[at.inverse].unsqueeze(1)
+            kl = exact_reference_kl(reference, groups.tokens, groups.legal, at, temperature, bf16=bf16)[
+                at.inverse
+            ].unsqueeze(1)
         return PolicyOutputs(logp=logp, entropy=entropy, kl=kl, aux_row_loss=aux_rows)
 
     return eval_mode_forward(model, outputs)
@@ -433,7 +456,9 @@ def labelled_loss(
             tokens, labelled = value_batches()
             with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
                 _, data_logits = model(tokens.to(model.device), with_value=True)
-            total = value_loss_weight * F.binary_cross_entropy_with_logits(data_logits.float(), labelled.to(data_logits.device).float())
+            total = value_loss_weight * F.binary_cross_entropy_with_logits(
+                data_logits.float(), labelled.to(data_logits.device).float()
+            )
         if with_bc:
             assert bc_batches is not None
             tokens, legal, best = bc_batches()

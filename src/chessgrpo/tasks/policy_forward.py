@@ -32,9 +32,15 @@ class DistinctPositions:
 
 
 def distinct_position_log_probs(
-    model: ActionPolicy, tokens: torch.Tensor, legal: torch.Tensor, position_index: torch.Tensor, temperature: float,
-    *, bf16: bool = False, with_value: bool = False,
-) -> DistinctPositions:  # fmt: skip
+    model: ActionPolicy,
+    tokens: torch.Tensor,
+    legal: torch.Tensor,
+    position_index: torch.Tensor,
+    temperature: float,
+    *,
+    bf16: bool = False,
+    with_value: bool = False,
+) -> DistinctPositions:
     """Run `model` once per distinct entry of `position_index` ([n] rows' indices into `tokens` [N, S] and
     `legal` [N, A]) under bf16 autocast when asked; gradients flow."""
     positions, inverse = torch.unique(position_index, return_inverse=True)
@@ -48,9 +54,14 @@ def distinct_position_log_probs(
 
 
 def exact_reference_kl(
-    reference: ActionPolicy, tokens: torch.Tensor, legal: torch.Tensor, at: DistinctPositions, temperature: float,
-    *, bf16: bool = False,
-) -> torch.Tensor:  # fmt: skip
+    reference: ActionPolicy,
+    tokens: torch.Tensor,
+    legal: torch.Tensor,
+    at: DistinctPositions,
+    temperature: float,
+    *,
+    bf16: bool = False,
+) -> torch.Tensor:
     """[P] exact KL(policy || reference) over all legal moves at each of `at`'s distinct positions (the reference
     under no_grad, at the same temperature and mask; the gradient flows through the policy's log-probs)."""
     with torch.no_grad(), torch.autocast(at.logp_full.device.type, dtype=torch.bfloat16, enabled=bf16):

@@ -96,11 +96,19 @@ CACHE_VERSION = 1
 """Bumped when `policy_game_positions` would play different games for the same inputs."""
 
 
-def policy_games_key(policy: Any, games: int, *, seed: int, opening_plies: tuple[int, int] = (4, 8), max_plies: int = 300) -> str:
+def policy_games_key(
+    policy: Any, games: int, *, seed: int, opening_plies: tuple[int, int] = (4, 8), max_plies: int = 300
+) -> str:
     """What decides the games: the policy's weights and config and every setting of `policy_game_positions` (sha256)."""
     digest = hashlib.sha256()
-    settings = {"version": CACHE_VERSION, "games": games, "seed": seed, "opening_plies": list(opening_plies), "max_plies": max_plies,
-                "config": repr(getattr(policy, "config", None))}  # fmt: skip
+    settings = {
+        "version": CACHE_VERSION,
+        "games": games,
+        "seed": seed,
+        "opening_plies": list(opening_plies),
+        "max_plies": max_plies,
+        "config": repr(getattr(policy, "config", None)),
+    }
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for name, tensor in sorted(policy.state_dict().items()):
         digest.update(name.encode())
@@ -108,7 +116,9 @@ def policy_games_key(policy: Any, games: int, *, seed: int, opening_plies: tuple
     return digest.hexdigest()
 
 
-def cached_policy_game_positions(policy: Any, games: int, cache_dir: Path | None, *, seed: int, **settings: Any) -> tuple[list[chess.Board], str]:
+def cached_policy_game_positions(
+    policy: Any, games: int, cache_dir: Path | None, *, seed: int, **settings: Any
+) -> tuple[list[chess.Board], str]:
     """`policy_game_positions`, read from `cache_dir` when the same policy and settings played them before.
 
     Returns (positions, where they came from: "cache FILE" or "played"). The file (``policy_games_<key>.fens``)

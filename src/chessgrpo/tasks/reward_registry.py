@@ -74,8 +74,13 @@ class RewardRegistry(MutableMapping[str, RegisteredReward[F]]):
     user's function, imported and wrapped by `user` (None: this family takes no user functions).
     """
 
-    def __init__(self, family: str, signature: str, needs: Mapping[str, str],
-                 user: Callable[[str, str], RegisteredReward[F]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        family: str,
+        signature: str,
+        needs: Mapping[str, str],
+        user: Callable[[str, str], RegisteredReward[F]] | None = None,
+    ) -> None:
         self.family = family
         self.signature = signature
         """The functions' signature, in words (error messages and docs)."""
@@ -128,8 +133,10 @@ class RewardRegistry(MutableMapping[str, RegisteredReward[F]]):
         """
         if USER_SEPARATOR in name:
             if self._user is None:
-                raise InputError(f"{key}: {name!r} is a 'module:function', but {self.family} rewards take no user functions; "
-                                 f"register one ({self.signature}) or choose one of {list(self._records)}")  # fmt: skip
+                raise InputError(
+                    f"{key}: {name!r} is a 'module:function', but {self.family} rewards take no user functions; "
+                    f"register one ({self.signature}) or choose one of {list(self._records)}"
+                )
             return self._user(name, key)
         if name not in self._records:
             raise InputError(f"{key}: unknown {self.family} reward {name!r}; known: {self.known()}")
@@ -151,9 +158,13 @@ class RewardRegistry(MutableMapping[str, RegisteredReward[F]]):
 
     def _check(self, record: RegisteredReward[F]) -> None:
         if not record.name or USER_SEPARATOR in record.name or record.name in RESERVED_NAMES or "/" in record.name:
-            raise ValueError(f"{record.name!r} cannot name a {self.family} reward (no ':' or '/', not one of {sorted(RESERVED_NAMES)})")
+            raise ValueError(
+                f"{record.name!r} cannot name a {self.family} reward (no ':' or '/', not one of {sorted(RESERVED_NAMES)})"
+            )
         if not callable(record.function):
-            raise ValueError(f"{self.family} reward {record.name!r}: {record.function!r} is not a function ({self.signature})")
+            raise ValueError(
+                f"{self.family} reward {record.name!r}: {record.function!r} is not a function ({self.signature})"
+            )
         if not callable(record.needs):
             self.check_needs(record.name, record.needs)
 
@@ -187,7 +198,9 @@ def combine(parts: Sequence[tuple[float, T]]) -> T:
     return total
 
 
-def one_reward_weights(reward: str, rewards: Mapping[str, float] | None, default: str, user: str | None = None) -> dict[str, float]:
+def one_reward_weights(
+    reward: str, rewards: Mapping[str, float] | None, default: str, user: str | None = None
+) -> dict[str, float]:
     """The run's {name: weight}: `rewards` (``task.rewards``) when given, else the one reward ``task.reward_fn``
     (`user`) or ``task.reward`` names, with weight 1.
 
@@ -198,10 +211,14 @@ def one_reward_weights(reward: str, rewards: Mapping[str, float] | None, default
         return {user: 1.0} if user is not None else {reward: 1.0}
     check_weights(rewards, "rewards")
     if user is not None:
-        raise InputError(f"rewards: set together with reward_fn {user!r}; name {user!r} in rewards with its weight instead")
+        raise InputError(
+            f"rewards: set together with reward_fn {user!r}; name {user!r} in rewards with its weight instead"
+        )
     if reward != default and reward not in rewards:
-        raise InputError(f"rewards {list(rewards)} does not name task.reward {reward!r}: task.rewards replaces task.reward, "
-                         f"so name {reward!r} in it with its weight, or set task.reward to one of its names")  # fmt: skip
+        raise InputError(
+            f"rewards {list(rewards)} does not name task.reward {reward!r}: task.rewards replaces task.reward, "
+            f"so name {reward!r} in it with its weight, or set task.reward to one of its names"
+        )
     return dict(rewards)
 
 
@@ -213,4 +230,7 @@ def reward_metrics(name: str, values: Any) -> dict[str, float]:
     flat = (values if isinstance(values, torch.Tensor) else torch.tensor(list(values), dtype=torch.float64)).reshape(-1)
     if flat.numel() == 0:
         return {}
-    return {f"reward/{name}": float(flat.mean()), f"reward/{name}_std": float(flat.double().std()) if flat.numel() > 1 else 0.0}
+    return {
+        f"reward/{name}": float(flat.mean()),
+        f"reward/{name}_std": float(flat.double().std()) if flat.numel() > 1 else 0.0,
+    }

@@ -58,7 +58,7 @@ def undecided_value(win_probability: float, cp: int | None) -> float:
     return (1.0 - WIN_FLOOR) + (2 * WIN_FLOOR - 1.0) * 0.5 * (win_probability + material)
 
 
-def probe_tablebase(board: chess.Board, tablebase: "Tablebase | None") -> "TablebaseResult | None":
+def probe_tablebase(board: chess.Board, tablebase: Tablebase | None) -> TablebaseResult | None:
     """The exact tablebase values of a non-terminal position the tables cover, else None."""
     if tablebase is None or not tablebase.covers(board) or board.is_game_over():
         return None
@@ -68,7 +68,7 @@ def probe_tablebase(board: chess.Board, tablebase: "Tablebase | None") -> "Table
         return None
 
 
-def tablebase_evaluation(board: chess.Board, probe: "TablebaseResult") -> "Evaluation":
+def tablebase_evaluation(board: chess.Board, probe: TablebaseResult) -> Evaluation:
     """An `Evaluation` (side to move's view) from a tablebase probe: no search needed."""
     from chessgrpo.engine import Evaluation
 
@@ -76,7 +76,7 @@ def tablebase_evaluation(board: chess.Board, probe: "TablebaseResult") -> "Evalu
     return Evaluation(fen=board.fen(), win_probability=probe.win_probability, wdl=wdl)
 
 
-def shaped_value(evaluation: "Evaluation", probe: "TablebaseResult | None" = None) -> float:
+def shaped_value(evaluation: Evaluation, probe: TablebaseResult | None = None) -> float:
     """The mover's value of the position after its move (module table), in [0, 1].
 
     `evaluation` is the engine pool's evaluation of the position after the move, from the side

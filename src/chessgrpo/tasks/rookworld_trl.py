@@ -41,8 +41,13 @@ def _text(item: Any) -> str:
 class RookWorldTRLRewards:
     """TRL reward functions for the RookWorld tasks, sharing one engine pool (see the module docstring)."""
 
-    def __init__(self, config: RookWorldRewardConfig | None = None, *, pool: EnginePool | None = None,
-                 engine: EngineConfig | None = None):  # fmt: skip
+    def __init__(
+        self,
+        config: RookWorldRewardConfig | None = None,
+        *,
+        pool: EnginePool | None = None,
+        engine: EngineConfig | None = None,
+    ):
         if pool is not None and engine is not None:
             raise ValueError("pass a pool or the engine config to start one, not both")
         self.config = config or RookWorldRewardConfig()
@@ -95,7 +100,9 @@ class RookWorldTRLRewards:
         if expected is not None:
             for prompt in prompt_texts:
                 if task_of(prompt) != expected:
-                    raise ValueError(f"{expected} reward got a prompt of the other task: {prompt[:40]!r}; use rookworld_reward for a mix")
+                    raise ValueError(
+                        f"{expected} reward got a prompt of the other task: {prompt[:40]!r}; use rookworld_reward for a mix"
+                    )
         pool = self.pool if any(task_of(p) == "policy" for p in prompt_texts) else None
         rewards = score_completions(pool, prompt_texts, [_text(c) for c in completions], self.config)
         return [r.total for r in rewards]

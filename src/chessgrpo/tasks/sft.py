@@ -51,7 +51,9 @@ def tokenize_examples(lm: ChessLM, examples: list[Any], *, prompt_bos: bool = Fa
         prompt = prefix + lm.tokenizer.encode(example.prompt)
         completion = lm.tokenizer.encode(example.completion) + [eos]
         if limit is not None and len(prompt) + len(completion) > limit:
-            raise ValueError(f"example of {len(prompt) + len(completion)} tokens exceeds the model's {limit} positions: {example.line[:60]!r}")
+            raise ValueError(
+                f"example of {len(prompt) + len(completion)} tokens exceeds the model's {limit} positions: {example.line[:60]!r}"
+            )
         prompts.append(prompt)
         completions.append(completion)
         tasks.append(example.task)
@@ -75,8 +77,13 @@ def policy_answers(examples: list[Any]) -> dict[int, tuple[str, Any]]:
 
 
 def sft_loss(
-    lm: ChessLM, prompts: list[list[int]], completions: list[list[int]], model: torch.nn.Module | None = None,
-    *, chunk_rows: int = 0, prompt_weight: float = 0.0,
+    lm: ChessLM,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    model: torch.nn.Module | None = None,
+    *,
+    chunk_rows: int = 0,
+    prompt_weight: float = 0.0,
 ) -> tuple[torch.Tensor, float]:
     """(weighted mean NLL per token, the weight it is a mean over) for a batch, via `completion_log_probs` at T = 1.
 
@@ -99,7 +106,9 @@ def sft_loss(
     prompt_ids, prompt_mask = left_pad(heads, pad, device)
     completion_ids, completion_mask = right_pad(tails, pad, device)
     model = model if model is not None else lm.model
-    logp, _ = completion_log_probs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0, chunk_rows=chunk_rows)
+    logp, _ = completion_log_probs(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0, chunk_rows=chunk_rows
+    )
     if prompt_weight == 0:
         tokens = float(completion_mask.sum())
         return -logp.sum() / max(tokens, 1.0), tokens

@@ -86,7 +86,10 @@ def value_loss(value_logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
 def value_sums(value_logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
     """Sums over the batch: absolute error of the predicted value, and its cross-entropy."""
     predicted = torch.sigmoid(value_logits.float())
-    return {"value_mae": float((predicted - targets).abs().sum()), "value_bce": float(value_loss(value_logits, targets).sum())}
+    return {
+        "value_mae": float((predicted - targets).abs().sum()),
+        "value_bce": float(value_loss(value_logits, targets).sum()),
+    }
 
 
 @torch.no_grad()
@@ -106,9 +109,14 @@ def accuracy_sums(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
 
 @torch.no_grad()
 def split_sums(
-    model: ActionPolicy, data: PositionTensors, *, batch_size: int, device: torch.device,
-    extra: Callable[[torch.Tensor, Batch], dict[str, float]] | None = None, totals: dict[str, float] | None = None,
-) -> dict[str, float]:  # fmt: skip
+    model: ActionPolicy,
+    data: PositionTensors,
+    *,
+    batch_size: int,
+    device: torch.device,
+    extra: Callable[[torch.Tensor, Batch], dict[str, float]] | None = None,
+    totals: dict[str, float] | None = None,
+) -> dict[str, float]:
     """Sums over a split's rows, in fp32 and eval mode (the model's mode is restored afterwards): the
     accuracy sums (`accuracy_sums`), ``extra(logp, batch)``'s, and with a value head the value sums;
     added onto `totals` (whose keys keep their order)."""
@@ -133,7 +141,13 @@ def split_sums(
 
 
 def evaluate_policy_on_split(
-    model: ActionPolicy, data: PositionTensors, *, objective: Objective, temperature: float, batch_size: int, device: torch.device
+    model: ActionPolicy,
+    data: PositionTensors,
+    *,
+    objective: Objective,
+    temperature: float,
+    batch_size: int,
+    device: torch.device,
 ) -> dict[str, float]:
     """Held-out metrics in fp32 and eval mode (the model's mode is restored afterwards): eval/loss
     (the objective), eval/top1, eval/top5, eval/nll (cross-entropy to the best move, comparable
@@ -143,8 +157,14 @@ def evaluate_policy_on_split(
     def loss(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
         return {"loss": float(objective_loss(logp, batch, objective, temperature).sum())}
 
-    totals = split_sums(model, data, batch_size=batch_size, device=device, extra=loss,
-                        totals={"loss": 0.0, "top1": 0.0, "top5": 0.0, "nll": 0.0, "in_multipv": 0.0})  # fmt: skip
+    totals = split_sums(
+        model,
+        data,
+        batch_size=batch_size,
+        device=device,
+        extra=loss,
+        totals={"loss": 0.0, "top1": 0.0, "top5": 0.0, "nll": 0.0, "in_multipv": 0.0},
+    )
     metrics = {f"eval/{key}": value / len(data) for key, value in totals.items()}
     metrics["eval/perplexity"] = math.exp(metrics["eval/nll"])
     return metrics

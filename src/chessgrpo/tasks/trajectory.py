@@ -76,12 +76,12 @@ import chess
 import torch
 
 from chessgrpo.board import ACTIONS
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import SUPERVISIONS, PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
 from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
 from chessgrpo.tasks.reward_registry import one_reward_weights
-from chessgrpo.engine.tablebase import Tablebase
-from chessgrpo.engine.tablebase_values import game_over
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
@@ -156,9 +156,15 @@ class TrajectoryConfig:
         if not (math.isfinite(self.shaping) and self.shaping >= 0):
             raise ValueError(f"shaping must be a finite number >= 0 (0 = mate/lost-win only), got {self.shaping}")
         if self.opponent_nodes < 1 or self.reward_nodes < 1:
-            raise ValueError(f"opponent_nodes and reward_nodes must be >= 1, got {self.opponent_nodes}, {self.reward_nodes}")
-        if self.opponent_temperature is not None and not (self.opponent_temperature > 0 and math.isfinite(self.opponent_temperature)):
-            raise ValueError(f"opponent_temperature must be > 0 (or null: the rollout temperature), got {self.opponent_temperature}")
+            raise ValueError(
+                f"opponent_nodes and reward_nodes must be >= 1, got {self.opponent_nodes}, {self.reward_nodes}"
+            )
+        if self.opponent_temperature is not None and not (
+            self.opponent_temperature > 0 and math.isfinite(self.opponent_temperature)
+        ):
+            raise ValueError(
+                f"opponent_temperature must be > 0 (or null: the rollout temperature), got {self.opponent_temperature}"
+            )
         if self.opponent_temperature is not None and self.opponent != "reference":
             raise ValueError(f"opponent_temperature is the reference opponent's; opponent is {self.opponent!r}")
         if not (self.shaping >= 0 and math.isfinite(self.shaping)):
@@ -166,8 +172,12 @@ class TrajectoryConfig:
         if self.sibling_moves < 0:
             raise ValueError(f"sibling_moves must be >= 0, got {self.sibling_moves}")
         self.weights  # noqa: B018 -- raises when rewards and reward disagree or a weight is not a finite number
-        if self.sibling_moves and not (self.only_tablebase and self.regret and self.supervision == "critic" and self.opponent == "tablebase"):
-            raise ValueError("sibling_moves needs reward: tablebase (alone, weight 1), regret: true, supervision: critic and opponent: tablebase")
+        if self.sibling_moves and not (
+            self.only_tablebase and self.regret and self.supervision == "critic" and self.opponent == "tablebase"
+        ):
+            raise ValueError(
+                "sibling_moves needs reward: tablebase (alone, weight 1), regret: true, supervision: critic and opponent: tablebase"
+            )
 
     @property
     def self_play(self) -> bool:
@@ -344,7 +354,9 @@ class Trajectories:
         return out
 
 
-def _distinct(boards: Sequence[chess.Board], fens: Sequence[str] | None = None) -> tuple[list[chess.Board], list[str], torch.Tensor]:
+def _distinct(
+    boards: Sequence[chess.Board], fens: Sequence[str] | None = None
+) -> tuple[list[chess.Board], list[str], torch.Tensor]:
     """(copies of the distinct boards by FEN, their FENs, inverse [len(boards)] index into them).
 
     Copies, so that pushing a move on one of `boards` cannot change what another row sees.
@@ -441,7 +453,9 @@ def play_trajectories(
             # not depend on the other groups (data-parallel ranks play the same games).
             starts_of = [g // group_size for g in learner]
             if config.sibling_moves:
-                drawn = multinomial_by_group(logp_full[inverse].exp(), 1 + config.sibling_moves, starts_of, generator, replacement=True)
+                drawn = multinomial_by_group(
+                    logp_full[inverse].exp(), 1 + config.sibling_moves, starts_of, generator, replacement=True
+                )
                 actions, siblings_list = drawn[:, 0], drawn[:, 1:].tolist()
             else:
                 actions = multinomial_by_group(logp_full[inverse].exp(), 1, starts_of, generator).squeeze(1)
@@ -497,7 +511,11 @@ def play_trajectories(
             over[g] = game_over(boards[g])
         if prefetch is not None:
             # The positions just reached where a row moves next (or ends at its horizon): its next point.
-            reached = [g for g in active if over[g] is None and boards[g].turn in game_rows[g] and not game_rows[g][boards[g].turn].closed]
+            reached = [
+                g
+                for g in active
+                if over[g] is None and boards[g].turn in game_rows[g] and not game_rows[g][boards[g].turn].closed
+            ]
             prefetch.add([boards[g] for g in reached], [fen_of(g) for g in reached])
     for g, mapping in enumerate(game_rows):
         for row in mapping.values():
@@ -596,7 +614,9 @@ def to_rollout_batch(trajectories: Trajectories, step_rewards: torch.Tensor, sup
     critic: the step rewards [N, T], 0 at masked plies.
     """
     if step_rewards.shape != trajectories.mask.shape:
-        raise ValueError(f"step rewards of shape {tuple(step_rewards.shape)} for trajectories {tuple(trajectories.mask.shape)}")
+        raise ValueError(
+            f"step rewards of shape {tuple(step_rewards.shape)} for trajectories {tuple(trajectories.mask.shape)}"
+        )
     if supervision not in SUPERVISIONS:
         raise ValueError(f"supervision must be one of {list(SUPERVISIONS)}, got {supervision!r}")
     masked = torch.where(trajectories.mask, step_rewards.float(), torch.zeros_like(step_rewards, dtype=torch.float32))
@@ -614,7 +634,12 @@ def to_rollout_batch(trajectories: Trajectories, step_rewards: torch.Tensor, sup
 
 
 def make_forward(
-    model: ActionPolicy, trajectories: Trajectories, *, temperature: float, bf16: bool = False, reference: ActionPolicy | None = None
+    model: ActionPolicy,
+    trajectories: Trajectories,
+    *,
+    temperature: float,
+    bf16: bool = False,
+    reference: ActionPolicy | None = None,
 ):
     """The learner's forward: log-probs and exact entropy [n, T] of every valid ply of a minibatch, and with
     `reference` the exact KL(policy || reference) over all legal moves at each ply (`PolicyOutputs.kl`).
@@ -633,9 +658,13 @@ def make_forward(
         zeros = torch.zeros(valid.shape, dtype=chosen.dtype, device=chosen.device)
         kl = None
         if reference is not None:
-            per_position = exact_reference_kl(reference, trajectories.tokens, trajectories.legal, at, temperature, bf16=bf16)
+            per_position = exact_reference_kl(
+                reference, trajectories.tokens, trajectories.legal, at, temperature, bf16=bf16
+            )
             kl = zeros.masked_scatter(valid, per_position[at.inverse])
-        return PolicyOutputs(logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy), kl=kl)
+        return PolicyOutputs(
+            logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy), kl=kl
+        )
 
     return eval_mode_forward(model, outputs)
 
@@ -645,7 +674,12 @@ def make_forward(
 
 
 def outcome_metrics(
-    trajectories: Trajectories, step_rewards: torch.Tensor, reward: str, *, shaping: float = 0.0, tablebase_opponent: bool = False,
+    trajectories: Trajectories,
+    step_rewards: torch.Tensor,
+    reward: str,
+    *,
+    shaping: float = 0.0,
+    tablebase_opponent: bool = False,
     regret: bool = False,
 ) -> dict[str, float]:
     """rollout/length, rollout/{mate,mated,draw,horizon}_rate, reward/outcome and, for tablebase rewards,
@@ -674,5 +708,7 @@ def outcome_metrics(
             metrics["rollout/dtz_optimal_rate"] = float((valid >= threshold).float().mean())
     else:
         # The final expected score for the mover is the start value plus the summed step rewards.
-        metrics["reward/outcome"] = float(torch.where(trajectories.mask, step_rewards, torch.zeros_like(step_rewards)).sum(1).mean())
+        metrics["reward/outcome"] = float(
+            torch.where(trajectories.mask, step_rewards, torch.zeros_like(step_rewards)).sum(1).mean()
+        )
     return metrics

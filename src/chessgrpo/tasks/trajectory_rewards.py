@@ -21,7 +21,7 @@ from chessgrpo.board.actions import ACTIONS
 from chessgrpo.engine.tablebase_values import TablebaseState, terminal_after_move
 from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
 from chessgrpo.tasks.reward_registry import RewardRegistry
-from chessgrpo.tasks.trajectory import EngineValues, Point, TrajectoryConfig, Trajectories
+from chessgrpo.tasks.trajectory import EngineValues, Point, Trajectories, TrajectoryConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool
@@ -64,7 +64,9 @@ def tablebase_step_rewards(
     return rewards.to(trajectories.mask.device)
 
 
-def move_regret(oracle: Tablebase, board: chess.Board, move: chess.Move, before: TablebaseState, shaping: float) -> float:
+def move_regret(
+    oracle: Tablebase, board: chess.Board, move: chess.Move, before: TablebaseState, shaping: float
+) -> float:
     """The regret of playing `move` at `board` (the mover's exact state `before`) against the perfect defender,
     without playing the reply: `step_reward` of the state after the reply minus `best_step_reward`.
 
@@ -95,7 +97,9 @@ def sibling_baselines(trajectories: Trajectories, oracle: Tablebase, *, shaping:
     if trajectories.siblings is None:
         raise ValueError("these trajectories were played without sibling moves (task.sibling_moves: 0)")
     baselines = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
-    for i, (colour, points, siblings) in enumerate(zip(trajectories.row_colour, trajectories.points, trajectories.siblings)):
+    for i, (colour, points, siblings) in enumerate(
+        zip(trajectories.row_colour, trajectories.points, trajectories.siblings)
+    ):
         for t, actions in enumerate(siblings):
             board = points[t].board
             before = oracle.state(board, colour, terminal=None, checked=True)
@@ -131,7 +135,9 @@ def engine_step_rewards(
     if values.nodes != nodes:
         raise ValueError(f"prefetched values were searched at {values.nodes} nodes, the rewards need {nodes}")
     keys = [[p.key() if p.terminal is None else "" for p in points] for points in trajectories.points]
-    unfinished = [(p.board, key) for points, row_keys in zip(trajectories.points, keys) for p, key in zip(points, row_keys) if key]
+    unfinished = [
+        (p.board, key) for points, row_keys in zip(trajectories.points, keys) for p, key in zip(points, row_keys) if key
+    ]
     values.add([board for board, _ in unfinished], [key for _, key in unfinished])
     rewards = torch.zeros(trajectories.mask.shape, dtype=torch.float32)
     for i, (colour, points, row_keys) in enumerate(zip(trajectories.row_colour, trajectories.points, keys)):
@@ -145,14 +151,18 @@ def tablebase_reward(trajectories: Trajectories, sources: RewardSources, task: T
     """The exact endgame reward of every own ply (`tablebase_step_rewards`, `task.shaping`, `task.regret`)."""
     if sources.tablebase is None:
         raise ValueError("tablebase rewards need the Syzygy tables (engine.syzygy_path)")
-    return StepRewards(tablebase_step_rewards(trajectories, sources.tablebase, shaping=task.shaping, regret=task.regret))
+    return StepRewards(
+        tablebase_step_rewards(trajectories, sources.tablebase, shaping=task.shaping, regret=task.regret)
+    )
 
 
 def engine_reward(trajectories: Trajectories, sources: RewardSources, task: TrajectoryConfig) -> StepRewards:
     """The change of the mover's win probability across each own ply (`engine_step_rewards` at `task.reward_nodes`)."""
     if sources.pool is None:
         raise ValueError("engine rewards need the Stockfish pool")
-    rewards, evaluations = engine_step_rewards(trajectories, sources.pool, nodes=task.reward_nodes, prefetched=sources.prefetched)
+    rewards, evaluations = engine_step_rewards(
+        trajectories, sources.pool, nodes=task.reward_nodes, prefetched=sources.prefetched
+    )
     return StepRewards(rewards, evaluations)
 
 

@@ -41,13 +41,21 @@ def import_function(spec: str, key: str) -> Callable[..., Any]:
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise InputError(f"{key} {spec!r}: expected 'module:function' (an importable module, a colon, the function's name)")
+        raise InputError(
+            f"{key} {spec!r}: expected 'module:function' (an importable module, a colon, the function's name)"
+        )
     try:
         target: object = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import failure is the user's module's: say which
         # The `chessgrpo` script does not put the working directory on sys.path (python -m does): say so.
-        hint = " (is its folder on PYTHONPATH? e.g. PYTHONPATH=. chessgrpo train ...)" if isinstance(error, ModuleNotFoundError) else ""
-        raise InputError(f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error}){hint}") from None
+        hint = (
+            " (is its folder on PYTHONPATH? e.g. PYTHONPATH=. chessgrpo train ...)"
+            if isinstance(error, ModuleNotFoundError)
+            else ""
+        )
+        raise InputError(
+            f"{key} {spec!r}: module {module_name!r} does not import ({type(error).__name__}: {error}){hint}"
+        ) from None
     for part in attribute.split("."):
         if not hasattr(target, part):
             raise InputError(f"{key} {spec!r}: module {module_name!r} has no attribute {attribute!r}")
@@ -76,8 +84,14 @@ def load_reward_function(spec: str, key: str = "task.reward_fn") -> MoveReward:
     return target  # type: ignore[return-value]
 
 
-def user_rewards(function: MoveReward, boards: Sequence[chess.Board], moves: Sequence[Sequence[chess.Move]],
-                 win_probabilities: torch.Tensor, spec: str, key: str = "task.reward_fn") -> torch.Tensor:  # fmt: skip
+def user_rewards(
+    function: MoveReward,
+    boards: Sequence[chess.Board],
+    moves: Sequence[Sequence[chess.Move]],
+    win_probabilities: torch.Tensor,
+    spec: str,
+    key: str = "task.reward_fn",
+) -> torch.Tensor:
     """[B, G] rewards of `function` for each position's sampled moves; a non-finite or non-numeric answer is an error naming it."""
     rows = []
     for board, row, values in zip(boards, moves, win_probabilities.tolist()):
@@ -85,7 +99,9 @@ def user_rewards(function: MoveReward, boards: Sequence[chess.Board], moves: Seq
         for move, value in zip(row, values):
             reward = function(board.copy(stack=False), move, float(value))  # a copy: the function may push moves
             if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-                raise InputError(f"{key} {spec!r} returned {reward!r} for {move.uci()} in {board.fen()!r}: expected a finite number")
+                raise InputError(
+                    f"{key} {spec!r} returned {reward!r} for {move.uci()} in {board.fen()!r}: expected a finite number"
+                )
             out.append(float(reward))
         rows.append(out)
     return torch.tensor(rows, dtype=torch.float32)

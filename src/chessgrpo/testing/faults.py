@@ -30,8 +30,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
 
 ENGINE_NAMES = ("stockfish",)
 """Command-name prefixes (``/proc/<pid>/comm``, at most 15 characters) of engine processes."""
@@ -189,7 +189,9 @@ class _Injector(threading.Thread):
         age = info.age_s
         if not send_signal(info, sig):
             return False
-        self.faults.append(Fault(time.monotonic() - self._started_at, info.pid, info.comm, signal.Signals(sig).name, age))
+        self.faults.append(
+            Fault(time.monotonic() - self._started_at, info.pid, info.comm, signal.Signals(sig).name, age)
+        )
         return True
 
     def run(self) -> None:
@@ -404,9 +406,14 @@ def run_command(
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.monotonic()
         process = subprocess.Popen(
-            list(args), cwd=cwd, env=None if env is None else dict(env), stdout=out, stderr=err,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            list(args),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            start_new_session=True,
+        )
         if stdin is not None:
             try:
                 process.stdin.write(stdin.encode())  # type: ignore[union-attr]
@@ -441,11 +448,17 @@ def run_command(
         out.seek(0)
         err.seek(0)
         return CommandResult(
-            args=list(args), returncode=process.returncode, stdout=out.read().decode(errors="replace"),
-            stderr=err.read().decode(errors="replace"), seconds=seconds, killed=killed, timed_out=timed_out,
-            leftovers=leftovers, faults=[f for i in running for f in i.faults],
+            args=list(args),
+            returncode=process.returncode,
+            stdout=out.read().decode(errors="replace"),
+            stderr=err.read().decode(errors="replace"),
+            seconds=seconds,
+            killed=killed,
+            timed_out=timed_out,
+            leftovers=leftovers,
+            faults=[f for i in running for f in i.faults],
             injector_errors=[e for i in running for e in i.errors],
-        )  # fmt: skip
+        )
 
 
 def _session_members(session: int) -> list[int]:
@@ -512,8 +525,11 @@ def digest_difference(before: Mapping[str, str], after: Mapping[str, str]) -> st
     removed = sorted(before.keys() - after.keys())
     if not (changed or added or removed):
         return None
-    parts = [f"{label}: {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}"
-             for label, paths in (("changed", changed), ("new", added), ("removed", removed)) if paths]  # fmt: skip
+    parts = [
+        f"{label}: {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}"
+        for label, paths in (("changed", changed), ("new", added), ("removed", removed))
+        if paths
+    ]
     return "; ".join(parts)
 
 
@@ -533,7 +549,7 @@ def safetensors_tensors(path: str | os.PathLike) -> dict[str, tuple[str, tuple[i
 def checkpoint_weights(run_or_checkpoint: str | os.PathLike) -> dict[str, dict]:
     """The tensors of every ``*.safetensors`` file of a checkpoint (a run directory: its newest
     intact checkpoint), by file name."""
-    from chessgrpo.train.checkpoint import latest_checkpoint, is_step_dir
+    from chessgrpo.train.checkpoint import is_step_dir, latest_checkpoint
 
     path = Path(run_or_checkpoint)
     checkpoint = path if is_step_dir(path) or not (path / "checkpoints").is_dir() else latest_checkpoint(path)
@@ -567,7 +583,13 @@ def metrics_rows(path: str | os.PathLike, ignore: Sequence[str] = ("time", "perf
     for line in Path(path).read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            rows.append({k: v for k, v in row.items() if not any(k == p or (p.endswith("/") and k.startswith(p)) for p in ignore)})
+            rows.append(
+                {
+                    k: v
+                    for k, v in row.items()
+                    if not any(k == p or (p.endswith("/") and k.startswith(p)) for p in ignore)
+                }
+            )
     return rows
 
 
@@ -646,7 +668,9 @@ def error_problem(result: CommandResult, names: Sequence[str], *, skip_ok: bool 
         named = [line for line in warning_lines(result.stderr) if any(name in line for name in names)]
         if skip_ok and named and all(len(line) <= MAX_ERROR_LINE for line in named):
             return None
-        return "wrong", "accepted (exit code 0)" + (f"; the warning: {named[0][:200]}" if named else ", no warning naming it")
+        return "wrong", "accepted (exit code 0)" + (
+            f"; the warning: {named[0][:200]}" if named else ", no warning naming it"
+        )
     lines = error_lines(result.stderr)
     if len(lines) != 1:
         return "crashed", f"{len(lines)} error lines: {result.tail(2)}"

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from chessgrpo.stats import paired_bootstrap_difference
 from chessgrpo.eval.registry import held_out_metrics
+from chessgrpo.stats import paired_bootstrap_difference
 from chessgrpo.track.run_data import AnchorResult, EvalPoint, GamesEvaluation, RunData, load_run, resolve_run_path
 
 SEVERITIES = ("critical", "warning", "info")
@@ -63,8 +63,13 @@ class Finding:
             raise ValueError(f"severity must be one of {list(SEVERITIES)}, got {self.severity!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "severity": self.severity, "message": self.message, "evidence": _jsonable(self.evidence),
-                "advice": self.advice}  # fmt: skip
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "message": self.message,
+            "evidence": _jsonable(self.evidence),
+            "advice": self.advice,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,16 +241,28 @@ class HeldOutChange:
 
     def describe(self) -> str:
         how = "paired" if self.paired else "from the two intervals"
-        return (f"{self.metric} {self.a:.4f} -> {self.b:.4f} (step {self.step_a} -> {self.step_b}): "
-                f"{self.difference:+.4f} [{self.low:+.4f}, {self.high:+.4f}] {how}")  # fmt: skip
+        return (
+            f"{self.metric} {self.a:.4f} -> {self.b:.4f} (step {self.step_a} -> {self.step_b}): "
+            f"{self.difference:+.4f} [{self.low:+.4f}, {self.high:+.4f}] {how}"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"metric": self.metric, "step_a": self.step_a, "step_b": self.step_b, "a": _round(self.a), "b": _round(self.b),
-                "difference": _round(self.difference), "low": _round(self.low), "high": _round(self.high),
-                "paired": self.paired}  # fmt: skip
+        return {
+            "metric": self.metric,
+            "step_a": self.step_a,
+            "step_b": self.step_b,
+            "a": _round(self.a),
+            "b": _round(self.b),
+            "difference": _round(self.difference),
+            "low": _round(self.low),
+            "high": _round(self.high),
+            "paired": self.paired,
+        }
 
 
-def heldout_change(run: RunData, metric: str, first: EvalPoint, later: EvalPoint, thresholds: Thresholds) -> HeldOutChange | None:
+def heldout_change(
+    run: RunData, metric: str, first: EvalPoint, later: EvalPoint, thresholds: Thresholds
+) -> HeldOutChange | None:
     """`metric` at `later` against `first`: paired when both have records, else from the intervals."""
     evaluation, definition = held_out_metrics()[metric]
     field, higher = definition.record_field, definition.higher_is_better
@@ -260,15 +277,37 @@ def heldout_change(run: RunData, metric: str, first: EvalPoint, later: EvalPoint
         if pairs:
             va = [float(x[field]) for x, _ in pairs]
             vb = [float(y[field]) for _, y in pairs]
-            interval = paired_bootstrap_difference(vb, va, confidence=thresholds.confidence, resamples=thresholds.resamples)
-            return HeldOutChange(metric, first.step, later.step, float(np.mean(va)), float(np.mean(vb)), interval.value,
-                                 interval.low, interval.high, True, higher)  # fmt: skip
+            interval = paired_bootstrap_difference(
+                vb, va, confidence=thresholds.confidence, resamples=thresholds.resamples
+            )
+            return HeldOutChange(
+                metric,
+                first.step,
+                later.step,
+                float(np.mean(va)),
+                float(np.mean(vb)),
+                interval.value,
+                interval.low,
+                interval.high,
+                True,
+                higher,
+            )
     if not (a.has_interval and b.has_interval):
         return None
     half = math.hypot((a.high - a.low) / 2, (b.high - b.low) / 2)
     difference = b.value - a.value
-    return HeldOutChange(metric, first.step, later.step, a.value, b.value, difference, difference - half, difference + half,
-                         False, higher)  # fmt: skip
+    return HeldOutChange(
+        metric,
+        first.step,
+        later.step,
+        a.value,
+        b.value,
+        difference,
+        difference - half,
+        difference + half,
+        False,
+        higher,
+    )
 
 
 def _heldout_changes(run: RunData, thresholds: Thresholds) -> dict[str, list[HeldOutChange]]:
@@ -297,7 +336,9 @@ def check_first_minibatch(run: RunData, t: Thresholds) -> list[Finding]:
     bf16 = bool(run.setting("bf16", False))
     tolerance = t.ratio_tolerance
     if tolerance is None:
-        tolerance = float(run.setting("grpo.ratio_tolerance_bf16", 2e-2) if bf16 else run.setting("grpo.ratio_tolerance", 1e-4))
+        tolerance = float(
+            run.setting("grpo.ratio_tolerance_bf16", 2e-2) if bf16 else run.setting("grpo.ratio_tolerance", 1e-4)
+        )
     checked = bool(run.setting("grpo.check_invariants", True))
     findings: list[Finding] = []
     steps, dev = _finite(*run.series("ratio/first_max_abs_dev", rows))
@@ -307,42 +348,60 @@ def check_first_minibatch(run: RunData, t: Thresholds) -> list[Finding]:
     elif len(dev):
         bad = dev > tolerance
         evidence = {
-            "steps_affected": int(bad.sum()), "steps_logged": len(dev), "tolerance": tolerance,
-            "max_first_max_abs_dev": _round(float(dev.max())), "median_first_max_abs_dev": _round(float(np.median(dev))),
-            "first_steps": _steps(steps, bad), "check_invariants": checked,
-        }  # fmt: skip
+            "steps_affected": int(bad.sum()),
+            "steps_logged": len(dev),
+            "tolerance": tolerance,
+            "max_first_max_abs_dev": _round(float(dev.max())),
+            "median_first_max_abs_dev": _round(float(np.median(dev))),
+            "first_steps": _steps(steps, bad),
+            "check_invariants": checked,
+        }
     else:  # no first-minibatch metric: only a single-minibatch first step can tell
         first = rows[0]
         single = first.get("learn/minibatches") == 1.0
         clip, dev0 = first.get("ratio/clip_frac", 0.0), first.get("ratio/max_abs_dev", 0.0)
         bad = np.array([single and (clip > 0 or dev0 > tolerance)])
-        evidence = {"step": first["step"], "ratio/clip_frac": clip, "ratio/max_abs_dev": dev0, "tolerance": tolerance,
-                    "check_invariants": checked}  # fmt: skip
+        evidence = {
+            "step": first["step"],
+            "ratio/clip_frac": clip,
+            "ratio/max_abs_dev": dev0,
+            "tolerance": tolerance,
+            "check_invariants": checked,
+        }
         steps = np.array([first["step"]], dtype=float)
     if bad.any():
         first_step = int(steps[bad][0])
-        advice = ("Sample and learn with the same log-prob function, temperature and legal mask, in eval mode (no dropout) "
-                  "and the same precision.")  # fmt: skip
+        advice = (
+            "Sample and learn with the same log-prob function, temperature and legal mask, in eval mode (no dropout) "
+            "and the same precision."
+        )
         debug_t, temperature = run.setting("debug_learn_temperature"), run.setting("task.temperature")
         if debug_t is not None:
-            advice += (f" This run learns at debug_learn_temperature={debug_t} but samples at "
-                       f"task.temperature={temperature}: remove it.")
+            advice += (
+                f" This run learns at debug_learn_temperature={debug_t} but samples at "
+                f"task.temperature={temperature}: remove it."
+            )
             evidence["debug_learn_temperature"], evidence["task.temperature"] = debug_t, temperature
         if not checked:
             advice += " Keep grpo.check_invariants=true so the run stops at the first such step."
-        message = (f"the first minibatch after a rollout has |ratio - 1| above {tolerance:g} in {int(bad.sum())} of "
-                   f"{len(bad)} steps (first at step {first_step}"
-                   + (f", up to {evidence['max_first_max_abs_dev']:.3g}" if "max_first_max_abs_dev" in evidence else "")
-                   + "): the learner's log-probs differ from the sampler's, so every update is off-policy "
-                   "and clipped by construction")  # fmt: skip
+        message = (
+            f"the first minibatch after a rollout has |ratio - 1| above {tolerance:g} in {int(bad.sum())} of "
+            f"{len(bad)} steps (first at step {first_step}"
+            + (f", up to {evidence['max_first_max_abs_dev']:.3g}" if "max_first_max_abs_dev" in evidence else "")
+            + "): the learner's log-probs differ from the sampler's, so every update is off-policy "
+            "and clipped by construction"
+        )
         findings.append(Finding("ratio.first_minibatch", "critical", message, evidence, advice))
     if not checked and run.kind == "grpo":
-        findings.append(Finding(
-            "monitor.invariants_off", "info",
-            "runtime invariant checks were off (grpo.check_invariants=false): a ratio or KL violation did not stop the run",
-            {"grpo.check_invariants": False},
-            "Set grpo.check_invariants=true (the default): the checks are cheap and stop a broken run at step 1.",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "monitor.invariants_off",
+                "info",
+                "runtime invariant checks were off (grpo.check_invariants=false): a ratio or KL violation did not stop the run",
+                {"grpo.check_invariants": False},
+                "Set grpo.check_invariants=true (the default): the checks are cheap and stop a broken run at step 1.",
+            )
+        )
     return findings
 
 
@@ -384,10 +443,12 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
         if degenerate:
             severity = "info"
         evidence: dict[str, Any] = {
-            "basis": "gradient norm" if by_gradient else "loss value", "median_share": _round(median),
-            "fraction_of_steps_dominant": _round(fraction), "steps_logged": len(share),
+            "basis": "gradient norm" if by_gradient else "loss value",
+            "median_share": _round(median),
+            "fraction_of_steps_dominant": _round(fraction),
+            "steps_logged": len(share),
             "first_dominant_steps": _steps(steps, dominant),
-        }  # fmt: skip
+        }
         if by_gradient:
             _, policy_share = _gradient_share(run, gradient_rows, "policy")
             evidence["median_policy_share"] = _round(float(np.median(policy_share))) if len(policy_share) else None
@@ -400,40 +461,54 @@ def check_loss_budget(run: RunData, t: Thresholds) -> list[Finding]:
             evidence["grpo.entropy_coef"] = coef
             if len(entropy):
                 evidence["median_entropy"] = _round(float(np.median(entropy)))
-            advice = (f"Lower grpo.entropy_coef (now {coef}; the default is 0) until the policy term dominates: the bonus "
-                      "pushes the policy towards uniform instead of towards reward.")  # fmt: skip
+            advice = (
+                f"Lower grpo.entropy_coef (now {coef}; the default is 0) until the policy term dominates: the bonus "
+                "pushes the policy towards uniform instead of towards reward."
+            )
         elif term == "kl":
             _, coef = _finite(*run.series("kl/coef", rows))
             _, kl = _finite(*run.series("kl/value", rows))
             evidence["median_kl_coef"] = _round(float(np.median(coef))) if len(coef) else None
             evidence["median_kl"] = _round(float(np.median(kl))) if len(kl) else None
-            advice = ("Lower grpo.kl_coef, or use kl_schedule=adaptive with a kl_target you accept. A share above one half is "
-                      "not by itself a bug: if the held-out metrics still improve, the KL weight is a choice; if they do not, "
-                      "it holds the policy at the reference.")  # fmt: skip
+            advice = (
+                "Lower grpo.kl_coef, or use kl_schedule=adaptive with a kl_target you accept. A share above one half is "
+                "not by itself a bug: if the held-out metrics still improve, the KL weight is a choice; if they do not, "
+                "it holds the policy at the reference."
+            )
         else:
-            weights = {key: run.setting(key) for key in ("bc_loss_weight", "value_loss_weight") if run.setting(key)}  # the ones in use
+            weights = {
+                key: run.setting(key) for key in ("bc_loss_weight", "value_loss_weight") if run.setting(key)
+            }  # the ones in use
             evidence.update(weights)
             if weights.get("bc_loss_weight"):
                 named = ", ".join(f"{key} (now {value})" for key, value in weights.items())
-                advice = (f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "
-                          "whose gradient outweighs GRPO's trains the policy towards the labels instead of towards reward "
-                          "(the CPU-hour recipe's bc 0.3 arm: 96% of the gradient, -75 Elo against its own start; "
-                          "docs/results.md, \"Design choices\").")  # fmt: skip
+                advice = (
+                    f"The update is mostly supervised, not reinforcement: lower {named}. A behaviour-cloning anchor "
+                    "whose gradient outweighs GRPO's trains the policy towards the labels instead of towards reward "
+                    "(the CPU-hour recipe's bc 0.3 arm: 96% of the gradient, -75 Elo against its own start; "
+                    'docs/results.md, "Design choices").'
+                )
             else:
                 # A value loss shapes the shared trunk but never the policy head; measured not to stop GRPO's gain in
                 # games (the CPU-hour recipe: 96% of the gradient, still +44/+52 Elo against its start), so a warning at most.
                 severity = "warning" if severity == "critical" else severity
-                advice = (f"The value head's loss (value_loss_weight {weights.get('value_loss_weight', '?')}) shapes the shared "
-                          "trunk far more than GRPO does; the policy head still learns from GRPO alone. Lower value_loss_weight "
-                          "(or value_batch_size) until the policy term's share is larger: in the CPU-hour recipe 1.0 held 96% "
-                          "of the gradient and 0.1 held 61%, with the same value MAE and +42 Elo [+11, +73] in games for the "
-                          "policy (SPRT against the 1.0 stage; docs/results.md, \"Design choices\").")  # fmt: skip
+                advice = (
+                    f"The value head's loss (value_loss_weight {weights.get('value_loss_weight', '?')}) shapes the shared "
+                    "trunk far more than GRPO does; the policy head still learns from GRPO alone. Lower value_loss_weight "
+                    "(or value_batch_size) until the policy term's share is larger: in the CPU-hour recipe 1.0 held 96% "
+                    "of the gradient and 0.1 held 61%, with the same value MAE and +42 Elo [+11, +73] in games for the "
+                    'policy (SPRT against the 1.0 stage; docs/results.md, "Design choices").'
+                )
         of = "the gradient norm" if by_gradient else "the loss"
-        message = (f"the {label} is more than {_pct(t.share_dominant)} of {of} in {_pct(fraction)} of the "
-                   f"{'measured ' if by_gradient else ''}steps (median share {_pct(median)})")  # fmt: skip
+        message = (
+            f"the {label} is more than {_pct(t.share_dominant)} of {of} in {_pct(fraction)} of the "
+            f"{'measured ' if by_gradient else ''}steps (median share {_pct(median)})"
+        )
         if degenerate:
-            message += ("; but the policy term's value is 0 by construction here (one on-policy minibatch per step), so "
-                        "the value shares say nothing about the gradients")  # fmt: skip
+            message += (
+                "; but the policy term's value is 0 by construction here (one on-policy minibatch per step), so "
+                "the value shares say nothing about the gradients"
+            )
             evidence["policy_value_zero_by_construction"] = True
         findings.append(Finding(f"loss_budget.{term}", severity, message, evidence, advice))
     return findings
@@ -474,20 +549,30 @@ def check_kl_controller(run: RunData, t: Thresholds) -> list[Finding]:
         value = float(run.setting(f"grpo.{label}", math.nan))
         at = np.isclose(coef, value, rtol=1e-9, atol=0.0) if math.isfinite(value) else np.zeros(len(coef), bool)
         evidence = {
-            "fraction_of_updates_at_bound": _round(fraction), f"grpo.{label}": value, "grpo.kl_target": target,
-            "median_kl": _round(median_kl), "median_kl_over_target": _round(median_kl / target),
-            "first_step_at_bound": int(steps[at][0]) if at.any() else None, "steps_logged": len(rows),
-        }  # fmt: skip
+            "fraction_of_updates_at_bound": _round(fraction),
+            f"grpo.{label}": value,
+            "grpo.kl_target": target,
+            "median_kl": _round(median_kl),
+            "median_kl_over_target": _round(median_kl / target),
+            "first_step_at_bound": int(steps[at][0]) if at.any() else None,
+            "steps_logged": len(rows),
+        }
         if bound == "max":
-            advice = (f"The observed KL (median {median_kl:.3g}) stays above kl_target = {target:g} even at the largest "
-                      f"coefficient, so the controller cannot do its job: raise grpo.kl_target to a KL you accept (same units "
-                      f"as kl/value: mean per-token KL), raise grpo.kl_coef_max, or lower lr.")  # fmt: skip
+            advice = (
+                f"The observed KL (median {median_kl:.3g}) stays above kl_target = {target:g} even at the largest "
+                f"coefficient, so the controller cannot do its job: raise grpo.kl_target to a KL you accept (same units "
+                f"as kl/value: mean per-token KL), raise grpo.kl_coef_max, or lower lr."
+            )
         else:
-            advice = (f"The observed KL (median {median_kl:.3g}) stays below kl_target = {target:g} even at the smallest "
-                      f"coefficient: the policy barely moves from the reference. Lower grpo.kl_target or grpo.kl_coef_min, "
-                      f"or raise lr.")  # fmt: skip
-        message = (f"the adaptive KL coefficient sat at {label} = {value:g} after {_pct(fraction)} of the updates "
-                   f"(median KL {median_kl:.3g} vs target {target:g})")  # fmt: skip
+            advice = (
+                f"The observed KL (median {median_kl:.3g}) stays below kl_target = {target:g} even at the smallest "
+                f"coefficient: the policy barely moves from the reference. Lower grpo.kl_target or grpo.kl_coef_min, "
+                f"or raise lr."
+            )
+        message = (
+            f"the adaptive KL coefficient sat at {label} = {value:g} after {_pct(fraction)} of the updates "
+            f"(median KL {median_kl:.3g} vs target {target:g})"
+        )
         findings.append(Finding(f"kl.controller_pinned_{bound}", "warning", message, evidence, advice))
     if not findings:
         finite = coef[np.isfinite(coef) & (coef > 0)]
@@ -496,18 +581,28 @@ def check_kl_controller(run: RunData, t: Thresholds) -> list[Finding]:
             _, rows_per_step = _finite(*run.series("learn/rows", rows))
             per_step = float(np.median(rows_per_step)) if len(rows_per_step) else math.nan
             horizon = float(run.setting("grpo.kl_horizon", 10000))
-            evidence = {"coef_min": _round(float(finite.min())), "coef_max": _round(float(finite.max())), "steps_logged": len(rows),
-                        "median_kl": _round(median_kl), "grpo.kl_target": target, "grpo.kl_horizon": horizon,
-                        "rows_per_step": per_step, "max_change_per_step": _round(0.2 * per_step / horizon)}  # fmt: skip
-            findings.append(Finding(
-                "kl.controller_inert", "warning",
-                f"the adaptive KL coefficient never moved ({finite.min():.4g} .. {finite.max():.4g} over {len(rows)} steps) "
-                f"although the KL (median {median_kl:.3g}) is far from its target {target:g}",
-                evidence,
-                f"The coefficient changes by at most 20% x rows/kl_horizon = {_pct(0.2 * per_step / horizon)} per step: lower "
-                f"grpo.kl_horizon (time constant kl_horizon / rows per step = {horizon / per_step:.0f} steps) so it can "
-                f"react within the run.",
-            ))  # fmt: skip
+            evidence = {
+                "coef_min": _round(float(finite.min())),
+                "coef_max": _round(float(finite.max())),
+                "steps_logged": len(rows),
+                "median_kl": _round(median_kl),
+                "grpo.kl_target": target,
+                "grpo.kl_horizon": horizon,
+                "rows_per_step": per_step,
+                "max_change_per_step": _round(0.2 * per_step / horizon),
+            }
+            findings.append(
+                Finding(
+                    "kl.controller_inert",
+                    "warning",
+                    f"the adaptive KL coefficient never moved ({finite.min():.4g} .. {finite.max():.4g} over {len(rows)} steps) "
+                    f"although the KL (median {median_kl:.3g}) is far from its target {target:g}",
+                    evidence,
+                    f"The coefficient changes by at most 20% x rows/kl_horizon = {_pct(0.2 * per_step / horizon)} per step: lower "
+                    f"grpo.kl_horizon (time constant kl_horizon / rows per step = {horizon / per_step:.0f} steps) so it can "
+                    f"react within the run.",
+                )
+            )
     return findings
 
 
@@ -540,32 +635,47 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
             gain_low, gain_high = (low, high) if higher else (-high, -low)
             tenth = max(1, len(values) // 10)
             evidence = {
-                "metric": key, "steps_logged": len(values), "first_step": int(steps[0]), "last_step": int(steps[-1]),
-                "change_over_run": _round(change), "interval": [_round(low), _round(high)], "confidence": t.confidence,
-                "mean_first_10pct": _round(float(values[:tenth].mean())), "mean_last_10pct": _round(float(values[-tenth:].mean())),
-            }  # fmt: skip
-            described = f"{key} changed by {change:+.4f} [{low:+.4f}, {high:+.4f}] over steps {int(steps[0])}-{int(steps[-1])}"
+                "metric": key,
+                "steps_logged": len(values),
+                "first_step": int(steps[0]),
+                "last_step": int(steps[-1]),
+                "change_over_run": _round(change),
+                "interval": [_round(low), _round(high)],
+                "confidence": t.confidence,
+                "mean_first_10pct": _round(float(values[:tenth].mean())),
+                "mean_last_10pct": _round(float(values[-tenth:].mean())),
+            }
+            described = (
+                f"{key} changed by {change:+.4f} [{low:+.4f}, {high:+.4f}] over steps {int(steps[0])}-{int(steps[-1])}"
+            )
             if len(values) < t.min_trend_steps:
                 if gain_low <= 0:  # inconclusive (a significant gain needs no warning, however short the run)
                     short["training"] = evidence
             elif gain_high < 0:
-                findings.append(Finding(
-                    "learning.objective_worse", "warning",
-                    f"the training objective got worse: {described} (linear fit, {_pct(t.confidence)} block-bootstrap interval)",
-                    evidence,
-                    "Look at the findings above (loss budget, KL, collapse); lower lr; check that the reward is from the mover's "
-                    "point of view.",
-                ))  # fmt: skip
+                findings.append(
+                    Finding(
+                        "learning.objective_worse",
+                        "warning",
+                        f"the training objective got worse: {described} (linear fit, {_pct(t.confidence)} block-bootstrap interval)",
+                        evidence,
+                        "Look at the findings above (loss budget, KL, collapse); lower lr; check that the reward is from the mover's "
+                        "point of view.",
+                    )
+                )
             elif gain_low <= 0:
-                findings.append(Finding(
-                    "learning.no_objective_trend", "info" if stronger else "warning",
-                    f"no learning in the training objective: {described}; the {_pct(t.confidence)} interval of the linear "
-                    f"trend includes 0" + ("; in games it beats its start (learning.games_against_start)" if stronger else ""),
-                    evidence,
-                    "Check the signal (rollout/frac_reward_zero_std), the loss budget and the first-minibatch ratio; then raise "
-                    "lr or num_iterations, or the group size. The reward of fresh positions varies from batch to batch: a real "
-                    "trend needs more steps than that noise.",
-                ))  # fmt: skip
+                findings.append(
+                    Finding(
+                        "learning.no_objective_trend",
+                        "info" if stronger else "warning",
+                        f"no learning in the training objective: {described}; the {_pct(t.confidence)} interval of the linear "
+                        f"trend includes 0"
+                        + ("; in games it beats its start (learning.games_against_start)" if stronger else ""),
+                        evidence,
+                        "Check the signal (rollout/frac_reward_zero_std), the loss budget and the first-minibatch ratio; then raise "
+                        "lr or num_iterations, or the group size. The reward of fresh positions varies from batch to batch: a real "
+                        "trend needs more steps than that noise.",
+                    )
+                )
     changes = _heldout_changes(run, t)
     finals = [c[-1] for c in changes.values() if c]
     if finals:
@@ -574,41 +684,55 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
         worse = [c for c in finals if c.worse]
         checks = _puzzle_loss_from_fewer_checks(run, t) if any(c.metric.startswith("puzzle_") for c in worse) else None
         if worse:
-            findings.append(Finding(
-                "learning.heldout_worse", "warning",
-                "held-out metrics got significantly worse: " + "; ".join(c.describe() for c in worse),
-                {"changes": [c.to_json() for c in worse], "confidence": t.confidence},
-                "The policy drifts away from good moves: look at the entropy (collapse) and KL findings, raise kl_coef or "
-                "lower lr, and keep the checkpoint of the best held-out point."
-                + (" The puzzles' part: see learning.puzzles_fewer_checks." if checks else ""),
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "learning.heldout_worse",
+                    "warning",
+                    "held-out metrics got significantly worse: " + "; ".join(c.describe() for c in worse),
+                    {"changes": [c.to_json() for c in worse], "confidence": t.confidence},
+                    "The policy drifts away from good moves: look at the entropy (collapse) and KL findings, raise kl_coef or "
+                    "lower lr, and keep the checkpoint of the best held-out point."
+                    + (" The puzzles' part: see learning.puzzles_fewer_checks." if checks else ""),
+                )
+            )
         if checks:
             findings.append(checks)
         if not any(c.improved for c in finals):
             if span < t.min_trend_steps:
                 short["held_out"] = evidence
             else:
-                findings.append(Finding(
-                    "learning.no_heldout_gain", "info" if stronger else "warning",
-                    f"no held-out metric improved significantly from step {finals[0].step_a} to {finals[0].step_b} "
-                    f"({_pct(t.confidence)} intervals of the differences: " + "; ".join(c.describe() for c in finals) + ")"
-                    + ("; in games it beats its start (learning.games_against_start)" if stronger else ""),
-                    evidence,
-                    "Train longer or with a stronger signal before reading the curve; compare the two checkpoints with "
-                    "`chessgrpo eval compare` on more positions (eval.max_positions) to resolve smaller differences.",
-                ))  # fmt: skip
+                findings.append(
+                    Finding(
+                        "learning.no_heldout_gain",
+                        "info" if stronger else "warning",
+                        f"no held-out metric improved significantly from step {finals[0].step_a} to {finals[0].step_b} "
+                        f"({_pct(t.confidence)} intervals of the differences: "
+                        + "; ".join(c.describe() for c in finals)
+                        + ")"
+                        + ("; in games it beats its start (learning.games_against_start)" if stronger else ""),
+                        evidence,
+                        "Train longer or with a stronger signal before reading the curve; compare the two checkpoints with "
+                        "`chessgrpo eval compare` on more positions (eval.max_positions) to resolve smaller differences.",
+                    )
+                )
     findings.extend(_games_against_start_finding(games))
     if short:
-        findings.append(Finding(
-            "learning.too_short", "info",
-            f"too short to tell learning from noise (fewer than {t.min_trend_steps} steps): "
-            + "; ".join(f"{ev['metric']} changed by {ev['change_over_run']:+.4f} [{ev['interval'][0]:+.4f}, "
-                        f"{ev['interval'][1]:+.4f}] over {ev['steps_logged']} steps" if name == "training"
-                        else "no held-out metric changed significantly between the first and last evaluation"
-                        for name, ev in short.items()),
-            short,
-            f"Run at least {t.min_trend_steps} steps (and evaluate at least twice) before judging whether it learns.",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "learning.too_short",
+                "info",
+                f"too short to tell learning from noise (fewer than {t.min_trend_steps} steps): "
+                + "; ".join(
+                    f"{ev['metric']} changed by {ev['change_over_run']:+.4f} [{ev['interval'][0]:+.4f}, "
+                    f"{ev['interval'][1]:+.4f}] over {ev['steps_logged']} steps"
+                    if name == "training"
+                    else "no held-out metric changed significantly between the first and last evaluation"
+                    for name, ev in short.items()
+                ),
+                short,
+                f"Run at least {t.min_trend_steps} steps (and evaluate at least twice) before judging whether it learns.",
+            )
+        )
     return findings
 
 
@@ -636,22 +760,46 @@ def _games_against_start_finding(found: tuple[GamesEvaluation, AnchorResult] | N
     evaluation, anchor = found
     elo, games = anchor.elo, anchor.wins + anchor.draws + anchor.losses
     evidence = {
-        "file": str(evaluation.path), "anchor": anchor.anchor, "games": games, "wins": anchor.wins, "draws": anchor.draws,
-        "losses": anchor.losses, "elo": elo.value, "elo_interval": [elo.low, elo.high], "pentanomial": list(anchor.pentanomial),
-    }  # fmt: skip
+        "file": str(evaluation.path),
+        "anchor": anchor.anchor,
+        "games": games,
+        "wins": anchor.wins,
+        "draws": anchor.draws,
+        "losses": anchor.losses,
+        "elo": elo.value,
+        "elo_interval": [elo.low, elo.high],
+        "pentanomial": list(anchor.pentanomial),
+    }
     described = f"{elo.text()} Elo over {games} games against {anchor.anchor} ({evaluation.path.name})"
     if elo.low is not None and elo.low > 0:
-        return [Finding("learning.games_against_start", "info", f"the policy beats its start in games: {described}", evidence,
-                        "Nothing to fix: games show what single-move held-out metrics may not.")]
+        return [
+            Finding(
+                "learning.games_against_start",
+                "info",
+                f"the policy beats its start in games: {described}",
+                evidence,
+                "Nothing to fix: games show what single-move held-out metrics may not.",
+            )
+        ]
     if elo.high is not None and elo.high < 0:
-        return [Finding(
-            "learning.games_against_start", "warning", f"the policy loses to its start in games: {described}", evidence,
-            "It plays worse than before training: keep the starting checkpoint, and look at the findings above.",
-        )]  # fmt: skip
-    return [Finding(
-        "learning.games_against_start", "info", f"no significant difference in games against its start: {described}", evidence,
-        "More games narrow the interval (eval games --games N, or --sprt for a sequential test).",
-    )]  # fmt: skip
+        return [
+            Finding(
+                "learning.games_against_start",
+                "warning",
+                f"the policy loses to its start in games: {described}",
+                evidence,
+                "It plays worse than before training: keep the starting checkpoint, and look at the findings above.",
+            )
+        ]
+    return [
+        Finding(
+            "learning.games_against_start",
+            "info",
+            f"no significant difference in games against its start: {described}",
+            evidence,
+            "More games narrow the interval (eval games --games N, or --sprt for a sequential test).",
+        )
+    ]
 
 
 def _puzzle_loss_from_fewer_checks(run: RunData, t: Thresholds) -> Finding | None:
@@ -664,8 +812,15 @@ def _puzzle_loss_from_fewer_checks(run: RunData, t: Thresholds) -> Finding | Non
     records_a, records_b = first.records.get("puzzles"), last.records.get("puzzles")
     if not records_a or not records_b:
         return None
-    rows = {m.metric: m for m in compare_records("puzzles", records_a, records_b, confidence=t.confidence, resamples=t.resamples).metrics}
-    check_first, quiet_first, played = (rows.get(k) for k in ("check_first_accuracy", "quiet_first_accuracy", "played_check_rate"))
+    rows = {
+        m.metric: m
+        for m in compare_records(
+            "puzzles", records_a, records_b, confidence=t.confidence, resamples=t.resamples
+        ).metrics
+    }
+    check_first, quiet_first, played = (
+        rows.get(k) for k in ("check_first_accuracy", "quiet_first_accuracy", "played_check_rate")
+    )
     if check_first is None or quiet_first is None or played is None:
         return None
     if not (check_first.verdict == "worse" and quiet_first.verdict != "worse" and played.verdict == "lower"):
@@ -676,14 +831,18 @@ def _puzzle_loss_from_fewer_checks(run: RunData, t: Thresholds) -> Finding | Non
         return f"{m.a.value:.3f} -> {m.b.value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}], n={m.a.n})"
 
     return Finding(
-        "learning.puzzles_fewer_checks", "info",
+        "learning.puzzles_fewer_checks",
+        "info",
         f"the puzzles lost (step {first.step} -> {last.step}) are check-first ones: check-first {row(check_first)}, "
         f"quiet-first {row(quiet_first)}; the policy's first move checks less often: {row(played)}",
-        {key: m.to_json() for key, m in (("check_first", check_first), ("quiet_first", quiet_first), ("played_check_rate", played))},
+        {
+            key: m.to_json()
+            for key, m in (("check_first", check_first), ("quiet_first", quiet_first), ("played_check_rate", played))
+        },
         "The policy gave up a checking habit that most puzzles reward (their solutions start with a check) rather than "
         "drifting from good moves: compare `eval compare`'s played_check_rate with label_check_rate on the held-out "
         "positions, and judge the run by games against its start (`chessgrpo eval games --anchors START`) before "
-        "raising kl_coef (docs/results.md, \"The quickstart: `make run`\").",
+        'raising kl_coef (docs/results.md, "The quickstart: `make run`").',
     )
 
 
@@ -705,17 +864,28 @@ def check_noise_as_progress(run: RunData, t: Thresholds) -> list[Finding]:
     # end is the no-learning finding's business (learning.no_heldout_gain), so alone it is only info here.
     peaks = [c for c in noisy if c.step_b < last_step and c.step_b - c.step_a >= t.min_trend_steps]
     severity = "warning" if peaks and not anything_real else "info"
-    message = ("apparent held-out gains are inside their intervals (not distinguishable from the first evaluation): "
-               + "; ".join(f"best {c.describe()}" for c in noisy))  # fmt: skip
+    message = (
+        "apparent held-out gains are inside their intervals (not distinguishable from the first evaluation): "
+        + "; ".join(f"best {c.describe()}" for c in noisy)
+    )
     if anything_real:
         message += "; other metrics did improve significantly"
-    return [Finding(
-        "eval.noise_as_progress", severity, message,
-        {"best_points": [c.to_json() for c in noisy], "evaluations": len(run.evals), "confidence": t.confidence,
-         "peak_steps": sorted({c.step_b for c in peaks}), "other_metric_improved": anything_real},
-        "Do not read these differences as progress. Report intervals with every number, compare checkpoints paired "
-        "(`chessgrpo eval compare`), and evaluate on more positions/puzzles to shrink the intervals.",
-    )]  # fmt: skip
+    return [
+        Finding(
+            "eval.noise_as_progress",
+            severity,
+            message,
+            {
+                "best_points": [c.to_json() for c in noisy],
+                "evaluations": len(run.evals),
+                "confidence": t.confidence,
+                "peak_steps": sorted({c.step_b for c in peaks}),
+                "other_metric_improved": anything_real,
+            },
+            "Do not read these differences as progress. Report intervals with every number, compare checkpoints paired "
+            "(`chessgrpo eval compare`), and evaluate on more positions/puzzles to shrink the intervals.",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -745,32 +915,46 @@ def check_entropy(run: RunData, t: Thresholds) -> list[Finding]:
             advice += " This run starts from scratch (init_checkpoint=null): start GRPO from a pretrained checkpoint."
         if run.kind == "pretrain":
             advice += " Pretraining should sharpen it: check the labels and raise lr or steps."
-        findings.append(Finding(
-            "entropy.near_uniform", "warning",
-            f"the policy is near uniform: entropy is {_pct(float(np.median(ratio)))} of ln(#legal) (median over steps "
-            f"{int(steps[half])}-{int(steps[-1])})",
-            {"median_entropy": _round(float(np.median(entropy[half:]))), "median_ln_legal": _round(float(np.median(ln_legal[half:]))),
-             "median_ratio": _round(float(np.median(ratio))), "threshold": t.near_uniform_ratio,
-             "steps": [int(steps[half]), int(steps[-1])]},
-            advice,
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "entropy.near_uniform",
+                "warning",
+                f"the policy is near uniform: entropy is {_pct(float(np.median(ratio)))} of ln(#legal) (median over steps "
+                f"{int(steps[half])}-{int(steps[-1])})",
+                {
+                    "median_entropy": _round(float(np.median(entropy[half:]))),
+                    "median_ln_legal": _round(float(np.median(ln_legal[half:]))),
+                    "median_ratio": _round(float(np.median(ratio))),
+                    "threshold": t.near_uniform_ratio,
+                    "steps": [int(steps[half]), int(steps[-1])],
+                },
+                advice,
+            )
+        )
     quarter = len(entropy) - max(1, len(entropy) // 4)
     tail = entropy[quarter:]
     if np.median(tail) <= t.collapse_entropy:
         below = entropy <= t.collapse_entropy
         _, unique = _finite(*run.series("rollout/unique_moves", rows))
-        evidence = {"median_entropy_last_quarter": _round(float(np.median(tail))), "threshold_nats": t.collapse_entropy,
-                    "first_step_below": int(steps[below][0]), "median_ln_legal": _round(float(np.median(ln_legal)))}  # fmt: skip
+        evidence = {
+            "median_entropy_last_quarter": _round(float(np.median(tail))),
+            "threshold_nats": t.collapse_entropy,
+            "first_step_below": int(steps[below][0]),
+            "median_ln_legal": _round(float(np.median(ln_legal))),
+        }
         if len(unique):
             evidence["median_unique_moves_last_quarter"] = _round(float(np.median(unique[quarter:])))
-        findings.append(Finding(
-            "entropy.collapse", "warning",
-            f"the policy collapsed: entropy {float(np.median(tail)):.3f} nats over the last quarter of the run (first below "
-            f"{t.collapse_entropy} at step {evidence['first_step_below']}), against ln(#legal) = {evidence['median_ln_legal']:.2f}",
-            evidence,
-            "A deterministic policy samples the same move in a whole group (zero advantage, no signal). Raise grpo.kl_coef (the "
-            "KL to the reference keeps it spread), lower lr, or add a small grpo.entropy_coef (check the loss budget after).",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "entropy.collapse",
+                "warning",
+                f"the policy collapsed: entropy {float(np.median(tail)):.3f} nats over the last quarter of the run (first below "
+                f"{t.collapse_entropy} at step {evidence['first_step_below']}), against ln(#legal) = {evidence['median_ln_legal']:.2f}",
+                evidence,
+                "A deterministic policy samples the same move in a whole group (zero advantage, no signal). Raise grpo.kl_coef (the "
+                "KL to the reference keeps it spread), lower lr, or add a small grpo.entropy_coef (check the loss budget after).",
+            )
+        )
     return findings
 
 
@@ -784,21 +968,29 @@ def check_signal(run: RunData, t: Thresholds) -> list[Finding]:
     if median <= t.zero_std_fraction:
         return []
     severity = "critical" if median >= t.zero_std_critical else "warning"
-    evidence = {"median_frac_reward_zero_std": _round(median), "fraction_of_steps_over_half": _round(float((zero > 0.5).mean())),
-                "steps_logged": len(zero), "grpo.drop_zero_std_groups": run.setting("grpo.drop_zero_std_groups"),
-                "task.group_size": run.setting("task.group_size"), "task.reward_nodes": run.setting("task.reward_nodes")}  # fmt: skip
+    evidence = {
+        "median_frac_reward_zero_std": _round(median),
+        "fraction_of_steps_over_half": _round(float((zero > 0.5).mean())),
+        "steps_logged": len(zero),
+        "grpo.drop_zero_std_groups": run.setting("grpo.drop_zero_std_groups"),
+        "task.group_size": run.setting("task.group_size"),
+        "task.reward_nodes": run.setting("task.reward_nodes"),
+    }
     _, unique = _finite(*run.series("rollout/unique_moves", run.train_rows))
     if len(unique):
         evidence["median_unique_moves"] = _round(float(np.median(unique)))
-    return [Finding(
-        "signal.zero_reward_variance", severity,
-        f"no signal: in the median step {_pct(median)} of the groups have identical rewards for every sampled move, so their "
-        f"advantages are 0 and they teach nothing",
-        evidence,
-        "Start from positions where moves differ in value (start_win_prob_range for datasets; decided positions score every "
-        "move the same), raise task.group_size or task.temperature, raise task.reward_nodes if values are too coarse, or set "
-        "grpo.drop_zero_std_groups=true (DAPO dynamic sampling) so these groups stop diluting the batch.",
-    )]  # fmt: skip
+    return [
+        Finding(
+            "signal.zero_reward_variance",
+            severity,
+            f"no signal: in the median step {_pct(median)} of the groups have identical rewards for every sampled move, so their "
+            f"advantages are 0 and they teach nothing",
+            evidence,
+            "Start from positions where moves differ in value (start_win_prob_range for datasets; decided positions score every "
+            "move the same), raise task.group_size or task.temperature, raise task.reward_nodes if values are too coarse, or set "
+            "grpo.drop_zero_std_groups=true (DAPO dynamic sampling) so these groups stop diluting the batch.",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -820,15 +1012,24 @@ def check_non_finite(run: RunData, t: Thresholds) -> list[Finding]:
         return []
     first = min(steps[0] for steps in where.values())
     keys = sorted(where, key=lambda k: where[k][0])
-    return [Finding(
-        "values.non_finite", "critical",
-        f"non-finite values (NaN/Inf) in {len(keys)} metric(s), first at step {first}: "
-        + ", ".join(f"{k} (steps {', '.join(map(str, where[k][:5]))}{', ...' if len(where[k]) > 5 else ''})" for k in keys[:6]),
-        {"first_step": first, "metrics": {k: where[k][:10] for k in keys},
-         "rows_affected": len({s for v in where.values() for s in v})},
-        "Resume from the last checkpoint before that step with a lower lr; keep gradient clipping on and bf16=false; a NaN "
-        "reward points at the engine or the reward function.",
-    )]  # fmt: skip
+    return [
+        Finding(
+            "values.non_finite",
+            "critical",
+            f"non-finite values (NaN/Inf) in {len(keys)} metric(s), first at step {first}: "
+            + ", ".join(
+                f"{k} (steps {', '.join(map(str, where[k][:5]))}{', ...' if len(where[k]) > 5 else ''})"
+                for k in keys[:6]
+            ),
+            {
+                "first_step": first,
+                "metrics": {k: where[k][:10] for k in keys},
+                "rows_affected": len({s for v in where.values() for s in v}),
+            },
+            "Resume from the last checkpoint before that step with a lower lr; keep gradient clipping on and bf16=false; a NaN "
+            "reward points at the engine or the reward function.",
+        )
+    ]
 
 
 def check_health_events(run: RunData, t: Thresholds) -> list[Finding]:
@@ -839,34 +1040,49 @@ def check_health_events(run: RunData, t: Thresholds) -> list[Finding]:
         by_kind.setdefault(event["event"], []).append(event)
     if "diverged" in by_kind:
         last = by_kind["diverged"][-1]
-        findings.append(Finding(
-            "health.diverged", "critical", f"the run diverged and stopped at step {last['step']}: {last['message']}",
-            {"step": last["step"], "rollbacks": len(by_kind.get("rollback", []))},
-            "Restart from the last good checkpoint with a lower lr or a larger KL coefficient; check the rewards for NaN.",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "health.diverged",
+                "critical",
+                f"the run diverged and stopped at step {last['step']}: {last['message']}",
+                {"step": last["step"], "rollbacks": len(by_kind.get("rollback", []))},
+                "Restart from the last good checkpoint with a lower lr or a larger KL coefficient; check the rewards for NaN.",
+            )
+        )
     if "rollback" in by_kind:
         events = by_kind["rollback"]
-        findings.append(Finding(
-            "health.rollback", "warning",
-            f"{len(events)} rollback(s) to the last good checkpoint after non-finite updates (first at step {events[0]['step']}); "
-            "the learning rate was lowered each time",
-            {"steps": [e["step"] for e in events][:10], "messages": [e["message"] for e in events][:3]},
-            "The run recovered, but it was unstable at its learning rate: lower lr (the backoff already did, for this run).",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "health.rollback",
+                "warning",
+                f"{len(events)} rollback(s) to the last good checkpoint after non-finite updates (first at step {events[0]['step']}); "
+                "the learning rate was lowered each time",
+                {"steps": [e["step"] for e in events][:10], "messages": [e["message"] for e in events][:3]},
+                "The run recovered, but it was unstable at its learning rate: lower lr (the backoff already did, for this run).",
+            )
+        )
     if "nonfinite_skip" in by_kind and "rollback" not in by_kind and "diverged" not in by_kind:
         events = by_kind["nonfinite_skip"]
-        findings.append(Finding(
-            "health.nonfinite_skip", "warning",
-            f"{len(events)} update(s) skipped for a non-finite loss or gradient (steps {', '.join(str(e['step']) for e in events[:5])})",
-            {"steps": [e["step"] for e in events][:10]},
-            "Isolated skips are harmless; repeated ones mean the learning rate or the precision is too aggressive.",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "health.nonfinite_skip",
+                "warning",
+                f"{len(events)} update(s) skipped for a non-finite loss or gradient (steps {', '.join(str(e['step']) for e in events[:5])})",
+                {"steps": [e["step"] for e in events][:10]},
+                "Isolated skips are harmless; repeated ones mean the learning rate or the precision is too aggressive.",
+            )
+        )
     for event in by_kind.get("early_stop", []):
-        findings.append(Finding(
-            "health.early_stop", "warning", f"the run stopped early: {event['message']}", {"step": event["step"]},
-            "A KL or entropy stop means the policy left its reference or collapsed: lower lr or raise the KL coefficient. "
-            "A held-out stop means more steps would not have helped at these settings.",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "health.early_stop",
+                "warning",
+                f"the run stopped early: {event['message']}",
+                {"step": event["step"]},
+                "A KL or entropy stop means the policy left its reference or collapsed: lower lr or raise the KL coefficient. "
+                "A held-out stop means more steps would not have helped at these settings.",
+            )
+        )
     return findings
 
 
@@ -892,18 +1108,31 @@ def check_grad_spikes(run: RunData, t: Thresholds) -> list[Finding]:
     ratio = float(norm[worst] / typical)
     fraction = float(spikes.mean())
     severity = "warning" if (clip == 0 or ratio >= t.spike_ratio_warning or fraction > 0.05) else "info"
-    return [Finding(
-        "grad_norm.spikes", severity,
-        f"{int(spikes.sum())} gradient-norm spike(s): up to {norm[worst]:.3g} at step {int(steps[worst])}, {ratio:.0f}x the "
-        f"median {typical:.3g} (robust z > {t.spike_z:g})",
-        {"spikes": int(spikes.sum()), "steps": _steps(steps, spikes), "max_grad_norm_seen": _round(float(norm[worst])),
-         "max_step": int(steps[worst]), "median_grad_norm": _round(typical), "max_over_median": _round(ratio),
-         "fraction_of_steps": _round(fraction), "clipping_max_norm": clip},
-        (f"Clipping at {clip} bounds each update, so isolated spikes are mostly harmless. " if clip else
-         "Gradient clipping is off: turn it on (max_grad_norm = 1.0). ")
-        + "Frequent spikes mean a too-high lr or outlier advantages (a group std near 0 under 'grpo' advantages: raise "
-        "grpo.advantage_epsilon or use dr_grpo).",
-    )]  # fmt: skip
+    return [
+        Finding(
+            "grad_norm.spikes",
+            severity,
+            f"{int(spikes.sum())} gradient-norm spike(s): up to {norm[worst]:.3g} at step {int(steps[worst])}, {ratio:.0f}x the "
+            f"median {typical:.3g} (robust z > {t.spike_z:g})",
+            {
+                "spikes": int(spikes.sum()),
+                "steps": _steps(steps, spikes),
+                "max_grad_norm_seen": _round(float(norm[worst])),
+                "max_step": int(steps[worst]),
+                "median_grad_norm": _round(typical),
+                "max_over_median": _round(ratio),
+                "fraction_of_steps": _round(fraction),
+                "clipping_max_norm": clip,
+            },
+            (
+                f"Clipping at {clip} bounds each update, so isolated spikes are mostly harmless. "
+                if clip
+                else "Gradient clipping is off: turn it on (max_grad_norm = 1.0). "
+            )
+            + "Frequent spikes mean a too-high lr or outlier advantages (a group std near 0 under 'grpo' advantages: raise "
+            "grpo.advantage_epsilon or use dr_grpo).",
+        )
+    ]
 
 
 def check_negative_kl(run: RunData, t: Thresholds) -> list[Finding]:
@@ -916,31 +1145,41 @@ def check_negative_kl(run: RunData, t: Thresholds) -> list[Finding]:
         steps, values = _finite(*run.series(key, rows))
         negative = values < t.negative_kl
         if negative.any():
-            hits[key] = {"min": _round(float(values.min())), "steps": _steps(steps, negative), "count": int(negative.sum())}
+            hits[key] = {
+                "min": _round(float(values.min())),
+                "steps": _steps(steps, negative),
+                "count": int(negative.sum()),
+            }
     findings = []
     if hits:
         first = min(h["steps"][0] for h in hits.values())
-        findings.append(Finding(
-            "kl.negative", "critical",
-            f"KL estimates below zero (first at step {first}): "
-            + ", ".join(f"{k} down to {h['min']:.3g} in {h['count']} steps" for k, h in hits.items())
-            + f"; {'the ' + estimator + ' estimator and ' if {'kl/min', 'kl/value'} & set(hits) else ''}"
-            + "the exact KL cannot be negative",
-            {"grpo.kl_estimator": estimator, "threshold": t.negative_kl, **hits},
-            "A negative value from a non-negative estimator is a bug: the reference or policy log-probs use another mask, "
-            "temperature or normalisation. Compare kl/exact with kl/value on one batch.",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "kl.negative",
+                "critical",
+                f"KL estimates below zero (first at step {first}): "
+                + ", ".join(f"{k} down to {h['min']:.3g} in {h['count']} steps" for k, h in hits.items())
+                + f"; {'the ' + estimator + ' estimator and ' if {'kl/min', 'kl/value'} & set(hits) else ''}"
+                + "the exact KL cannot be negative",
+                {"grpo.kl_estimator": estimator, "threshold": t.negative_kl, **hits},
+                "A negative value from a non-negative estimator is a bug: the reference or policy log-probs use another mask, "
+                "temperature or normalisation. Compare kl/exact with kl/value on one batch.",
+            )
+        )
     elif estimator == "k1":
         steps, values = _finite(*run.series("kl/value", rows))
         if len(values) and np.median(values) < t.negative_kl:
-            findings.append(Finding(
-                "kl.negative_k1", "info",
-                f"the k1 KL estimate is negative in the median step ({np.median(values):.3g}): k1 is unbiased but noisy and "
-                f"can go below 0",
-                {"median_kl": _round(float(np.median(values))), "grpo.kl_estimator": "k1"},
-                "Use grpo.kl_estimator=exact (the default: the exact KL over every action, never negative) so the controller "
-                "sees a valid value; k1 as a loss has zero expected gradient and is refused with kl_coef > 0.",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    "kl.negative_k1",
+                    "info",
+                    f"the k1 KL estimate is negative in the median step ({np.median(values):.3g}): k1 is unbiased but noisy and "
+                    f"can go below 0",
+                    {"median_kl": _round(float(np.median(values))), "grpo.kl_estimator": "k1"},
+                    "Use grpo.kl_estimator=exact (the default: the exact KL over every action, never negative) so the controller "
+                    "sees a valid value; k1 as a loss has zero expected gradient and is refused with kl_coef > 0.",
+                )
+            )
     return findings
 
 
@@ -966,14 +1205,21 @@ def check_engine(run: RunData, t: Thresholds) -> list[Finding]:
         steps, values = _finite(*run.series(key, run.train_rows))
         total, rose = _increments(steps, values)
         if total > 0:
-            findings.append(Finding(
-                identifier, severity,
-                f"Stockfish {what} {total} time(s) (first at step {rose[0]})",
-                {"count": total, "steps": rose[:10], "engine.timeout_s": run.setting("engine.timeout_s"),
-                 "engine.processes": run.setting("engine.processes")},
-                "Check the engine with `chessgrpo doctor`, the machine's memory, and engine.timeout_s (a slow machine under load "
-                "times out); retried searches are recomputed, never scored 0.",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    identifier,
+                    severity,
+                    f"Stockfish {what} {total} time(s) (first at step {rose[0]})",
+                    {
+                        "count": total,
+                        "steps": rose[:10],
+                        "engine.timeout_s": run.setting("engine.timeout_s"),
+                        "engine.processes": run.setting("engine.processes"),
+                    },
+                    "Check the engine with `chessgrpo doctor`, the machine's memory, and engine.timeout_s (a slow machine under load "
+                    "times out); retried searches are recomputed, never scored 0.",
+                )
+            )
     return findings
 
 
@@ -987,14 +1233,20 @@ def check_cache(run: RunData, t: Thresholds) -> list[Finding]:
     median = float(np.median(rate[len(rate) // 2 :]))
     if median >= t.low_cache_hit:
         return []
-    return [Finding(
-        "engine.low_cache_hit", "info",
-        f"the evaluation cache hits {_pct(median)} of lookups in the second half of the run: nearly every reward is a fresh search",
-        {"median_cache_hit_rate_second_half": _round(median), "threshold": t.low_cache_hit,
-         "engine.cache_path": run.setting("engine.cache_path")},
-        "Expected when every step draws new positions. If positions do recur, check that engine.cache_path is persistent "
-        "and shared between runs; otherwise engine.cache=false saves the lookups.",
-    )]  # fmt: skip
+    return [
+        Finding(
+            "engine.low_cache_hit",
+            "info",
+            f"the evaluation cache hits {_pct(median)} of lookups in the second half of the run: nearly every reward is a fresh search",
+            {
+                "median_cache_hit_rate_second_half": _round(median),
+                "threshold": t.low_cache_hit,
+                "engine.cache_path": run.setting("engine.cache_path"),
+            },
+            "Expected when every step draws new positions. If positions do recur, check that engine.cache_path is persistent "
+            "and shared between runs; otherwise engine.cache=false saves the lookups.",
+        )
+    ]
 
 
 def check_phase_time(run: RunData, t: Thresholds) -> list[Finding]:
@@ -1005,22 +1257,33 @@ def check_phase_time(run: RunData, t: Thresholds) -> list[Finding]:
     total = sum(row["perf/step_s"] for row in rows if math.isfinite(row["perf/step_s"]))
     if total <= 0:
         return []
-    shares = {phase: sum(row.get(f"perf/{phase}_s", 0.0) for row in rows) / total for phase in ("sample", "reward", "learn")}
+    shares = {
+        phase: sum(row.get(f"perf/{phase}_s", 0.0) for row in rows) / total for phase in ("sample", "reward", "learn")
+    }
     phase, share = max(shares.items(), key=lambda item: item[1])
     if share <= t.phase_dominant:
         return []
     advice = {
         "reward": "More engine processes (engine.processes), fewer task.reward_nodes, keep engine.cache on; the policy waits "
-                  "for Stockfish.",
+        "for Stockfish.",
         "sample": "Sampling dominates: a larger batch per forward (positions_per_step) or a GPU.",
         "learn": "Learning dominates: fewer grpo.num_iterations or larger minibatches, bf16 on a GPU.",
-    }[phase]  # fmt: skip
-    return [Finding(
-        "perf.phase_dominates", "info",
-        f"{phase} takes {_pct(share)} of the step time (" + ", ".join(f"{p} {_pct(s)}" for p, s in shares.items()) + ")",
-        {"shares": {p: _round(s) for p, s in shares.items()}, "total_seconds": _round(total), "steps_logged": len(rows)},
-        advice,
-    )]  # fmt: skip
+    }[phase]
+    return [
+        Finding(
+            "perf.phase_dominates",
+            "info",
+            f"{phase} takes {_pct(share)} of the step time ("
+            + ", ".join(f"{p} {_pct(s)}" for p, s in shares.items())
+            + ")",
+            {
+                "shares": {p: _round(s) for p, s in shares.items()},
+                "total_seconds": _round(total),
+                "steps_logged": len(rows),
+            },
+            advice,
+        )
+    ]
 
 
 def _lm_favourite(run: RunData) -> tuple[str, float] | None:
@@ -1053,14 +1316,20 @@ def check_lm_collapse(run: RunData, t: Thresholds) -> list[Finding]:
     ratio = float(distinct[-1] / distinct[0])
     rise = float(share[-1] - share[0]) if len(share) >= 2 else 0.0
     evidence: dict[str, Any] = {
-        "steps": [int(steps[0]), int(steps[-1])], "distinct_best": [int(distinct[0]), int(distinct[-1])],
-        "distinct_ratio": _round(ratio), "threshold_ratio": t.lm_distinct_ratio,
-    }  # fmt: skip
+        "steps": [int(steps[0]), int(steps[-1])],
+        "distinct_best": [int(distinct[0]), int(distinct[-1])],
+        "distinct_ratio": _round(ratio),
+        "threshold_ratio": t.lm_distinct_ratio,
+    }
     if len(share) >= 2:
-        evidence.update({"top_share": [_round(float(share[0])), _round(float(share[-1]))], "threshold_share_rise": t.lm_share_rise})
+        evidence.update(
+            {"top_share": [_round(float(share[0])), _round(float(share[-1]))], "threshold_share_rise": t.lm_share_rise}
+        )
     interval_text = ""
     try:
-        paired = json.loads((run.path / "eval" / "paired_first_last.json").read_text())["differences"]["p_distinct_best_ratio"]
+        paired = json.loads((run.path / "eval" / "paired_first_last.json").read_text())["differences"][
+            "p_distinct_best_ratio"
+        ]
         evidence["distinct_ratio_interval"] = [paired["low"], paired["high"]]
         interval_text = f" [{paired['low']:.2f}, {paired['high']:.2f}]"
     except (OSError, ValueError, KeyError, TypeError):
@@ -1075,25 +1344,35 @@ def check_lm_collapse(run: RunData, t: Thresholds) -> list[Finding]:
             numbers += f" ({favourite[0]})"
     span = f"steps {int(steps[0])}-{int(steps[-1])}"
     if ratio < t.lm_distinct_ratio or rise >= t.lm_share_rise:
-        return [Finding(
-            "lm.collapse", "warning",
-            f"the LM's answers collapsed onto a few moves whatever the position: {numbers}, {span}",
+        return [
+            Finding(
+                "lm.collapse",
+                "warning",
+                f"the LM's answers collapsed onto a few moves whatever the position: {numbers}, {span}",
+                evidence,
+                "GRPO rewards a move that is good on average, not in this position, when the groups rarely hold a better "
+                "answer the model can tell apart. Grade with an exact oracle where one exists (rewards.policy.truth: "
+                "tablebase on endgame data), raise grpo.kl_coef, lower lr or the temperature's spread, and check "
+                "held-out best-move accuracy among well-formed answers (docs/diagnose.md, lm.collapse).",
+            )
+        ]
+    return [
+        Finding(
+            "lm.answers_diverse",
+            "info",
+            f"the LM's greedy B: moves did not collapse: {numbers}, {span}",
             evidence,
-            "GRPO rewards a move that is good on average, not in this position, when the groups rarely hold a better "
-            "answer the model can tell apart. Grade with an exact oracle where one exists (rewards.policy.truth: "
-            "tablebase on endgame data), raise grpo.kl_coef, lower lr or the temperature's spread, and check "
-            "held-out best-move accuracy among well-formed answers (docs/diagnose.md, lm.collapse).",
-        )]  # fmt: skip
-    return [Finding(
-        "lm.answers_diverse", "info",
-        f"the LM's greedy B: moves did not collapse: {numbers}, {span}",
-        evidence,
-        "Nothing to change for diversity; judge the chess by held-out best-move accuracy among well-formed answers.",
-    )]  # fmt: skip
+            "Nothing to change for diversity; judge the chess by held-out best-move accuracy among well-formed answers.",
+        )
+    ]
 
 
-_DRAW_REASONS = {"threefold_repetition": "repetition", "stalemate": "stalemate", "insufficient_material": "the piece lost",
-                 "fifty_moves": "the 50-move rule"}  # fmt: skip
+_DRAW_REASONS = {
+    "threefold_repetition": "repetition",
+    "stalemate": "stalemate",
+    "insufficient_material": "the piece lost",
+    "fifty_moves": "the 50-move rule",
+}
 
 
 def check_endgame_play(run: RunData, t: Thresholds) -> list[Finding]:
@@ -1107,36 +1386,60 @@ def check_endgame_play(run: RunData, t: Thresholds) -> list[Finding]:
     first, last = evals[0], evals[-1]
     span = f"step {int(last['step'])}"
     shares = {key.rsplit("/", 1)[1]: float(value) for key, value in last.items() if key.startswith("eval/piece_share/")}
-    first_shares = {key.rsplit("/", 1)[1]: float(value) for key, value in first.items() if key.startswith("eval/piece_share/")}
+    first_shares = {
+        key.rsplit("/", 1)[1]: float(value) for key, value in first.items() if key.startswith("eval/piece_share/")
+    }
     pieces = sorted((set(shares) | set(first_shares)) - {"K"}, key="KQRBNP".index)
     vanished = [p for p in pieces if shares.get(p, 0.0) < t.endgame_piece_floor]
     if vanished:
         text = ", ".join(f"{p} {_pct(first_shares.get(p, 0.0))} -> {_pct(shares.get(p, 0.0))}" for p in vanished)
-        findings.append(Finding(
-            "endgame.piece_vanished", "warning",
-            f"the policy stopped moving a piece type on the held-out starts: {text} of its moves "
-            f"(king {_pct(shares.get('K', 0.0))}), {span}",
-            {"steps": [int(first["step"]), int(last["step"])], "first_shares": first_shares, "last_shares": shares,
-             "vanished": vanished, "threshold": t.endgame_piece_floor},
-            "A random network's piece moves hang the piece or stalemate more often than its king moves, so the policy "
-            "gradient removes them as a class before it learns which are good, and a king alone cannot mate. Give every "
-            "position an exact per-move baseline (one-move groups at the positions the policy visits, task.regret: true), "
-            "start from near-mate positions (curriculum_start_dtz) or keep entropy up (docs/diagnose.md, endgame.piece_vanished).",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                "endgame.piece_vanished",
+                "warning",
+                f"the policy stopped moving a piece type on the held-out starts: {text} of its moves "
+                f"(king {_pct(shares.get('K', 0.0))}), {span}",
+                {
+                    "steps": [int(first["step"]), int(last["step"])],
+                    "first_shares": first_shares,
+                    "last_shares": shares,
+                    "vanished": vanished,
+                    "threshold": t.endgame_piece_floor,
+                },
+                "A random network's piece moves hang the piece or stalemate more often than its king moves, so the policy "
+                "gradient removes them as a class before it learns which are good, and a king alone cannot mate. Give every "
+                "position an exact per-move baseline (one-move groups at the positions the policy visits, task.regret: true), "
+                "start from near-mate positions (curriculum_start_dtz) or keep entropy up (docs/diagnose.md, endgame.piece_vanished).",
+            )
+        )
     lost = float(last.get("eval/win_lost_rate", float("nan")))
     if math.isfinite(lost) and lost >= t.endgame_win_lost:
-        reasons = {key[len("eval/draw_"):-len("_rate")]: float(v) for key, v in last.items()
-                   if key.startswith("eval/draw_") and key.endswith("_rate")}  # fmt: skip
-        named = ", ".join(f"{_DRAW_REASONS.get(r, r)} {_pct(v) if v >= 0.01 else '<1%'}"
-                          for r, v in sorted(reasons.items(), key=lambda kv: -kv[1]) if v > 0)  # fmt: skip
-        findings.append(Finding(
-            "endgame.win_given_away", "warning",
-            f"the policy gave away the win in {_pct(lost)} of the held-out games ({named or 'mated'}), {span}",
-            {"step": int(last["step"]), "win_lost_rate": _round(lost), "reasons": reasons, "threshold": t.endgame_win_lost},
-            "Repetition: the policy shuffles without progress (reward DTZ progress: task.shaping > 0, a longer horizon). "
-            "Stalemate or a lost piece: a blunder the exact reward punishes only if such moves are sampled and "
-            "compared at the same position (task.regret: true, larger groups) (docs/diagnose.md, endgame.win_given_away).",
-        ))  # fmt: skip
+        reasons = {
+            key[len("eval/draw_") : -len("_rate")]: float(v)
+            for key, v in last.items()
+            if key.startswith("eval/draw_") and key.endswith("_rate")
+        }
+        named = ", ".join(
+            f"{_DRAW_REASONS.get(r, r)} {_pct(v) if v >= 0.01 else '<1%'}"
+            for r, v in sorted(reasons.items(), key=lambda kv: -kv[1])
+            if v > 0
+        )
+        findings.append(
+            Finding(
+                "endgame.win_given_away",
+                "warning",
+                f"the policy gave away the win in {_pct(lost)} of the held-out games ({named or 'mated'}), {span}",
+                {
+                    "step": int(last["step"]),
+                    "win_lost_rate": _round(lost),
+                    "reasons": reasons,
+                    "threshold": t.endgame_win_lost,
+                },
+                "Repetition: the policy shuffles without progress (reward DTZ progress: task.shaping > 0, a longer horizon). "
+                "Stalemate or a lost piece: a blunder the exact reward punishes only if such moves are sampled and "
+                "compared at the same position (task.regret: true, larger groups) (docs/diagnose.md, endgame.win_given_away).",
+            )
+        )
     return findings
 
 
@@ -1178,7 +1481,9 @@ def format_findings(findings: Sequence[Finding], run_name: str = "") -> str:
     head = f"{run_name}: " if run_name else ""
     if not findings:
         return f"{head}no findings: nothing in the metrics points to a problem."
-    counts = ", ".join(f"{sum(f.severity == s for f in findings)} {s}" for s in SEVERITIES if any(f.severity == s for f in findings))
+    counts = ", ".join(
+        f"{sum(f.severity == s for f in findings)} {s}" for s in SEVERITIES if any(f.severity == s for f in findings)
+    )
     blocks = [f"{head}{len(findings)} finding(s): {counts}"]
     for finding in findings:
         evidence = ", ".join(f"{k}={_short(v)}" for k, v in _jsonable(finding.evidence).items())

@@ -43,11 +43,11 @@ from typing import Any
 
 import yaml
 
+from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
 from chessgrpo.run_info import cpu_model, package_version, source_commit
 from chessgrpo.track.diagnose import Finding, diagnose
 from chessgrpo.track.figures import DroppedPanel, ReportFigure, panel_height_px, plotly_available
 from chessgrpo.track.plots import figure_study, plan_figures
-from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
 from chessgrpo.track.report_verdict import Verdict, pgn_href, run_verdict, verdict_html
 from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, effective_model_config, load_run
 
@@ -151,7 +151,9 @@ def build_report(
     if interactive is None:
         interactive = interactive_default()
     elif interactive and not plotly_available():
-        raise ImportError("the interactive report needs plotly: pip install 'plotly>=5.20' (or build it static: --static)")
+        raise ImportError(
+            "the interactive report needs plotly: pip install 'plotly>=5.20' (or build it static: --static)"
+        )
     given = [Path(d) for d in run_dirs]
     paths, studies = _study_trials(given)
     runs = [load_run(p) for p in paths]
@@ -181,8 +183,12 @@ def build_report(
     title = "chessgrpo report: " + ", ".join([f"study {study.name}" for study in studies] + [run.name for run in runs])
     figure_parts = [html for name, html in rendered.items() if name != "games"]
     if plan.dropped:
-        figure_parts.insert(0, '<p class=note id="dropped">Constant, not drawn: '
-                            + "; ".join(_e(d.describe()) for d in plan.dropped) + ".</p>")  # fmt: skip
+        figure_parts.insert(
+            0,
+            '<p class=note id="dropped">Constant, not drawn: '
+            + "; ".join(_e(d.describe()) for d in plan.dropped)
+            + ".</p>",
+        )
     # The verdict first (did it get stronger, against whom), then the warnings; where the run came from last.
     sections = [
         ("verdict", "Verdict: did it get stronger?", _verdict_html(runs, verdicts, out.parent)),
@@ -195,7 +201,9 @@ def build_report(
         ("config", "Configuration" if len(runs) == 1 else "Configuration differences", wrap_tables(_config_html(runs))),
     ]
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    body = "\n".join(f'<h2 id="{key}">{_e(name)}</h2>\n<div class="{key}">{content}</div>' for key, name, content in sections)
+    body = "\n".join(
+        f'<h2 id="{key}">{_e(name)}</h2>\n<div class="{key}">{content}</div>' for key, name, content in sections
+    )
     nav = " ".join(f'<a href="#{key}">{_e(name)}</a>' for key, name, _ in sections)
     script = ""
     mode = "figures are embedded PNGs (static report)"
@@ -206,7 +214,7 @@ def build_report(
         mode = "figures are interactive (plotly: drag to zoom, double-click to reset, click a legend entry to hide it)"
     overlay = "; the runs share the axes of every panel (colour = run)" if len(runs) > 1 else ""
     document = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_STYLE}</style>{script}</head><body>\n"
         f"<h1>{_e(title)}</h1><p class=note>generated {_e(generated)} by <code>chessgrpo report</code>; {mode}{overlay}; "
         "intervals are 95%; long per-step series are drawn raw (pale) and as a centred moving average with the 95% "
@@ -224,20 +232,29 @@ def _figure_html(figure: ReportFigure, png: bytes, path: Path | None, out: Path,
     where = f" <span class=note>(PNG: {_e(_relative(path, out.parent))})</span>" if path is not None else ""
     if not interactive:
         encoded = base64.b64encode(png).decode("ascii")
-        return (f'<figure id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
-                f'<img src="data:image/png;base64,{encoded}" alt="{_e(figure.title)}">'
-                f"<figcaption>{_e(figure.caption)}{where}</figcaption></figure>")  # fmt: skip
+        return (
+            f'<figure id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
+            f'<img src="data:image/png;base64,{encoded}" alt="{_e(figure.title)}">'
+            f"<figcaption>{_e(figure.caption)}{where}</figcaption></figure>"
+        )
     divs = []
     for index, (panel, chart) in enumerate(zip(figure.panels, figure.plotly())):
-        div = chart.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{figure.name}-{index}",
-                            default_width="100%", default_height=f"{panel_height_px(panel)}px",
-                            config={"displaylogo": False, "responsive": True})  # fmt: skip
+        div = chart.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"plot-{figure.name}-{index}",
+            default_width="100%",
+            default_height=f"{panel_height_px(panel)}px",
+            config={"displaylogo": False, "responsive": True},
+        )
         note = f"<br><span class=note>{_e(panel.note)}</span>" if panel.note else ""
         divs.append(f'<div class="panel"><div class="panel-title">{_e(panel.title)}{note}</div>{div}</div>')
     columns = max(1, min(figure.columns, len(divs), 3))
-    return (f'<section class="figure" id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
-            f'<div class="panels cols-{columns}">{"".join(divs)}</div>'
-            f"<p class=note>{_e(figure.caption)}{where}</p></section>")  # fmt: skip
+    return (
+        f'<section class="figure" id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
+        f'<div class="panels cols-{columns}">{"".join(divs)}</div>'
+        f"<p class=note>{_e(figure.caption)}{where}</p></section>"
+    )
 
 
 def _study_trials(paths: Sequence[Path]) -> tuple[list[Path], list[Any]]:
@@ -291,9 +308,11 @@ def _verdict_html(runs: Sequence[RunData], verdicts: dict[str, Verdict], base: P
         if len(runs) > 1:
             parts.append(f"<h3>{_e(run.name)}</h3>")
         parts.append(verdict_html(verdicts[run.name], base))
-    parts.append("<p class=note>Decided by the games against the run's start (its <code>init_checkpoint</code>): stronger or "
-                 "weaker when the 95% interval of the Elo difference excludes 0. The diagnosis below explains why; the "
-                 "game strength section has every evaluation.</p>")  # fmt: skip
+    parts.append(
+        "<p class=note>Decided by the games against the run's start (its <code>init_checkpoint</code>): stronger or "
+        "weaker when the 95% interval of the Elo difference excludes 0. The diagnosis below explains why; the "
+        "game strength section has every evaluation.</p>"
+    )
     return wrap_tables("\n".join(parts))
 
 
@@ -309,9 +328,11 @@ def _runs_table(runs: Sequence[RunData]) -> str:
         last = datetime.datetime.fromtimestamp(max(times)).astimezone().strftime("%Y-%m-%d %H:%M:%S") if times else "-"
         planned = run.setting("steps", "-")
         span = f"{steps[0]}-{steps[-1]}" if steps else "none yet"
-        lines.append(f"<tr><td>{_e(run.name)}</td><td><code>{_e(run.path)}</code></td><td>{_e(run.kind)}</td>"
-                     f"<td class=num>{len(run.rows)}</td><td class=num>{_e(span)}</td><td class=num>{_e(planned)}</td>"
-                     f"<td>{_e(last)}</td></tr>")  # fmt: skip
+        lines.append(
+            f"<tr><td>{_e(run.name)}</td><td><code>{_e(run.path)}</code></td><td>{_e(run.kind)}</td>"
+            f"<td class=num>{len(run.rows)}</td><td class=num>{_e(span)}</td><td class=num>{_e(planned)}</td>"
+            f"<td>{_e(last)}</td></tr>"
+        )
     lines.append("</table>")
     return "\n".join(lines)
 
@@ -361,22 +382,29 @@ def run_metadata(run: RunData) -> dict[str, str | None]:
     kind = f"{config_kind} ({run.kind})" if config_kind and config_kind != run.kind else run.kind
     planned = run.setting("steps")
     logged = f"{min(steps)}-{max(steps)}" if steps else "none yet"
-    meta: dict[str, str | None] = {"kind": kind, "steps": f"{logged} logged" + (f" of {planned} planned" if planned else "")}
+    meta: dict[str, str | None] = {
+        "kind": kind,
+        "steps": f"{logged} logged" + (f" of {planned} planned" if planned else ""),
+    }
     started = _started(run)
     if times:
         first, last = min(times), max(times)
         if started is not None and started <= first:
             meta["wall time"] = f"{duration_text(last - started)} (run start to the last metrics row)"
         else:
-            meta["wall time"] = (f"{duration_text(last - first)} between the first and last metrics rows (steps "
-                                 f"{steps[0]}-{steps[-1]}; time before the first row not counted)")  # fmt: skip
+            meta["wall time"] = (
+                f"{duration_text(last - first)} between the first and last metrics rows (steps "
+                f"{steps[0]}-{steps[-1]}; time before the first row not counted)"
+            )
         meta["first / last metrics row"] = f"{_when(first)} / {_when(last)}"
     else:
         meta["wall time"] = None
         meta["first / last metrics row"] = None
     commit = _info_value(run, "git_commit", "git.commit", "commit", "run.git_commit", "meta.git_commit")
     if commit is None:
-        commit = next((row[k] for row in run.rows for k in ("git_commit", "meta/git_commit") if isinstance(row.get(k), str)), None)
+        commit = next(
+            (row[k] for row in run.rows for k in ("git_commit", "meta/git_commit") if isinstance(row.get(k), str)), None
+        )
     dirty = _info_value(run, "git_dirty", "git.dirty")
     meta["git commit"] = None if commit is None else f"{commit}{' (uncommitted changes)' if dirty is True else ''}"
     versions = _info_value(run, "versions", "packages")
@@ -407,7 +435,9 @@ def run_metadata(run: RunData) -> dict[str, str | None]:
     device = run.setting("device")
     settings = [f"device {device}"] if device else []
     if run.setting("threads") is not None:
-        settings.append(f"threads {run.setting('threads')}" + (" (0 = all cores)" if run.setting("threads") == 0 else ""))
+        settings.append(
+            f"threads {run.setting('threads')}" + (" (0 = all cores)" if run.setting("threads") == 0 else "")
+        )
     if run.setting("bf16") is not None:
         settings.append(f"bf16 {str(run.setting('bf16')).lower()}")
     if isinstance(run.setting("engine.processes"), int):
@@ -431,8 +461,16 @@ _UNKNOWN = {
 
 def report_environment() -> dict[str, str]:
     """The code and machine that generate the report (not necessarily the run's)."""
-    versions = ", ".join(f"{label} {package_version(name)}" for label, name in (
-        ("chessgrpo", "chessgrpo"), ("torch", "torch"), ("python-chess", "chess"), ("plotly", "plotly"), ("matplotlib", "matplotlib")))  # fmt: skip
+    versions = ", ".join(
+        f"{label} {package_version(name)}"
+        for label, name in (
+            ("chessgrpo", "chessgrpo"),
+            ("torch", "torch"),
+            ("python-chess", "chess"),
+            ("plotly", "plotly"),
+            ("matplotlib", "matplotlib"),
+        )
+    )
     return {
         "chessgrpo source commit": source_commit(),
         "package versions": versions,
@@ -449,15 +487,23 @@ def _metadata_html(runs: Sequence[RunData]) -> str:
         cells = []
         for meta in metas:
             value = meta.get(field)
-            cells.append(f"<td>{_e(value)}</td>" if value is not None else f"<td class=unknown>{_e(_UNKNOWN.get(field, 'unknown'))}</td>")
+            cells.append(
+                f"<td>{_e(value)}</td>"
+                if value is not None
+                else f"<td class=unknown>{_e(_UNKNOWN.get(field, 'unknown'))}</td>"
+            )
         lines.append(f"<tr><td>{_e(field)}</td>{''.join(cells)}</tr>")
     lines.append("</table>")
     environment = report_environment()
-    lines.append("<table><tr><th>this report was generated with</th><th>(not necessarily the run's code or machine)</th></tr>")
+    lines.append(
+        "<table><tr><th>this report was generated with</th><th>(not necessarily the run's code or machine)</th></tr>"
+    )
     lines += [f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in environment.items()]
-    lines.append("</table><p class=note>Git commit, versions and hardware of a run come from a metadata file in the run "
-                 "directory (run_info.json; docs/report.md gives its fields) or its config; the wall time from the "
-                 "metrics rows' timestamps.</p>")  # fmt: skip
+    lines.append(
+        "</table><p class=note>Git commit, versions and hardware of a run come from a metadata file in the run "
+        "directory (run_info.json; docs/report.md gives its fields) or its config; the wall time from the "
+        "metrics rows' timestamps.</p>"
+    )
     return "\n".join(lines)
 
 
@@ -470,25 +516,40 @@ def _interval_text(held: HeldOut) -> str:
 
 
 def _games_table(evaluations: Sequence[GamesEvaluation], base: Path) -> str:
-    parts = ["<table><tr><th>step</th><th>file</th><th>anchor</th><th>rating</th><th>W / D / L</th>"
-             "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>ML Elo over rated anchors [95%]</th></tr>"]  # fmt: skip
+    parts = [
+        "<table><tr><th>step</th><th>file</th><th>anchor</th><th>rating</th><th>W / D / L</th>"
+        "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>ML Elo over rated anchors [95%]</th></tr>"
+    ]
     for evaluation in evaluations:
         span = len(evaluation.anchors)
         step = "?" if evaluation.step is None else str(evaluation.step)
         elo = evaluation.elo.text(signed=False) if evaluation.elo is not None else "n/a (no rated anchor)"
-        speed = f"; {evaluation.games_played} games" + (f", {evaluation.games_per_minute:g}/min" if evaluation.games_per_minute else "")
+        speed = f"; {evaluation.games_played} games" + (
+            f", {evaluation.games_per_minute:g}/min" if evaluation.games_per_minute else ""
+        )
         for index, row in enumerate(evaluation.anchors):
-            pgn = (f'<br><a class=pgn href="{_e(pgn_href(evaluation.pgn, base))}">{_e(evaluation.pgn.name)}</a>'
-                   if evaluation.pgn is not None else "")  # fmt: skip
-            first = (f'<td class=num rowspan={span} title="{_e(evaluation.step_source)}">{_e(step)}</td>'
-                     f'<td rowspan={span}><code>{_e(evaluation.path.name)}</code>{pgn}<br><span class=note>{_e(evaluation.player)}'
-                     f"{_e(speed)}</span></td>") if index == 0 else ""  # fmt: skip
+            pgn = (
+                f'<br><a class=pgn href="{_e(pgn_href(evaluation.pgn, base))}">{_e(evaluation.pgn.name)}</a>'
+                if evaluation.pgn is not None
+                else ""
+            )
+            first = (
+                (
+                    f'<td class=num rowspan={span} title="{_e(evaluation.step_source)}">{_e(step)}</td>'
+                    f"<td rowspan={span}><code>{_e(evaluation.path.name)}</code>{pgn}<br><span class=note>{_e(evaluation.player)}"
+                    f"{_e(speed)}</span></td>"
+                )
+                if index == 0
+                else ""
+            )
             last = f"<td class=num rowspan={span}>{_e(elo)}</td>" if index == 0 else ""
             rating = "unrated" if row.rating is None else f"{row.rating:g}"
-            parts.append(f'<tr>{first}<td title="{_e(row.settings)}">{_e(row.anchor)}</td><td class=num title="{_e(row.rating_source)}">'
-                         f"{_e(rating)}</td><td class=num>{row.wins} / {row.draws} / {row.losses}</td>"
-                         f"<td class=num>{_e(_interval_text(row.score))}</td>"
-                         f"<td class=num>{_e(row.elo.text() if row.elo else 'n/a')}</td>{last}</tr>")  # fmt: skip
+            parts.append(
+                f'<tr>{first}<td title="{_e(row.settings)}">{_e(row.anchor)}</td><td class=num title="{_e(row.rating_source)}">'
+                f"{_e(rating)}</td><td class=num>{row.wins} / {row.draws} / {row.losses}</td>"
+                f"<td class=num>{_e(_interval_text(row.score))}</td>"
+                f"<td class=num>{_e(row.elo.text() if row.elo else 'n/a')}</td>{last}</tr>"
+            )
     parts.append("</table>")
     return "\n".join(parts)
 
@@ -499,8 +560,10 @@ def _games_html(runs: Sequence[RunData], figure: str | None, base: Path) -> str:
         if len(runs) > 1:
             parts.append(f"<h3>{_e(run.name)}</h3>")
         if not run.games:
-            parts.append("<p>No game evaluation in this run directory. Play one with <code>chessgrpo eval games --checkpoint "
-                         "RUN/checkpoints/step_NNNNNN output=RUN/eval/games_step_NNNNNN.json</code>.</p>")  # fmt: skip
+            parts.append(
+                "<p>No game evaluation in this run directory. Play one with <code>chessgrpo eval games --checkpoint "
+                "RUN/checkpoints/step_NNNNNN output=RUN/eval/games_step_NNNNNN.json</code>.</p>"
+            )
             continue
         parts.append(wrap_tables(_games_table(run.games, base)))
         steps = sorted({e.step_source for e in run.games})
@@ -531,8 +594,10 @@ def _findings_html(runs: Sequence[RunData], findings: dict[str, list[Finding]]) 
                 f"<td>{_e(f.advice)}</td></tr>"
             )
         parts.append("</table>")
-    parts.append("<p class=note>The same findings: <code>chessgrpo diagnose RUN_DIR</code> (docs/diagnose.md lists them "
-                 "with their thresholds).</p>")  # fmt: skip
+    parts.append(
+        "<p class=note>The same findings: <code>chessgrpo diagnose RUN_DIR</code> (docs/diagnose.md lists them "
+        "with their thresholds).</p>"
+    )
     return "\n".join(parts)
 
 
@@ -553,29 +618,44 @@ def _evaluation_html(runs: Sequence[RunData]) -> str:
         if len(runs) > 1:
             parts.append(f"<h3>{_e(run.name)}</h3>")
         if metrics:
-            header = "".join(f"<th>{_e(m)} ({'higher' if held_out[m][1].higher_is_better else 'lower'} is better)</th>" for m in metrics)
+            header = "".join(
+                f"<th>{_e(m)} ({'higher' if held_out[m][1].higher_is_better else 'lower'} is better)</th>"
+                for m in metrics
+            )
             parts.append(f"<table><tr><th>step</th>{header}<th>n (positions / puzzles)</th></tr>")
             for point in run.evals:
-                sizes = [next((held.n for name, held in point.metrics.items() if held_out[name][0] is kind and held.n), None)
-                         for kind in read_by_run_data()]  # the evaluations whose files hold n: offline, puzzles
+                sizes = [
+                    next((held.n for name, held in point.metrics.items() if held_out[name][0] is kind and held.n), None)
+                    for kind in read_by_run_data()
+                ]  # the evaluations whose files hold n: offline, puzzles
                 sizes = [n for n in sizes if n]
                 cells = "".join(f"<td class=num>{_e(_interval(point.metrics.get(m)))}</td>" for m in metrics)
                 size = " / ".join(map(str, sizes)) or "-"
                 parts.append(f"<tr><td class=num>{point.step}</td>{cells}<td class=num>{_e(size)}</td></tr>")
-            parts.append("</table><p class=note>value [95% interval]: bootstrap for the offline metrics, Wilson for "
-                         "puzzles. Paired differences: <code>chessgrpo eval compare A.json B.json</code>.</p>")  # fmt: skip
+            parts.append(
+                "</table><p class=note>value [95% interval]: bootstrap for the offline metrics, Wilson for "
+                "puzzles. Paired differences: <code>chessgrpo eval compare A.json B.json</code>.</p>"
+            )
         pretrain = [row for row in run.rows if any(k.startswith("eval/") for k in row)] if not metrics else []
         if pretrain:
             keys = sorted({k for row in pretrain for k in row if k.startswith("eval/")})
             parts.append("<table><tr><th>step</th>" + "".join(f"<th>{_e(k)}</th>" for k in keys) + "</tr>")
             for row in pretrain:
-                parts.append(f"<tr><td class=num>{row['step']}</td>"
-                             + "".join(f"<td class=num>{_e(_number(row.get(k)))}</td>" for k in keys) + "</tr>")  # fmt: skip
-            parts.append("</table><p class=note>Pretraining evaluation on the dataset's test split (point estimates).</p>")
+                parts.append(
+                    f"<tr><td class=num>{row['step']}</td>"
+                    + "".join(f"<td class=num>{_e(_number(row.get(k)))}</td>" for k in keys)
+                    + "</tr>"
+                )
+            parts.append(
+                "</table><p class=note>Pretraining evaluation on the dataset's test split (point estimates).</p>"
+            )
         for evaluation in run.standalone:
             names = list(evaluation.player)
-            parts.append(f"<p><code>{_e(evaluation.path.name)}</code> ({_e(evaluation.kind)}):</p><table><tr><th>player</th>"
-                         + "".join(f"<th>{_e(n)}</th>" for n in names) + "</tr>")  # fmt: skip
+            parts.append(
+                f"<p><code>{_e(evaluation.path.name)}</code> ({_e(evaluation.kind)}):</p><table><tr><th>player</th>"
+                + "".join(f"<th>{_e(n)}</th>" for n in names)
+                + "</tr>"
+            )
             for player, values in [(run.name, evaluation.player), *evaluation.baselines.items()]:
                 cells = "".join(f"<td class=num>{_e(_interval(values.get(n)))}</td>" for n in names)
                 parts.append(f"<tr><td>{_e(player)}</td>{cells}</tr>")
@@ -641,18 +721,25 @@ def model_settings(run: RunData) -> ModelSettings | None:
 
 
 def _model_table(model: ModelSettings) -> str:
-    why = ("init_checkpoint is set, so the run takes the checkpoint's shape and ignores config.yaml's model section"
-           if model.ignored else "config.yaml's model section as built (sizes resolved)")  # fmt: skip
-    rows = [f"<p>The model as saved with its weights (<code>{_e(model.source)}</code>): {_e(why)}.</p>",
-            "<table class=model-table><tr><th>model key</th><th>the model has</th><th>config.yaml says</th><th></th></tr>"]  # fmt: skip
+    why = (
+        "init_checkpoint is set, so the run takes the checkpoint's shape and ignores config.yaml's model section"
+        if model.ignored
+        else "config.yaml's model section as built (sizes resolved)"
+    )
+    rows = [
+        f"<p>The model as saved with its weights (<code>{_e(model.source)}</code>): {_e(why)}.</p>",
+        "<table class=model-table><tr><th>model key</th><th>the model has</th><th>config.yaml says</th><th></th></tr>",
+    ]
     for key in dict.fromkeys([*model.effective, *model.configured]):
         has, says = model.effective.get(key, ABSENT), model.configured.get(key, ABSENT)
         if model.ignored:
             mark = "ignored" + (" (differs)" if has != says and says is not None and says != ABSENT else "")
         else:
             mark = "" if has == says or says is None else "resolved"
-        rows.append(f'<tr data-key="{_e(key)}"><td><code>{_e(key)}</code></td><td>{_e(_yaml_value(has))}</td>'
-                    f"<td>{_e(_yaml_value(says))}</td><td>{_e(mark)}</td></tr>")  # fmt: skip
+        rows.append(
+            f'<tr data-key="{_e(key)}"><td><code>{_e(key)}</code></td><td>{_e(_yaml_value(has))}</td>'
+            f"<td>{_e(_yaml_value(says))}</td><td>{_e(mark)}</td></tr>"
+        )
     rows.append("</table>")
     return "\n".join(rows)
 
@@ -689,15 +776,23 @@ def _config_html(runs: Sequence[RunData]) -> str:
         model = model_settings(run)
         text = yaml.safe_dump(run.config, sort_keys=False)
         if model is None:
-            return f"<details open><summary>resolved config (RUN_DIR/config.yaml)</summary><pre>{_e(text)}</pre></details>"
-        return (_model_table(model) + "<details open><summary>resolved config (RUN_DIR/config.yaml; the model section's "
-                f"ignored keys are marked)</summary><pre>{_e(_mark_ignored(text, model))}</pre></details>")  # fmt: skip
+            return (
+                f"<details open><summary>resolved config (RUN_DIR/config.yaml)</summary><pre>{_e(text)}</pre></details>"
+            )
+        return (
+            _model_table(model) + "<details open><summary>resolved config (RUN_DIR/config.yaml; the model section's "
+            f"ignored keys are marked)</summary><pre>{_e(_mark_ignored(text, model))}</pre></details>"
+        )
     differences = config_differences(runs)
     if not differences:
         return "<p>The runs' configs are identical.</p>"
     header = "".join(f"<th>{_e(run.name)}</th>" for run in runs)
     rows = "".join(
-        f"<tr><td><code>{_e(key)}</code></td>" + "".join(f"<td>{_e('null' if v is None else v)}</td>" for v in values) + "</tr>"
+        f"<tr><td><code>{_e(key)}</code></td>"
+        + "".join(f"<td>{_e('null' if v is None else v)}</td>" for v in values)
+        + "</tr>"
         for key, values in differences
     )
-    return f"<table><tr><th>key</th>{header}</tr>{rows}</table><p class=note>Only keys whose values differ are listed.</p>"
+    return (
+        f"<table><tr><th>key</th>{header}</tr>{rows}</table><p class=note>Only keys whose values differ are listed.</p>"
+    )

@@ -70,7 +70,7 @@ class Verdict:
 
 
 def elo_words(elo: EloValue | None, games: int) -> str:
-    """"+71 Elo [+49, +93] over 1000 games"; a one-sided bound is said in words, not drawn as an estimate."""
+    """ "+71 Elo [+49, +93] over 1000 games"; a one-sided bound is said in words, not drawn as an estimate."""
     if elo is None or elo.value is None:
         return f"no Elo difference could be computed from {games} games"
     if elo.bound == "lower":
@@ -140,7 +140,9 @@ def _opponents(run: RunData) -> tuple[list[Opponent], Opponent | None]:
 
 
 def _rating(opponents: list[Opponent]) -> str | None:
-    evaluation = next((o.evaluation for o in opponents if o.evaluation.elo is not None and o.evaluation.elo.value is not None), None)
+    evaluation = next(
+        (o.evaluation for o in opponents if o.evaluation.elo is not None and o.evaluation.elo.value is not None), None
+    )
     if evaluation is None or evaluation.elo is None:
         return None
     rated = ", ".join(f"{r.anchor} = {r.rating:g}" for r in evaluation.anchors if r.rating is not None)
@@ -149,7 +151,9 @@ def _rating(opponents: list[Opponent]) -> str | None:
         value = f"{'>=' if elo.bound == 'lower' else '<='} {elo.value:.0f} (a one-sided bound: every game {'won' if elo.bound == 'lower' else 'lost'})"
     else:
         value = elo.text(signed=False)
-    return f"Rating on the anchors' scale ({rated}; conventions, not human ratings): {value}, from {evaluation.path.name}."
+    return (
+        f"Rating on the anchors' scale ({rated}; conventions, not human ratings): {value}, from {evaluation.path.name}."
+    )
 
 
 def _heldout_lines(run: RunData) -> list[str]:
@@ -163,8 +167,10 @@ def _heldout_lines(run: RunData) -> list[str]:
             continue
         judged = "better" if change.improved else "worse" if change.worse else "no significant change"
         how = "paired" if change.paired else "unpaired"
-        lines.append(f"{metric}: {change.a:.4f} -> {change.b:.4f} (step {change.step_a} -> {change.step_b}), "
-                     f"{change.difference:+.4f} [{change.low:+.4f}, {change.high:+.4f}] {how}: {judged}")  # fmt: skip
+        lines.append(
+            f"{metric}: {change.a:.4f} -> {change.b:.4f} (step {change.step_a} -> {change.step_b}), "
+            f"{change.difference:+.4f} [{change.low:+.4f}, {change.high:+.4f}] {how}: {judged}"
+        )
     return lines
 
 
@@ -180,15 +186,20 @@ def _trend_line(run: RunData) -> str | None:
     if not math.isfinite(change):
         return None
     what = "training reward of fresh positions" if key == "reward/mean" else "training loss"
-    return (f"{what} ({key}): {change:+.4f} [{low:+.4f}, {high:+.4f}] over steps {int(steps[keep[0]])}-{int(steps[keep[-1]])} "
-            "(linear trend, 95% block bootstrap)")  # fmt: skip
+    return (
+        f"{what} ({key}): {change:+.4f} [{low:+.4f}, {high:+.4f}] over steps {int(steps[keep[0]])}-{int(steps[keep[-1]])} "
+        "(linear trend, 95% block bootstrap)"
+    )
 
 
 def _standalone_lines(run: RunData) -> list[str]:
     lines = []
     for evaluation in run.standalone:
-        parts = [f"{name} {held.value:.3f}" + (f" [{held.low:.3f}, {held.high:.3f}]" if held.has_interval else "")
-                 for name, held in evaluation.player.items() if math.isfinite(held.value)]  # fmt: skip
+        parts = [
+            f"{name} {held.value:.3f}" + (f" [{held.low:.3f}, {held.high:.3f}]" if held.has_interval else "")
+            for name, held in evaluation.player.items()
+            if math.isfinite(held.value)
+        ]
         if parts:
             lines.append(f"{evaluation.path.name} ({evaluation.kind}): " + ", ".join(parts))
     value = _read_json(run.path / "eval" / "value.json")  # the value head's error (`chessgrpo eval value`)
@@ -196,8 +207,10 @@ def _standalone_lines(run: RunData) -> list[str]:
     if isinstance(mae, dict) and all(isinstance(mae.get(k), (int, float)) for k in ("value", "low", "high")):
         base = (value or {}).get("baseline_mae") or {}
         against = f" (a constant guess: {base['value']:.3f})" if isinstance(base.get("value"), (int, float)) else ""
-        lines.append(f"value head error (mean absolute, expected score, {value.get('n', '?')} positions): "
-                     f"{mae['value']:.3f} [{mae['low']:.3f}, {mae['high']:.3f}]{against}")  # fmt: skip
+        lines.append(
+            f"value head error (mean absolute, expected score, {value.get('n', '?')} positions): "
+            f"{mae['value']:.3f} [{mae['low']:.3f}, {mae['high']:.3f}]{against}"
+        )
     return lines
 
 
@@ -214,12 +227,16 @@ def _missing(run: RunData, opponents: list[Opponent], start: Opponent | None) ->
     init = run.setting("init_checkpoint")
     out = f"{run.path}/eval"
     if start is None and isinstance(init, str) and init:
-        command = (f"chessgrpo eval games --checkpoint {run.path} --anchors {init} --games 200 "
-                   f"output={out}/games_vs_start.json pgn={out}/games_vs_start.pgn")  # fmt: skip
+        command = (
+            f"chessgrpo eval games --checkpoint {run.path} --anchors {init} --games 200 "
+            f"output={out}/games_vs_start.json pgn={out}/games_vs_start.pgn"
+        )
         missing.append(("games against its start", command))
     if not any(o.result.rating is not None and o.result.anchor != "random" for o in opponents):
-        command = (f"chessgrpo eval games --checkpoint {run.path} --anchors sf-skill:0 --games 100 "
-                   f"output={out}/games_stockfish.json pgn={out}/games_stockfish.pgn")  # fmt: skip
+        command = (
+            f"chessgrpo eval games --checkpoint {run.path} --anchors sf-skill:0 --games 100 "
+            f"output={out}/games_stockfish.json pgn={out}/games_stockfish.pgn"
+        )
         missing.append(("strength against Stockfish (rated anchors)", command))
     if len(run.evals) < 2 and run.kind == "grpo":
         missing.append(("held-out changes", "evaluations at two steps at least (config eval_every, eval_at_start)"))
@@ -234,9 +251,11 @@ def run_verdict(run: RunData) -> Verdict:
     elif opponents:
         first = opponents[0]
         tone = UNMEASURED
-        headline = (f"Not measured against its start; against {first.label}: {elo_words(first.result.elo, first.games)}."
-                    if run.setting("init_checkpoint") else
-                    f"Trained from scratch (no start to play); against {first.label}: {elo_words(first.result.elo, first.games)}.")  # fmt: skip
+        headline = (
+            f"Not measured against its start; against {first.label}: {elo_words(first.result.elo, first.games)}."
+            if run.setting("init_checkpoint")
+            else f"Trained from scratch (no start to play); against {first.label}: {elo_words(first.result.elo, first.games)}."
+        )
     else:
         tone = UNMEASURED
         headline = "Strength in games not measured: this run directory has no chessgrpo eval games result."
@@ -277,31 +296,53 @@ def _elo_cell(elo: EloValue | None) -> str:
 
 def verdict_html(verdict: Verdict, base: Path) -> str:
     """The verdict block: headline, the opponents' table (PGN links relative to `base`), the secondary lines."""
-    parts = [f'<p class="headline {verdict.tone.replace(" ", "-")}" data-tone="{_e(verdict.tone)}">{_e(verdict.headline)}</p>']
+    parts = [
+        f'<p class="headline {verdict.tone.replace(" ", "-")}" data-tone="{_e(verdict.tone)}">{_e(verdict.headline)}</p>'
+    ]
     if verdict.opponents:
-        rows = [("<table class=verdict-table><tr><th>opponent</th><th>played by</th><th>games</th><th>W / D / L</th>"
-                 "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>games (PGN)</th></tr>")]  # fmt: skip
+        rows = [
+            (
+                "<table class=verdict-table><tr><th>opponent</th><th>played by</th><th>games</th><th>W / D / L</th>"
+                "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>games (PGN)</th></tr>"
+            )
+        ]
         for o in verdict.opponents:
             r = o.result
-            score = f"{r.score.value:.3f} [{r.score.low:.3f}, {r.score.high:.3f}]" if r.score.has_interval else f"{r.score.value:.3f}"
+            score = (
+                f"{r.score.value:.3f} [{r.score.low:.3f}, {r.score.high:.3f}]"
+                if r.score.has_interval
+                else f"{r.score.value:.3f}"
+            )
             step = f"step {o.evaluation.step}" if o.evaluation.step is not None else "?"
             pgn = o.evaluation.pgn
-            link = (f'<a class=pgn href="{_e(pgn_href(pgn, base))}">{_e(pgn.name)}</a>' if pgn is not None
-                    else "<span class=unknown>no PGN found</span>")  # fmt: skip
-            rows.append(f'<tr><td><b>{_e(o.label)}</b><br><span class=note>{_e(o.note)}</span></td>'
-                        f'<td title="{_e(o.evaluation.path.name)}">{_e(step)}</td><td class=num>{o.games}</td>'
-                        f"<td class=num>{r.wins} / {r.draws} / {r.losses}</td><td class=num>{_e(score)}</td>"
-                        f"<td class=num>{_e(_elo_cell(r.elo))}</td><td>{link}</td></tr>")  # fmt: skip
+            link = (
+                f'<a class=pgn href="{_e(pgn_href(pgn, base))}">{_e(pgn.name)}</a>'
+                if pgn is not None
+                else "<span class=unknown>no PGN found</span>"
+            )
+            rows.append(
+                f"<tr><td><b>{_e(o.label)}</b><br><span class=note>{_e(o.note)}</span></td>"
+                f'<td title="{_e(o.evaluation.path.name)}">{_e(step)}</td><td class=num>{o.games}</td>'
+                f"<td class=num>{r.wins} / {r.draws} / {r.losses}</td><td class=num>{_e(score)}</td>"
+                f"<td class=num>{_e(_elo_cell(r.elo))}</td><td>{link}</td></tr>"
+            )
         rows.append("</table>")
         parts.append("\n".join(rows))
     if verdict.rating:
         parts.append(f"<p class=note>{_e(verdict.rating)}</p>")
     if verdict.secondary:
-        parts.append("<p class=note>Held-out evaluations (first against last, 95% intervals), the training trend and "
-                     "standalone evaluations:</p><ul class=secondary>" + "".join(f"<li>{_e(line)}</li>" for line in verdict.secondary) + "</ul>")
+        parts.append(
+            "<p class=note>Held-out evaluations (first against last, 95% intervals), the training trend and "
+            "standalone evaluations:</p><ul class=secondary>"
+            + "".join(f"<li>{_e(line)}</li>" for line in verdict.secondary)
+            + "</ul>"
+        )
     if verdict.missing:
-        parts.append("<p class=note>Not measured:</p><ul class=missing>"
-                     + "".join(f"<li>{_e(what)}: <code>{_e(how)}</code></li>" for what, how in verdict.missing) + "</ul>")  # fmt: skip
+        parts.append(
+            "<p class=note>Not measured:</p><ul class=missing>"
+            + "".join(f"<li>{_e(what)}: <code>{_e(how)}</code></li>" for what, how in verdict.missing)
+            + "</ul>"
+        )
     return "\n".join(parts)
 
 
@@ -333,19 +374,31 @@ def verdict_text(run: RunData, verdict: Verdict, next_steps: list[tuple[str, str
     """The verdict as the few lines a terminal shows last: the headline, each opponent, the secondary lines,
     what was not measured, the report, then `next_steps` ((what, command) pairs)."""
     kind = str(run.setting("kind") or run.kind)
-    lines = [f"Trained: {trained_text(run)}", f"Did {'GRPO' if kind in GRPO_KINDS else 'training'} help?  {verdict.headline}"]
+    lines = [
+        f"Trained: {trained_text(run)}",
+        f"Did {'GRPO' if kind in GRPO_KINDS else 'training'} help?  {verdict.headline}",
+    ]
     if verdict.opponents:
         lines += ["", "Games (score [95% Wilson], Elo difference [95%], PGN):"]
         rows = []
         for o in verdict.opponents:
             r = o.result
-            score = f"{r.score.value:.3f} [{r.score.low:.3f}, {r.score.high:.3f}]" if r.score.has_interval else f"{r.score.value:.3f}"
+            score = (
+                f"{r.score.value:.3f} [{r.score.low:.3f}, {r.score.high:.3f}]"
+                if r.score.has_interval
+                else f"{r.score.value:.3f}"
+            )
             pgn = _shown_path(o.evaluation.pgn) if o.evaluation.pgn is not None else "no PGN found"
             rows.append((o.label, f"{o.games} games", score, _elo_cell(r.elo), pgn))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
+        lines += [
+            "  " + "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows
+        ]
     if verdict.secondary:
-        lines += ["", "Held-out, first evaluation -> last (paired 95% intervals), training trend, standalone evaluations:"]
+        lines += [
+            "",
+            "Held-out, first evaluation -> last (paired 95% intervals), training trend, standalone evaluations:",
+        ]
         lines += [f"  {line}" for line in verdict.secondary]
     if verdict.missing:
         lines += ["", "Not measured:"] + [f"  {what}: {how}" for what, how in verdict.missing]

@@ -181,7 +181,7 @@ class RunData:
 
     @property
     def kind(self) -> str:
-        """"grpo", "pretrain" or "unknown", from the metrics (or the config when no rows yet)."""
+        """ "grpo", "pretrain" or "unknown", from the metrics (or the config when no rows yet)."""
         keys = set().union(*self.rows) if self.rows else set()
         if "reward/mean" in keys or "loss/policy" in keys or "grpo" in self.config:
             return "grpo"
@@ -234,8 +234,16 @@ def load_run(run_dir: str | Path) -> RunData:
     evals, standalone = _read_evaluations(path / "eval", rows)
     events = [event for event in read_metrics_like(path / EVENTS_FILE) if isinstance(event.get("event"), str)]
     info, info_path = read_run_info(path)
-    run = RunData(path=path, config=config, rows=rows, evals=evals, standalone=standalone, events=events, info=info,
-                  info_path=info_path)  # fmt: skip
+    run = RunData(
+        path=path,
+        config=config,
+        rows=rows,
+        evals=evals,
+        standalone=standalone,
+        events=events,
+        info=info,
+        info_path=info_path,
+    )
     run.games = read_games(run)
     return run
 
@@ -283,7 +291,9 @@ def _resolve_checkpoint_dir(path: Path) -> Path | None:
     from chessgrpo.files import resolve_model_directory
 
     try:
-        found = resolve_model_directory(path, lambda d: (d / "model.safetensors").is_file() and (d / "model_config.json").is_file())
+        found = resolve_model_directory(
+            path, lambda d: (d / "model.safetensors").is_file() and (d / "model_config.json").is_file()
+        )
     except Exception:  # a corrupt checkpoint: not the one that played
         return None
     return Path(found).resolve() if found is not None else None
@@ -331,28 +341,48 @@ def read_games(run: RunData) -> list[GamesEvaluation]:
         for row in payload["anchors"]:
             score = _held_out(row.get("score")) or HeldOut(math.nan)
             rating = row.get("rating")
-            rows.append(AnchorResult(
-                anchor=str(row["anchor"]), settings=str(row.get("settings") or ""),
-                rating=float(rating) if isinstance(rating, (int, float)) else None, rating_source=str(row.get("rating_source") or ""),
-                wins=int(row["wins"]), draws=int(row["draws"]), losses=int(row["losses"]),
-                score=HeldOut(score.value, score.low, score.high, score.n or int(row["wins"]) + int(row["draws"]) + int(row["losses"])),
-                elo=_elo_value(row.get("elo_difference")), pentanomial=tuple(int(c) for c in row.get("pentanomial") or ()),
-                terminations={str(k): int(v) for k, v in (row.get("terminations") or {}).items()},
-                mean_plies=row.get("mean_plies") if isinstance(row.get("mean_plies"), (int, float)) else None,
-            ))  # fmt: skip
+            rows.append(
+                AnchorResult(
+                    anchor=str(row["anchor"]),
+                    settings=str(row.get("settings") or ""),
+                    rating=float(rating) if isinstance(rating, (int, float)) else None,
+                    rating_source=str(row.get("rating_source") or ""),
+                    wins=int(row["wins"]),
+                    draws=int(row["draws"]),
+                    losses=int(row["losses"]),
+                    score=HeldOut(
+                        score.value,
+                        score.low,
+                        score.high,
+                        score.n or int(row["wins"]) + int(row["draws"]) + int(row["losses"]),
+                    ),
+                    elo=_elo_value(row.get("elo_difference")),
+                    pentanomial=tuple(int(c) for c in row.get("pentanomial") or ()),
+                    terminations={str(k): int(v) for k, v in (row.get("terminations") or {}).items()},
+                    mean_plies=row.get("mean_plies") if isinstance(row.get("mean_plies"), (int, float)) else None,
+                )
+            )
         step, source = games_step(run, payload, path)
 
         def number(key: str) -> float | None:
-            value = payload.get(key)
+            value = payload.get(key)  # noqa: B023 (used within this iteration)
             return float(value) if isinstance(value, (int, float)) else None
 
         evaluation = GamesEvaluation(
-            path=path, step=step, step_source=source, checkpoint=str(payload.get("checkpoint") or ""),
-            player=str(payload.get("player") or payload.get("checkpoint") or ""), anchors=rows, elo=_elo_value(payload.get("elo")),
+            path=path,
+            step=step,
+            step_source=source,
+            checkpoint=str(payload.get("checkpoint") or ""),
+            player=str(payload.get("player") or payload.get("checkpoint") or ""),
+            anchors=rows,
+            elo=_elo_value(payload.get("elo")),
             games_played=int(payload.get("games_played") or sum(r.wins + r.draws + r.losses for r in rows)),
-            seconds=number("seconds"), games_per_minute=number("games_per_minute"), calibration=str(payload.get("calibration") or ""),
-            sprt=payload.get("sprt") if isinstance(payload.get("sprt"), dict) else None, pgn=_games_pgn(run, payload, path),
-        )  # fmt: skip
+            seconds=number("seconds"),
+            games_per_minute=number("games_per_minute"),
+            calibration=str(payload.get("calibration") or ""),
+            sprt=payload.get("sprt") if isinstance(payload.get("sprt"), dict) else None,
+            pgn=_games_pgn(run, payload, path),
+        )
         found.append((path.stat().st_mtime, evaluation))
     found.sort(key=lambda item: (item[1].step is not None, item[1].step or 0, item[0]))
     return [evaluation for _, evaluation in found]
@@ -463,11 +493,19 @@ def _read_evaluations(directory: Path, rows: list[dict[str, Any]]) -> tuple[list
         kind = evaluation.name
 
         def metrics_of(summary: dict[str, Any]) -> dict[str, HeldOut]:
-            return {metric.name: held for metric in evaluation.held_out if (held := _held_out(summary.get(metric.summary_field))) is not None}
+            return {
+                metric.name: held
+                for metric in evaluation.held_out  # noqa: B023 (used within this iteration)
+                if (held := _held_out(summary.get(metric.summary_field))) is not None
+            }
 
         player = metrics_of(payload)
         if match is None:
-            baselines = {baseline: metrics_of(values) for baseline, values in (payload.get("baselines") or {}).items() if isinstance(values, dict)}
+            baselines = {
+                baseline: metrics_of(values)
+                for baseline, values in (payload.get("baselines") or {}).items()
+                if isinstance(values, dict)
+            }
             standalone.append(StandaloneEval(path, kind, player, baselines))
             continue
         step = int(match.group(1))

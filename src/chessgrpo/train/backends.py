@@ -224,7 +224,9 @@ class WandbSink(Sink):
         directory = Path(config.wandb_dir) if config.wandb_dir else run_dir
         directory.mkdir(parents=True, exist_ok=True)
         resume = resume_step is not None
-        self.run_id = wandb_run_id(run_dir, lambda: secrets.token_hex(4), resume=resume)  # W&B's own ids are 8 lowercase alphanumerics
+        self.run_id = wandb_run_id(
+            run_dir, lambda: secrets.token_hex(4), resume=resume
+        )  # W&B's own ids are 8 lowercase alphanumerics
         self._run = wandb.init(
             id=self.run_id,
             resume="allow",  # a resumed training run continues its W&B run: one run, one history
@@ -253,15 +255,25 @@ class WandbSink(Sink):
         if self._run.offline:
             settings = self._run.settings
             try:
-                last = max(last, _last_offline_step(Path(settings.wandb_dir), self.run_id, exclude=Path(settings.sync_file)))
+                last = max(
+                    last, _last_offline_step(Path(settings.wandb_dir), self.run_id, exclude=Path(settings.sync_file))
+                )
             except (OSError, ValueError) as error:  # unreadable: assume it has every row, as before this was read
-                logger.warning("could not read the earlier W&B files of run %s (%s); not re-sending rows up to step %d", self.run_id, error, resume_step)
+                logger.warning(
+                    "could not read the earlier W&B files of run %s (%s); not re-sending rows up to step %d",
+                    self.run_id,
+                    error,
+                    resume_step,
+                )
                 last = resume_step
         if last > resume_step:
             logger.warning(
                 "W&B run %s already has rows up to step %d, after the resumed checkpoint (step %d); W&B keeps those "
-                "and drops the resumed run's rows at those steps", self.run_id, last, resume_step,
-            )  # fmt: skip
+                "and drops the resumed run's rows at those steps",
+                self.run_id,
+                last,
+                resume_step,
+            )
         self._sent = last
         self._held = [(row["step"], _values(row)) for row in kept_rows if last < row["step"] <= resume_step]
 
@@ -279,7 +291,12 @@ class WandbSink(Sink):
     def rewind(self, step: int) -> None:
         """Drop the held rows after `step`: the rollback re-runs those steps."""
         if step < self._sent:
-            logger.warning("W&B run %s already has rows up to step %d, after the rollback's step %d; they stay", self.run_id, self._sent, step)
+            logger.warning(
+                "W&B run %s already has rows up to step %d, after the rollback's step %d; they stay",
+                self.run_id,
+                self._sent,
+                step,
+            )
         self._held = [(row_step, values) for row_step, values in self._held if row_step <= step]
         self._committed = step  # the rollback's target is a checkpoint
 
@@ -290,7 +307,12 @@ class WandbSink(Sink):
             if committed is not None:
                 self._send(lambda row_step: row_step <= committed)
             if self._held:
-                logger.info("W&B run %s leaves out %d row(s) after the last checkpoint (step %s)", self.run_id, len(self._held), committed)
+                logger.info(
+                    "W&B run %s leaves out %d row(s) after the last checkpoint (step %s)",
+                    self.run_id,
+                    len(self._held),
+                    committed,
+                )
                 self._held = []
         finally:
             self._run.finish()
@@ -307,7 +329,9 @@ class WandbSink(Sink):
         self._held = held
         for step, values in rows.items():  # in step order: the held rows' steps never go back
             if step <= self._sent:  # W&B would drop it (or merge it into the row it has): say so instead
-                logger.warning("W&B run %s already has step %d; its row from metrics.jsonl is not sent", self.run_id, step)
+                logger.warning(
+                    "W&B run %s already has step %d; its row from metrics.jsonl is not sent", self.run_id, step
+                )
                 continue
             self._run.log(values, step=step, commit=True)
             self._sent = step
@@ -335,7 +359,11 @@ def _last_offline_step(wandb_dir: Path, run_id: str, *, exclude: Path) -> int:
                 break
             if record.WhichOneof("record_type") == "history":
                 # W&B's service writes the key as nested_key ["_step"]; older writers as key "_step".
-                steps = [item.value_json for item in record.history.item if (item.key or "/".join(item.nested_key)) == "_step"]
+                steps = [
+                    item.value_json
+                    for item in record.history.item
+                    if (item.key or "/".join(item.nested_key)) == "_step"
+                ]
                 if steps:
                     last = max(last, int(steps[0]))
     return last
@@ -395,7 +423,9 @@ def open_sinks(
                 if run_config is not None:
                     sinks[-1].log_config(run_config)
             elif backend == "wandb":
-                sinks.append(WandbSink(config, run_dir, run_dir.name, run_config, resume_step=resume_step, kept_rows=kept_rows))
+                sinks.append(
+                    WandbSink(config, run_dir, run_dir.name, run_config, resume_step=resume_step, kept_rows=kept_rows)
+                )
     except BaseException:
         for sink in sinks:
             sink.close()

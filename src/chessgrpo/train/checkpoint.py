@@ -63,7 +63,11 @@ def step_dir_name(step: int) -> str:
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """Intact checkpoints of a run (manifest verified, trainer state present) as (step, directory), oldest first."""
-    return [(step, d) for step, d in step_checkpoints(run_dir) if (d / TRAINER_STATE_FILE).is_file() and verify_manifest(d) is None]
+    return [
+        (step, d)
+        for step, d in step_checkpoints(run_dir)
+        if (d / TRAINER_STATE_FILE).is_file() and verify_manifest(d) is None
+    ]
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
@@ -185,7 +189,9 @@ def load_trainer_state(checkpoint_dir: str | os.PathLike, map_location: str | to
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001 - unpickling raises many kinds; name the file
-        raise CheckpointError(f"{path} is not a readable trainer state (truncated or corrupt): {one_line(error)}") from None
+        raise CheckpointError(
+            f"{path} is not a readable trainer state (truncated or corrupt): {one_line(error)}"
+        ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} does not hold a trainer state dict")
     return state

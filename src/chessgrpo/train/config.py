@@ -50,7 +50,11 @@ class EarlyStopConfig:
     def __post_init__(self) -> None:
         if self.kl_max is not None and not self.kl_max > 0:
             raise ValueError(f"kl_max must be > 0 (KL is exactly 0 at step 0) or null, got {self.kl_max}")
-        if self.kl_patience < 1 or self.entropy_patience < 1 or (self.heldout_patience is not None and self.heldout_patience < 1):
+        if (
+            self.kl_patience < 1
+            or self.entropy_patience < 1
+            or (self.heldout_patience is not None and self.heldout_patience < 1)
+        ):
             raise ValueError("patiences must be >= 1")
 
 
@@ -156,7 +160,9 @@ class TrainConfig:
             raise ConfigError(f"config key betas must be two numbers in [0, 1), got {list(self.betas)}")
         if self.stop_at is not None and self.stop_at < 1:
             raise ConfigError(f"config key stop_at must be >= 1 or null, got {self.stop_at}")
-        if self.early_stop.heldout_patience is not None and not (self.checkpoint_best_metric or self.default_best_metric()):
+        if self.early_stop.heldout_patience is not None and not (
+            self.checkpoint_best_metric or self.default_best_metric()
+        ):
             raise ConfigError("config key early_stop.heldout_patience needs checkpoint_best_metric")
 
     def default_best_metric(self) -> tuple[str, str] | None:

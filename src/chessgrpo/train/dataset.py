@@ -35,7 +35,7 @@ import queue
 import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import chess
 import numpy as np
@@ -89,7 +89,10 @@ class PositionTensors:
         if token_dtype == torch.long:
             inputs = inputs.astype(np.int64)
         tokens = torch.from_numpy(inputs).to(token_dtype)
-        rows = lambda column: torch.from_numpy(column.numpy()[index])  # the same numpy gather
+
+        def rows(column: Any) -> torch.Tensor:
+            return torch.from_numpy(column.numpy()[index])  # the same numpy gather
+
         return Batch(
             tokens=tokens,
             legal_mask=torch.from_numpy(masks),
@@ -117,7 +120,9 @@ class SparseMoveFacts:
                 actions.append(action)
                 bits.append(value)
             offsets.append(len(actions))
-        return cls(np.asarray(offsets, dtype=np.int64), np.asarray(actions, dtype=np.int16), np.asarray(bits, dtype=np.uint8))
+        return cls(
+            np.asarray(offsets, dtype=np.int64), np.asarray(actions, dtype=np.int16), np.asarray(bits, dtype=np.uint8)
+        )
 
     @classmethod
     def concatenate(cls, parts: list[SparseMoveFacts]) -> SparseMoveFacts:
@@ -125,7 +130,9 @@ class SparseMoveFacts:
         for part in parts:
             offsets.append(part.offsets[1:] + base)
             base += int(part.offsets[-1])
-        return cls(np.concatenate(offsets), np.concatenate([p.actions for p in parts]), np.concatenate([p.bits for p in parts]))
+        return cls(
+            np.concatenate(offsets), np.concatenate([p.actions for p in parts]), np.concatenate([p.bits for p in parts])
+        )
 
     def dense(self, rows: np.ndarray, dtype: type = np.int64) -> np.ndarray:
         """[len(rows), 1968] of `dtype` (int64 by default): the fact byte of every action of the given rows."""
@@ -158,7 +165,12 @@ class Batch:
 
     def pin_memory(self) -> Batch:
         """The batch in page-locked host memory (what an asynchronous host-to-GPU copy reads from)."""
-        return Batch(**{f.name: t.pin_memory() if (t := getattr(self, f.name)) is not None else None for f in dataclasses.fields(self)})
+        return Batch(
+            **{
+                f.name: t.pin_memory() if (t := getattr(self, f.name)) is not None else None
+                for f in dataclasses.fields(self)
+            }
+        )
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`; host-to-GPU copies go through pinned memory, asynchronously
@@ -208,7 +220,11 @@ def _human_filter(table: pa.Table, human: HumanMoves, where: str) -> pa.Table:
     total, with_move, kept = table.num_rows, int(pc.sum(has_move).as_py() or 0), int(pc.sum(keep).as_py() or 0)
     counts = f"{total} rows, {with_move} with a human move, {kept} of those with {human.describe()}"
     if kept == 0:
-        hint = "" if with_move else " (human moves come from `chessgrpo data import-pgn`; older imports and generated data have none)"
+        hint = (
+            ""
+            if with_move
+            else " (human moves come from `chessgrpo data import-pgn`; older imports and generated data have none)"
+        )
         raise NoRowsLeft(f"{where}: no row to imitate: {counts}{hint}")
     logger.info("%s: human moves: %s", where, counts)
     return table.filter(keep)
@@ -221,7 +237,12 @@ def has_split(directory: str | os.PathLike, split: Split) -> bool:
 
 
 def load_split(
-    directory: str | os.PathLike, split: Split, move_facts: bool = False, human: HumanMoves | None = None, *, extra_facts: Collection[str] = ()
+    directory: str | os.PathLike,
+    split: Split,
+    move_facts: bool = False,
+    human: HumanMoves | None = None,
+    *,
+    extra_facts: Collection[str] = (),
 ) -> PositionTensors:
     """Read and validate one split of a dataset directory into memory (with each position's move
     facts when `move_facts`: about 0.3 ms a position, for a policy that reads them; with the
@@ -236,8 +257,10 @@ def load_split(
     given = directory
     directory = find_data_path(directory) or Path(directory)  # a relative path, from any current directory
     if not directory.is_dir():
-        raise FileNotFoundError(f"dataset directory {str(given)!r} does not exist (looked at {places_looked(given)}); "
-                                "run `chessgrpo data generate` first")
+        raise FileNotFoundError(
+            f"dataset directory {str(given)!r} does not exist (looked at {places_looked(given)}); "
+            "run `chessgrpo data generate` first"
+        )
     if not has_split(directory, split):
         raise FileNotFoundError(
             f"dataset directory {str(directory)!r} has no {split} shards ({split}/shard-*.parquet); "
@@ -273,7 +296,9 @@ def load_split(
             fact_parts.append(SparseMoveFacts.of(boards, extra_facts))
         legal_bits[start:stop] = np.packbits(masks, axis=1)
         for row in range(start, stop):
-            _check_row(where, row, fens[row], best_moves[row], int(best_column[row]), moves[row], wins[row], masks[row - start])
+            _check_row(
+                where, row, fens[row], best_moves[row], int(best_column[row]), moves[row], wins[row], masks[row - start]
+            )
             actions[row, : len(moves[row])] = [move_to_action(m) for m in moves[row]]
             win_probs[row, : len(wins[row])] = wins[row]
             if human_moves is not None:
@@ -327,8 +352,12 @@ def _warn_if_best_is_not_best(where: str, actions: np.ndarray, win_probs: np.nda
     best_other = np.where(valid, win_probs, -np.inf)[:, 1:].max(axis=1, initial=-np.inf)
     worse = float(np.mean(best_other > win_probs[:, 0] + 0.05))
     if worse > 0.05:
-        logger.warning("%s: in %.0f%% of rows another listed move beats moves[0] by > 0.05 win probability; "
-                       "are win_probs from the side to move's point of view?", where, 100 * worse)
+        logger.warning(
+            "%s: in %.0f%% of rows another listed move beats moves[0] by > 0.05 win probability; "
+            "are win_probs from the side to move's point of view?",
+            where,
+            100 * worse,
+        )
 
 
 class EpochSampler:
@@ -367,7 +396,13 @@ class EpochSampler:
         return torch.cat(parts)
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "offset": self.offset, "size": self.size, "batch_size": self.batch_size, "seed": self.seed}
+        return {
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "size": self.size,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, int], size: int, batch_size: int, seed: int) -> EpochSampler:

@@ -73,7 +73,9 @@ class Parallel:
         if world_size <= 1:
             return cls()
         if not 0 <= rank < world_size:
-            raise ConfigError(f"RANK={rank} is outside WORLD_SIZE={world_size} (start data-parallel runs with torchrun)")
+            raise ConfigError(
+                f"RANK={rank} is outside WORLD_SIZE={world_size} (start data-parallel runs with torchrun)"
+            )
         backend = "nccl" if device.type == "cuda" else "gloo"
         collective_device = torch.device("cpu")
         if device.type == "cuda":
@@ -83,7 +85,9 @@ class Parallel:
         if not dist.is_initialized():
             dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
             owns = True
-        logger.info("rank %d of %d (local %d of %d), backend %s", rank, world_size, local_rank, local_world_size, backend)
+        logger.info(
+            "rank %d of %d (local %d of %d), backend %s", rank, world_size, local_rank, local_world_size, backend
+        )
         return cls(rank, world_size, local_rank, local_world_size, backend, collective_device, owns)
 
     # -- who does what -----------------------------------------------------------------------------
@@ -217,7 +221,9 @@ def derived_seed(*parts: int) -> int:
     return int(np.random.SeedSequence(seed_words(*parts)).generate_state(1, np.uint64)[0]) & (2**63 - 1)
 
 
-def group_generators(seed: int, step: int, groups: Sequence[int] | range, device: torch.device | str = "cpu") -> list[torch.Generator]:
+def group_generators(
+    seed: int, step: int, groups: Sequence[int] | range, device: torch.device | str = "cpu"
+) -> list[torch.Generator]:
     """One sampling generator per group, seeded by (seed, step, global group index).
 
     A group's moves then do not depend on which rank samples it or on the other groups in the batch.

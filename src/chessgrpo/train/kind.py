@@ -258,10 +258,14 @@ class GRPOKind(Kind):
             from chessgrpo.train.pipeline import RolloutPipeline
 
             if not self.supports_pipeline:
-                raise ConfigError(f"config key grpo.pipeline: kind {self.name} cannot pipeline its steps (set grpo.pipeline: false)")
+                raise ConfigError(
+                    f"config key grpo.pipeline: kind {self.name} cannot pipeline its steps (set grpo.pipeline: false)"
+                )
             if self.context.world_size > 1:
                 # The rollout thread would run collectives beside the learner's (DDP's all-reduces): their order would differ by rank.
-                raise ConfigError("config key grpo.pipeline: a data-parallel run cannot pipeline its steps (set grpo.pipeline: false)")
+                raise ConfigError(
+                    "config key grpo.pipeline: a data-parallel run cannot pipeline its steps (set grpo.pipeline: false)"
+                )
             self._pipeline = RolloutPipeline(self.model)
 
     def shard_groups(self, count: int, what: str) -> range:
@@ -313,13 +317,26 @@ class GRPOKind(Kind):
 
         rollout, sampler, wait_s = self._pipeline.take(step, rollout_of(step))
         following = step + 1
-        if following < self.config.steps:  # the snapshot is recorded even when this process stops here (resume needs it)
+        if (
+            following < self.config.steps
+        ):  # the snapshot is recorded even when this process stops here (resume needs it)
             stop_at = self.config.stop_at
-            self._pipeline.start(following, rollout_of(following), self.rollout_state(), busy=sampler,
-                                 launch=stop_at is None or following < stop_at)  # fmt: skip
+            self._pipeline.start(
+                following,
+                rollout_of(following),
+                self.rollout_state(),
+                busy=sampler,
+                launch=stop_at is None or following < stop_at,
+            )
         metrics = self.learn(step, learner, rollout)
         step_s = time.perf_counter() - tick
-        metrics.update({"perf/rollout_wait_s": wait_s, "perf/step_s": step_s, "perf/samples_per_s": rollout.samples / max(step_s, 1e-9)})
+        metrics.update(
+            {
+                "perf/rollout_wait_s": wait_s,
+                "perf/step_s": step_s,
+                "perf/samples_per_s": rollout.samples / max(step_s, 1e-9),
+            }
+        )
         return metrics
 
     def wait_for_rollout(self) -> None:
@@ -338,17 +355,31 @@ class GRPOKind(Kind):
         from chessgrpo.rl.combine import with_minibatch_terms
 
         tick = time.perf_counter()
-        forward = rollout.forward if rollout.minibatch_terms is None else with_minibatch_terms(rollout.forward, rollout.minibatch_terms)
+        forward = (
+            rollout.forward
+            if rollout.minibatch_terms is None
+            else with_minibatch_terms(rollout.forward, rollout.minibatch_terms)
+        )
         metrics = optimize(
-            rollout.batch, forward, learner.update, self.config.grpo, self.kl_controller, generator=None, bf16=self.context.bf16,
-            parallel=self.context.parallel, shuffle_seed=self.shuffle_seed(step),
-            step=step, parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
+            rollout.batch,
+            forward,
+            learner.update,
+            self.config.grpo,
+            self.kl_controller,
+            generator=None,
+            bf16=self.context.bf16,
+            parallel=self.context.parallel,
+            shuffle_seed=self.shuffle_seed(step),
+            step=step,
+            parameters=learner.parameters,  # parameters: the per-term gradient norms (grpo.term_gradient_every)
             behaviour_forward=rollout.behaviour_forward,
-        )  # fmt: skip
+        )
         learn_s = time.perf_counter() - tick
         metrics.update(rollout.metrics)
         step_s = rollout.rollout_s + learn_s
-        metrics.update({"perf/learn_s": learn_s, "perf/step_s": step_s, "perf/samples_per_s": rollout.samples / max(step_s, 1e-9)})
+        metrics.update(
+            {"perf/learn_s": learn_s, "perf/step_s": step_s, "perf/samples_per_s": rollout.samples / max(step_s, 1e-9)}
+        )
         return metrics
 
     def group_generators(self, step: int, groups: range) -> list[torch.Generator]:
@@ -370,7 +401,9 @@ class GRPOKind(Kind):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # Checkpoints of earlier versions also hold a "generator": sampling no longer carries state.
         self.kl_controller.load_state_dict(state["kl_controller"])
-        if self._pipeline is not None:  # a checkpoint of a serial run holds none: the next rollout samples the live weights
+        if (
+            self._pipeline is not None
+        ):  # a checkpoint of a serial run holds none: the next rollout samples the live weights
             self._pipeline.load_state_dict(state.get("pipeline"))
 
 

@@ -25,9 +25,12 @@ class Learner:
     """
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, parameters: list[torch.nn.Parameter], max_grad_norm: float,
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameters: list[torch.nn.Parameter],
+        max_grad_norm: float,
         parallel: Parallel | None = None,
-    ):  # fmt: skip
+    ):
         self.optimizer = optimizer
         self.parameters = parameters
         self.max_grad_norm = max_grad_norm
@@ -68,7 +71,9 @@ class Learner:
         self._accumulating = False
         if self.parallel.any(pending or not math.isfinite(float(loss.detach()))):
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(f"loss is not finite ({float(loss.detach())} on rank {self.parallel.rank}); update skipped")
+            raise NonFiniteError(
+                f"loss is not finite ({float(loss.detach())} on rank {self.parallel.rank}); update skipped"
+            )
         loss.backward()  # onto the gradients accumulated since the last step (none without micro-batches)
         grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
         if not math.isfinite(grad_norm):

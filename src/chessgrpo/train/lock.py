@@ -55,7 +55,9 @@ class RunLock:
                         f"run directory {str(self.path.parent)!r} is in use by process {pid} on {host or 'this host'} "
                         f"(lock {self.path}); wait for it, stop it, or pick another run.name"
                     ) from None
-                logger.warning("taking over the stale lock %s of process %s, which is no longer running", self.path, pid)
+                logger.warning(
+                    "taking over the stale lock %s of process %s, which is no longer running", self.path, pid
+                )
                 self.path.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as handle:
@@ -65,7 +67,7 @@ class RunLock:
         raise RunLocked(f"could not take the lock {self.path} (another process keeps taking it)")
 
     def _holder(self) -> dict:
-        for attempt in range(3):
+        for _attempt in range(3):
             try:
                 data = json.loads(self.path.read_text() or "{}")
                 if isinstance(data, dict) and data:

@@ -38,12 +38,12 @@ from typing import Any
 import torch
 
 from chessgrpo.config import ConfigError, save_config, to_dict
+from chessgrpo.engine.pool import available_cores
 from chessgrpo.errors import TrainingDiverged
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import resolve_device
 from chessgrpo.rl.invariants import NonFiniteError
 from chessgrpo.run_info import RUN_INFO_FILE, collect_run_info
-from chessgrpo.train.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
@@ -53,12 +53,12 @@ from chessgrpo.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from chessgrpo.engine.pool import available_cores
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import Parallel
 from chessgrpo.train.kind import Kind, RunContext
 from chessgrpo.train.learner import Learner
 from chessgrpo.train.lock import RunLock
+from chessgrpo.train.metrics import METRICS_FILE, MetricsWriter
 from chessgrpo.train.schedule import WarmupCosine
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,9 @@ def build_optimizer(kind: Kind, config: TrainConfig) -> tuple[torch.optim.AdamW,
         for decay in (True, False):
             chosen = [p for p in params if (p.dim() >= 2) == decay]
             if chosen:
-                groups.append({"params": chosen, "weight_decay": config.weight_decay if decay else 0.0, "head": is_head})
+                groups.append(
+                    {"params": chosen, "weight_decay": config.weight_decay if decay else 0.0, "head": is_head}
+                )
     for param in model.parameters():
         param.requires_grad_(id(param) not in frozen)
     trainable = [p for p in model.parameters() if id(p) not in frozen]
@@ -140,7 +142,9 @@ class Trainer:
             elif self.parallel.local_world_size > 1:  # share the machine's cores between its ranks
                 torch.set_num_threads(max(1, available_cores() // self.parallel.local_world_size))
             context = RunContext(self.run_dir, self.device, config.run.seed, config.bf16, self.parallel)
-            checkpoint = self.parallel.broadcast(latest_checkpoint(self.run_dir) if resume and self.parallel.is_main else None)
+            checkpoint = self.parallel.broadcast(
+                latest_checkpoint(self.run_dir) if resume and self.parallel.is_main else None
+            )
             if resume and checkpoint is None:
                 raise FileNotFoundError(f"no intact checkpoint to resume under {str(self.run_dir / 'checkpoints')!r}")
 
@@ -148,7 +152,9 @@ class Trainer:
             self.kind = kind_cls(config, context)
             self.optimizer, trainable = build_optimizer(self.kind, config)
             if config.compile:  # in place: the module (its mode, its state dict) stays the same object
-                self._restore_compile_flags = compile_in_place(self.kind.model, retain_graph=_measures_term_gradients(config, self.parallel))
+                self._restore_compile_flags = compile_in_place(
+                    self.kind.model, retain_graph=_measures_term_gradients(config, self.parallel)
+                )
             # After build_optimizer: DDP registers gradient hooks on the parameters that train.
             self.kind.learner_model = self.parallel.wrap(self.kind.model)
             self.learner = Learner(self.optimizer, trainable, config.max_grad_norm, self.parallel)
@@ -238,9 +244,13 @@ class Trainer:
             logger.warning("step %d: the weights are not finite; not checkpointing", self.step)
             return None
         self.last_checkpoint = save_checkpoint(
-            self.run_dir, self.step, save_model=self.kind.save_model, trainer_state=self._trainer_state(),
-            keep=self.config.keep_checkpoints, best_step=self.best_step,
-        )  # fmt: skip
+            self.run_dir,
+            self.step,
+            save_model=self.kind.save_model,
+            trainer_state=self._trainer_state(),
+            keep=self.config.keep_checkpoints,
+            best_step=self.best_step,
+        )
         if self._writer is not None:  # no rollback or resume goes back before this step: its rows are final (W&B)
             self._writer.commit(self.step)
         return self.last_checkpoint
@@ -307,11 +317,18 @@ class Trainer:
 
     def _skipped(self, lr: float, error: Exception) -> dict[str, float]:
         self.consecutive_skips += 1
-        self._event("nonfinite_skip", f"step {self.step}: update skipped ({self.consecutive_skips} in a row): {str(error)[:300]}")
+        self._event(
+            "nonfinite_skip",
+            f"step {self.step}: update skipped ({self.consecutive_skips} in a row): {str(error)[:300]}",
+        )
         values = {"health/nonfinite_skip": 1.0, "health/consecutive_skips": float(self.consecutive_skips), "lr": lr}
         if self.consecutive_skips >= self.config.divergence.max_consecutive_skips:
             self._rollback(error)
-            values = {"health/rollback": 1.0, "health/lr_scale": self.lr_scale, "lr": self.schedule.lr(self.step) * self.lr_scale}
+            values = {
+                "health/rollback": 1.0,
+                "health/lr_scale": self.lr_scale,
+                "lr": self.schedule.lr(self.step) * self.lr_scale,
+            }
         return values
 
     def _rollback(self, error: Exception) -> None:
@@ -345,9 +362,18 @@ class Trainer:
     def _check_early_stop(self, values: dict[str, float]) -> None:
         rules = self.config.early_stop
         kl = values.get("kl/exact", values.get("kl/value") if self._kl_estimate_is_nonnegative() else None)
-        checks = (("kl", rules.kl_max, kl, rules.kl_patience, lambda v, t: v > t, "KL to the reference", "above"),
-                  ("entropy", rules.entropy_min, values.get("entropy/mean"), rules.entropy_patience, lambda v, t: v < t,
-                   "mean entropy", "below"))  # fmt: skip
+        checks = (
+            ("kl", rules.kl_max, kl, rules.kl_patience, lambda v, t: v > t, "KL to the reference", "above"),
+            (
+                "entropy",
+                rules.entropy_min,
+                values.get("entropy/mean"),
+                rules.entropy_patience,
+                lambda v, t: v < t,
+                "mean entropy",
+                "below",
+            ),
+        )
         for name, threshold, value, patience, breached, label, side in checks:
             if threshold is None or value is None:
                 continue
@@ -379,7 +405,9 @@ class Trainer:
         self.evals_since_best += 1
         patience = self.config.early_stop.heldout_patience
         if patience is not None and self.evals_since_best >= patience:
-            self._early_stop(f"held-out {name} has not improved on {self.best_value:.4g} (step {self.best_step}) for {patience} evaluations")
+            self._early_stop(
+                f"held-out {name} has not improved on {self.best_value:.4g} (step {self.best_step}) for {patience} evaluations"
+            )
         return False
 
     def _event(self, event: str, message: str) -> None:
@@ -425,9 +453,15 @@ class Trainer:
         if not main:  # rank 0 alone writes metrics; the others compute the same rows and drop them
             progress = None
         writer_context = (
-            MetricsWriter(self.run_dir / METRICS_FILE, resume_step=resume_step, tracking=config.tracking, run_config=to_dict(config))
-            if main else _NullWriter()
-        )  # fmt: skip
+            MetricsWriter(
+                self.run_dir / METRICS_FILE,
+                resume_step=resume_step,
+                tracking=config.tracking,
+                run_config=to_dict(config),
+            )
+            if main
+            else _NullWriter()
+        )
         with writer_context as writer:
             self._writer = writer
             if self.step == 0 and not self.resumed:
@@ -456,7 +490,9 @@ class Trainer:
                     row_values["lr"] = window[-1]["lr"]
                     window = []
                 best_now = False
-                if kind.evaluates and ((config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps):
+                if kind.evaluates and (
+                    (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps
+                ):
                     eval_metrics = self._evaluate()
                     best_now = self._track_best(eval_metrics)
                     row_values.update(eval_metrics)
@@ -483,9 +519,13 @@ class Trainer:
         from chessgrpo.train.checkpoint import best_checkpoint
 
         return TrainResult(
-            step=self.step, finished=finished, checkpoint=self.last_checkpoint, eval_metrics=eval_metrics,
-            stop_reason=stop_reason, best_checkpoint=best_checkpoint(self.run_dir),
-        )  # fmt: skip
+            step=self.step,
+            finished=finished,
+            checkpoint=self.last_checkpoint,
+            eval_metrics=eval_metrics,
+            stop_reason=stop_reason,
+            best_checkpoint=best_checkpoint(self.run_dir),
+        )
 
     _writer: MetricsWriter | None = None
 
@@ -544,4 +584,3 @@ def compile_in_place(model: torch.nn.Module, *, retain_graph: bool = False) -> C
         functorch_config.donated_buffer = previous
 
     return restore
-

@@ -110,7 +110,9 @@ class MetricsWriter:
 
             try:
                 # The kept rows: a backend may lack some (W&B holds rows back until a checkpoint; a crash loses them).
-                self._sinks = open_sinks(tracking, self.path.parent, resume_step=resume_step, run_config=run_config, kept_rows=kept)
+                self._sinks = open_sinks(
+                    tracking, self.path.parent, resume_step=resume_step, run_config=run_config, kept_rows=kept
+                )
             except BaseException:
                 self._handle.close()
                 raise
@@ -167,4 +169,3 @@ class MetricsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

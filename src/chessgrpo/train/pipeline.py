@@ -68,7 +68,9 @@ class RolloutPipeline:
         self._buffers.append(buffer)
         return buffer
 
-    def snapshot(self, busy: torch.nn.Module | None = None, weights: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
+    def snapshot(
+        self, busy: torch.nn.Module | None = None, weights: dict[str, torch.Tensor] | None = None
+    ) -> torch.nn.Module:
         """A frozen copy of the live weights (or of `weights`) in a buffer other than `busy`."""
         buffer = self._free_buffer(busy)
         with torch.no_grad():
@@ -95,7 +97,9 @@ class RolloutPipeline:
             sampler = self.snapshot()
         return rollout(sampler), sampler, time.perf_counter() - tick
 
-    def start(self, step: int, rollout: Rollout, rollout_state: dict[str, Any], *, busy: torch.nn.Module, launch: bool) -> None:
+    def start(
+        self, step: int, rollout: Rollout, rollout_state: dict[str, Any], *, busy: torch.nn.Module, launch: bool
+    ) -> None:
         """Snapshot the live weights for step `step`'s rollout (what a checkpoint saves) and, with `launch`, start it
         in the background. `rollout_state`: the kind's state that rollouts change, as it is before this one."""
         sampler = self.snapshot(busy)

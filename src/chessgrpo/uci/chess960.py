@@ -20,7 +20,7 @@ user's view.
 from __future__ import annotations
 
 import string
-from typing import Sequence
+from collections.abc import Sequence
 
 import chess
 import numpy as np
@@ -117,7 +117,9 @@ def move_actions(board: chess.Board, moves: Sequence[chess.Move]) -> list[int]:
     return actions
 
 
-def policy_logits(policy: ActionPolicy, board: chess.Board, moves: Sequence[chess.Move]) -> tuple[np.ndarray, list[int]]:
+def policy_logits(
+    policy: ActionPolicy, board: chess.Board, moves: Sequence[chess.Move]
+) -> tuple[np.ndarray, list[int]]:
     """The policy's raw logits (float64) of `moves` in `board` and their actions (one forward pass).
     A move without an action (`move_actions` -1) gets the lowest logit."""
     actions = move_actions(board, moves)

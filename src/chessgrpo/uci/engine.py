@@ -86,15 +86,15 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import chess
 import numpy as np
 import torch
 
 from chessgrpo.board.validation import parse_board
-from chessgrpo.uci.chess960 import Chess960Evaluator, parse_board_960, parse_uci_move, policy_logits, softmax, standard_view
 from chessgrpo.play.search_control import (
     DEFAULT_HASH_MB,
     MAX_MOVE_OVERHEAD_MS,
@@ -105,8 +105,16 @@ from chessgrpo.play.search_control import (
     parse_go,
     parse_go_flags,
 )
-from chessgrpo.uci.scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
 from chessgrpo.search.base import SearchResult
+from chessgrpo.uci.chess960 import (
+    Chess960Evaluator,
+    parse_board_960,
+    parse_uci_move,
+    policy_logits,
+    softmax,
+    standard_view,
+)
+from chessgrpo.uci.scores import ExactValue, Score, claimable_value, decided_score, estimate_score, policy_estimate
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.search import Searcher
@@ -179,7 +187,6 @@ def info_lines(
 # Positions
 
 
-
 def parse_position(arguments: list[str], *, chess960: bool = False) -> chess.Board:
     """The board of ``position startpos|fen <FEN> [moves ...]`` (arguments after "position").
 
@@ -228,7 +235,9 @@ def parse_temperature(value: str | float) -> float:
     if temperature == 0.0:
         return 0.0
     if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:  # also NaN, inf, negatives, denormals
-        raise ValueError(f"Temperature must be 0 or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {str(value)[:50]!r}")
+        raise ValueError(
+            f"Temperature must be 0 or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {str(value)[:50]!r}"
+        )
     return temperature
 
 
@@ -253,7 +262,7 @@ class SearchJob:
     """The root moves to consider (``searchmoves``, else every legal move; empty: no move)."""
     restricted: bool
     control: SearchControl
-    searcher: "Searcher | None"
+    searcher: Searcher | None
     multipv: int
     show_wdl: bool
     temperature: float
@@ -429,7 +438,8 @@ class UciEngine:
         """The ``option`` lines of the ``uci`` reply, with the current values as defaults."""
         check = {True: "true", False: "false"}
         return [
-            f"option name Search type combo default {self.search_algorithm} " + " ".join(f"var {c}" for c in SEARCH_CHOICES),
+            f"option name Search type combo default {self.search_algorithm} "
+            + " ".join(f"var {c}" for c in SEARCH_CHOICES),
             f"option name Nodes type spin default {self.nodes} min 1 max {MAX_NODES}",
             f"option name MultiPV type spin default {self.multipv} min 1 max {MAX_MULTIPV}",
             f"option name SyzygyPath type string default {self.syzygy_path or '<empty>'}",
@@ -480,7 +490,9 @@ class UciEngine:
     def set_search(self, value: str) -> None:
         choice = value.strip().lower()
         if choice not in SEARCH_CHOICES:
-            self.info(f"error: Search must be one of {', '.join(SEARCH_CHOICES)}, got {value[:50]!r}; keeping {self.search_algorithm}")
+            self.info(
+                f"error: Search must be one of {', '.join(SEARCH_CHOICES)}, got {value[:50]!r}; keeping {self.search_algorithm}"
+            )
             return
         self.search_algorithm = choice
         self.reset_searcher()
@@ -495,7 +507,9 @@ class UciEngine:
     def set_multipv(self, value: str) -> None:
         multipv = parse_spin(value, 1, MAX_MULTIPV)
         if multipv is None:
-            self.info(f"error: MultiPV must be an integer in [1, {MAX_MULTIPV}], got {value[:50]!r}; keeping {self.multipv}")
+            self.info(
+                f"error: MultiPV must be an integer in [1, {MAX_MULTIPV}], got {value[:50]!r}; keeping {self.multipv}"
+            )
             return
         self.multipv = multipv
 
@@ -525,7 +539,9 @@ class UciEngine:
         try:
             candidate = self.validated_copy(text)
         except Exception as error:  # noqa: BLE001 - any failure means: keep the device in use
-            self.info(f"error: cannot use device {text[:50]!r} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); keeping {self.device}")
+            self.info(
+                f"error: cannot use device {text[:50]!r} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); keeping {self.device}"
+            )
             return
         self.policy = candidate
         self.device = text
@@ -561,7 +577,9 @@ class UciEngine:
     def set_chess960(self, value: str) -> None:
         flag = parse_check(value)
         if flag is None:
-            self.info(f"error: UCI_Chess960 must be true or false, got {value[:50]!r}; keeping {str(self.chess960).lower()}")
+            self.info(
+                f"error: UCI_Chess960 must be true or false, got {value[:50]!r}; keeping {str(self.chess960).lower()}"
+            )
             return
         if flag == self.chess960:
             return
@@ -578,7 +596,9 @@ class UciEngine:
     def set_show_wdl(self, value: str) -> None:
         flag = parse_check(value)
         if flag is None:
-            self.info(f"error: UCI_ShowWDL must be true or false, got {value[:50]!r}; keeping {str(self.show_wdl).lower()}")
+            self.info(
+                f"error: UCI_ShowWDL must be true or false, got {value[:50]!r}; keeping {str(self.show_wdl).lower()}"
+            )
             return
         self.show_wdl = flag
 
@@ -592,8 +612,10 @@ class UciEngine:
     def set_move_overhead(self, value: str) -> None:
         overhead = parse_spin(value, 0, MAX_MOVE_OVERHEAD_MS)
         if overhead is None:
-            self.info(f"error: Move Overhead must be an integer in [0, {MAX_MOVE_OVERHEAD_MS}] ms, got {value[:50]!r}; "
-                      f"keeping {self.move_overhead_ms}")  # fmt: skip
+            self.info(
+                f"error: Move Overhead must be an integer in [0, {MAX_MOVE_OVERHEAD_MS}] ms, got {value[:50]!r}; "
+                f"keeping {self.move_overhead_ms}"
+            )
             return
         self.move_overhead_ms = overhead
 
@@ -603,7 +625,9 @@ class UciEngine:
         with one (on busy cores, threads that wait for each other make a small batch many times slower)."""
         threads = parse_spin(value, 1, MAX_THREADS)
         if threads is None:
-            self.info(f"error: Threads must be an integer in [1, {MAX_THREADS}], got {value[:50]!r}; keeping {self.threads}")
+            self.info(
+                f"error: Threads must be an integer in [1, {MAX_THREADS}], got {value[:50]!r}; keeping {self.threads}"
+            )
             return
         from chessgrpo.engine.pool import available_cores  # affinity masks and containers, not the host's count
 
@@ -622,8 +646,10 @@ class UciEngine:
         if one is None or many is None:  # no search to measure (policy-only play: one position per call)
             return
         if one < many:
-            self.info(f"Threads {usable}: {self.STEP_NAME} takes {1000 * many:.0f} ms with {usable} threads and "
-                      f"{1000 * one:.0f} ms with 1 (busy cores?); using 1")  # fmt: skip
+            self.info(
+                f"Threads {usable}: {self.STEP_NAME} takes {1000 * many:.0f} ms with {usable} threads and "
+                f"{1000 * one:.0f} ms with 1 (busy cores?); using 1"
+            )
             torch.set_num_threads(1)
             self.threads, self.step_seconds = 1, one
         else:
@@ -633,11 +659,15 @@ class UciEngine:
         """The search tree's memory bound in MiB: a search stops growing at `hash_nodes` nodes (~4 kB each)."""
         hash_mb = parse_spin(value, 1, MAX_HASH_MB)
         if hash_mb is None:
-            self.info(f"error: Hash must be an integer in [1, {MAX_HASH_MB}] MiB, got {value[:50]!r}; keeping {self.hash_mb}")
+            self.info(
+                f"error: Hash must be an integer in [1, {MAX_HASH_MB}] MiB, got {value[:50]!r}; keeping {self.hash_mb}"
+            )
             return
         self.hash_mb = hash_mb
         if hash_nodes(hash_mb) < self.nodes:
-            self.info(f"Hash {hash_mb} MiB holds {hash_nodes(hash_mb)} nodes: searches stop there (Nodes is {self.nodes})")
+            self.info(
+                f"Hash {hash_mb} MiB holds {hash_nodes(hash_mb)} nodes: searches stop there (Nodes is {self.nodes})"
+            )
 
     @property
     def max_nodes(self) -> int:
@@ -687,7 +717,7 @@ class UciEngine:
             self._searcher.close()
             self._searcher = None
 
-    def searcher(self) -> "Searcher | None":
+    def searcher(self) -> Searcher | None:
         """The searcher for the current options, or None for policy-only play (``Search none``, or
         no value head: said once with an ``info string``)."""
         if self.search_algorithm == "none":
@@ -700,7 +730,9 @@ class UciEngine:
         if self._searcher is None:
             from chessgrpo.search import Searcher, SearchSettings
 
-            settings = SearchSettings(nodes=self.nodes, algorithm=self.search_algorithm, syzygy_path=self.syzygy_path or None)
+            settings = SearchSettings(
+                nodes=self.nodes, algorithm=self.search_algorithm, syzygy_path=self.syzygy_path or None
+            )
             self._searcher = Searcher(self.policy, settings, evaluator_class=Chess960Evaluator)
         return self._searcher
 
@@ -710,14 +742,19 @@ class UciEngine:
         arguments = arguments or []
         board = self.board.copy() if self.board is not None else None
         limits, problems = parse_go(
-            arguments, board.turn if board is not None else chess.WHITE, min(self.nodes, self.max_nodes),
-            overhead_ms=self.move_overhead_ms + round(1000 * self.stale_clock_s), max_nodes=self.max_nodes,
-        )  # fmt: skip
+            arguments,
+            board.turn if board is not None else chess.WHITE,
+            min(self.nodes, self.max_nodes),
+            overhead_ms=self.move_overhead_ms + round(1000 * self.stale_clock_s),
+            max_nodes=self.max_nodes,
+        )
         self.stale_clock_s = 0.0
         flags = parse_go_flags(arguments)
         for problem in problems:
             self.info(f"error: {problem}")
-        control = SearchControl(limits, infinite=flags.infinite, ponder=flags.ponder, started=started, step_seconds=self.step_seconds)
+        control = SearchControl(
+            limits, infinite=flags.infinite, ponder=flags.ponder, started=started, step_seconds=self.step_seconds
+        )
         allowed: list[chess.Move] = []
         restricted = False
         searcher = None
@@ -827,19 +864,34 @@ class UciEngine:
             rest = [move for move in job.allowed if move not in shown]
             if not rest:
                 break
-            more = searcher.search(board, nodes=self.max_nodes if control.unbounded else control.limits.nodes, root_moves=rest,
-                                   should_stop=control.should_stop)  # fmt: skip
+            more = searcher.search(
+                board,
+                nodes=self.max_nodes if control.unbounded else control.limits.nodes,
+                root_moves=rest,
+                should_stop=control.should_stop,
+            )
             new = [line for line in more.root_moves if line.move not in shown]
             if not new:
                 break
             lines += new[: job.multipv - len(lines)]
             nodes += more.nodes
-        return result if len(lines) == len(result.root_moves) else dataclasses.replace(result, root_moves=lines, nodes=nodes)
+        return (
+            result
+            if len(lines) == len(result.root_moves)
+            else dataclasses.replace(result, root_moves=lines, nodes=nodes)
+        )
 
     def search_info(self, job: SearchJob, result: SearchResult) -> list[str]:
         assert job.board is not None and job.searcher is not None
         elapsed = time.perf_counter() - job.control.started
-        return info_lines(job.board, result, job.multipv, elapsed, exact_value=job.searcher.evaluator.exact_value, show_wdl=job.show_wdl)
+        return info_lines(
+            job.board,
+            result,
+            job.multipv,
+            elapsed,
+            exact_value=job.searcher.evaluator.exact_value,
+            show_wdl=job.show_wdl,
+        )
 
     def _policy_move(self, job: SearchJob) -> chess.Move:
         """The policy's own move among the allowed moves (argmax or a sample at the temperature,
@@ -861,13 +913,17 @@ class UciEngine:
                     break
         if job.temperature == 0.0:
             best = max(logits[i] for i in candidates)
-            chosen = min((i for i in candidates if logits[i] == best), key=lambda i: actions[i])  # ties: the first action, as argmax
+            chosen = min(
+                (i for i in candidates if logits[i] == best), key=lambda i: actions[i]
+            )  # ties: the first action, as argmax
         else:
             weights = softmax(np.array([logits[i] for i in candidates]) / job.temperature)
             chosen = candidates[int(self._rng.choice(len(candidates), p=weights))]
         shown = [chosen] + sorted((i for i in range(len(moves)) if i != chosen), key=lambda i: -probabilities[i])
         shown = shown[: job.multipv]
-        scores = self.policy_scores(board, [moves[i] for i in shown], [float(probabilities[i]) for i in shown], float(probabilities.max()))
+        scores = self.policy_scores(
+            board, [moves[i] for i in shown], [float(probabilities[i]) for i in shown], float(probabilities.max())
+        )
         elapsed = time.perf_counter() - job.control.started
         elapsed_ms = int(1000 * elapsed)
         nps = int(1 / max(elapsed, 1e-3))
@@ -880,7 +936,9 @@ class UciEngine:
         self.info(f"policy probability {probabilities[chosen]:.3f}")
         return moves[chosen]
 
-    def policy_scores(self, board: chess.Board, moves: list[chess.Move], probabilities: list[float], best: float) -> list[Score]:
+    def policy_scores(
+        self, board: chess.Board, moves: list[chess.Move], probabilities: list[float], best: float
+    ) -> list[Score]:
         """Scores of the policy's moves: decided by the rules, else the value head on the position
         after the move when there is one, else `policy_estimate`."""
         scores: list[Score | None] = [decided_score(board, move, claimable_value) for move in moves]

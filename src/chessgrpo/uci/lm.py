@@ -97,7 +97,11 @@ class LMUciEngine(UciEngine):
 
     def option_lines(self) -> list[str]:
         """`UciEngine`'s lines of the `LM_OPTIONS` (the others are the action policy's alone)."""
-        return [line for line in super().option_lines() if line.removeprefix("option name ").split(" type ")[0] in LM_OPTIONS]
+        return [
+            line
+            for line in super().option_lines()
+            if line.removeprefix("option name ").split(" type ")[0] in LM_OPTIONS
+        ]
 
     def option_setters(self) -> dict[str, Callable[[str], None]]:
         """`UciEngine`'s setters of the `LM_OPTIONS`; any other ``setoption`` is answered "unknown option ignored"."""
@@ -131,7 +135,9 @@ class LMUciEngine(UciEngine):
         line (no score) and ``info string``."""
         board, control = job.board, job.control
         assert board is not None
-        move = self.player.choose([board], [job.allowed] if job.restricted else None, should_stop=lambda: control.should_stop(NO_NODES))[0]
+        move = self.player.choose(
+            [board], [job.allowed] if job.restricted else None, should_stop=lambda: control.should_stop(NO_NODES)
+        )[0]
         if not self.player.last_stopped:
             # Asked after the last generation too, so it is timed: the next go's first guess is a measured
             # generation, not one that faded over moves without a re-sample (`SearchControl.next_step_seed`).

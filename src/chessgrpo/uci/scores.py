@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import chess
 
@@ -117,11 +117,20 @@ def material_centipawns(board: chess.Board) -> int:
     """Material of the side to move minus the opponent's (P 100, N/B 300, R 500, Q 900)."""
     total = 0
     for piece_type, value in PIECE_CENTIPAWNS.items():
-        total += value * (chess.popcount(board.pieces_mask(piece_type, board.turn)) - chess.popcount(board.pieces_mask(piece_type, not board.turn)))
+        total += value * (
+            chess.popcount(board.pieces_mask(piece_type, board.turn))
+            - chess.popcount(board.pieces_mask(piece_type, not board.turn))
+        )
     return total
 
 
-def quiescence(board: chess.Board, alpha: float = -math.inf, beta: float = math.inf, plies: int = QUIESCENCE_PLIES, budget: list[int] | None = None) -> float:
+def quiescence(
+    board: chess.Board,
+    alpha: float = -math.inf,
+    beta: float = math.inf,
+    plies: int = QUIESCENCE_PLIES,
+    budget: list[int] | None = None,
+) -> float:
     """Material (side to move, centipawns) once the captures settle: negamax over captures and
     promotions (most valuable victim first) with stand-pat, at most `plies` deep and
     `QUIESCENCE_NODES` positions; checks are not searched (an estimate, not a proof)."""
@@ -133,7 +142,11 @@ def quiescence(board: chess.Board, alpha: float = -math.inf, beta: float = math.
 
     def gain(move: chess.Move) -> int:
         victim = board.piece_type_at(move.to_square) or (chess.PAWN if board.is_en_passant(move) else 0)
-        return 10 * PIECE_CENTIPAWNS.get(victim, 0) + PIECE_CENTIPAWNS.get(move.promotion or 0, 0) - (board.piece_type_at(move.from_square) or 0)
+        return (
+            10 * PIECE_CENTIPAWNS.get(victim, 0)
+            + PIECE_CENTIPAWNS.get(move.promotion or 0, 0)
+            - (board.piece_type_at(move.from_square) or 0)
+        )
 
     moves = [m for m in board.legal_moves if board.is_capture(m) or m.promotion == chess.QUEEN]
     for move in sorted(moves, key=gain, reverse=True):

@@ -42,7 +42,15 @@ from typing import Any
 
 import torch
 
-from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, from_dict, grpo_engine_config, to_dict
+from chessgrpo.config import (
+    ConfigError,
+    EngineConfig,
+    RunConfig,
+    engine_limits_unused,
+    from_dict,
+    grpo_engine_config,
+    to_dict,
+)
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
 from chessgrpo.tasks.kinds import kind_class
@@ -100,36 +108,55 @@ class MixtureTrainConfig(TrainConfig):
         if self.groups_per_step < 1:
             raise ConfigError(f"config key groups_per_step must be >= 1, got {self.groups_per_step}")
         if self.grpo.pipeline:  # its step joins several tasks' rollouts (train_step), which the pipelined step does not
-            raise ConfigError("config key grpo.pipeline: a mixture cannot pipeline its steps (set grpo.pipeline: false)")
+            raise ConfigError(
+                "config key grpo.pipeline: a mixture cannot pipeline its steps (set grpo.pipeline: false)"
+            )
         if not self.tasks:
             return  # the defaults alone (the base a config file is read onto); `task_configs` refuses to run without tasks
         names = [task.name for task in self.tasks]
         for index, task in enumerate(self.tasks):
             if not task.name or not task.name.replace("_", "").isalnum():
-                raise ConfigError(f"config key tasks[{index}].name must be a non-empty word (letters, digits, _), got {task.name!r}")
+                raise ConfigError(
+                    f"config key tasks[{index}].name must be a non-empty word (letters, digits, _), got {task.name!r}"
+                )
             if task.kind not in TASK_KINDS:
-                raise ConfigError(f"config key tasks[{index}].kind must be one of {sorted(TASK_KINDS)}, got {task.kind!r}")
+                raise ConfigError(
+                    f"config key tasks[{index}].kind must be one of {sorted(TASK_KINDS)}, got {task.kind!r}"
+                )
             if not (math.isfinite(task.weight) and task.weight >= 0):
                 raise ConfigError(f"config key tasks[{index}].weight must be a finite number >= 0, got {task.weight}")
         if len(set(names)) != len(names):
             raise ConfigError(f"config key tasks: task names must differ, got {names}")
         families = sorted({kind_class(task.kind).family for task in self.tasks})
         if len(families) > 1:
-            raise ConfigError(f"config key tasks: the tasks share one policy, so they must be of one policy family; got {families} "
-                              f"({', '.join(f'{task.name}: {task.kind}' for task in self.tasks)})")
+            raise ConfigError(
+                f"config key tasks: the tasks share one policy, so they must be of one policy family; got {families} "
+                f"({', '.join(f'{task.name}: {task.kind}' for task in self.tasks)})"
+            )
         if sum(task.weight for task in self.tasks) <= 0:
             raise ConfigError("config key tasks: the weights sum to 0; give at least one task a positive weight")
         if self.grpo.advantage_estimator == "batch_std":
-            raise ConfigError("config key grpo.advantage_estimator: batch_std mixes every row of a step; a mixture centres each task on its own (grpo, dr_grpo or rloo)")
+            raise ConfigError(
+                "config key grpo.advantage_estimator: batch_std mixes every row of a step; a mixture centres each task on its own (grpo, dr_grpo or rloo)"
+            )
         configs = self.task_configs()
-        for what, evaluates in (("held-out positions", _offline_source), ("the chess LM's held-out tasks", _lm_evaluation)):
+        for what, evaluates in (
+            ("held-out positions", _offline_source),
+            ("the chess LM's held-out tasks", _lm_evaluation),
+        ):
             evaluating = [task.name for task, config in zip(self.tasks, configs) if evaluates(config)]
             if len(evaluating) > 1:
-                raise ConfigError(f"config key tasks: tasks {evaluating} both evaluate {what} (the same files and metrics); keep that evaluation in one task")
+                raise ConfigError(
+                    f"config key tasks: tasks {evaluating} both evaluate {what} (the same files and metrics); keep that evaluation in one task"
+                )
 
     def shared_keys(self) -> list[str]:
         """The keys every task takes from the mixture (loop knobs, init_checkpoint, model, grpo, engine)."""
-        shared = [f.name for f in dataclasses.fields(TrainConfig) if f.name != "kind"] + ["init_checkpoint", "grpo", "engine"]
+        shared = [f.name for f in dataclasses.fields(TrainConfig) if f.name != "kind"] + [
+            "init_checkpoint",
+            "grpo",
+            "engine",
+        ]
         return shared + (["model"] if self.model is not None else [])
 
     def task_configs(self) -> list[Any]:
@@ -143,18 +170,30 @@ class MixtureTrainConfig(TrainConfig):
             prefix = f"tasks[{index}].config"
             own = task.config if task.config is not None else {}
             if not isinstance(own, dict):
-                raise ConfigError(f"config key {prefix}: expected a mapping of the {task.kind} keys, got {type(own).__name__}")
+                raise ConfigError(
+                    f"config key {prefix}: expected a mapping of the {task.kind} keys, got {type(own).__name__}"
+                )
             clash = sorted(set(own) & set(shared) | ({"kind"} & set(own)))
             if clash:
-                raise ConfigError(f"config key {prefix}.{clash[0]}: set it on the mixture, not in a task (every task shares it)")
+                raise ConfigError(
+                    f"config key {prefix}.{clash[0]}: set it on the mixture, not in a task (every task shares it)"
+                )
             if "model" in own:
-                raise ConfigError(f"config key {prefix}.model: set it on the mixture, not in a task (every task shares the policy)")
+                raise ConfigError(
+                    f"config key {prefix}.model: set it on the mixture, not in a task (every task shares the policy)"
+                )
             count_key = kind_class(task.kind).group_count_key
             section, _, leaf = count_key.partition(".")
             if leaf in (own.get(section) or {}):
-                raise ConfigError(f"config key {prefix}.{count_key}: a mixture's groups per task come from groups_per_step and the weights")
+                raise ConfigError(
+                    f"config key {prefix}.{count_key}: a mixture's groups per task come from groups_per_step and the weights"
+                )
             config_class = kind_class(task.kind).config_class
-            configs.append(from_dict(config_class, {**{key: plain[key] for key in shared}, **own, "kind": task.kind}, prefix=prefix))
+            configs.append(
+                from_dict(
+                    config_class, {**{key: plain[key] for key in shared}, **own, "kind": task.kind}, prefix=prefix
+                )
+            )
         return configs
 
     def default_best_metric(self) -> tuple[str, str] | None:
@@ -167,7 +206,11 @@ class MixtureTrainConfig(TrainConfig):
 
 def _endgame_materials(tasks: list[GRPOKind]) -> dict[int, str]:
     """id(task) -> the material of each task that evaluates held-out endgame starts ('KQvK'), in task order."""
-    return {id(task): task.endgame.material.name for task in tasks if task.evaluates and getattr(task, "endgame", None) is not None}
+    return {
+        id(task): task.endgame.material.name
+        for task in tasks
+        if task.evaluates and getattr(task, "endgame", None) is not None
+    }
 
 
 def _offline_source(config: Any) -> str | None:
@@ -179,7 +222,9 @@ def _offline_source(config: Any) -> str | None:
 
 def _lm_evaluation(config: Any) -> bool:
     """Whether a rookworld task's config evaluates the LM's held-out P:/A: prompts or puzzles (RUN_DIR/eval/step_*_lm.json)."""
-    return config.kind == "rookworld" and bool(config.eval.policy_prompts or config.eval.environment_prompts or config.eval.puzzles)
+    return config.kind == "rookworld" and bool(
+        config.eval.policy_prompts or config.eval.environment_prompts or config.eval.puzzles
+    )
 
 
 def draw_task_groups(weights: Sequence[float], groups: int, seed: int, step: int) -> torch.Tensor:
@@ -218,9 +263,13 @@ class MixtureKind(GRPOKind):
         try:
             for task, task_config in zip(config.tasks, configs):
                 if context.world_size > 1 and getattr(task_config.task, "supervision", None) == "critic":
-                    raise ConfigError(f"config key tasks ({task.name}): critic supervision scales by the whole step's rewards; run it on its own in a data-parallel run")
+                    raise ConfigError(
+                        f"config key tasks ({task.name}): critic supervision scales by the whole step's rewards; run it on its own in a data-parallel run"
+                    )
                 if context.world_size > 1 and getattr(task_config, "curriculum_widen_at", None) is not None:
-                    raise ConfigError(f"config key tasks ({task.name}): the adaptive curriculum widens on the whole step's mate rate; run it on its own in a data-parallel run")
+                    raise ConfigError(
+                        f"config key tasks ({task.name}): the adaptive curriculum widens on the whole step's mate rate; run it on its own in a data-parallel run"
+                    )
                 self.tasks.append(kind_class(task.kind)(task_config, local, shared))
         except BaseException:
             self.close()
@@ -258,7 +307,10 @@ class MixtureKind(GRPOKind):
 
     def state_dict(self) -> dict[str, Any]:
         """The mixture's KL controller and each task's own state (e.g. an adaptive curriculum), by task name."""
-        return {**super().state_dict(), "tasks": {item.name: task.state_dict() for item, task in zip(self.config.tasks, self.tasks)}}
+        return {
+            **super().state_dict(),
+            "tasks": {item.name: task.state_dict() for item, task in zip(self.config.tasks, self.tasks)},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -283,20 +335,32 @@ class MixtureKind(GRPOKind):
             rollout = task.rollout(step, groups)
             rollout.batch.advantages = compute_advantages(rollout.batch, config.grpo)
             if rollout.row_groups is None:
-                raise RuntimeError(f"task {item.name}: its rollout does not say which group each row belongs to (row_groups)")
+                raise RuntimeError(
+                    f"task {item.name}: its rollout does not say which group each row belongs to (row_groups)"
+                )
             parts.append(rollout)
             names.append(item.name)
             row_seeds.append(groups.seeds)
         batch = concat_rollouts([part.batch for part in parts])
         # Rows in the order of their groups' global indices: N processes' rows, rank after rank, are then the
         # one-process rows in the same order, so the seeded minibatches hold the same rows whatever the world size.
-        group_of_row = torch.cat([torch.as_tensor(list(seeds), dtype=torch.long)[part.row_groups.cpu()]
-                                  for seeds, part in zip(row_seeds, parts)])  # fmt: skip
+        group_of_row = torch.cat(
+            [
+                torch.as_tensor(list(seeds), dtype=torch.long)[part.row_groups.cpu()]
+                for seeds, part in zip(row_seeds, parts)
+            ]
+        )
         batch = batch.select(torch.sort(group_of_row, stable=True).indices)
         forward = concat_forwards([part.batch for part in parts], [part.forward for part in parts])
         (samples,) = self.context.parallel.sum([int(batch.mask.sum())])
-        joined = TaskRollout(batch, forward, self._task_metrics(names, parts, tasks_of_groups), samples=int(samples),
-                             rollout_s=sum(part.rollout_s for part in parts), minibatch_terms=self._minibatch_terms(step))  # fmt: skip
+        joined = TaskRollout(
+            batch,
+            forward,
+            self._task_metrics(names, parts, tasks_of_groups),
+            samples=int(samples),
+            rollout_s=sum(part.rollout_s for part in parts),
+            minibatch_terms=self._minibatch_terms(step),
+        )
         return self.learn(step, learner, joined)
 
     def _minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
@@ -307,7 +371,9 @@ class MixtureKind(GRPOKind):
             return None
         return lambda: sum((term() for term in terms[1:]), terms[0]())
 
-    def _task_metrics(self, names: list[str], parts: list[TaskRollout], tasks_of_groups: torch.Tensor) -> dict[str, float]:
+    def _task_metrics(
+        self, names: list[str], parts: list[TaskRollout], tasks_of_groups: torch.Tensor
+    ) -> dict[str, float]:
         """Every task's metrics as ``<group>/<task>/<metric>``; entropy, KL and phase times over all its rows."""
         metrics: dict[str, float] = {}
         for index, item in enumerate(self.config.tasks):
@@ -343,7 +409,9 @@ class MixtureKind(GRPOKind):
         seen: set[str | None] = set()
         for task in self.tasks:
             material = materials.get(id(task))
-            if not task.evaluates or material in seen:  # the first task of a material evaluates it (same seed, same starts)
+            if (
+                not task.evaluates or material in seen
+            ):  # the first task of a material evaluates it (same seed, same starts)
                 continue
             if material is not None:
                 seen.add(material)
@@ -360,8 +428,15 @@ class MixtureKind(GRPOKind):
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        return postfix(row, (("reward/mean", "reward", ".3f"), ("perf/samples_per_s", "sps", ".0f"),
-                             ("eval/esl", "heldout_esl", ".3f"), ("eval/mate_rate", "heldout_mate", ".3f")))  # fmt: skip
+        return postfix(
+            row,
+            (
+                ("reward/mean", "reward", ".3f"),
+                ("perf/samples_per_s", "sps", ".0f"),
+                ("eval/esl", "heldout_esl", ".3f"),
+                ("eval/mate_rate", "heldout_mate", ".3f"),
+            ),
+        )
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         return self.tasks[0].eval_line(step, row)  # the tasks of one family print the same line

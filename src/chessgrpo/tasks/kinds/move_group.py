@@ -34,12 +34,13 @@ import chess
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config
+from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
 from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
+from chessgrpo.paths import PUZZLES_DEFAULT
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
-from chessgrpo.tasks.policy_games import SOURCE_PREFIX, cached_policy_game_positions, parse_policy_games
+from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, interval_metrics, policy_eval_line
 from chessgrpo.tasks.move_group import (
     MOVE_GROUP_REWARDS,
     MoveGroupConfig,
@@ -49,12 +50,11 @@ from chessgrpo.tasks.move_group import (
     score_groups,
     to_rollout_batch,
 )
+from chessgrpo.tasks.policy_games import SOURCE_PREFIX, cached_policy_game_positions, parse_policy_games
 from chessgrpo.tasks.reward_registry import combine, reward_metrics
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import derived_seed, group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
-from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, interval_metrics, policy_eval_line
-from chessgrpo.paths import PUZZLES_DEFAULT
 
 logger = logging.getLogger(__name__)
 
@@ -137,18 +137,26 @@ class MoveGroupTrainConfig(TrainConfig):
             raise ConfigError(f"config key kind must be move_group for this config, got {self.kind!r}")
         engine_limits_unused(self.engine, "task.reward_nodes (rewards) and eval.nodes (evaluation)")
         if self.position_mixture and self.positions is not None:
-            raise ConfigError("config keys positions and position_mixture are exclusive: set positions: null to use the mixture, or position_mixture: [] (override position_mixture=[]) for one source")
+            raise ConfigError(
+                "config keys positions and position_mixture are exclusive: set positions: null to use the mixture, or position_mixture: [] (override position_mixture=[]) for one source"
+            )
         if not self.position_mixture and self.positions is None:
             raise ConfigError("config key positions is null and position_mixture is empty: no start positions")
         if self.max_start_positions is not None and self.max_start_positions < 1:
             raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
         low_high = self.start_win_prob_range
         if low_high is not None and not 0.0 <= low_high[0] <= low_high[1] <= 1.0:
-            raise ConfigError(f"config key start_win_prob_range must be [low, high] within [0, 1], got {list(low_high)}")
+            raise ConfigError(
+                f"config key start_win_prob_range must be [low, high] within [0, 1], got {list(low_high)}"
+            )
         if self.debug_learn_temperature is not None and self.debug_learn_temperature <= 0:
-            raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
+            raise ConfigError(
+                f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}"
+            )
         if not (math.isfinite(self.value_loss_weight) and self.value_loss_weight >= 0):
-            raise ConfigError(f"config key value_loss_weight must be a finite number >= 0, got {self.value_loss_weight}")
+            raise ConfigError(
+                f"config key value_loss_weight must be a finite number >= 0, got {self.value_loss_weight}"
+            )
         if self.value_batch_size < 1:
             raise ConfigError(f"config key value_batch_size must be >= 1, got {self.value_batch_size}")
         if self.value_positions is not None and self.value_loss_weight <= 0:
@@ -158,11 +166,15 @@ class MoveGroupTrainConfig(TrainConfig):
         if self.bc_batch_size < 1:
             raise ConfigError(f"config key bc_batch_size must be >= 1, got {self.bc_batch_size}")
         if self.bc_loss_weight > 0 and self.bc_dataset is None:
-            raise ConfigError("config key bc_loss_weight > 0 needs bc_positions (or value_positions): the labelled positions it trains on")
+            raise ConfigError(
+                "config key bc_loss_weight > 0 needs bc_positions (or value_positions): the labelled positions it trains on"
+            )
         if self.bc_positions is not None and self.bc_loss_weight <= 0:
             raise ConfigError("config key bc_positions needs bc_loss_weight > 0 (it is what trains on them)")
         if self.value_loss_weight > 0 and not self.task.best_move_values:
-            raise ConfigError("config key value_loss_weight > 0 needs task.best_move_values: true (the positions' engine values)")
+            raise ConfigError(
+                "config key value_loss_weight > 0 needs task.best_move_values: true (the positions' engine values)"
+            )
 
     @property
     def bc_dataset(self) -> str | None:
@@ -186,7 +198,9 @@ class MoveGroupKind(PolicyGRPOKind):
         super().__init__(config, context, shared)
         self.build_policy(config.init_checkpoint, config.model, config.grpo)
         if config.value_loss_weight > 0 and self.model.value_head is None:
-            raise ConfigError(f"config key value_loss_weight is {config.value_loss_weight}, but the policy has no value head (model.value_head)")
+            raise ConfigError(
+                f"config key value_loss_weight is {config.value_loss_weight}, but the policy has no value head (model.value_head)"
+            )
         # Labelled positions for the auxiliary losses, each dataset loaded once (value and bc may share one).
         loaded: dict[str, Any] = {}
 
@@ -194,12 +208,16 @@ class MoveGroupKind(PolicyGRPOKind):
             from chessgrpo.train.dataset import load_split
 
             if path not in loaded:
-                loaded[path] = load_split(path, "train", move_facts=self.model.config.move_facts, extra_facts=self.model.config.extra_facts)
+                loaded[path] = load_split(
+                    path, "train", move_facts=self.model.config.move_facts, extra_facts=self.model.config.extra_facts
+                )
             logger.info("%s: %d labelled positions from %s", what, len(loaded[path]), path)
             return loaded[path]
 
         self.value_data = labelled(config.value_positions, "value loss") if config.value_positions is not None else None
-        self.bc_data = labelled(config.bc_dataset, "bc loss") if config.bc_loss_weight > 0 and config.bc_dataset else None
+        self.bc_data = (
+            labelled(config.bc_dataset, "bc loss") if config.bc_loss_weight > 0 and config.bc_dataset else None
+        )
         self._policy_games: dict[str, list] = {}
         self.start_positions: StartPositions | StartPositionMixture
         if config.position_mixture:
@@ -208,10 +226,15 @@ class MoveGroupKind(PolicyGRPOKind):
             )
         else:
             assert config.positions is not None  # __post_init__
-            self.start_positions = self._policy_games_source(PositionSource(config.positions)) or StartPositions.from_source(
-                config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed,
+            self.start_positions = self._policy_games_source(
+                PositionSource(config.positions)
+            ) or StartPositions.from_source(
+                config.positions,
+                split=config.positions_split,
+                max_positions=config.max_start_positions,
+                seed=config.run.seed,
                 win_prob_range=config.start_win_prob_range,
-            )  # fmt: skip
+            )
         logger.info("%d start positions from %s", len(self.start_positions), self.start_positions.source)
         # The run's rewards and weights (a user's function imported once); what they need decides what starts.
         self.rewards = config.task.weighted_rewards()
@@ -240,9 +263,17 @@ class MoveGroupKind(PolicyGRPOKind):
             )
         boards = self._policy_games[item.positions]
         if item.max_positions is not None and len(boards) > item.max_positions:
-            boards = StartPositions(boards, item.positions).draw(item.max_positions, seed=self.config.run.seed, step=0, stream=99)
-        logger.info("%s: %d positions from %d games against a random mover (%s, %.1f s)", item.positions, len(boards), games,
-                    source, time.perf_counter() - tick)  # fmt: skip
+            boards = StartPositions(boards, item.positions).draw(
+                item.max_positions, seed=self.config.run.seed, step=0, stream=99
+            )
+        logger.info(
+            "%s: %d positions from %d games against a random mover (%s, %.1f s)",
+            item.positions,
+            len(boards),
+            games,
+            source,
+            time.perf_counter() - tick,
+        )
         return StartPositions(boards, item.positions)
 
     def close(self) -> None:
@@ -265,14 +296,23 @@ class MoveGroupKind(PolicyGRPOKind):
         boards = [drawn[i] for i in groups.mine]
         # The reference forward always runs (one forward of B positions): KL is logged even at kl_coef = 0.
         groups_ = sample_groups(
-            self.model if sampler is None else sampler, boards, task.group_size, temperature=task.temperature,
-            generator=group_generators(self.context.seed, step, groups.seeds, self.context.device), reference=self.reference, bf16=bf16,
-        )  # fmt: skip
+            self.model if sampler is None else sampler,
+            boards,
+            task.group_size,
+            temperature=task.temperature,
+            generator=group_generators(self.context.seed, step, groups.seeds, self.context.device),
+            reference=self.reference,
+            bf16=bf16,
+        )
         sample_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
         scored = score_groups(
-            self.pool, groups_, nodes=task.reward_nodes, best_move_values=task.best_move_values, tablebase=self.tablebase
+            self.pool,
+            groups_,
+            nodes=task.reward_nodes,
+            best_move_values=task.best_move_values,
+            tablebase=self.tablebase,
         )
         # Each reward of the run on the same scored groups, then their weighted sum (one reward of weight 1: itself).
         named = {item.name: item.reward.function(scored) for item in self.rewards}
@@ -282,12 +322,18 @@ class MoveGroupKind(PolicyGRPOKind):
         batch = to_rollout_batch(groups_, rewards.to(self.context.device))
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(
-            self.learner_model, groups_, temperature=learn_temperature, bf16=bf16,
-            value_targets=scored.best_values if config.value_loss_weight > 0 else None, value_loss_weight=config.value_loss_weight,
+            self.learner_model,
+            groups_,
+            temperature=learn_temperature,
+            bf16=bf16,
+            value_targets=scored.best_values if config.value_loss_weight > 0 else None,
+            value_loss_weight=config.value_loss_weight,
             reference=self.reference if config.grpo.exact_kl_term else None,
-        )  # fmt: skip
+        )
         # Pipelined: the first-minibatch ratio check runs on the weights that sampled (`rl.optimize`'s behaviour_forward).
-        behaviour = None if sampler is None else make_forward(sampler, groups_, temperature=learn_temperature, bf16=bf16)
+        behaviour = (
+            None if sampler is None else make_forward(sampler, groups_, temperature=learn_temperature, bf16=bf16)
+        )
 
         stats = self.pool.stats
         lookups = (stats.cache_hits - stats_before.cache_hits) + (stats.cache_misses - stats_before.cache_misses)
@@ -319,9 +365,16 @@ class MoveGroupKind(PolicyGRPOKind):
         for name, values in named.items():  # each reward of the run by name, beside the combined reward/mean
             metrics.update(reward_metrics(name, values))
         # every rank's samples: the ranks step together
-        return TaskRollout(batch, forward, metrics, samples=groups.count * task.group_size, rollout_s=sample_s + reward_s,
-                           row_groups=batch.inputs["position"], minibatch_terms=self.minibatch_terms(step),
-                           behaviour_forward=behaviour)  # fmt: skip
+        return TaskRollout(
+            batch,
+            forward,
+            metrics,
+            samples=groups.count * task.group_size,
+            rollout_s=sample_s + reward_s,
+            row_groups=batch.inputs["position"],
+            minibatch_terms=self.minibatch_terms(step),
+            behaviour_forward=behaviour,
+        )
 
     def minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
         """The value and bc losses on labelled positions (`value_positions`, `bc_positions`), drawn per call from
@@ -331,10 +384,13 @@ class MoveGroupKind(PolicyGRPOKind):
         one-move row to train it on)."""
         config = self.config
         labelled = labelled_loss(
-            self.learner_model, value_batches=self._value_batches(step) if self.value_data is not None else None,
-            value_loss_weight=config.value_loss_weight, bc_batches=self._bc_batches(step) if self.bc_data is not None else None,
-            bc_loss_weight=config.bc_loss_weight, bf16=self.context.bf16,
-        )  # fmt: skip
+            self.learner_model,
+            value_batches=self._value_batches(step) if self.value_data is not None else None,
+            value_loss_weight=config.value_loss_weight,
+            bc_batches=self._bc_batches(step) if self.bc_data is not None else None,
+            bc_loss_weight=config.bc_loss_weight,
+            bf16=self.context.bf16,
+        )
         if not (self.trains_value_head and self.value_data is None):
             return labelled
         touch = self.model.inputs([chess.Board()])[0]
@@ -383,15 +439,18 @@ class MoveGroupKind(PolicyGRPOKind):
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
         """Held-out offline metrics and puzzle accuracy of the current policy (argmax), with intervals."""
-        from chessgrpo.play.players import PolicyPlayer
         from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
+        from chessgrpo.play.players import PolicyPlayer
 
         self.wait_for_rollout()  # a pipelined next rollout uses the pool: let it finish first
         config = self.config.eval
         metrics: dict[str, float] = {}
         if config.positions:
-            metrics.update(self.offline_evaluation(step, out_dir, self.pool, config.positions, config.max_positions, config.nodes,
-                                                   config.resamples))  # fmt: skip
+            metrics.update(
+                self.offline_evaluation(
+                    step, out_dir, self.pool, config.positions, config.max_positions, config.nodes, config.resamples
+                )
+            )
         if config.puzzles:
             if self._puzzles is None:
                 self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, self.context.seed).puzzles)
@@ -405,8 +464,15 @@ class MoveGroupKind(PolicyGRPOKind):
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        return postfix(row, (("reward/win_prob", "reward", ".3f"), ("reward/esl", "esl", ".3f"),
-                             ("perf/samples_per_s", "sps", ".0f"), ("eval/esl", "heldout_esl", ".3f")))  # fmt: skip
+        return postfix(
+            row,
+            (
+                ("reward/win_prob", "reward", ".3f"),
+                ("reward/esl", "esl", ".3f"),
+                ("perf/samples_per_s", "sps", ".0f"),
+                ("eval/esl", "heldout_esl", ".3f"),
+            ),
+        )
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         return policy_eval_line(step, row)

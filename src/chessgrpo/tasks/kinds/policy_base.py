@@ -19,7 +19,14 @@ from chessgrpo.config import EngineConfig
 from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.placement import place_reference
-from chessgrpo.models.policy import ActionPolicy, ModelConfig, frozen_parameters, load_policy, save_policy, value_head_parameters
+from chessgrpo.models.policy import (
+    ActionPolicy,
+    ModelConfig,
+    frozen_parameters,
+    load_policy,
+    save_policy,
+    value_head_parameters,
+)
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, interval_text
 
@@ -64,14 +71,18 @@ class PolicyGRPOKind(GRPOKind):
         first = configs[0]
         model, reference = _policy_pair(first.init_checkpoint, first.model, context.device, first.reference_device)
         needs_pool = any(config.kind == "move_group" or config.needs_pool for config in configs)
-        return SharedParts(model=model, reference=reference, pool=EnginePool.from_config(first.engine) if needs_pool else None)
+        return SharedParts(
+            model=model, reference=reference, pool=EnginePool.from_config(first.engine) if needs_pool else None
+        )
 
     def build_policy(self, init_checkpoint: str | None, model_config: ModelConfig, grpo_config: GRPOConfig) -> None:
         """The reference (the starting checkpoint, or a fresh `model_config`), frozen; `model`, a trainable copy."""
         if self.shared is not None:
             self.model, self.reference = self.shared.model, self.shared.reference
         else:
-            self.model, self.reference = _policy_pair(init_checkpoint, model_config, self.context.device, self.config.reference_device)
+            self.model, self.reference = _policy_pair(
+                init_checkpoint, model_config, self.context.device, self.config.reference_device
+            )
         self.init_grpo_state(grpo_config)
 
     def head_parameters(self) -> list[torch.nn.Parameter]:
@@ -84,7 +95,9 @@ class PolicyGRPOKind(GRPOKind):
 
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
         # Without a value loss the value head is kept as pretraining left it (the shared trunk still moves).
-        return frozen_parameters(self.model, freeze_layers) + ([] if self.trains_value_head else value_head_parameters(self.model))
+        return frozen_parameters(self.model, freeze_layers) + (
+            [] if self.trains_value_head else value_head_parameters(self.model)
+        )
 
     def save_model(self, directory: Path) -> None:
         save_policy(self.model, directory)
@@ -92,13 +105,14 @@ class PolicyGRPOKind(GRPOKind):
     def load_model(self, checkpoint: Path) -> None:
         self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
 
-    def offline_evaluation(self, step: int, out_dir: Path, pool: Any, source: str, max_positions: int, nodes: int,
-                           resamples: int) -> dict[str, float]:  # fmt: skip
+    def offline_evaluation(
+        self, step: int, out_dir: Path, pool: Any, source: str, max_positions: int, nodes: int, resamples: int
+    ) -> dict[str, float]:
         """Held-out ESL, top-1 and blunder rate of the argmax policy (intervals) on the same seeded sample of
         `source` every time; writes out_dir/step_NNNNNN_offline.json (what `chessgrpo eval compare` reads)."""
         from chessgrpo.eval.offline import evaluate_offline
-        from chessgrpo.play.players import PolicyPlayer
         from chessgrpo.eval.positions import load_eval_positions
+        from chessgrpo.play.players import PolicyPlayer
 
         seed = self.context.seed
         if self._offline_positions is None:
@@ -108,7 +122,6 @@ class PolicyGRPOKind(GRPOKind):
         payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
         write_json_atomic(out_dir / EVALUATIONS["offline"].step_file(step), payload)
         return interval_metrics(result, ("top1", "esl", "blunder_rate"))
-
 
 
 def _policy_pair(

@@ -46,6 +46,7 @@ from typing import Any, Literal
 import torch
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
+from chessgrpo.errors import InputError
 from chessgrpo.models.policy import (
     ActionPolicy,
     ModelConfig,
@@ -61,8 +62,8 @@ from chessgrpo.tasks.supervised import (
     accuracy_sums,
     best_move_nll,
     evaluate_policy_on_split,
-    split_sums,
     objective_loss,
+    split_sums,
     value_loss,
     value_sums,
     value_targets,
@@ -78,7 +79,6 @@ from chessgrpo.train.dataset import (
     has_split,
     load_split,
 )
-from chessgrpo.errors import InputError
 from chessgrpo.train.kind import Kind, RunContext
 
 logger = logging.getLogger(__name__)
@@ -150,10 +150,18 @@ class PretrainTrainConfig(TrainConfig):
         for name in ("batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name} must be >= 1, got {getattr(self, name)}")
-        if isinstance(self.prefetch_batches, bool) or not isinstance(self.prefetch_batches, int) or self.prefetch_batches < 0:
-            raise ConfigError(f"config key prefetch_batches must be an integer >= 0 (0 = no prefetching), got {self.prefetch_batches!r}")
+        if (
+            isinstance(self.prefetch_batches, bool)
+            or not isinstance(self.prefetch_batches, int)
+            or self.prefetch_batches < 0
+        ):
+            raise ConfigError(
+                f"config key prefetch_batches must be an integer >= 0 (0 = no prefetching), got {self.prefetch_batches!r}"
+            )
         if self.objective not in PRETRAIN_OBJECTIVES:
-            raise ConfigError(f"config key objective must be one of {', '.join(PRETRAIN_OBJECTIVES)}, got {self.objective!r}")
+            raise ConfigError(
+                f"config key objective must be one of {', '.join(PRETRAIN_OBJECTIVES)}, got {self.objective!r}"
+            )
         for name in ("human_min_rating", "human_max_rating"):
             value = getattr(self, name)
             if value is None:
@@ -166,7 +174,9 @@ class PretrainTrainConfig(TrainConfig):
                 raise ConfigError(f"config key {name} must be an integer rating >= 0 or null, got {value!r}")
         low, high = self.human_min_rating, self.human_max_rating
         if low is not None and high is not None and low > high:
-            raise ConfigError(f"config keys human_min_rating ({low}) > human_max_rating ({high}): the rating band is empty")
+            raise ConfigError(
+                f"config keys human_min_rating ({low}) > human_max_rating ({high}): the rating band is empty"
+            )
         if not (math.isfinite(self.distill_temperature) and self.distill_temperature > 0):
             raise ConfigError(f"config key distill_temperature must be > 0, got {self.distill_temperature}")
         if not (math.isfinite(self.value_loss_weight) and self.value_loss_weight >= 0):
@@ -218,13 +228,18 @@ class PretrainKind(Kind):
             logger.warning("dataset %s has no test split: held-out evaluation is skipped", config.data)
         logger.info(
             "loaded %d train and %d test positions from %s in %.1fs",
-            len(self.train_data), len(self.test_data or ()), config.data, time.perf_counter() - started,
-        )  # fmt: skip
+            len(self.train_data),
+            len(self.test_data or ()),
+            config.data,
+            time.perf_counter() - started,
+        )
         # The loop seeded torch just before building the kind: this draws the initial weights.
         self.model = start if start is not None else ActionPolicy(config.model.policy_config()).to(context.device)
         self.model.train()  # dropout during the steps; evaluation switches to eval mode and back
         self.sampler = EpochSampler(len(self.train_data), config.batch_size, config.run.seed)
-        self._prefetcher: BatchPrefetcher[Batch] | None = None  # started at the first step, from the sampler's state then
+        self._prefetcher: BatchPrefetcher[Batch] | None = (
+            None  # started at the first step, from the sampler's state then
+        )
         self.last_eval: dict[str, float] | None = None
         self._samples, self._seconds = 0, 0.0  # this invocation's training throughput (the summary)
         logger.info("model: %s, %.2fM parameters", self.model.config, self.model.num_parameters() / 1e6)
@@ -239,7 +254,9 @@ class PretrainKind(Kind):
 
     def frozen_parameters(self, freeze_layers: int) -> list[torch.nn.Parameter]:
         # An untrained value head stays frozen (DDP needs a gradient for every trainable parameter).
-        return frozen_parameters(self.model, freeze_layers) + ([] if self.trains_value else value_head_parameters(self.model))
+        return frozen_parameters(self.model, freeze_layers) + (
+            [] if self.trains_value else value_head_parameters(self.model)
+        )
 
     # -- the step -----------------------------------------------------------------------------------
 
@@ -299,7 +316,9 @@ class PretrainKind(Kind):
             mine = self.context.parallel.split(len(indices))
             return indices, self.train_data.batch(indices[mine.start : mine.stop]).to(self.context.device)
         ahead, batch = self._prefetcher.next()
-        if not torch.equal(ahead, indices):  # the thread's copy of the sampler must draw what the checkpointed one draws
+        if not torch.equal(
+            ahead, indices
+        ):  # the thread's copy of the sampler must draw what the checkpointed one draws
             raise RuntimeError("the prefetched batch is not the sampler's next batch (prefetch out of step)")
         return indices, batch.to(self.context.device)  # pinned already on CUDA: an asynchronous copy
 
@@ -352,9 +371,13 @@ class PretrainKind(Kind):
             )
         else:
             self.last_eval = evaluate_policy_on_split(
-                self.model, self.test_data, objective=config.objective, temperature=config.distill_temperature,
-                batch_size=config.eval_batch_size, device=self.context.device,
-            )  # fmt: skip
+                self.model,
+                self.test_data,
+                objective=config.objective,
+                temperature=config.distill_temperature,
+                batch_size=config.eval_batch_size,
+                device=self.context.device,
+            )
         return self.last_eval
 
     # -- state --------------------------------------------------------------------------------------
@@ -371,7 +394,9 @@ class PretrainKind(Kind):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         config = self.config
         self._stop_prefetch()  # its batches follow the old position (a resume, or a rollback to a checkpoint)
-        self.sampler = EpochSampler.from_state(state["sampler"], len(self.train_data), config.batch_size, config.run.seed)
+        self.sampler = EpochSampler.from_state(
+            state["sampler"], len(self.train_data), config.batch_size, config.run.seed
+        )
 
     # -- presentation -------------------------------------------------------------------------------
 
@@ -457,7 +482,9 @@ def _human_sums(logp: torch.Tensor, batch: Batch) -> dict[str, float]:
     }
 
 
-def evaluate_human_on_split(model: ActionPolicy, data: PositionTensors, *, batch_size: int, device: torch.device) -> dict[str, float]:
+def evaluate_human_on_split(
+    model: ActionPolicy, data: PositionTensors, *, batch_size: int, device: torch.device
+) -> dict[str, float]:
     """Held-out metrics of the human objective (fp32, eval mode, the model's mode restored): eval/human_top1,
     eval/human_top5, eval/human_nll (= eval/loss) against the players' moves, and on the same rows the
     engine metrics of `supervised.evaluate_policy_on_split` (eval/top1, eval/top5, eval/nll, eval/perplexity,

@@ -53,9 +53,9 @@ import numpy as np
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
+from chessgrpo.data.rookworld_grading import RookWorldRewardConfig
 from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
-from chessgrpo.models.placement import place_reference
 from chessgrpo.models.lm import (
     ChessLM,
     LMModelConfig,
@@ -66,12 +66,12 @@ from chessgrpo.models.lm import (
     prepare_for_rl,
     save_lm,
 )
-from chessgrpo.rl import GRPOConfig
-from chessgrpo.data.rookworld_grading import RookWorldRewardConfig
-from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS, LMReward
-from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
+from chessgrpo.models.placement import place_reference
 from chessgrpo.models.prompt_bos import with_prompt_bos
+from chessgrpo.rl import GRPOConfig
+from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS, LMReward
 from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig, make_forward, sample_completion_groups, to_rollout_batch
+from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, StepGroups, TaskRollout, interval_text, postfix
 
@@ -175,14 +175,19 @@ class RookWorldKind(GRPOKind):
         self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
         self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
         n_policy, n_environment = config.task.split()
-        for label, prompts, wanted in (("P:", self.policy_prompts, n_policy), ("A:", self.environment_prompts, n_environment)):
+        for label, prompts, wanted in (
+            ("P:", self.policy_prompts, n_policy),
+            ("A:", self.environment_prompts, n_environment),
+        ):
             if wanted and not prompts:
                 raise ConfigError(
                     f"config key data: {config.data!r} has no {label} train prompts but the task mix asks for {wanted} per step"
                 )
         test = read_rookworld(config.data, "test")
         self.eval_policy_fens = [e.fen for e in test if e.task == "policy"][: config.eval.policy_prompts]
-        self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][: config.eval.environment_prompts]
+        self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][
+            : config.eval.environment_prompts
+        ]
 
         if shared is not None:
             self.lm, self.reference_model = shared.model, shared.reference
@@ -192,7 +197,10 @@ class RookWorldKind(GRPOKind):
         # Sampling and evaluation encode prompts through this view (task.prompt_bos: BOS first).
         self.prompt_lm = with_prompt_bos(self.lm, config.task.prompt_bos)
         limit = self.lm.max_positions
-        longest = max(len(self.prompt_lm.tokenizer.encode(p)) for p in self.policy_prompts[:2000] + self.environment_prompts[:2000])
+        longest = max(
+            len(self.prompt_lm.tokenizer.encode(p))
+            for p in self.policy_prompts[:2000] + self.environment_prompts[:2000]
+        )
         if limit is not None and longest + config.task.max_new_tokens > limit:
             raise ConfigError(
                 f"config key task.max_new_tokens={config.task.max_new_tokens} + the longest prompt ({longest} tokens) "
@@ -242,10 +250,12 @@ class RookWorldKind(GRPOKind):
     def _learner_forward(self, temperature: float) -> Any:
         """`tasks.lm_rollout.make_forward` of the policy, under bf16 autocast when the run asks for it."""
         forward = make_forward(
-            self.learner_model, temperature=temperature, chunk_rows=self.config.task.logprob_chunk_rows,
+            self.learner_model,
+            temperature=temperature,
+            chunk_rows=self.config.task.logprob_chunk_rows,
             entropy_grad=self.config.grpo.entropy_coef > 0,
             reference=self.reference_model if self.config.grpo.exact_kl_term else None,
-        )  # fmt: skip
+        )
         if not self.context.bf16:
             return forward
 
@@ -266,21 +276,35 @@ class RookWorldKind(GRPOKind):
         prompts = [drawn[i] for i in groups.mine]
         with context.autocast():
             completions = sample_completion_groups(
-                self.prompt_lm, prompts, task.group_size, temperature=task.temperature, max_new_tokens=task.max_new_tokens,
-                generator=self.group_generators(step, groups.seeds), reference=self.reference_model,
+                self.prompt_lm,
+                prompts,
+                task.group_size,
+                temperature=task.temperature,
+                max_new_tokens=task.max_new_tokens,
+                generator=self.group_generators(step, groups.seeds),
+                reference=self.reference_model,
                 chunk_rows=task.logprob_chunk_rows,
-            )  # fmt: skip
+            )
         sample_s = time.perf_counter() - tick
 
         tick = time.perf_counter()
         row_prompts = completions.row_prompts()
         # Each reward of the run grades the rows it grades; a row's reward is the weighted sum of its grades.
-        graded = {item.name: item.reward.function(self.pool, row_prompts, completions.texts, config.rewards) for item in self.rewards}
+        graded = {
+            item.name: item.reward.function(self.pool, row_prompts, completions.texts, config.rewards)
+            for item in self.rewards
+        }
         totals = []
         for row, prompt in enumerate(row_prompts):
-            parts = [(item.weight, graded[item.name][row].total) for item in self.rewards if graded[item.name][row] is not None]
+            parts = [
+                (item.weight, graded[item.name][row].total)
+                for item in self.rewards
+                if graded[item.name][row] is not None
+            ]
             if not parts:
-                raise ValueError(f"no reward of task.rewards {list(config.task.weights)} grades the prompt {prompt[:40]!r}")
+                raise ValueError(
+                    f"no reward of task.rewards {list(config.task.weights)} grades the prompt {prompt[:40]!r}"
+                )
             totals.append(combine(parts))
         rewards = torch.tensor(totals, dtype=torch.float32)
         reward_s = time.perf_counter() - tick
@@ -290,8 +314,14 @@ class RookWorldKind(GRPOKind):
         metrics.update({"perf/sample_s": sample_s, "perf/reward_s": reward_s})
         row_groups = torch.arange(len(prompts)).repeat_interleave(task.group_size)  # rows are prompt-major
         # every rank's completions: the ranks step together
-        return TaskRollout(batch, self._learner_forward(task.temperature), metrics, samples=groups.count * task.group_size,
-                           rollout_s=sample_s + reward_s, row_groups=row_groups)  # fmt: skip
+        return TaskRollout(
+            batch,
+            self._learner_forward(task.temperature),
+            metrics,
+            samples=groups.count * task.group_size,
+            rollout_s=sample_s + reward_s,
+            row_groups=row_groups,
+        )
 
     def _rollout_metrics(self, groups: Any, graded: dict[str, list], count: int, stats_before: Any) -> dict[str, float]:
         """The rollout's metrics: completion lengths, malformed rate, each reward by name over the rows it graded (its
@@ -307,8 +337,10 @@ class RookWorldKind(GRPOKind):
             "rollout/completion_tokens_max": float(lengths.max()),
             "rollout/truncated_frac": float((~groups.generation.finished).float().mean()),
             # A row is malformed when a reward that grades it could not parse it.
-            "rollout/malformed_rate": sum(any(g[row] is not None and g[row].malformed is not None for g in graded.values())
-                                          for row in range(rows)) / rows,  # fmt: skip
+            "rollout/malformed_rate": sum(
+                any(g[row] is not None and g[row].malformed is not None for g in graded.values()) for row in range(rows)
+            )
+            / rows,
             "rollout/prompts": float(count),
         }
         for name, grades in graded.items():
@@ -345,11 +377,18 @@ class RookWorldKind(GRPOKind):
 
             self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, seed).puzzles)
         result = evaluate_lm(
-            self.prompt_lm, policy_fens=self.eval_policy_fens, environment_prompts=self.eval_environment_prompts,
-            puzzles=self._puzzles or (), pool=self.pool, rewards=self.config.rewards, batch_size=config.batch_size,
-            policy_max_new_tokens=self.config.task.max_new_tokens, environment_max_new_tokens=self.config.task.max_new_tokens,
-            seed=seed, resamples=config.resamples,
-        )  # fmt: skip
+            self.prompt_lm,
+            policy_fens=self.eval_policy_fens,
+            environment_prompts=self.eval_environment_prompts,
+            puzzles=self._puzzles or (),
+            pool=self.pool,
+            rewards=self.config.rewards,
+            batch_size=config.batch_size,
+            policy_max_new_tokens=self.config.task.max_new_tokens,
+            environment_max_new_tokens=self.config.task.max_new_tokens,
+            seed=seed,
+            resamples=config.resamples,
+        )
         write_json_atomic(out_dir / EVALUATIONS["lm"].step_file(step), {**result.to_json(), "step": step})
         return result.flat()
 
@@ -362,7 +401,11 @@ class RookWorldKind(GRPOKind):
             return
         first, last = json.loads(files[0].read_text()), json.loads(files[-1].read_text())
         diffs = compare_lm_results(first, last, resamples=self.config.eval.resamples, seed=self.config.run.seed)
-        self.paired = {"a": files[0].name, "b": files[-1].name, "differences": {k: v.to_json() for k, v in diffs.items()}}
+        self.paired = {
+            "a": files[0].name,
+            "b": files[-1].name,
+            "differences": {k: v.to_json() for k, v in diffs.items()},
+        }
         write_json_atomic(out_dir / PAIRED_FILE, self.paired)
         self._paired_lines = [f"paired held-out {files[0].name} -> {files[-1].name} ({out_dir / PAIRED_FILE}):"]
         for name, interval in diffs.items():
@@ -381,15 +424,25 @@ class RookWorldKind(GRPOKind):
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        return postfix(row, (("reward/mean", "reward", ".3f"), ("rollout/malformed_rate", "malformed", ".2f"),
-                             ("perf/samples_per_s", "sps", ".1f"), ("eval/p_reward", "heldout_p_reward", ".3f")))  # fmt: skip
+        return postfix(
+            row,
+            (
+                ("reward/mean", "reward", ".3f"),
+                ("rollout/malformed_rate", "malformed", ".2f"),
+                ("perf/samples_per_s", "sps", ".1f"),
+                ("eval/p_reward", "heldout_p_reward", ".3f"),
+            ),
+        )
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         parts = []
         if "eval/p_format_rate" in row:
             text = f"P: format {interval_text(row, 'eval/p_format_rate')}"
-            for key, label in (("eval/p_best_accuracy", "best"), ("eval/p_best_accuracy_well_formed", "best (well-formed)"),
-                               ("eval/p_reward", "reward")):  # fmt: skip
+            for key, label in (
+                ("eval/p_best_accuracy", "best"),
+                ("eval/p_best_accuracy_well_formed", "best (well-formed)"),
+                ("eval/p_reward", "reward"),
+            ):
                 if key in row:
                     text += f", {label} {interval_text(row, key)}"
             parts.append(text)

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
-from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
 from chessgrpo.data.rookworld_format import format_policy_completion
 from chessgrpo.errors import InputError
+from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
 from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.tasks.sft import loss_tokens, policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
@@ -134,8 +134,10 @@ class SFTTrainConfig(TrainConfig):
             raise ConfigError(f"config key micro_batch_size must be >= 0 (0 = no split), got {self.micro_batch_size}")
         if self.reshuffle_moves is not None:
             if self.move_order != "shuffle":
-                raise ConfigError(f"config keys reshuffle_moves and move_order={self.move_order} both given: "
-                                  "reshuffle_moves is the old name, set move_order only (reshuffle_moves: null)")  # fmt: skip
+                raise ConfigError(
+                    f"config keys reshuffle_moves and move_order={self.move_order} both given: "
+                    "reshuffle_moves is the old name, set move_order only (reshuffle_moves: null)"
+                )
             self.move_order = "shuffle" if self.reshuffle_moves else "as_written"
             self.reshuffle_moves = None
         if self.move_order not in MOVE_ORDERS:
@@ -145,15 +147,21 @@ class SFTTrainConfig(TrainConfig):
         if self.eval_prompts < 0:
             raise ConfigError(f"config key eval_prompts must be >= 0, got {self.eval_prompts}")
         if not self.tasks or any(t not in TASKS for t in self.tasks):
-            raise ConfigError(f"config key tasks must be a non-empty list of policy/environment, got {list(self.tasks)}")
+            raise ConfigError(
+                f"config key tasks must be a non-empty list of policy/environment, got {list(self.tasks)}"
+            )
         if self.first_tasks_steps < 0:
             raise ConfigError(f"config key first_tasks_steps must be >= 0, got {self.first_tasks_steps}")
         if self.first_tasks is not None:
             self.first_tasks = tuple(self.first_tasks)
             if not self.first_tasks or any(t not in self.tasks for t in self.first_tasks):
-                raise ConfigError(f"config key first_tasks must be a non-empty subset of tasks {list(self.tasks)}, got {list(self.first_tasks)}")
+                raise ConfigError(
+                    f"config key first_tasks must be a non-empty subset of tasks {list(self.tasks)}, got {list(self.first_tasks)}"
+                )
         if self.first_tasks_steps > 0 and self.first_tasks is None:
-            raise ConfigError(f"config key first_tasks_steps is {self.first_tasks_steps} but first_tasks is null: name the first stage's tasks")
+            raise ConfigError(
+                f"config key first_tasks_steps is {self.first_tasks_steps} but first_tasks is null: name the first stage's tasks"
+            )
 
     def default_best_metric(self) -> tuple[str, str] | None:
         return "eval/loss", "min"
@@ -206,12 +214,18 @@ class SFTKind(Kind):
         self._orders: tuple[int, np.ndarray] | None = None
         # The curriculum's first stage reads its own seeded permutations of its tasks' examples.
         first = set(config.first_tasks or ())
-        self._first_stage_indices = np.asarray([i for i, task in enumerate(self.train_data.tasks) if task in first], dtype=np.int64)
+        self._first_stage_indices = np.asarray(
+            [i for i, task in enumerate(self.train_data.tasks) if task in first], dtype=np.int64
+        )
         if config.first_tasks_steps > 0 and not len(self._first_stage_indices):
-            raise InputError(f"dataset {config.data!r} has no train examples of first_tasks {list(config.first_tasks or ())}")
+            raise InputError(
+                f"dataset {config.data!r} has no train examples of first_tasks {list(config.first_tasks or ())}"
+            )
         self.first_epoch = 0
         self.first_position = 0
-        logger.info("SFT of a %.2fM-parameter model on %d train examples", self.lm.num_parameters() / 1e6, len(self.train_data))
+        logger.info(
+            "SFT of a %.2fM-parameter model on %d train examples", self.lm.num_parameters() / 1e6, len(self.train_data)
+        )
 
     # -- optimisation (the same rules as kind: rookworld) ------------------------------------------
 
@@ -281,7 +295,9 @@ class SFTKind(Kind):
 
     def _encode_policy_answer(self, fen: str, answer: Any, order: list[int]) -> list[int]:
         """Token ids (EOS last) of a P: completion with its M:/E: pairs listed in `order`."""
-        listed = dataclasses.replace(answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order))
+        listed = dataclasses.replace(
+            answer, moves=tuple(answer.moves[k] for k in order), evals=tuple(answer.evals[k] for k in order)
+        )
         return self.lm.tokenizer.encode(format_policy_completion(fen, listed)) + [self.lm.tokenizer.eos_token_id]
 
     def _encode_fixed_orders(self, completions: list[list[int]], answers: dict[int, tuple[str, Any]]) -> None:
@@ -308,7 +324,9 @@ class SFTKind(Kind):
             prompts = [self.train_data.prompts[i] for i in indices[mine.start : mine.stop]]
             weight = self.config.prompt_loss_weight
             batch_tokens = sum(loss_tokens(self.train_data.prompts[i], c, weight) for i, c in zip(indices, completions))
-            loss_value, grad_norm = self._learn(prompts, completions[mine.start : mine.stop], len(indices), batch_tokens, learner)
+            loss_value, grad_norm = self._learn(
+                prompts, completions[mine.start : mine.stop], len(indices), batch_tokens, learner
+            )
         finally:
             self.model.eval()
         seconds = time.perf_counter() - tick
@@ -320,7 +338,14 @@ class SFTKind(Kind):
             "train/epoch": float(self.epoch),
         }
 
-    def _learn(self, prompts: list[list[int]], completions: list[list[int]], batch_examples: int, batch_tokens: float, learner: Any) -> tuple[float, float]:
+    def _learn(
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        batch_examples: int,
+        batch_tokens: float,
+        learner: Any,
+    ) -> tuple[float, float]:
         """One optimizer update from this rank's examples, in micro-batches: (its token-mean loss, grad norm).
 
         The global loss is a token mean over the whole batch (every rank's `batch_tokens`, the
@@ -340,7 +365,13 @@ class SFTKind(Kind):
             if placeholder:  # join DDP's reduction with a zero-weight loss
                 part_prompts, part_completions = [self.train_data.prompts[0]], [self.train_data.completions[0]]
             with self.context.autocast():
-                loss, tokens = sft_loss(self.lm, part_prompts, part_completions, model=self.learner_model, prompt_weight=self.config.prompt_loss_weight)
+                loss, tokens = sft_loss(
+                    self.lm,
+                    part_prompts,
+                    part_completions,
+                    model=self.learner_model,
+                    prompt_weight=self.config.prompt_loss_weight,
+                )
             weight = 0.0 if placeholder else world * tokens / max(batch_tokens, 1)
             if not placeholder:
                 total += float(loss.detach()) * tokens
@@ -358,9 +389,9 @@ class SFTKind(Kind):
     @torch.no_grad()
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
         """Held-out loss and greedy well-formed rates (see the module docstring)."""
+        from chessgrpo.data.rookworld_format import Malformed, parse_environment_completion, parse_policy_completion
         from chessgrpo.models.lm_generation import generate_texts
         from chessgrpo.stats import wilson_interval
-        from chessgrpo.data.rookworld_format import Malformed, parse_environment_completion, parse_policy_completion
 
         config = self.config
         self.model.eval()
@@ -384,16 +415,29 @@ class SFTKind(Kind):
             examples = [e for e in self.test_examples if e.task == task][: config.eval_prompts]
             if not examples:
                 continue
-            texts = generate_texts(self.prompt_lm, [e.prompt for e in examples], max_new_tokens=config.max_new_tokens, batch_size=config.eval_batch_size)
+            texts = generate_texts(
+                self.prompt_lm,
+                [e.prompt for e in examples],
+                max_new_tokens=config.max_new_tokens,
+                batch_size=config.eval_batch_size,
+            )
             parse = parse_policy_completion if task == "policy" else parse_environment_completion
             parsed = [parse(t) for t in texts]
             well_formed = [not isinstance(p, Malformed) for p in parsed]
             well_formed_all += well_formed
             rate = wilson_interval(sum(well_formed), len(well_formed))
-            metrics.update({f"eval/{task}_format_rate": rate.value, f"eval/{task}_format_rate_low": rate.low,
-                            f"eval/{task}_format_rate_high": rate.high})  # fmt: skip
+            metrics.update(
+                {
+                    f"eval/{task}_format_rate": rate.value,
+                    f"eval/{task}_format_rate_low": rate.low,
+                    f"eval/{task}_format_rate_high": rate.high,
+                }
+            )
             if task == "policy":
-                best = [not isinstance(p, Malformed) and bool(e.moves) and p.best == e.moves[0] for p, e in zip(parsed, examples)]
+                best = [
+                    not isinstance(p, Malformed) and bool(e.moves) and p.best == e.moves[0]
+                    for p, e in zip(parsed, examples)
+                ]
                 metrics["eval/policy_best_label_accuracy"] = sum(best) / len(best)
                 # Does the model read the board? A board-blind model writes the same few moves everywhere.
                 legal = [not isinstance(p, Malformed) and _is_legal(e.fen, p.best) for p, e in zip(parsed, examples)]
@@ -405,7 +449,9 @@ class SFTKind(Kind):
                 metrics["eval/environment_exact_rate"] = sum(exact) / len(exact)
         if well_formed_all:
             rate = wilson_interval(sum(well_formed_all), len(well_formed_all))
-            metrics.update({"eval/format_rate": rate.value, "eval/format_rate_low": rate.low, "eval/format_rate_high": rate.high})
+            metrics.update(
+                {"eval/format_rate": rate.value, "eval/format_rate_low": rate.low, "eval/format_rate_high": rate.high}
+            )
         return metrics
 
     # -- state --------------------------------------------------------------------------------------
@@ -420,7 +466,12 @@ class SFTKind(Kind):
         self.model.eval()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position, "first_epoch": self.first_epoch, "first_position": self.first_position}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "first_epoch": self.first_epoch,
+            "first_position": self.first_position,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
@@ -447,7 +498,9 @@ class SFTKind(Kind):
         if "eval/policy_best_label_accuracy" in row:
             parts.append(f"best-move = label {row['eval/policy_best_label_accuracy']:.3f}")
         if "eval/policy_best_legal_rate" in row:
-            parts.append(f"B: legal {row['eval/policy_best_legal_rate']:.3f} ({row['eval/policy_distinct_best_moves']:.0f} distinct)")
+            parts.append(
+                f"B: legal {row['eval/policy_best_legal_rate']:.3f} ({row['eval/policy_distinct_best_moves']:.0f} distinct)"
+            )
         if "eval/environment_exact_rate" in row:
             parts.append(f"A: exact {row['eval/environment_exact_rate']:.3f}")
         return ", ".join(parts)

@@ -44,32 +44,32 @@ import torch
 
 from chessgrpo.board.endgames import COLOURS, EndgameStarts
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused
+from chessgrpo.data.start_positions import StartPositions
+from chessgrpo.engine.tablebase import Tablebase
+from chessgrpo.eval.endgame import evaluate_endgame, policy_picker, random_picker
 from chessgrpo.eval.registry import EVALUATIONS  # result file names
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.engine.tablebase import Tablebase
-from chessgrpo.eval.endgame import evaluate_endgame, policy_picker, random_picker
-from chessgrpo.data.start_positions import StartPositions
+from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
+from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
 from chessgrpo.tasks.trajectory import (
     EngineValues,
     Opponent,
     PolicyOpponent,
     StockfishOpponent,
     TablebaseOpponent,
-    TrajectoryConfig,
     Trajectories,
+    TrajectoryConfig,
     make_forward,
     outcome_metrics,
     play_trajectories,
     to_rollout_batch,
 )
-from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
 from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources, TrajectoryReward, sibling_baselines
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators
 from chessgrpo.train.kind import RunContext, SharedParts, StepGroups, TaskRollout, postfix
-from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
 
 logger = logging.getLogger(__name__)
 
@@ -160,35 +160,55 @@ class TrajectoryTrainConfig(TrainConfig):
             raise ConfigError(f"config key kind must be trajectory for this config, got {self.kind!r}")
         engine_limits_unused(self.engine, "task.reward_nodes, task.opponent_nodes and eval.nodes")
         if self.task.rewards is None and self.task.reward not in TRAJECTORY_REWARDS:
-            raise ConfigError(f"config key task.reward must be one of {TRAJECTORY_REWARDS.known()}, got {self.task.reward!r}")
+            raise ConfigError(
+                f"config key task.reward must be one of {TRAJECTORY_REWARDS.known()}, got {self.task.reward!r}"
+            )
         try:
             self.weighted_rewards()
         except ValueError as error:
             raise ConfigError(f"config key {error}") from None
         if self.max_start_positions is not None and self.max_start_positions < 1:
             raise ConfigError(f"config key max_start_positions must be >= 1 or null, got {self.max_start_positions}")
-        if self.curriculum_start_dtz is not None and (self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0):
-            raise ConfigError("config keys curriculum_start_dtz must be >= 1 (or null) and curriculum_dtz_per_step >= 0")
+        if self.curriculum_start_dtz is not None and (
+            self.curriculum_start_dtz < 1 or self.curriculum_dtz_per_step < 0
+        ):
+            raise ConfigError(
+                "config keys curriculum_start_dtz must be >= 1 (or null) and curriculum_dtz_per_step >= 0"
+            )
         if self.curriculum_widen_at is not None:
             if self.curriculum_start_dtz is None:
-                raise ConfigError("config key curriculum_widen_at needs curriculum_start_dtz (the DTZ limit it widens from)")
+                raise ConfigError(
+                    "config key curriculum_widen_at needs curriculum_start_dtz (the DTZ limit it widens from)"
+                )
             if not 0.0 < self.curriculum_widen_at <= 1.0:
-                raise ConfigError(f"config key curriculum_widen_at must be a mate rate in (0, 1] or null, got {self.curriculum_widen_at}")
+                raise ConfigError(
+                    f"config key curriculum_widen_at must be a mate rate in (0, 1] or null, got {self.curriculum_widen_at}"
+                )
             if self.curriculum_widen_plies < 1 or self.curriculum_window < 1:
                 raise ConfigError("config keys curriculum_widen_plies and curriculum_window must be >= 1")
         if self.endgame_colours not in COLOURS:
-            raise ConfigError(f"config key endgame_colours must be one of {list(COLOURS)}, got {self.endgame_colours!r}")
+            raise ConfigError(
+                f"config key endgame_colours must be one of {list(COLOURS)}, got {self.endgame_colours!r}"
+            )
         if self.debug_learn_temperature is not None and self.debug_learn_temperature <= 0:
-            raise ConfigError(f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}")
+            raise ConfigError(
+                f"config key debug_learn_temperature must be > 0 or null, got {self.debug_learn_temperature}"
+            )
         if self.needs_tables and not self.engine.syzygy_path:
             raise ConfigError("endgame positions and tablebase rewards/opponents need engine.syzygy_path")
         if self.task.supervision == "critic" and not (self.task.only_tablebase and self.task.regret):
-            raise ConfigError("task.supervision: critic needs task.reward: tablebase (alone, weight 1) and task.regret: true "
-                              "(rewards relative to the exact value)")
+            raise ConfigError(
+                "task.supervision: critic needs task.reward: tablebase (alone, weight 1) and task.regret: true "
+                "(rewards relative to the exact value)"
+            )
         if self.eval.max_dtz is not None and not self.is_endgame:
-            raise ConfigError(f"config key eval.max_dtz limits held-out endgame starts; positions {self.positions!r} are not endgame:...")
+            raise ConfigError(
+                f"config key eval.max_dtz limits held-out endgame starts; positions {self.positions!r} are not endgame:..."
+            )
         if "tablebase" in self.reward_needs and not self.is_endgame:
-            logger.warning("tablebase rewards with positions %r: every position must be covered by the tables", self.positions)
+            logger.warning(
+                "tablebase rewards with positions %r: every position must be covered by the tables", self.positions
+            )
 
     @property
     def is_endgame(self) -> bool:
@@ -196,7 +216,9 @@ class TrajectoryTrainConfig(TrainConfig):
 
     def weighted_rewards(self) -> list[WeightedReward[TrajectoryReward]]:
         """The run's rewards and weights (`task.rewards`, else `task.reward` at weight 1); a `ValueError` naming the key."""
-        return TRAJECTORY_REWARDS.weighted(self.task.weights, "task.rewards" if self.task.rewards is not None else "task.reward")
+        return TRAJECTORY_REWARDS.weighted(
+            self.task.weights, "task.rewards" if self.task.rewards is not None else "task.reward"
+        )
 
     @property
     def reward_needs(self) -> frozenset[str]:
@@ -211,8 +233,10 @@ class TrajectoryTrainConfig(TrainConfig):
     @property
     def needs_pool(self) -> bool:
         """Whether the run starts Stockfish (a reward that needs it, the stockfish opponent, offline evaluation)."""
-        return "pool" in self.reward_needs or self.task.opponent == "stockfish" or (
-            not self.is_endgame and self.eval.offline_positions is not None
+        return (
+            "pool" in self.reward_needs
+            or self.task.opponent == "stockfish"
+            or (not self.is_endgame and self.eval.offline_positions is not None)
         )
 
     def default_best_metric(self) -> tuple[str, str] | None:
@@ -247,15 +271,23 @@ class TrajectoryKind(PolicyGRPOKind):
             if config.is_endgame:
                 assert self.oracle is not None
                 self.endgame = EndgameStarts(
-                    config.positions[len(ENDGAME_PREFIX):], self.oracle.is_won, tables=self.oracle.names,
-                    plies=self.oracle.probe_dtz, colours=config.endgame_colours,
-                )  # fmt: skip
+                    config.positions[len(ENDGAME_PREFIX) :],
+                    self.oracle.is_won,
+                    tables=self.oracle.names,
+                    plies=self.oracle.probe_dtz,
+                    colours=config.endgame_colours,
+                )
                 # Held out first, so that no training draw can ever contain an evaluation position.
-                self._held_out = self.endgame.hold_out(config.eval.positions, seed=config.run.seed, max_plies=config.eval.max_dtz)
+                self._held_out = self.endgame.hold_out(
+                    config.eval.positions, seed=config.run.seed, max_plies=config.eval.max_dtz
+                )
             else:
                 self.start_positions = StartPositions.from_source(
-                    config.positions, split=config.positions_split, max_positions=config.max_start_positions, seed=config.run.seed
-                )  # fmt: skip
+                    config.positions,
+                    split=config.positions_split,
+                    max_positions=config.max_start_positions,
+                    seed=config.run.seed,
+                )
                 logger.info("%d start positions from %s", len(self.start_positions), config.positions)
 
             self.build_policy(config.init_checkpoint, config.model, config.grpo)
@@ -322,7 +354,9 @@ class TrajectoryKind(PolicyGRPOKind):
         super().load_state_dict(state)
         if self.config.curriculum_widen_at is not None:
             if "curriculum" not in state:
-                raise ValueError("this checkpoint holds no adaptive curriculum state (curriculum_widen_at was not set when it was written)")
+                raise ValueError(
+                    "this checkpoint holds no adaptive curriculum state (curriculum_widen_at was not set when it was written)"
+                )
             self._curriculum_limit = int(state["curriculum"]["limit"])
             self._curriculum_rates = [float(rate) for rate in state["curriculum"]["rates"]]
 
@@ -355,12 +389,22 @@ class TrajectoryKind(PolicyGRPOKind):
         # A pipelined step (`sampler` given) always does: its rollout runs beside the learner, so the engines search
         # rewards while the policy plays instead of idling until the games end (1.33x -> 1.46x the serial step rate
         # with one torch thread and one engine process: docs/benchmarks.md, "Pipelined GRPO steps").
-        overlap = (task.overlap_rewards or sampler is not None) and "engine_values" in self.reward_needs and self.pool is not None
+        overlap = (
+            (task.overlap_rewards or sampler is not None)
+            and "engine_values" in self.reward_needs
+            and self.pool is not None
+        )
         prefetch = EngineValues(self.pool, task.reward_nodes) if overlap else None
         trajectories = play_trajectories(
-            self.model if sampler is None else sampler, starts, task, opponent=self.opponent, generator=generators,
-            reference=self.reference if config.grpo.uses_kl else None, bf16=bf16, prefetch=prefetch,
-        )  # fmt: skip
+            self.model if sampler is None else sampler,
+            starts,
+            task,
+            opponent=self.opponent,
+            generator=generators,
+            reference=self.reference if config.grpo.uses_kl else None,
+            bf16=bf16,
+            prefetch=prefetch,
+        )
         sample_s = time.perf_counter() - tick
         curriculum_dtz = self.curriculum_max_plies(step)  # the limit these starts were drawn under
         self._update_curriculum(trajectories)
@@ -372,7 +416,9 @@ class TrajectoryKind(PolicyGRPOKind):
         step_rewards = combine([(item.weight, scored[item.name].rewards) for item in self.rewards])
         evaluations = sum(part.evaluations for part in scored.values())
         learner_rewards = step_rewards
-        if task.sibling_moves:  # each ply's regret against its siblings' at the same position (TrajectoryConfig.sibling_moves)
+        if (
+            task.sibling_moves
+        ):  # each ply's regret against its siblings' at the same position (TrajectoryConfig.sibling_moves)
             assert self.oracle is not None
             baselines = sibling_baselines(trajectories, self.oracle, shaping=task.shaping)
             learner_rewards = torch.where(trajectories.mask, step_rewards - baselines, torch.zeros_like(step_rewards))
@@ -381,11 +427,16 @@ class TrajectoryKind(PolicyGRPOKind):
         batch = to_rollout_batch(trajectories, learner_rewards, task.supervision)  # the learner computes its advantages
         learn_temperature = config.debug_learn_temperature or task.temperature
         forward = make_forward(
-            self.learner_model, trajectories, temperature=learn_temperature, bf16=bf16,
+            self.learner_model,
+            trajectories,
+            temperature=learn_temperature,
+            bf16=bf16,
             reference=self.reference if config.grpo.exact_kl_term else None,
-        )  # fmt: skip
+        )
         # Pipelined: the first-minibatch ratio check runs on the weights that sampled (`rl.optimize`'s behaviour_forward).
-        behaviour = None if sampler is None else make_forward(sampler, trajectories, temperature=learn_temperature, bf16=bf16)
+        behaviour = (
+            None if sampler is None else make_forward(sampler, trajectories, temperature=learn_temperature, bf16=bf16)
+        )
 
         mask = trajectories.mask
         # The step's rows and plies over every rank (the ranks step together).
@@ -409,11 +460,18 @@ class TrajectoryKind(PolicyGRPOKind):
         exact = scored.get("tablebase")
         metrics.update(
             outcome_metrics(
-                trajectories, step_rewards if exact is None else exact.rewards, "combined" if exact is None else "tablebase",
-                shaping=task.shaping, tablebase_opponent=task.opponent == "tablebase", regret=task.regret,
+                trajectories,
+                step_rewards if exact is None else exact.rewards,
+                "combined" if exact is None else "tablebase",
+                shaping=task.shaping,
+                tablebase_opponent=task.opponent == "tablebase",
+                regret=task.regret,
             )
         )
-        for name, part in scored.items():  # each reward of the run by name, over the valid plies, beside reward/step_mean
+        for (
+            name,
+            part,
+        ) in scored.items():  # each reward of the run by name, over the valid plies, beside reward/step_mean
             metrics.update(reward_metrics(name, part.rewards[mask]))
         if task.sibling_moves:
             metrics["reward/sibling_regret"] = float(baselines[mask].mean())
@@ -427,8 +485,15 @@ class TrajectoryKind(PolicyGRPOKind):
             metrics["perf/engine_evals_per_s"] = evaluations / max(reward_s, 1e-9)
             metrics["perf/engine_retries"] = float(self.pool.stats.retries)
             metrics["perf/engine_failures"] = float(self.pool.stats.failures)
-        return TaskRollout(batch, forward, metrics, samples=int(plies), rollout_s=sample_s + reward_s,
-                           row_groups=trajectories.row_start, behaviour_forward=behaviour)
+        return TaskRollout(
+            batch,
+            forward,
+            metrics,
+            samples=int(plies),
+            rollout_s=sample_s + reward_s,
+            row_groups=trajectories.row_start,
+            behaviour_forward=behaviour,
+        )
 
     # -- evaluation ---------------------------------------------------------------------------------
 
@@ -443,25 +508,49 @@ class TrajectoryKind(PolicyGRPOKind):
         metrics: dict[str, float] = {}
         if self._held_out is not None:
             assert self.oracle is not None
-            result = evaluate_endgame(policy_picker(self.model), self._held_out, self.oracle, max_moves=config.max_moves)
+            result = evaluate_endgame(
+                policy_picker(self.model), self._held_out, self.oracle, max_moves=config.max_moves
+            )
             metrics.update(result.metrics("eval/"))
-            payload: dict[str, Any] = {"step": step, "positions": self.config.positions, "policy": result.to_json(),
-                                       "starts": [board.fen() for board in self._held_out]}  # fmt: skip
+            payload: dict[str, Any] = {
+                "step": step,
+                "positions": self.config.positions,
+                "policy": result.to_json(),
+                "starts": [board.fen() for board in self._held_out],
+            }
             if config.baselines and step == 0:
-                baseline = evaluate_endgame(random_picker(seed), self._held_out, self.oracle, max_moves=config.max_moves)
+                baseline = evaluate_endgame(
+                    random_picker(seed), self._held_out, self.oracle, max_moves=config.max_moves
+                )
                 metrics.update(baseline.metrics("eval/random_"))
                 payload["random"] = baseline.to_json()
             write_json_atomic(out_dir / EVALUATIONS["endgame"].step_file(step), payload)
         elif config.offline_positions:
-            metrics.update(self.offline_evaluation(step, out_dir, self.pool, config.offline_positions, config.max_offline_positions,
-                                                   config.nodes, config.resamples))  # fmt: skip
+            metrics.update(
+                self.offline_evaluation(
+                    step,
+                    out_dir,
+                    self.pool,
+                    config.offline_positions,
+                    config.max_offline_positions,
+                    config.nodes,
+                    config.resamples,
+                )
+            )
         return metrics
 
     # -- presentation -------------------------------------------------------------------------------
 
     def progress_postfix(self, row: dict[str, Any]) -> dict[str, str]:
-        return postfix(row, (("rollout/mate_rate", "mate", ".3f"), ("reward/mean", "reward_mean", ".3f"),
-                             ("eval/mate_rate", "heldout_mate", ".3f"), ("eval/esl", "heldout_esl", ".3f")))  # fmt: skip
+        return postfix(
+            row,
+            (
+                ("rollout/mate_rate", "mate", ".3f"),
+                ("reward/mean", "reward_mean", ".3f"),
+                ("eval/mate_rate", "heldout_mate", ".3f"),
+                ("eval/esl", "heldout_esl", ".3f"),
+            ),
+        )
 
     def eval_line(self, step: int, row: dict[str, Any]) -> str | None:
         return policy_eval_line(step, row)
