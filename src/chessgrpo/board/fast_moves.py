@@ -80,7 +80,7 @@ def _rust_board(board: chess.Board, fen: str | None) -> object | None:
     """`board` as a rust_chess board without its clocks (module docstring); None if the backend refuses it."""
     placement, turn, castling, ep = (board.fen() if fen is None else fen).split(" ", 4)[:4]
     try:
-        return _rc.Board.from_fen(f"{placement} {turn} {castling} {ep} 0 1")  # type: ignore[union-attr]
+        return _rc.Board.from_fen(f"{placement} {turn} {castling} {ep} 0 1")
     except ValueError:
         return None
 

@@ -45,7 +45,7 @@ class _IntermixedParser(argparse.ArgumentParser):
 
     _intermixing = False
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         if self._intermixing:  # parse_known_intermixed_args calls back into parse_known_args
             return super().parse_known_args(args, namespace)
         self._intermixing = True

@@ -41,6 +41,10 @@ def score_to_wdl(cp: int | None, mate: int | None, *, ply: int, model: str) -> t
     return (wdl.wins, wdl.draws, wdl.losses)
 
 
+DRAW = 0.5
+"""The win probability (expected score) of a drawn position."""
+
+
 def expected_score(wdl: tuple[int, int, int]) -> float:
     """Win probability as the expected game score: (wins + draws / 2) / 1000."""
     wins, draws, losses = wdl

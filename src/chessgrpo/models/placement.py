@@ -50,7 +50,7 @@ class FollowsModuleMode:
 
     module: nn.Module
 
-    @property  # type: ignore[override]
+    @property
     def training(self) -> bool:
         return self.module.training
 

@@ -50,4 +50,4 @@ def with_prompt_bos(lm: ChessLM, enabled: bool) -> ChessLM:
         return lm
     from chessgrpo.models.lm import ChessLM
 
-    return ChessLM(lm.model, PromptBOSTokenizer(lm.tokenizer), lm.source)  # type: ignore[arg-type]
+    return ChessLM(lm.model, PromptBOSTokenizer(lm.tokenizer), lm.source)

@@ -69,7 +69,7 @@ def check_finite(name: str, value: float | Tensor) -> None:
     """Raise `NonFiniteError` (an `InvariantViolation`) if the metric `name` is NaN or infinite."""
     if isinstance(value, Tensor):
         finite = bool(torch.isfinite(value).all())
-        shown = value.detach().flatten()[:4].tolist()
+        shown: object = value.detach().flatten()[:4].tolist()
     else:
         finite = math.isfinite(value)
         shown = value

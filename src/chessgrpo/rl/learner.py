@@ -104,10 +104,9 @@ def compute_advantages(batch: RolloutBatch, config: GRPOConfig, parallel: DataPa
     ranks' rewards (`parallel`).
     """
     supervision = batch.reward_supervision
-    several = parallel is not None and parallel.world_size > 1
     if supervision == "outcome":
         batch_std = None
-        if config.advantage_estimator == "batch_std" and several:
+        if config.advantage_estimator == "batch_std" and parallel is not None and parallel.world_size > 1:
             batch_std = parallel.std(batch.rewards.double())
         return group_advantages(
             batch.rewards, batch.group_ids, config.advantage_estimator, config.advantage_epsilon, batch_std=batch_std
@@ -121,7 +120,8 @@ def compute_advantages(batch: RolloutBatch, config: GRPOConfig, parallel: DataPa
             batch.rewards, batch.mask, batch.group_ids, config.advantage_epsilon, estimator=config.advantage_estimator
         )
     if supervision == "critic":
-        batch_std = parallel.std(batch.rewards[batch.mask].double()) if several else None
+        several = parallel is not None and parallel.world_size > 1
+        batch_std = parallel.std(batch.rewards[batch.mask].double()) if parallel is not None and several else None
         return critic_advantages(batch.rewards, batch.mask, config.advantage_epsilon, batch_std=batch_std)
     raise ValueError(f"unknown supervision {supervision!r} (RolloutBatch.supervision)")
 
@@ -288,7 +288,7 @@ def optimize(
     if collected:
         metrics.update(reduce_metrics(collected))
     observed_kl = metrics.get("kl/value")
-    if world_size > 1:  # every rank updates its controller with the same value
+    if parallel is not None and world_size > 1:  # every rank updates its controller with the same value
         kl_values = [m["kl/value"] for m in collected if "kl/value" in m]
         total, count = parallel.sum([math.fsum(kl_values), len(kl_values)])
         observed_kl = total / count if count else None
@@ -451,6 +451,8 @@ def _micro_batch_loss(
             f"kl_coef = {config.kl_coef} (schedule {kl_controller.schedule!r}) needs reference log-probs, "
             "but neither forward's PolicyOutputs.ref_logp nor batch.ref_logp holds them"
         )
+    if minibatch.advantages is None:
+        raise ValueError("the minibatch has no advantages (rl.compute_advantages fills them before optimize)")
     out = policy_loss(
         outputs.logp,
         minibatch.behaviour_logp,
@@ -541,7 +543,7 @@ def _permutation(n: int, generator: torch.Generator | None) -> Tensor:
     return torch.randperm(n, generator=generator, device=generator.device)
 
 
-def clip_grad_norm(params: list[Tensor], max_norm: float) -> float:
+def clip_grad_norm(params: Sequence[Tensor], max_norm: float) -> float:
     """The total gradient norm before clipping; clips to max_norm when it is > 0."""
     with_grad = [p for p in params if p.grad is not None]
     if not with_grad:

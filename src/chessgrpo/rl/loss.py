@@ -242,9 +242,9 @@ def policy_loss(
         high = (advantages > 0) & (ratio > 1.0 + eps_high) & valid
         zero = total.new_zeros(())
         kl_weighted = kl_coef * kl_term if kl_term is not None else zero
-        terms = torch.stack([policy_term, kl_weighted, entropy_term if entropy_term is not None else zero]).detach()
-        magnitude = terms.abs().sum()
-        shares = torch.where(magnitude > 0, terms.abs() / magnitude.clamp(min=1e-30), torch.zeros_like(terms))
+        stacked = torch.stack([policy_term, kl_weighted, entropy_term if entropy_term is not None else zero]).detach()
+        magnitude = stacked.abs().sum()
+        shares = torch.where(magnitude > 0, stacked.abs() / magnitude.clamp(min=1e-30), torch.zeros_like(stacked))
         names = [
             "loss/policy",
             "loss/kl",
@@ -266,7 +266,7 @@ def policy_loss(
             policy_term,
             kl_term if kl_term is not None else zero,
             kl_weighted,
-            terms[2],
+            stacked[2],
             total,
             shares[0],
             shares[1],

@@ -30,12 +30,12 @@ import torch
 
 from chessgrpo.board import move_to_action
 from chessgrpo.board.move_facts import has_mate, move_facts
+from chessgrpo.engine.evaluation import DRAW
 from chessgrpo.models.policy import ActionPolicy, log_probs
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine.tablebase import Tablebase
 
-DRAW = 0.5
 TABLEBASE_VALUES = {2: 1.0, 1: DRAW, 0: DRAW, -1: DRAW, -2: 0.0}
 """Syzygy WDL -> expected score under the fifty-move rule (cursed wins and blessed losses draw)."""
 

@@ -200,7 +200,7 @@ def enqueue_default(study: Any, sweep: Sweep) -> None:
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
     """The run's health events (RUN_DIR/events.jsonl, written by the spine)."""
-    from chessgrpo.train.loop import EVENTS_FILE
+    from chessgrpo.train.metrics import EVENTS_FILE
 
     path = run_dir / EVENTS_FILE
     if not path.is_file():

@@ -21,12 +21,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from chessgrpo.errors import InputError
 
+if TYPE_CHECKING:
+    import torch
+
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+R = TypeVar("R", float, "torch.Tensor")
+"""A reward value: one number, or one per row."""
 
 RESERVED_NAMES = frozenset({"mean", "std", "min", "max"})
 """Names no reward may take: ``reward/<name>`` would collide with the combined reward's metrics (`rl.learner`)."""
@@ -186,14 +191,14 @@ def check_weights(weights: Mapping[str, float], key: str = "rewards") -> None:
         raise InputError(f"{key}: every weight is 0, so every reward is 0 and nothing is learnt")
 
 
-def combine(parts: Sequence[tuple[float, T]]) -> T:
+def combine(parts: Sequence[tuple[float, R]]) -> R:
     """The weighted sum of the rewards `parts` ((weight, value): tensors or floats), starting from the first
     term: one reward of weight 1 gives its values bit for bit (1.0 * x == x, -0.0 included)."""
     if not parts:
         raise ValueError("no rewards to combine")
-    (weight, value), *rest = parts
-    total: Any = weight * value
-    for weight, value in rest:
+    first_weight, first_value = parts[0]
+    total: Any = first_weight * first_value
+    for weight, value in parts[1:]:
         total = total + weight * value
     return total
 

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import chess
 
+from chessgrpo.engine.evaluation import DRAW
+
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import Evaluation, Tablebase
     from chessgrpo.engine.tablebase import TablebaseResult
@@ -44,7 +46,6 @@ DISTANCE_DECAY = 0.95
 """Per-ply discount of a forced win: mate in 1 (1 ply) 0.995, mate in 10 (19 plies) 0.938."""
 CP_SCALE = 1000.0
 """Centipawns at which the material term reaches tanh(1) = 0.76 of its range."""
-DRAW = 0.5
 
 
 def forced_win_value(plies: int) -> float:

@@ -81,7 +81,7 @@ def load_reward_function(spec: str, key: str = "task.reward_fn") -> MoveReward:
     (board, move, win_probability): one `ValueError` naming `key` and `spec` otherwise."""
     target = import_function(spec, key)
     check_signature(target, spec, key, "(board, move, win_probability)", chess.Board(), chess.Move.null(), 0.5)
-    return target  # type: ignore[return-value]
+    return target
 
 
 def user_rewards(

@@ -40,11 +40,10 @@ import yaml
 
 from chessgrpo.eval.registry import held_out_metrics, recognise_summary, step_file_pattern
 from chessgrpo.files import read_text
-from chessgrpo.train.metrics import METRICS_FILE, read_metrics
+from chessgrpo.train.metrics import EVENTS_FILE, METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 
-EVENTS_FILE = "events.jsonl"
 """Health events of the training loop (skips, rollbacks, early stops, divergence), one JSON object a line."""
 TRAIN_KEYS = ("loss/total", "loss/train", "reward/mean")
 """A metrics row holding any of these is a training row (the rest are evaluation-only rows)."""

@@ -224,9 +224,8 @@ class WandbSink(Sink):
         directory = Path(config.wandb_dir) if config.wandb_dir else run_dir
         directory.mkdir(parents=True, exist_ok=True)
         resume = resume_step is not None
-        self.run_id = wandb_run_id(
-            run_dir, lambda: secrets.token_hex(4), resume=resume
-        )  # W&B's own ids are 8 lowercase alphanumerics
+        # W&B's own ids are 8 lowercase alphanumerics.
+        self.run_id = wandb_run_id(run_dir, lambda: secrets.token_hex(4), resume=resume)
         self._run = wandb.init(
             id=self.run_id,
             resume="allow",  # a resumed training run continues its W&B run: one run, one history
@@ -242,7 +241,7 @@ class WandbSink(Sink):
         self._held: list[tuple[int, dict[str, float]]] = []  # rows not sent yet, in the order they were logged
         self._sent = -1  # the last step W&B has
         self._committed: int | None = None  # the step of the last checkpoint: rows up to it are final
-        if resume:
+        if resume_step is not None:
             self._catch_up(resume_step, kept_rows)
 
     def _catch_up(self, resume_step: int, kept_rows: Sequence[Mapping[str, Any]]) -> None:
@@ -352,7 +351,7 @@ def _last_offline_step(wandb_dir: Path, run_id: str, *, exclude: Path) -> int:
         if path == exclude:
             continue
         for data in _wandb_file_records(path):
-            record = wandb_internal_pb2.Record()
+            record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # generated protobuf: no stubs
             try:
                 record.ParseFromString(data)
             except Exception:  # a damaged record: the file is read up to it

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
 from chessgrpo.train.backends import TrackingConfig
+
+if TYPE_CHECKING:
+    from chessgrpo.train.kind import Kind
 
 
 @dataclasses.dataclass
@@ -78,7 +81,7 @@ class TrainConfig:
 
     kind: str = ""
     """Which kind of run this is: pretrain, sft, move_group, trajectory, mixture or rookworld."""
-    kind_class: ClassVar[type | None] = None
+    kind_class: ClassVar[type[Kind] | None] = None
     """The `train.kind.Kind` plug-in that runs this config class (set when the kind is defined)."""
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
     steps: int = resumable(100)

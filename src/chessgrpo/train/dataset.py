@@ -137,7 +137,7 @@ class SparseMoveFacts:
     def dense(self, rows: np.ndarray, dtype: type = np.int64) -> np.ndarray:
         """[len(rows), 1968] of `dtype` (int64 by default): the fact byte of every action of the given rows."""
         rows = np.asarray(rows, dtype=np.int64)
-        out = np.zeros((len(rows), NUM_ACTIONS), dtype=dtype)
+        out: np.ndarray = np.zeros((len(rows), NUM_ACTIONS), dtype=dtype)
         starts, stops = self.offsets[rows], self.offsets[rows + 1]
         counts = stops - starts
         total = int(counts.sum())
@@ -165,12 +165,11 @@ class Batch:
 
     def pin_memory(self) -> Batch:
         """The batch in page-locked host memory (what an asynchronous host-to-GPU copy reads from)."""
-        return Batch(
-            **{
-                f.name: t.pin_memory() if (t := getattr(self, f.name)) is not None else None
-                for f in dataclasses.fields(self)
-            }
-        )
+        pinned: dict[str, Any] = {
+            f.name: t.pin_memory() if (t := getattr(self, f.name)) is not None else None
+            for f in dataclasses.fields(self)
+        }
+        return dataclasses.replace(self, **pinned)
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`; host-to-GPU copies go through pinned memory, asynchronously
@@ -184,7 +183,8 @@ class Batch:
                 return tensor.pin_memory().to(device, non_blocking=True)
             return tensor.to(device)
 
-        return Batch(**{f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self)})
+        moved: dict[str, Any] = {f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **moved)
 
 
 @dataclasses.dataclass(frozen=True)

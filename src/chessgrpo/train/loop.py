@@ -58,12 +58,11 @@ from chessgrpo.train.distributed import Parallel
 from chessgrpo.train.kind import Kind, RunContext
 from chessgrpo.train.learner import Learner
 from chessgrpo.train.lock import RunLock
-from chessgrpo.train.metrics import METRICS_FILE, MetricsWriter
+from chessgrpo.train.metrics import EVENTS_FILE, METRICS_FILE, MetricsWriter
 from chessgrpo.train.schedule import WarmupCosine
 
 logger = logging.getLogger(__name__)
 
-EVENTS_FILE = "events.jsonl"
 Progress = Callable[[int, dict[str, Any] | None], None]
 """Called after every step with the step and the metrics row when one was written, else None."""
 
@@ -110,7 +109,7 @@ def build_optimizer(kind: Kind, config: TrainConfig) -> tuple[torch.optim.AdamW,
     for param in model.parameters():
         param.requires_grad_(id(param) not in frozen)
     trainable = [p for p in model.parameters() if id(p) not in frozen]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas)), trainable
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.betas[0], config.betas[1])), trainable
 
 
 class Trainer:
@@ -133,7 +132,7 @@ class Trainer:
         # torchrun's process group (world size 1 without torchrun); rank 0 owns the run directory.
         self.parallel = Parallel.from_env(device)
         self.lock = RunLock(self.run_dir).acquire() if self.parallel.is_main else None
-        self.kind: Kind | None = None
+        self._kind: Kind | None = None
         self._restore_compile_flags: Callable[[], None] | None = None
         try:
             self.device = self.parallel.device_for(device)
@@ -149,7 +148,7 @@ class Trainer:
                 raise FileNotFoundError(f"no intact checkpoint to resume under {str(self.run_dir / 'checkpoints')!r}")
 
             torch.manual_seed(config.run.seed)  # the one explicit seeding: model init, dropout
-            self.kind = kind_cls(config, context)
+            self._kind = kind_cls(config, context)
             self.optimizer, trainable = build_optimizer(self.kind, config)
             if config.compile:  # in place: the module (its mode, its state dict) stays the same object
                 self._restore_compile_flags = compile_in_place(
@@ -183,11 +182,18 @@ class Trainer:
     # ---------------------------------------------------------------------------------------------
     # Lifecycle
 
+    @property
+    def kind(self) -> Kind:
+        """The kind of run this trainer runs (built in the constructor)."""
+        if self._kind is None:
+            raise RuntimeError("the trainer's kind was not built (its construction failed)")
+        return self._kind
+
     def close(self, together: bool = False) -> None:
         """Release the kind, the lock and the process group (`together`: a clean finish on every rank), and give torch's
         compile flags back (`compile_in_place`)."""
-        if self.kind is not None:
-            self.kind.close()
+        if self._kind is not None:
+            self._kind.close()
         restore, self._restore_compile_flags = self._restore_compile_flags, None
         if restore is not None:
             restore()
@@ -468,7 +474,7 @@ class Trainer:
                 if kind.evaluates and config.eval_at_start:
                     eval_metrics = self._evaluate()
                     self._track_best(eval_metrics)
-                    row = writer.log(0, eval_metrics)
+                    row: dict[str, Any] | None = writer.log(0, eval_metrics)
                     if progress is not None:
                         progress(0, row)
                 self._checkpoint()  # the rollback target of a fresh run
@@ -507,6 +513,9 @@ class Trainer:
             self._writer = None
         if self.last_checkpoint is None:
             self._checkpoint()
+        checkpoint = self.last_checkpoint
+        if checkpoint is None:
+            raise RuntimeError(f"no checkpoint was written under {self.run_dir}")
         finished = self.step >= config.steps
         if finished and kind.evaluates and main:
             kind.after_run(self.run_dir / "eval")
@@ -521,13 +530,13 @@ class Trainer:
         return TrainResult(
             step=self.step,
             finished=finished,
-            checkpoint=self.last_checkpoint,
+            checkpoint=checkpoint,
             eval_metrics=eval_metrics,
             stop_reason=stop_reason,
             best_checkpoint=best_checkpoint(self.run_dir),
         )
 
-    _writer: MetricsWriter | None = None
+    _writer: MetricsWriter | _NullWriter | None = None
 
 
 class _NullWriter:

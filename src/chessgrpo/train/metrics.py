@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+EVENTS_FILE = "events.jsonl"
+"""The run's events (rollbacks, early stops, resumes), one JSON object a line."""
 
 
 def _scalar(key: str, value: Any) -> float | int:
