@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from chessgrpo.config import ConfigError, RunConfig, resumable
 from chessgrpo.train.backends import TrackingConfig
-
-if TYPE_CHECKING:
-    from chessgrpo.train.kind import Kind
 
 
 @dataclasses.dataclass
@@ -81,7 +78,9 @@ class TrainConfig:
 
     kind: str = ""
     """Which kind of run this is: pretrain, sft, move_group, trajectory, mixture or rookworld."""
-    kind_class: ClassVar[type[Kind] | None] = None
+    # Any, not type[Kind]: config.from_dict resolves this class's type hints at run time, and train.kind imports
+    # this module (Kind.config_class), so Kind cannot be imported here.
+    kind_class: ClassVar[Any] = None
     """The `train.kind.Kind` plug-in that runs this config class (set when the kind is defined)."""
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
     steps: int = resumable(100)

@@ -122,7 +122,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, resume: bool = False):
         self.config = config
         self.run_dir = config.run.directory
-        kind_cls = type(config).kind_class
+        kind_cls: type[Kind] | None = type(config).kind_class
         if kind_cls is None or kind_cls.name != config.kind:
             raise ConfigError(
                 f"config key kind: {config.kind!r} is not what a {type(config).__name__} runs; build the config with "
