@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-all bench doctor recipe clean
+.PHONY: setup run lint test test-slow test-all bench doctor recipe clean
 
 setup:
 	@bash scripts/setup.sh
@@ -10,7 +10,14 @@ setup:
 run: setup
 	bash scripts/quickstart.sh
 
-test: setup
+# Style, imports and types (settings in pyproject.toml): ruff's formatter and linter over the code, tests, scripts
+# and benches, and mypy over the GRPO core, the spine and the registries. `make test` runs it first.
+lint: setup
+	$(BIN)/ruff format --check --quiet src tests scripts bench
+	$(BIN)/ruff check --quiet src tests scripts bench
+	$(BIN)/mypy
+
+test: setup lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The slowest end-to-end cases (marked `slow`), which `make test` leaves out; CI runs both.

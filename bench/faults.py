@@ -60,17 +60,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # runnable from a checkout without installing
 
-from chessgrpo.testing.faults import (  # noqa: E402
-    CommandResult,
-    EngineFaults,
-    KillEnginesWhen,
-    StartupKiller,
+from chessgrpo.testing.faults import CommandResult, EngineFaults, KillEnginesWhen, StartupKiller, run_command  # noqa: E402
+from chessgrpo.testing.outcomes import (  # noqa: E402
     dataset_difference,
     digest_difference,
     error_problem,
     metrics_rows,
     rows_difference,
-    run_command,
     tree_digest,
     warning_lines,
     weights_difference,

@@ -11,7 +11,8 @@ import torch
 from chessgrpo.board import ACTIONS
 from chessgrpo.data.rookworld_format import parse_environment_prompt, policy_prompt
 from chessgrpo.models.chess_tokenizer import ALPHABET, EOS_TOKEN, TOKENIZER_FILE, ChessTokenizer, chess_vocabulary
-from chessgrpo.models.lm import CHAR_TOKENIZER_FILE, CharTokenizer, LMModelConfig, build_lm, load_lm, save_lm
+from chessgrpo.models.lm import LMModelConfig, build_lm, load_lm, save_lm
+from chessgrpo.models.lm_tokenizers import CHAR_TOKENIZER_FILE, CharTokenizer
 from helpers import data_file
 
 

@@ -43,7 +43,8 @@ from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig, MoveGroupTrainConfig
 from chessgrpo.tasks.kinds.pretrain import PretrainTrainConfig
 from chessgrpo.tasks.move_group import MoveGroupConfig
-from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings, linear_trend
+from chessgrpo.track.diagnose import Finding, Thresholds, diagnose, format_findings
+from chessgrpo.track.diagnose.changes import linear_trend
 from chessgrpo.track.run_data import load_run
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import MetricsWriter, read_metrics

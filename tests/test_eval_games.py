@@ -19,6 +19,7 @@ from chessgrpo.eval.compare import compare_files
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from chessgrpo.play.anchor_checks import check_anchor, probe_engine
 from chessgrpo.play.anchors import anchor_rating, parse_anchor, parse_anchors, parse_ratings, skill_level_elo
+from chessgrpo.play.game_runner import run_games
 from chessgrpo.play.games import (
     Adjudicator,
     GameResult,
@@ -28,7 +29,6 @@ from chessgrpo.play.games import (
     make_tasks,
     pgn_termination,
     play_game,
-    run_games,
 )
 from chessgrpo.play.movers import EngineMover, PolicyMover, RandomMover
 from helpers import SYZYGY_DIR, data_file

@@ -105,7 +105,8 @@ def test_an_evaluation_registered_once_is_compared_and_read_back(tmp_path, cli, 
     assert data.games == []  # its step files are not mistaken for game summaries
 
     # Diagnose pairs its change from the records; a sweep objective eval/legal_rate gets the paired interval.
-    from chessgrpo.track.diagnose import Thresholds, heldout_change
+    from chessgrpo.track.diagnose import Thresholds
+    from chessgrpo.track.diagnose.changes import heldout_change
 
     change = heldout_change(data, "legal_rate", data.evals[0], data.evals[1], Thresholds())
     assert change is not None and change.paired and change.low > 0

@@ -10,7 +10,7 @@ Rely on the engine pool's fault handling (start-up retries with backoff, per-sea
 fresh process, `engine.timeout_s`): the start-up, SIGSTOP and kill-storm tests. Rely on the
 readers' one-line errors that name their input: `test_malformed_input_gives_one_line_naming_it`.
 
-Cross-cutting: testing/faults.py injects the faults; what is under test is engine/pool.py's fault
+Cross-cutting: testing/faults.py injects the faults; what is under test is engine/pool_workers.py's fault
 handling, the `train` and `data generate` commands killed and resumed or run again (train/loop.py,
 data/generate.py), and the readers' one-line errors (`engine eval`, `eval offline`).
 """
@@ -27,21 +27,17 @@ import pytest
 
 from chessgrpo.board import random_playout_positions
 from chessgrpo.engine import EnginePool, RetryPolicy
-from chessgrpo.testing.faults import (
-    EngineFaults,
-    StartupKiller,
+from chessgrpo.testing.faults import EngineFaults, StartupKiller, run_command
+from chessgrpo.testing.outcomes import (
     dataset_difference,
     digest_difference,
-    engine_processes,
     error_problem,
     metrics_rows,
-    process_info,
     rows_difference,
-    run_command,
-    send_signal,
     tree_digest,
     weights_difference,
 )
+from chessgrpo.testing.processes import engine_processes, process_info, send_signal
 from helpers import NO_LABELLED_LOSSES, REPO_ROOT, SYZYGY_DIR
 
 CLI = [sys.executable, "-m", "chessgrpo.cli"]

@@ -19,7 +19,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from chessgrpo.models.lm import ChessLM, HFTokenizer, completion_log_probs, load_lm, prepare_for_rl
+from chessgrpo.models.lm import ChessLM, completion_log_probs, load_lm, prepare_for_rl
+from chessgrpo.models.lm_tokenizers import HFTokenizer
 from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.rl import GRPOConfig, KLController, categorical_entropy, optimize
 from chessgrpo.rl.invariants import InvariantViolation

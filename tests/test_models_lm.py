@@ -11,9 +11,6 @@ import pytest
 import torch
 
 from chessgrpo.models.lm import (
-    CHAR_TOKENIZER_FILE,
-    CharTokenizer,
-    HFTokenizer,
     LMModelConfig,
     build_lm,
     completion_log_probs,
@@ -24,6 +21,7 @@ from chessgrpo.models.lm import (
     tempered_log_probs,
 )
 from chessgrpo.models.lm_generation import generate
+from chessgrpo.models.lm_tokenizers import CHAR_TOKENIZER_FILE, CharTokenizer, HFTokenizer
 from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, optimize
 from chessgrpo.tasks.lm_rollout import make_forward, sample_completion_groups, to_rollout_batch
 from chessgrpo.train.learner import Learner

@@ -37,16 +37,13 @@ from matplotlib.collections import PolyCollection
 
 from chessgrpo import cli
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
-from chessgrpo.track.figures import integer_ticks, plotly_available, y_range
-from chessgrpo.track.plots import build_figures, figure_games, is_constant, plan_figures
-from chessgrpo.track.report import (
-    STATIC_ENV,
-    build_report,
-    config_differences,
-    model_settings,
-    png_directory,
-    run_metadata,
-)
+from chessgrpo.track.figures import plotly_available
+from chessgrpo.track.panel_drawing import integer_ticks, y_range
+from chessgrpo.track.plot_series import is_constant
+from chessgrpo.track.plots import build_figures, plan_figures
+from chessgrpo.track.plots_evaluation import figure_games
+from chessgrpo.track.report import STATIC_ENV, build_report, png_directory
+from chessgrpo.track.report_provenance import config_differences, model_settings, run_metadata
 from chessgrpo.track.report_verdict import NO_CHANGE, STRONGER, UNMEASURED, WEAKER, run_verdict, start_headline
 from chessgrpo.track.run_data import EloValue, load_run
 from test_diagnose import build_lab

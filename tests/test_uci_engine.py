@@ -27,7 +27,9 @@ from chessgrpo.play.search_control import (
     parse_go_flags,
 )
 from chessgrpo.uci.chess960 import move_actions
-from chessgrpo.uci.engine import UciEngine, parse_position, parse_temperature
+from chessgrpo.uci.engine import UciEngine
+from chessgrpo.uci.options import parse_temperature
+from chessgrpo.uci.protocol_text import parse_position
 from chessgrpo.uci.scores import expected_score_wdl, policy_estimate, quiescence
 from helpers import SYZYGY_DIR
 
@@ -375,9 +377,9 @@ def test_a_bad_syzygy_path_fails_at_startup(value_checkpoint, tmp_path):
 
 def test_cli_search_choices_match_the_engine():
     from chessgrpo.commands import uci as uci_command
-    from chessgrpo.uci import engine as uci_engine
+    from chessgrpo.uci import options as uci_options
 
-    assert uci_command.SEARCH_CHOICES == uci_engine.SEARCH_CHOICES
+    assert uci_command.SEARCH_CHOICES == uci_options.SEARCH_CHOICES
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The UCI options bots and GUIs set (uci/engine.py, play/search_control.py): ``Move Overhead``, ``Threads``, ``Hash``, with
+"""The UCI options bots and GUIs set (uci/options.py, play/search_control.py): ``Move Overhead``, ``Threads``, ``Hash``, with
 lichess-bot's default engine options, driven through python-chess's engine client against a real checkpoint; and the
 deadline that never starts a search step it cannot finish. The chess LM's engine (uci/lm.py) takes the same options
 and keeps its clock too."""

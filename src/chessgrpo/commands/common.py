@@ -1,5 +1,6 @@
 """Argument helpers shared by the command modules: config files and overrides, integer flags, the
-search flags of `eval offline|puzzles|epd|games`, resuming a run, progress bars."""
+search flags of `eval offline|puzzles|epd|games`, resuming a run, progress bars, and running an evaluation
+of the registry with its result file (`run_registered`)."""
 
 from __future__ import annotations
 
@@ -186,3 +187,16 @@ def progress_bar(total: int | None, description: str, unit: str, initial: int = 
         mininterval=30.0,
         **options,
     )
+
+
+def run_registered(name: str, config: Any, subject: Any, context: Any = None) -> Any:
+    """Run the evaluation registered as `name` (`eval.registry.run_evaluation`: config, `eval.running.Subject`,
+    `EvalContext`) and write its result file at the config's ``output`` when set (`eval.registry.write_result`,
+    the one writer); every `eval NAME` command runs its evaluation through here. Returns its `EvalOutput`."""
+    from chessgrpo.eval.registry import run_evaluation, write_result
+
+    output = run_evaluation(name, config, subject, context)
+    path = getattr(output.config, "output", None)
+    if path:
+        write_result(name, output, path=path)
+    return output

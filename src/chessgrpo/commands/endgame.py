@@ -14,6 +14,7 @@ endgame training run with the same material, count and seed (``eval.positions`` 
 ``eval/`` files are comparable position by position. ``output=FILE`` writes per-position records
 that `chessgrpo eval compare` pairs (mate rate, DTZ-optimal move rate). An LM's ill-formed,
 illegal, re-sampled and fallback rates are printed under its row and written as ``lm_player``.
+The evaluation runs through the registry (`eval.endgame.run_endgame`, written by `eval.registry.write_result`).
 """
 
 from __future__ import annotations
@@ -22,16 +23,14 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from chessgrpo.commands.common import add_config_arguments
-from chessgrpo.config import load_config, to_dict
-from chessgrpo.eval.endgame import EndgameEvalConfig, EndgameEvalResult
-from chessgrpo.files import write_json_atomic
+from chessgrpo.commands.common import add_config_arguments, run_registered
+from chessgrpo.config import load_config
+from chessgrpo.eval.endgame import ENDGAME_BASELINES, EndgameEvalConfig, EndgameEvalResult
 
-ENDGAME_PLAYERS = ("random", "tablebase")
+ENDGAME_PLAYERS = ENDGAME_BASELINES
 
 
 def add_endgame_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,23 +55,11 @@ def add_endgame_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_endgame_eval)
 
 
-def _records(starts: list[Any], result: Any) -> list[dict[str, Any]]:
-    return [
-        {"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome}
-        for board, outcome in zip(starts, result.results)
-    ]
-
-
 def run_endgame_eval(args: argparse.Namespace) -> int:
-    from chessgrpo.board.endgames import EndgameStarts
-    from chessgrpo.engine.tablebase import Tablebase
-    from chessgrpo.eval.endgame import checkpoint_picker, evaluate_endgame, random_picker, tablebase_picker
+    from chessgrpo.eval.endgame import EndgameRun
+    from chessgrpo.eval.running import Subject
 
     config = load_config(EndgameEvalConfig, args.config, args.overrides)
-    if config.threads:
-        import torch
-
-        torch.set_num_threads(config.threads)
     flags = {
         "material": args.material,
         "positions": args.positions,
@@ -81,48 +68,11 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
         "baselines": args.baselines,
     }
     config = dataclasses.replace(config, **{key: value for key, value in flags.items() if value is not None})
-    tick = time.perf_counter()
-    with Tablebase(config.syzygy_path) as tablebase:
-        starts = EndgameStarts(
-            config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours
-        ).hold_out(config.positions, seed=config.seed)
-        lm_player = None
-        if args.checkpoint is not None:
-            name = str(args.checkpoint)
-            pick, lm_player = checkpoint_picker(args.checkpoint, config)
-        else:
-            name = args.policy
-            pick = random_picker(config.seed) if args.policy == "random" else tablebase_picker(tablebase)
-        players = {name: pick}
-        if config.baselines:
-            players.update(
-                {
-                    other: random_picker(config.seed) if other == "random" else tablebase_picker(tablebase)
-                    for other in ENDGAME_PLAYERS
-                    if other != args.policy
-                }
-            )
-        results = {
-            label: evaluate_endgame(picker, starts, tablebase, max_moves=config.max_moves)
-            for label, picker in players.items()
-        }
-    seconds = time.perf_counter() - tick
-    payload = {
-        "kind": "endgame",
-        "player": name,
-        "material": config.material,
-        "seconds": seconds,
-        "results": {label: result.to_json() for label, result in results.items()},
-        "records": {"player": _records(starts, results[name])},
-    }
-    if lm_player is not None:  # how the LM's moves were made, beside its result and at the top
-        payload["lm_player"] = payload["results"][name]["lm_player"] = lm_player.stats.to_json()
-    if config.output:
-        path = Path(config.output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {"config": to_dict(config), **payload})
+    subject = Subject(checkpoint=args.checkpoint, policy=args.policy)
+    run = cast(EndgameRun, run_registered("endgame", config, subject))
+    results, lm_player, seconds = run.results, run.lm_player, run.seconds
     if args.json:
-        print(json.dumps(payload["results"]))
+        print(json.dumps(run.to_json()["results"]))
         return 0
     print(
         f"{config.material}: {config.positions} held-out won positions (seed {config.seed}), up to {config.max_moves} own moves "
@@ -141,7 +91,7 @@ def run_endgame_eval(args: argparse.Namespace) -> int:
             f"{f'{optimal.value:.3f} [{optimal.low:.3f}, {optimal.high:.3f}]':<24}  {moves}"
         )
         print(f"  {outcome_line(result)}")
-        if lm_player is not None and label == name:
+        if lm_player is not None and label == run.player:
             print(f"  {lm_player.stats_line()}")
     if config.output:
         print(f"wrote {config.output}", file=sys.stderr)

@@ -13,6 +13,8 @@
                        [--search-nodes N] [--search-algorithm A] [--json] [--config F] [key=value ...]
     chessgrpo eval compare A.json B.json [--json]
     chessgrpo eval games --checkpoint PATH --anchors random,sf-skill:0 --games N [...]   (commands/games.py)
+    chessgrpo eval NAME (--checkpoint PATH | --policy NAME) [--json] [--config F] [key=value ...]
+                        (an evaluation added to the registry without a command of its own)
 
 `offline` reports top-1 agreement with Stockfish's best move, mean expected-score loss (ESL) and
 blunder rate (ESL > 0.2) with percentile-bootstrap intervals (`chessgrpo.eval.offline`);
@@ -28,6 +30,9 @@ Stockfish at 2000 nodes agrees with itself as the label on ~98% of moves with a 
 about a minute on 2 cores; raise it for final numbers). With ``--search-nodes N`` a --checkpoint
 policy plays the move of a search with its value head (`chessgrpo.search`, N nodes per move,
 one position at a time) instead of its argmax; the player's name and the JSON record the search.
+
+Every `eval NAME` command runs its evaluation through the registry (`run_registered`: `eval.registry`'s runner,
+then its one writer of result files, `write_result`, at ``output=FILE``); this module parses flags and renders.
 """
 
 from __future__ import annotations
@@ -37,16 +42,16 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from chessgrpo.commands.common import add_config_arguments, add_search_arguments, positive_int
+from chessgrpo.commands.common import add_config_arguments, add_search_arguments, positive_int, run_registered
 from chessgrpo.config import load_config
 from chessgrpo.errors import InputError
+from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.eval.standalone import (
     BASELINE_POLICIES,
     EvalConfig,
     PlayerResults,
-    Subject,
     resolve_input,
     resolve_syzygy,
 )
@@ -72,6 +77,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     from chessgrpo.commands.rookworld import add_eval_parser as add_lm_parser  # chess LM: RookWorld task metrics
 
     add_lm_parser(sub)
+    _add_registered_parsers(sub)
 
 
 def _add_player_parsers(sub: argparse._SubParsersAction) -> None:
@@ -155,6 +161,45 @@ def _add_compare_and_value_parsers(sub: argparse._SubParsersAction) -> None:
     value.set_defaults(handler=run_value)
 
 
+def _add_registered_parsers(sub: argparse._SubParsersAction) -> None:
+    """`eval NAME` for every evaluation of the registry that runs and has no command of its own (one added with
+    `eval.registry.register`): its config file and ``key=value`` overrides, the subject, ``--json``."""
+    from chessgrpo.eval.registry import EVALUATIONS
+
+    for entry in EVALUATIONS.values():
+        if not entry.runnable or entry.name in sub.choices:
+            continue
+        parser = sub.add_parser(entry.name, help=f"the registered evaluation {entry.name!r} (config keys: key=value)")
+        player = parser.add_mutually_exclusive_group(required=True)
+        player.add_argument("--checkpoint", type=Path, help="checkpoint directory or run directory (its latest)")
+        player.add_argument("--policy", help="evaluate a baseline by name instead of a checkpoint")
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object (the summary) instead of a table"
+        )
+        add_config_arguments(parser)
+        parser.set_defaults(handler=run_registered_command, evaluation=entry.name)
+
+
+def run_registered_command(args: argparse.Namespace) -> int:
+    """`eval NAME` of a registered evaluation: its config, run through the registry, its summary or metrics."""
+    from chessgrpo.eval.registry import evaluation
+
+    entry = evaluation(args.evaluation)
+    config: Any = load_config(entry.config_class(), args.config, args.overrides)
+    output = run_registered(entry.name, config, _subject(args), EvalContext(progress=_progress))
+    if args.json:
+        print(json.dumps({key: value for key, value in output.to_json().items() if key != "records"}))
+        return 0
+    metrics = output.metrics("")
+    print(f"{entry.name}: {_subject(args).label}")
+    for key, value in metrics.items():
+        if key.endswith(("_low", "_high")):
+            continue
+        bounds = f" [{metrics[key + '_low']:.4f}, {metrics[key + '_high']:.4f}]" if key + "_low" in metrics else ""
+        print(f"  {key:<28} {value:.4f}{bounds}")
+    return 0
+
+
 def _add_player_arguments(parser: argparse.ArgumentParser) -> None:
     player = parser.add_mutually_exclusive_group(required=True)
     player.add_argument(
@@ -223,9 +268,9 @@ def _short(interval: Any) -> str:
 
 def run_offline(args: argparse.Namespace) -> int:
     from chessgrpo.eval.standalone import OFFLINE_METRICS
-    from chessgrpo.eval.standalone import run_offline as evaluate
 
-    run = evaluate(_load(args, positions=args.positions, max_positions=args.max_positions), _subject(args), _progress)
+    config = _load(args, positions=args.positions, max_positions=args.max_positions)
+    run = cast(PlayerResults, run_registered("offline", config, _subject(args), EvalContext(progress=_progress)))
     if args.json:
         print(json.dumps(run.summary))
         return 0
@@ -250,37 +295,29 @@ def run_value(args: argparse.Namespace) -> int:
     import torch
 
     from chessgrpo.data.schema import read_positions
-    from chessgrpo.eval.value import predict_values, value_quality
+    from chessgrpo.eval.value import ValueEvalConfig, ValueItems, ValueRun, require_value_head
     from chessgrpo.models.policy import load_policy, resolve_checkpoint
     from chessgrpo.train.dataset import load_split
 
     args.data = Path(resolve_input(args.data, "dataset"))
+    config = ValueEvalConfig(
+        data=str(args.data), confidence=args.confidence, output=str(args.output) if args.output else None
+    )
     model = load_policy(args.checkpoint)
-    if model.value_head is None:
-        raise InputError(
-            f"checkpoint {str(args.checkpoint)!r} has no value head (pretrain one with model.value_head: true)"
-        )
+    require_value_head(model, str(args.checkpoint))
+    # The positions as the model reads them (its move facts): the training data loader, a layer above eval/.
     test = load_split(args.data, "test", move_facts=model.config.move_facts, extra_facts=model.config.extra_facts)
     batch = test.batch(torch.arange(len(test)))
     train_values = read_positions(args.data, "train", ["value"]).column("value").to_numpy(zero_copy_only=False)
-    baseline = float(np.mean(train_values))
-    quality = value_quality(
-        predict_values(model, batch.tokens), batch.win_probs[:, 0].numpy(), baseline, confidence=args.confidence
-    )
-    summary = {
-        "checkpoint": str(resolve_checkpoint(args.checkpoint)),
-        "data": str(args.data),
-        "n": len(test),
-        **quality.to_json(),
-    }
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(summary, indent=1))
+    items = ValueItems(batch.tokens, batch.win_probs[:, 0].numpy(), float(np.mean(train_values)))
+    subject = Subject(model=model, name=str(resolve_checkpoint(args.checkpoint)))
+    run = cast(ValueRun, run_registered("value", config, subject, EvalContext(items={"value": items})))
+    summary, quality, baseline = run.to_json(), run.quality, items.baseline
     if args.json:
         print(json.dumps(summary))
         return 0
     print(
-        f"value head of {summary['checkpoint']} on {len(test)} held-out positions of {args.data} ({100 * args.confidence:g}% bootstrap intervals)"
+        f"value head of {summary['checkpoint']} on {run.n} held-out positions of {args.data} ({100 * args.confidence:g}% bootstrap intervals)"
     )
     print(f"  MAE                      {quality.mae}")
     print(f"  constant {baseline:.3f} MAE       {quality.baseline_mae}")
@@ -310,7 +347,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_puzzles(args: argparse.Namespace) -> int:
     from chessgrpo.eval.puzzles import rating_bands
-    from chessgrpo.eval.standalone import run_puzzles as evaluate
 
     config = _load(
         args,
@@ -319,7 +355,7 @@ def run_puzzles(args: argparse.Namespace) -> int:
         min_theme_puzzles=args.min_theme_puzzles,
         rating_bands=args.rating_bands,
     )
-    run = evaluate(config, _subject(args), _progress)
+    run = cast(PlayerResults, run_registered("puzzles", config, _subject(args), EvalContext(progress=_progress)))
     if args.json:
         print(json.dumps(run.summary))
         return 0
@@ -373,9 +409,8 @@ def _print_puzzle_groups(main: Any, label: str, min_theme_puzzles: int) -> None:
 
 
 def run_epd(args: argparse.Namespace) -> int:
-    from chessgrpo.eval.standalone import run_epd as evaluate
-
-    run = evaluate(_load(args, epd=args.epd), _subject(args), _progress)
+    config = _load(args, epd=args.epd)
+    run = cast(PlayerResults, run_registered("epd", config, _subject(args), EvalContext(progress=_progress)))
     if args.json:
         print(json.dumps(run.summary))
         return 0

@@ -27,8 +27,9 @@ keep its limit (`chessgrpo.play.anchor_runs`).
 A chess LM checkpoint plays its greedy B: answer (`chessgrpo.play.lm_player`; settings ``lm.*``;
 ``--search-nodes`` and ``--temperature`` are refused for it); the summary adds its ill-formed,
 illegal, re-sampled and fallback rates (``lm_player``).
-This module parses the flags and renders the summary; the match itself (anchors, openings,
-journal and resume, SPRT, PGN, summary) is `chessgrpo.play.match.play_match`.
+This module parses the flags and renders the summary; the match runs through the evaluation registry
+(`eval.games.run_games`, its ``output`` written by `eval.registry.write_result`), and the match itself (anchors,
+openings, journal and resume, SPRT, PGN, summary) is `chessgrpo.play.match.play_match`.
 Defaults and every key: configs/games.yaml (`chessgrpo.play.match.GamesConfig`).
 """
 
@@ -41,10 +42,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chessgrpo.commands.common import add_config_arguments, add_search_arguments, progress_bar
+from chessgrpo.commands.common import add_config_arguments, add_search_arguments, progress_bar, run_registered
 from chessgrpo.config import load_config
 from chessgrpo.errors import InputError
-from chessgrpo.play.match import GamesConfig, play_match, resolve_games_paths
+from chessgrpo.play.match import GamesConfig, resolve_games_paths
 
 
 def add_games_parser(sub: argparse._SubParsersAction) -> None:
@@ -117,13 +118,16 @@ def _load(args: argparse.Namespace) -> GamesConfig:
 
 
 def run_games_command(args: argparse.Namespace) -> int:
+    from chessgrpo.eval.running import EvalContext, Subject
+
     config = _load(args)
-    summary = play_match(
-        config,
-        args.checkpoint,
-        progress=lambda total: progress_bar(total, "games", "game", leave=False),  # in a log file: a line every 30 s
+    context = EvalContext(
+        progress=lambda total, description: progress_bar(
+            total, description, "game", leave=False
+        ),  # in a log file: a line every 30 s
         notify=lambda text: print(text, file=sys.stderr),
     )
+    summary = run_registered("games", config, Subject(checkpoint=args.checkpoint), context).to_json()
     if args.json:
         print(json.dumps(summary))
     else:

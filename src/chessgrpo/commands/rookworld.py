@@ -19,14 +19,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from chessgrpo.commands.common import add_config_arguments, progress_bar
+from chessgrpo.commands.common import add_config_arguments, progress_bar, run_registered
 from chessgrpo.config import (
     ConfigError,
     load_config,
     parse_override,
-    to_dict,
 )
 from chessgrpo.eval.lm import LMEvalConfig
 
@@ -126,16 +125,10 @@ def run_eval_lm(args: argparse.Namespace) -> int:
             for name, interval in diffs.items():
                 print(f"  {name:<24} {interval.format(4)}")
         return 0
-    import contextlib
-
-    import torch
     from tqdm import tqdm
 
-    from chessgrpo.data.rookworld import read_rookworld
-    from chessgrpo.engine import EnginePool
-    from chessgrpo.eval.lm import evaluate_lm, write_result
-    from chessgrpo.models.lm import load_lm, prepare_for_rl
-    from chessgrpo.models.prompt_bos import with_prompt_bos
+    from chessgrpo.eval.lm import LMEvalRun
+    from chessgrpo.eval.running import EvalContext, Subject
 
     config = load_config(LMEvalConfig, args.config, args.overrides)
     flags = {
@@ -146,48 +139,19 @@ def run_eval_lm(args: argparse.Namespace) -> int:
         "prompt_bos": getattr(args, "prompt_bos", None),
     }
     config = dataclasses.replace(config, **{k: v for k, v in flags.items() if v is not None})
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    lm = load_lm(args.checkpoint, device=config.device)
-    prepare_for_rl(lm.model)
-    lm = with_prompt_bos(lm, config.prompt_bos)  # prompts only: completions are decoded as generated
-    examples = read_rookworld(config.data, config.split)
-    fens = [e.fen for e in examples if e.task == "policy"][: config.policy_prompts]
-    prompts = [e.prompt for e in examples if e.task == "environment"][: config.environment_prompts]
-    puzzles: list[Any] = []
-    if config.puzzles:
-        from chessgrpo.eval.puzzles import read_puzzles
-
-        puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, config.seed).puzzles)
-    with contextlib.ExitStack() as stack:
-        engine_truth = config.rewards.policy.truth == "engine"  # a tablebase truth needs no engine
-        pool = stack.enter_context(EnginePool.from_config(config.engine)) if fens and engine_truth else None
-        with tqdm(
-            total=len(fens) + len(prompts) + len(puzzles), desc="eval lm", unit="prompt", file=sys.stderr, disable=None
-        ) as bar:
-            result = evaluate_lm(
-                lm,
-                policy_fens=fens,
-                environment_prompts=prompts,
-                puzzles=puzzles,
-                pool=pool,
-                rewards=config.rewards,
-                batch_size=config.batch_size,
-                policy_max_new_tokens=config.max_new_tokens,
-                environment_max_new_tokens=config.max_new_tokens,
-                temperature=config.temperature,
-                seed=config.seed,
-                confidence=config.confidence,
-                resamples=config.resamples,
-                progress=bar.update,
-            )
-    if config.output:
-        write_result(config.output, {"config": to_dict(config), "checkpoint": str(args.checkpoint), **result.to_json()})
+    context = EvalContext(
+        progress=lambda total, description: tqdm(
+            total=total, desc=description, unit="prompt", file=sys.stderr, disable=None
+        )
+    )
+    run = cast(LMEvalRun, run_registered("lm", config, Subject(checkpoint=args.checkpoint), context))
+    result, items = run.result, run.items
+    fens, prompts, puzzles = items.policy_fens, items.environment_prompts, items.puzzles
     if args.json:
         print(json.dumps({k: v.to_json() for k, v in result.metrics.items()}))
         return 0
     print(
-        f"eval lm: {lm.source} on {config.data} ({config.split}); {len(fens)} P:, {len(prompts)} A:, {len(puzzles)} puzzles; "
+        f"eval lm: {run.source} on {config.data} ({config.split}); {len(fens)} P:, {len(prompts)} A:, {len(puzzles)} puzzles; "
         f"{'greedy' if config.temperature == 0 else f'temperature {config.temperature}'}"
         f"{'; BOS before prompts' if config.prompt_bos else ''}; {100 * config.confidence:g}% intervals"
     )

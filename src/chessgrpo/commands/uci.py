@@ -23,12 +23,8 @@ import argparse
 from pathlib import Path
 
 from chessgrpo.errors import InputError
+from chessgrpo.play.search_control import SEARCH_CHOICES  # light (no torch): keeps --help fast
 
-SEARCH_CHOICES = (
-    "puct",
-    "alphabeta",
-    "none",
-)  # = chessgrpo.uci.engine.SEARCH_CHOICES (not imported: keeps --help fast)
 POLICY_DEFAULTS = {"temperature": 0.0, "search": "puct", "nodes": 256, "syzygy_path": ""}
 """The action policy's flags: given for a chess LM they are an error, so their parser default is None."""
 

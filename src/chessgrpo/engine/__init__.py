@@ -3,7 +3,8 @@
 from chessgrpo.engine.cache import EvaluationCache
 from chessgrpo.engine.evaluation import Analysis, Evaluation, MoveEvaluation, wdl_model_for
 from chessgrpo.engine.locate import EngineError, EngineNotFoundError, find_stockfish
-from chessgrpo.engine.pool import EnginePool, PoolStats, RetryPolicy, SearchLimit, available_cores
+from chessgrpo.engine.pool import EnginePool, available_cores
+from chessgrpo.engine.pool_workers import PoolStats, RetryPolicy, SearchLimit
 from chessgrpo.engine.tablebase import Tablebase, TablebaseResult
 
 __all__ = [

@@ -33,7 +33,7 @@ def _is_int(value: Any) -> bool:
 
 
 def is_search_value(value: Any) -> bool:
-    """True when `value` has the shape the pool caches for a search (`pool._result_to_json`):
+    """True when `value` has the shape the pool caches for a search (`pool_workers.result_to_json`):
     ``{"best": UCI or null, "lines": [[cp, mate, pv, depth, nodes], ...]}`` with cp and mate
     integers or null, pv a list of move strings, depth and nodes integers."""
     if not isinstance(value, dict) or not isinstance(value.get("lines"), list) or "best" not in value:

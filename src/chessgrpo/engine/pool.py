@@ -32,18 +32,17 @@ Design:
   (Toga II) stops the run at its first search. Rewards and labels assume Stockfish (its WDL
   model turns scores into win probabilities; its node limits make them reproducible), which is
   why `chessgrpo doctor` says when `engine.path` is something else.
+
+Where: this module is the front end (validation, terminal positions, de-duplication, the cache, the
+priorities; `EnginePool`, `PendingEvaluations`); `engine.pool_workers` runs the processes and their
+retries; `engine.cache` is the persistent cache.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import itertools
-import logging
 import os
-import queue
-import random
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -65,9 +64,15 @@ from chessgrpo.engine.evaluation import (
     wdl_model_for,
 )
 from chessgrpo.engine.locate import EngineError, find_stockfish
-from chessgrpo.engine.uci import EngineUnsupported, SearchResult, UciProcess
-
-logger = logging.getLogger(__name__)
+from chessgrpo.engine.pool_workers import (
+    EngineWorkers,
+    PoolStats,
+    RetryPolicy,
+    SearchLimit,
+    SearchTask,
+    result_to_json,
+)
+from chessgrpo.engine.uci import EngineUnsupported
 
 # Below this halfmove clock the 50-move rule cannot matter within any search horizon we use, so
 # the clock is normalised to 0 (in the cache key and in what the engine sees: Stockfish damps its
@@ -76,7 +81,6 @@ HALFMOVE_CLOCK_RELEVANT_FROM = 60
 
 Position = str | chess.Board
 Progress = Callable[[int], None]
-_UCI_MOVE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 
 
 def available_cores() -> int:
@@ -95,87 +99,6 @@ def cores_per_process() -> int:
     except ValueError:
         ranks_here = 1
     return max(1, available_cores() // ranks_here)
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchLimit:
-    """A node or depth limit; exactly one is set."""
-
-    nodes: int | None = None
-    depth: int | None = None
-
-    def __post_init__(self) -> None:
-        if (self.nodes is None) == (self.depth is None):
-            raise ValueError(f"give exactly one search limit: nodes={self.nodes}, depth={self.depth}")
-        value = self.nodes if self.nodes is not None else self.depth
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"search limit must be a positive integer, got {value!r}")
-
-    def __str__(self) -> str:
-        return f"nodes={self.nodes}" if self.nodes is not None else f"depth={self.depth}"
-
-
-@dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-    """How the pool retries engine faults (see the module docstring)."""
-
-    retries_per_position: int = 3
-    """Fresh-engine retries of one search before the run stops with an error naming the position."""
-    max_failures: int = 1000
-    """Engine faults (crashes, hangs, failed starts) the pool tolerates in its lifetime; one more
-    stops the run. A fault storm this large means the engine or the machine is broken."""
-    startup_attempts: int = 5
-    """Attempts to start (and handshake) one engine process before giving up."""
-    backoff_s: float = 0.05
-    """First retry delay; doubled on each further attempt, plus up to 100% random jitter."""
-    max_backoff_s: float = 2.0
-    """Cap of the retry delay."""
-
-    def __post_init__(self) -> None:
-        for name in ("retries_per_position", "max_failures"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.startup_attempts < 1:
-            raise ValueError(f"startup_attempts must be >= 1, got {self.startup_attempts}")
-        if not (0 <= self.backoff_s <= self.max_backoff_s):
-            raise ValueError(f"need 0 <= backoff_s <= max_backoff_s, got {self.backoff_s} and {self.max_backoff_s}")
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        """Seconds to wait before retry number `attempt` (0-based): exponential, capped, jittered."""
-        base = min(self.max_backoff_s, self.backoff_s * (2**attempt))
-        return base * (1.0 + rng.random())
-
-
-@dataclasses.dataclass
-class PoolStats:
-    """Counters since the pool started."""
-
-    searches: int = 0
-    """Engine searches completed (cache hits and terminal positions excluded)."""
-    search_seconds: float = 0.0
-    """Wall time spent inside batches waiting for engines."""
-    retries: int = 0
-    """Searches retried on a fresh process after a crash or timeout."""
-    failures: int = 0
-    """Searches that exhausted their retries and raised `EngineError`."""
-    engine_failures: int = 0
-    """Engine faults seen (crashes, timeouts, failed starts), each counted against `max_failures`."""
-    restarts: int = 0
-    """Engine processes started to replace a failed one."""
-    cache_hits: int = 0
-    cache_misses: int = 0
-
-    @property
-    def cache_hit_rate(self) -> float:
-        total = self.cache_hits + self.cache_misses
-        return self.cache_hits / total if total else 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class _Task:
-    fen: str  # normalised FEN sent to the engine
-    limit: SearchLimit
-    multipv: int
 
 
 URGENT, BACKGROUND = 0, 1
@@ -253,7 +176,6 @@ class EnginePool:
     ):
         self.path: Path = find_stockfish(path)  # raises EngineNotFoundError with install hints
         self.retry = retry or RetryPolicy()
-        self._jitter = random.Random()  # retry delays only: results never depend on it
         self.processes = cores_per_process() if not processes else int(processes)
         if self.processes < 1 or threads < 1 or hash_mb < 1:
             raise ValueError(f"processes, threads and hash_mb must be >= 1, got {processes}, {threads}, {hash_mb}")
@@ -270,47 +192,26 @@ class EnginePool:
         )
         self.stats = PoolStats()
         self._stats_lock = threading.Lock()
-        # (priority, arrival, (task, future) or None to stop a worker): urgent searches (an opponent's
-        # move the caller waits for) overtake background ones (rewards prefetched during a rollout).
-        self._queue: queue.PriorityQueue[tuple[float, int, tuple[_Task, concurrent.futures.Future] | None]] = (
-            queue.PriorityQueue()
-        )
-        self._arrival = itertools.count()
-        self._engines: list[UciProcess | None] = [None] * self.processes
         self._closed = False
-        self.engine_name = "engine"
-        self._healthy = False  # set by the first complete search
-        self._broken: EngineError | None = None  # set when the engine is known not to work at all
-
-        # Start all processes in parallel, each with retries (an engine killed in its first
-        # milliseconds is replaced); a binary that never starts is one clear error, and the
-        # processes that did start are shut down rather than leaked.
-        with concurrent.futures.ThreadPoolExecutor(self.processes) as starter:
-            attempts = [starter.submit(self._start_engine) for _ in range(self.processes)]
-        failures = [a.exception() for a in attempts if a.exception() is not None]
-        if failures:
-            for attempt in attempts:
-                if attempt.exception() is None:
-                    attempt.result().quit()
-            raise failures[0]
-        started = [attempt.result() for attempt in attempts]
-        self._engines = list(started)
-        self.engine_name = started[0].name or "unknown engine"
-        self.engine_options = frozenset(started[0].options)
+        self._workers = EngineWorkers(
+            self.path,
+            self.processes,
+            threads=threads,
+            hash_mb=hash_mb,
+            timeout_s=timeout_s,
+            clear_hash=clear_hash,
+            retry=self.retry,
+            stats=self.stats,
+            stats_lock=self._stats_lock,
+        )  # starts the processes (or raises, leaving none behind)
+        self.engine_name = self._workers.engine_name
+        self.engine_options = self._workers.engine_options
         """The options the engine advertised (lower-case names)."""
-        self.is_stockfish = started[0].is_stockfish
-        # Stockfish's moves are trusted (a python-chess board per search costs ~0.1 ms, a real share
-        # of a small node-limited search); any other engine's bestmove is checked against the position.
-        self._verify_moves = not self.is_stockfish
+        self.is_stockfish = self._workers.is_stockfish
         self.wdl_model = wdl_model_for(self.engine_name)
         self.engine_id = f"{self.engine_name};threads={threads};hash={hash_mb};clear={int(clear_hash)}"
         self.cache = EvaluationCache(cache_path) if cache_path is not None else None
-        self._workers = [
-            threading.Thread(target=self._worker_loop, args=(slot,), name=f"engine-{slot}", daemon=True)
-            for slot in range(self.processes)
-        ]
-        for worker in self._workers:
-            worker.start()
+        self._workers.start()
 
     @classmethod
     def from_config(cls, config: Any) -> EnginePool:
@@ -436,20 +337,14 @@ class EnginePool:
     @property
     def pids(self) -> list[int]:
         """Process ids of the running engines (for monitoring and fault-injection tests)."""
-        return [engine.pid for engine in self._engines if engine is not None]
+        return self._workers.pids
 
     def close(self) -> None:
         """Stop the workers and engines; idempotent."""
         if self._closed:
             return
         self._closed = True
-        for _ in self._workers:
-            self._queue.put((float("inf"), next(self._arrival), None))  # after every queued search
-        for worker in self._workers:
-            worker.join(timeout=self.timeout_s + 5)
-        for engine in self._engines:
-            if engine is not None:
-                engine.quit()
+        self._workers.close()
         if self.cache is not None:
             self.cache.close()
 
@@ -492,7 +387,7 @@ class EnginePool:
         """Answer what the cache knows and queue the rest (`_collect` waits for them)."""
         if self._closed:
             raise EngineError("the engine pool is closed")
-        self._broken = None  # each batch gets its own chance (the fast failure is within a batch)
+        self._workers.new_batch()  # each batch gets its own chance (the fast failure is within a batch)
         cached: dict[str, tuple[dict, bool]] = {}
         if self.cache is not None and requests:
             for key, value in self.cache.get_many(requests).items():
@@ -505,7 +400,7 @@ class EnginePool:
             if key in cached:
                 continue
             future: concurrent.futures.Future = concurrent.futures.Future()
-            self._queue.put((priority, next(self._arrival), (_Task(engine_fen, limit, multipv), future)))
+            self._workers.submit(priority, SearchTask(engine_fen, limit, multipv), future)
             futures[future] = key
         return _Dispatch(cached, futures, time.perf_counter())
 
@@ -529,7 +424,7 @@ class EnginePool:
         for future in finished:
             key = dispatch.futures[future]
             try:
-                fresh[key] = _result_to_json(future.result())
+                fresh[key] = result_to_json(future.result())
             except BaseException as exc:  # keep the successes, then raise the first failure
                 error = error or exc
                 continue
@@ -544,140 +439,6 @@ class EnginePool:
         if error is not None:
             raise error
         return out
-
-    def _start_engine(self) -> UciProcess:
-        """A fresh, handshaken engine (``uci``, options, ``isready``), retried with backoff.
-
-        Each failed attempt counts as an engine fault; after `startup_attempts` the error names
-        the binary and the last failure (a binary deleted mid-run ends here)."""
-        last_error: EngineError | None = None
-        for attempt in range(self.retry.startup_attempts):
-            if attempt:
-                time.sleep(self.retry.delay(attempt - 1, self._jitter))
-            try:
-                return UciProcess(
-                    self.path,
-                    threads=self.threads,
-                    hash_mb=self.hash_mb,
-                    startup_timeout_s=min(30.0, self.timeout_s),
-                )
-            except EngineError as error:
-                last_error = error
-                logger.warning(
-                    "engine %s failed to start (attempt %d of %d): %s",
-                    self.path,
-                    attempt + 1,
-                    self.retry.startup_attempts,
-                    error,
-                )
-                self._count_engine_failure(f"starting {self.path}")
-        reason = str(last_error).replace(f"cannot start engine {str(self.path)!r}: ", "")  # the path once
-        raise EngineError(
-            f"engine {str(self.path)!r} could not be started in {self.retry.startup_attempts} attempts: {reason}"
-        )
-
-    def _count_engine_failure(self, doing: str) -> None:
-        """Count one engine fault against the pool's budget; raise when the budget is spent."""
-        with self._stats_lock:
-            self.stats.engine_failures += 1
-            failures = self.stats.engine_failures
-        if failures > self.retry.max_failures:
-            raise EngineError(
-                f"{self.engine_name} ({self.path}) failed {failures} times in this run, more than "
-                f"engine.max_failures={self.retry.max_failures}; stopped while {doing}"
-            )
-
-    def _worker_loop(self, slot: int) -> None:
-        while True:
-            _, _, item = self._queue.get()
-            if item is None:
-                return
-            task, future = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            if self._broken is not None:  # no restarts for a search that cannot succeed
-                future.set_exception(self._broken)
-                continue
-            try:
-                future.set_result(self._search_with_retry(slot, task))
-            except BaseException as exc:  # delivered to the caller, never swallowed
-                future.set_exception(exc)
-
-    def _search_with_retry(self, slot: int, task: _Task) -> SearchResult:
-        """One complete search of `task` on slot `slot`'s engine, replacing the engine on faults.
-
-        Partial output of a failed search is discarded, and a retry is a new search from scratch
-        on a fresh process, so what is returned is what a healthy engine returns."""
-        failures = 0
-        while True:
-            engine = self._engines[slot]
-            try:
-                if engine is None:
-                    engine = self._engines[slot] = self._start_engine()
-                    with self._stats_lock:
-                        self.stats.restarts += 1
-                try:
-                    result = engine.search(
-                        task.fen,
-                        nodes=task.limit.nodes,
-                        depth=task.limit.depth,
-                        multipv=task.multipv,
-                        clear_hash=self.clear_hash,
-                        timeout_s=self.timeout_s,
-                    )
-                except (ValueError, IndexError) as error:  # output we cannot parse: a broken engine
-                    raise EngineError(f"unparsable engine output ({error})") from error
-                self._check_result(task, result)
-                self._healthy = True
-                return result
-            except EngineUnsupported as error:  # retrying cannot help: one clear error, now
-                if engine is not None:
-                    engine.kill()
-                    self._engines[slot] = None
-                with self._stats_lock:
-                    self.stats.failures += 1
-                self._broken = EngineUnsupported(f"{error} (while searching {task.fen!r}, {task.limit})")
-                raise self._broken from None
-            except EngineError as error:
-                failures += 1
-                if engine is not None:
-                    logger.warning(
-                        "engine %d (pid %d) failed on %r (%s); replacing it", slot, engine.pid, task.fen, error
-                    )
-                    engine.kill()
-                    self._engines[slot] = None
-                    self._count_engine_failure(f"searching {task.fen!r} ({task.limit})")
-                # else: the replacement never started (its start-up attempts, already counted, are
-                # spent); a storm of kills can do that, so it is one more retry of this search.
-                if failures > self.retry.retries_per_position:
-                    with self._stats_lock:
-                        self.stats.failures += 1
-                    final = EngineError(
-                        f"{self.engine_name} ({self.path}) failed {failures} times on position "
-                        f"{task.fen!r} ({task.limit}, engine.retries_per_position="
-                        f"{self.retry.retries_per_position}); last error: "
-                        + str(error).replace(f"engine {str(self.path)!r} ", "the engine ", 1)  # the path once
-                    )
-                    if not self._healthy:  # not one search ever worked: the engine is broken
-                        self._broken = final
-                    raise final from None
-                with self._stats_lock:
-                    self.stats.retries += 1
-                time.sleep(self.retry.delay(failures - 1, self._jitter))
-
-    def _check_result(self, task: _Task, result: SearchResult) -> None:
-        """`EngineError` (so the search is retried) unless `result` is a usable search of `task`:
-        a legal best move (the pool only sends positions with legal moves) and a score."""
-        best = result.best_move
-        if best is None:
-            sent = f"bestmove {result.bestmove_text}" if result.bestmove_text else "bestmove"
-            raise EngineError(f"answered `{sent}` in a position with legal moves")
-        if not _UCI_MOVE.match(best):
-            raise EngineError(f"answered `bestmove {best}`, which is not a UCI move")
-        if self._verify_moves and not chess.Board(task.fen).is_legal(chess.Move.from_uci(best)):
-            raise EngineError(f"answered `bestmove {best}`, an illegal move in this position")
-        if not result.lines:
-            raise EngineError("sent no usable `info ... score` line (a score is what the search is for)")
 
     def _evaluation(self, board: chess.Board, value: dict, cached: bool, fen: str | None = None) -> Evaluation:
         cp, mate, pv, depth, nodes = value["lines"][0]
@@ -707,11 +468,3 @@ class EnginePool:
             )
         first = value["lines"][0] if value["lines"] else (None, None, (), 0, 0)
         return Analysis(fen=board.fen(), lines=tuple(lines), depth=first[3], nodes=first[4], cached=cached)
-
-
-def _result_to_json(result: SearchResult) -> dict:
-    """The cacheable form of a search: best move and [cp, mate, pv, depth, nodes] per rank."""
-    return {
-        "best": result.best_move,
-        "lines": [[line.cp, line.mate, list(line.pv), line.depth, line.nodes] for line in result.lines],
-    }

@@ -1,9 +1,12 @@
 """The evaluations: offline move metrics, Lichess puzzles, EPD suites, held-out endgames, the chess LM's
 text tasks, the value head, and their comparison.
 
-`registry` has one entry per evaluation: how its result files are named and recognised, its metrics with
-their direction, how `eval compare` pairs it and what run data reads from it. `standalone` runs one
-player beside the baselines (`chessgrpo eval offline|puzzles|epd`, `EvalConfig`).
+`registry` has one entry per evaluation: its config and runner (every command, training run and re-measure runs
+evaluations through it, and its `write_result` is the one writer of result files), how its result files are named
+and recognised, its metrics with their direction, how `eval compare` pairs it and what run data reads from it.
+`running` holds what a runner takes and gives (`Subject`, `EvalContext`, `EvalOutput`). `standalone` runs one
+player beside the baselines (`chessgrpo eval offline|puzzles|epd`, `EvalConfig`); `games` runs the match of
+`chessgrpo eval games`.
 
 Games between players (Elo against anchors, the match driver of `chessgrpo eval games`) live in
 `chessgrpo.play`; the policy as a UCI engine in `chessgrpo.uci`; intervals in `chessgrpo.stats`.

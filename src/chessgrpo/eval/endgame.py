@@ -7,6 +7,10 @@ the weak side picks the loss that takes longest, or a draw if any move draws). R
 rate with a Wilson interval, the rate of DTZ-optimal moves, mean moves to mate against the
 tablebase optimum ((DTZ + 1) / 2 own moves from the start), and how often the win was given away.
 
+`run_endgame` is the registry's runner (`eval.registry`): the evaluated player (a checkpoint, a baseline by name, or
+a training run's policy in memory) and the baselines of `EndgameEvalConfig` on the same held-out starts, as
+`EndgameRun` (the result file's payload, the metrics a training run logs).
+
 The pickers (`MovePicker`): `policy_picker` (the policy at argmax or sampled), `random_picker` (the
 floor) and `tablebase_picker` (the DTZ-optimal move: the physical limit); a chess LM plays through
 `play.lm_player.LMPlayer.picker` (its greedy B:, re-samples, random fallback).
@@ -14,9 +18,11 @@ floor) and `tablebase_picker` (the DTZ-optimal move: the physical limit); a ches
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,9 +34,13 @@ from chessgrpo.config import ConfigError
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.errors import InputError
+from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.paths import SYZYGY_DEFAULT
 from chessgrpo.play.lm_player import LMPlayerConfig
 from chessgrpo.stats import Interval, wilson_interval
+
+ENDGAME_BASELINES = ("random", "tablebase")
+"""The baseline players of an endgame evaluation: the floor and the physical limit."""
 
 
 @dataclasses.dataclass
@@ -50,7 +60,10 @@ class EndgameEvalConfig:
     syzygy_path: str = SYZYGY_DEFAULT
     """Syzygy tables."""
     baselines: bool = False
-    """Also play the random mover and the tablebase (the floor and the physical limit)."""
+    """Also play the baselines of `baseline_players` (the random mover and the tablebase: the floor and the physical
+    limit)."""
+    baseline_players: list[str] = dataclasses.field(default_factory=lambda: list(ENDGAME_BASELINES))
+    """Which baselines `baselines` plays: random, tablebase (a training run plays only the random mover, at step 0)."""
     device: str = "cpu"
     threads: int = 0
     """torch CPU threads for the player's forwards (0 = torch's default). A tiny chess LM decodes one
@@ -65,6 +78,9 @@ class EndgameEvalConfig:
             raise ConfigError("config keys positions and max_moves must be >= 1")
         if self.threads < 0:
             raise ConfigError(f"config key threads must be >= 0 (0 = torch's default), got {self.threads}")
+        unknown = [name for name in self.baseline_players if name not in ENDGAME_BASELINES]
+        if unknown:
+            raise ConfigError(f"config key baseline_players: {unknown} are not among {list(ENDGAME_BASELINES)}")
 
 
 MovePicker = Callable[[list[chess.Board]], list[chess.Move]]
@@ -269,3 +285,114 @@ def evaluate_endgame(
         max_moves=max_moves,
         piece_moves=dict(sorted(piece_moves.items(), key=lambda item: "KQRBNP".index(item[0]))),
     )
+
+
+def _baseline_picker(name: str, seed: int, tablebase: Tablebase) -> MovePicker:
+    return random_picker(seed) if name == "random" else tablebase_picker(tablebase)
+
+
+@dataclasses.dataclass
+class EndgameRun:
+    """One endgame evaluation: the evaluated player's result and each baseline's, on the same starts."""
+
+    config: EndgameEvalConfig
+    player: str
+    """The evaluated player's label (its key in `results`)."""
+    results: dict[str, EndgameEvalResult]
+    """The player's result first, then each baseline's by name."""
+    starts: list[chess.Board]
+    seconds: float
+    lm_player: Any = None
+    """The `LMPlayer` a chess LM checkpoint played through (its move statistics), else None."""
+
+    @property
+    def main(self) -> EndgameEvalResult:
+        return self.results[self.player]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One record per start position (what `eval compare` pairs by FEN): its FEN, mate 0/1 and outcome."""
+        return [
+            {"fen": board.fen(), "mate": float(outcome == "mate"), "result": outcome}
+            for board, outcome in zip(self.starts, self.main.results)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """The result file's payload: every player's result (``results``), the player's records, and the keys a
+        training run's step file has always had: ``positions``, ``policy`` (the player's result), ``starts`` and
+        ``random`` (the random mover's, when it played)."""
+        results = {label: result.to_json() for label, result in self.results.items()}
+        payload: dict[str, Any] = {
+            "kind": "endgame",
+            "player": self.player,
+            "material": self.config.material,
+            "seconds": self.seconds,
+            "results": results,
+            "records": {"player": self.records()},
+            "positions": f"endgame:{self.config.material}",
+            "policy": results[self.player],
+            "starts": [board.fen() for board in self.starts],
+        }
+        if "random" in results and self.player != "random":
+            payload["random"] = results["random"]
+        if self.lm_player is not None:  # how the LM's moves were made, beside its result and at the top
+            payload["lm_player"] = results[self.player]["lm_player"] = self.lm_player.stats.to_json()
+        return payload
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """The player's metrics (``eval/mate_rate``, ...) and each baseline's (``eval/random_mate_rate``, ...)."""
+        metrics = self.main.metrics(prefix)
+        for label, result in self.results.items():
+            if label != self.player:
+                metrics.update(result.metrics(f"{prefix}{label}_"))
+        return metrics
+
+
+def run_endgame(config: EndgameEvalConfig, subject: Subject, context: EvalContext) -> EndgameRun:
+    """The registry's runner of ``endgame``: the subject (a policy or chess LM checkpoint, a baseline by name, or a
+    policy in memory at argmax) and, with `config.baselines`, the other `baseline_players` play the strong side of
+    the held-out starts against the perfect defender (`evaluate_endgame`).
+
+    The starts are ``context.items["endgame"]`` when given (a training run's held-out set), else the held-out set of
+    `config` (material, positions, seed, colours: the trainer's with the same settings) drawn once and kept there;
+    the tables are ``context.tablebase`` when given, else opened from `config.syzygy_path`."""
+    if config.threads:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    tick = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        tablebase = context.tablebase
+        if tablebase is None:
+            tablebase = stack.enter_context(Tablebase(config.syzygy_path))
+        starts = context.items.get("endgame")
+        if starts is None:
+            from chessgrpo.board.endgames import EndgameStarts
+
+            starts = EndgameStarts(
+                config.material, tablebase.is_won, tables=tablebase.names, colours=config.colours
+            ).hold_out(config.positions, seed=config.seed)
+            context.items["endgame"] = starts
+        lm_player = None
+        name = subject.label
+        if subject.checkpoint is not None:
+            pick, lm_player = checkpoint_picker(subject.checkpoint, config)
+        elif subject.model is not None:
+            pick = policy_picker(subject.model)
+        else:
+            if subject.policy not in ENDGAME_BASELINES:
+                raise InputError(f"endgame players are {list(ENDGAME_BASELINES)}, not {subject.policy!r}")
+            pick = _baseline_picker(subject.policy, config.seed, tablebase)
+        players = {name: pick}
+        if config.baselines:
+            players.update(
+                {
+                    other: _baseline_picker(other, config.seed, tablebase)
+                    for other in config.baseline_players
+                    if other != subject.policy
+                }
+            )
+        results = {
+            label: evaluate_endgame(picker, starts, tablebase, max_moves=config.max_moves)
+            for label, picker in players.items()
+        }
+    return EndgameRun(config, name, results, list(starts), time.perf_counter() - tick, lm_player)

@@ -20,10 +20,10 @@ intervals (`compare_lm_results`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import chess
@@ -38,6 +38,8 @@ from chessgrpo.data.rookworld_format import (
     parse_policy_completion,
 )
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
+from chessgrpo.errors import InputError
+from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.models.lm_generation import generate_texts
 from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference, wilson_interval
 
@@ -388,10 +390,102 @@ def _paired_distinct_ratio(
     return Interval(value, 2 * value - high, 2 * value - low, n)
 
 
-def write_result(path: str | Path, payload: dict[str, Any]) -> Path:
-    from chessgrpo.files import write_json_atomic
+@dataclasses.dataclass
+class LMEvalItems:
+    """The held-out prompts of an LM evaluation: the first N P: positions and A: prompts of the split, and puzzles."""
 
-    return write_json_atomic(path, payload)
+    policy_fens: list[str]
+    environment_prompts: list[str]
+    puzzles: list[Any]
+
+
+def load_lm_items(config: LMEvalConfig) -> LMEvalItems:
+    """The held-out items `config` names: the first `policy_prompts` P: positions and `environment_prompts` A: prompts
+    of its data's `split`, and `max_puzzles` puzzles (seeded) of `puzzles`."""
+    from chessgrpo.data.rookworld import read_rookworld
+
+    examples = read_rookworld(config.data, config.split)
+    fens = [e.fen for e in examples if e.task == "policy"][: config.policy_prompts]
+    prompts = [e.prompt for e in examples if e.task == "environment"][: config.environment_prompts]
+    puzzles: list[Any] = []
+    if config.puzzles:
+        from chessgrpo.eval.puzzles import read_puzzles
+
+        puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, config.seed).puzzles)
+    return LMEvalItems(fens, prompts, puzzles)
+
+
+@dataclasses.dataclass
+class LMEvalRun:
+    """One LM evaluation: the config, the model's source, its items and its result."""
+
+    config: LMEvalConfig
+    result: LMEvalResult
+    items: LMEvalItems
+    source: str
+    """Where the model came from (`ChessLM.source`)."""
+    checkpoint: str | None = None
+    """The checkpoint evaluated (a command's ``--checkpoint``); None for a model in memory."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The result file's payload: the checkpoint (a command's), the metrics and the per-prompt records."""
+        return {**({"checkpoint": self.checkpoint} if self.checkpoint is not None else {}), **self.result.to_json()}
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        return self.result.flat(prefix)
+
+
+def run_lm(config: LMEvalConfig, subject: Subject, context: EvalContext) -> LMEvalRun:
+    """The registry's runner of ``lm``: a chess LM checkpoint (loaded for RL decoding, BOS before prompts with
+    `config.prompt_bos`) or a model in memory (a training run's, used as it is) answers the held-out prompts.
+
+    The items are ``context.items["lm"]`` (`LMEvalItems`) when given, else `load_lm_items` once, kept there. The
+    P: answers are graded through ``context.pool`` when lent, else a pool started for an engine truth."""
+    import torch
+
+    from chessgrpo.engine import EnginePool
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if subject.checkpoint is not None:
+        from chessgrpo.models.lm import load_lm, prepare_for_rl
+        from chessgrpo.models.prompt_bos import with_prompt_bos
+
+        lm = load_lm(subject.checkpoint, device=config.device)
+        prepare_for_rl(lm.model)
+        lm = with_prompt_bos(lm, config.prompt_bos)  # prompts only: completions are decoded as generated
+    elif subject.model is not None:
+        lm = subject.model
+    else:
+        raise InputError(f"eval lm evaluates a chess LM checkpoint, not the baseline {subject.policy!r}")
+    items = context.items.get("lm")
+    if items is None:
+        items = context.items["lm"] = load_lm_items(config)
+    with contextlib.ExitStack() as stack:
+        pool = context.pool
+        engine_truth = config.rewards.policy.truth == "engine"  # a tablebase truth needs no engine
+        if pool is None and items.policy_fens and engine_truth:
+            pool = stack.enter_context(EnginePool.from_config(config.engine))
+        total = len(items.policy_fens) + len(items.environment_prompts) + len(items.puzzles)
+        with context.progress(total, "eval lm") as bar:
+            result = evaluate_lm(
+                lm,
+                policy_fens=items.policy_fens,
+                environment_prompts=items.environment_prompts,
+                puzzles=items.puzzles,
+                pool=pool,
+                rewards=config.rewards,
+                batch_size=config.batch_size,
+                policy_max_new_tokens=config.max_new_tokens,
+                environment_max_new_tokens=config.max_new_tokens,
+                temperature=config.temperature,
+                seed=config.seed,
+                confidence=config.confidence,
+                resamples=config.resamples,
+                progress=bar.update,
+            )
+    checkpoint = str(subject.checkpoint) if subject.checkpoint is not None else None
+    return LMEvalRun(config, result, items, str(getattr(lm, "source", subject.label)), checkpoint)
 
 
 def environment_truth(prompt: str):

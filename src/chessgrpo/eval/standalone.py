@@ -1,29 +1,27 @@
 """One player evaluated beside its baselines on the same items: `chessgrpo eval offline|puzzles|epd`.
 
 `EvalConfig` configures them (configs/eval.yaml). The evaluated player is a checkpoint's policy
-(with an optional search, `search_settings`) or a baseline (``random``, ``stockfish``); unless
-``baselines=false`` the other baselines play the same positions, so a number always has context.
-`run_offline`, `run_puzzles` and `run_epd` return a `PlayerResults`: each player's result, the
-JSON summary the commands print and write (``output=FILE``, with per-item records for `eval compare`),
-and what the tables need.
+(with an optional search, `search_settings`), a policy in memory (a training run's held-out evaluation) or a
+baseline (``random``, ``stockfish``); unless ``baselines=false`` the other baselines play the same positions, so
+a number always has context. `run_offline`, `run_puzzles` and `run_epd` are the registry's runners
+(`eval.registry`: ``(config, subject, context)``, `eval.running`) and return a `PlayerResults`: each player's
+result, the JSON summary the commands print, the payload `eval.registry.write_result` writes (``to_json``: the
+summary with per-item records for `eval compare`), the metrics a training run logs, and what the tables need.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from chessgrpo.config import EngineConfig, to_dict
+from chessgrpo.config import EngineConfig
 from chessgrpo.errors import InputError
+from chessgrpo.eval.running import EvalContext, Subject, interval_metrics, policy_player
 from chessgrpo.paths import PUZZLES_DEFAULT
 
 BASELINE_POLICIES = ("random", "stockfish")
-Progress = Callable[[int, str], contextlib.AbstractContextManager[Any]]
-"""(items, description) -> a progress bar context with update(n) (the CLI's tqdm bar)."""
 
 
 @dataclasses.dataclass
@@ -102,16 +100,8 @@ def resolve_input(path: str, what: str) -> str:
     return str(resolve_data_path(path, what))
 
 
-@dataclasses.dataclass(frozen=True)
-class Subject:
-    """Who is evaluated: a checkpoint (policy or run directory) or a baseline policy by name."""
-
-    checkpoint: Path | None = None
-    policy: str | None = None
-
-
 def search_for(subject: Subject, config: EvalConfig) -> Any:
-    """The checkpoint policy's `SearchSettings` from the search_* keys; None for no search.
+    """The evaluated policy's `SearchSettings` from the search_* keys; None for no search.
 
     Raises:
         ValueError: a bad search_* value, or a search budget for a --policy baseline.
@@ -125,7 +115,7 @@ def search_for(subject: Subject, config: EvalConfig) -> Any:
         config.search_batch_size,
         config.engine.syzygy_path,
     )
-    if search is not None and subject.checkpoint is None:
+    if search is not None and subject.policy is not None:
         raise InputError(
             f"search_nodes={config.search_nodes}: only a --checkpoint policy searches, not --policy {subject.policy}"
         )
@@ -137,7 +127,7 @@ def players(subject: Subject, config: EvalConfig, pool: Any, stack: contextlib.E
 
     A searching policy's tablebase is released when `stack` closes.
     """
-    from chessgrpo.play.players import PolicyPlayer, RandomPlayer, StockfishPlayer
+    from chessgrpo.play.players import RandomPlayer, StockfishPlayer
 
     def baseline(name: str) -> Any:
         return RandomPlayer(config.seed) if name == "random" else StockfishPlayer(pool, config.baseline_nodes)
@@ -149,9 +139,9 @@ def players(subject: Subject, config: EvalConfig, pool: Any, stack: contextlib.E
         # A search sends batches of ~16 positions: extra threads only add hand-off latency (and
         # oversubscribe the cores beside the engine processes); measured 4-70x slower with the default.
         torch.set_num_threads(1)
-    if subject.checkpoint is not None:
-        main = PolicyPlayer.from_checkpoint(
-            subject.checkpoint,
+    if subject.policy is None:
+        main = policy_player(
+            subject,
             device=config.device,
             temperature=config.temperature,
             batch_size=config.batch_size,
@@ -160,7 +150,7 @@ def players(subject: Subject, config: EvalConfig, pool: Any, stack: contextlib.E
         )
         stack.callback(main.close)
     else:
-        main = baseline(subject.policy)  # type: ignore[arg-type]
+        main = baseline(subject.policy)
     names = [name for name in BASELINE_POLICIES if name != subject.policy] if config.baselines else []
     return main, {name: baseline(name) for name in names}
 
@@ -176,30 +166,33 @@ def needs_pool(subject: Subject, config: EvalConfig) -> bool:
     return subject.policy == "stockfish" or config.baselines
 
 
-def write_output(config: EvalConfig, payload: dict) -> None:
-    """The full result as JSON at ``output`` (when set), with the config."""
-    if config.output:
-        path = Path(config.output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"config": to_dict(config), **payload}, indent=1))
-        tmp.replace(path)
-
-
 @dataclasses.dataclass
 class PlayerResults:
-    """One standalone evaluation: the config it ran with, each player's result ("player" first, then
-    the baselines), the JSON summary, and how many items were evaluated from how many read."""
+    """One evaluation of a player beside its baselines: the config it ran with, each player's result ("player"
+    first, then the baselines), the JSON summary, how many items were evaluated from how many read, and the
+    player's metrics a training run logs (`metrics`: ``eval/<metric_prefix><name>`` of `metric_names`)."""
 
     config: EvalConfig
     results: dict[str, Any]
     summary: dict[str, Any]
     items: int
     skipped: int = 0
+    metric_names: tuple[str, ...] = ()
+    metric_prefix: str = ""
 
     @property
     def main(self) -> Any:
         return self.results["player"]
+
+    def to_json(self) -> dict[str, Any]:
+        """The result file's payload: the summary and every player's per-item records."""
+        return {**self.summary, "records": _records(self.results)}
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """The player's metrics with their interval bounds (``eval/top1``, ``eval/puzzle_solve_rate``, ...)."""
+        return interval_metrics(
+            {name: getattr(self.main, name) for name in self.metric_names}, prefix + self.metric_prefix
+        )
 
 
 def _summary(
@@ -223,22 +216,45 @@ def _records(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 OFFLINE_METRICS = ("top1", "esl", "blunder_rate")
 
 
-def run_offline(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerResults:
-    """Top-1 agreement, expected-score loss and blunder rate on `config.positions` (`eval.offline`)."""
+@contextlib.contextmanager
+def _engine_pool(config: EvalConfig, context: EvalContext, needed: bool = True) -> Iterator[Any]:
+    """The pool the caller lent, else one started from ``config.engine`` (stopped after) when `needed`, else None."""
+    if context.pool is not None or not needed:
+        yield context.pool
+        return
     from chessgrpo.engine import EnginePool
+
+    with EnginePool.from_config(config.engine) as pool:
+        yield pool
+
+
+def run_offline(config: EvalConfig, subject: Subject, context: EvalContext) -> PlayerResults:
+    """Top-1 agreement, expected-score loss and blunder rate on `config.positions` (`eval.offline`): the runner of
+    the registry's ``offline``. The positions are ``context.items["offline"]`` when given (a re-measure's unseen
+    ones), else sampled from `config.positions`, labelled once and kept there."""
     from chessgrpo.eval.offline import evaluate_offline
     from chessgrpo.eval.positions import load_eval_positions
 
-    if not config.positions:
-        raise InputError("no evaluation positions: pass --positions FILE or set positions=PATH")
-    config = dataclasses.replace(config, positions=resolve_input(config.positions, "evaluation positions"))
+    positions = context.items.get("offline")
+    if positions is None:
+        if not config.positions:
+            raise InputError("no evaluation positions: pass --positions FILE or set positions=PATH")
+        config = dataclasses.replace(config, positions=resolve_input(config.positions, "evaluation positions"))
+    progress = context.progress
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(EnginePool.from_config(config.engine))
+        pool = stack.enter_context(_engine_pool(config, context))
         player, baselines = players(subject, config, pool, stack)
-        with progress(config.max_positions, "labelling") as bar:
-            positions = load_eval_positions(
-                config.positions, config.max_positions, config.seed, pool=pool, nodes=config.nodes, progress=bar.update
-            )
+        if positions is None:
+            with progress(config.max_positions, "labelling") as bar:
+                positions = load_eval_positions(
+                    config.positions,  # type: ignore[arg-type]
+                    config.max_positions,
+                    config.seed,
+                    pool=pool,
+                    nodes=config.nodes,
+                    progress=bar.update,
+                )
+            context.items["offline"] = positions
         results = {}
         for name, each in [("player", player), *baselines.items()]:
             with progress(len(positions), f"offline {each.name}") as bar:
@@ -270,44 +286,48 @@ def run_offline(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
         "baseline_nodes": config.baseline_nodes,
         "confidence": config.confidence,
     }
-    write_output(config, {**summary, "records": _records(results)})
-    return PlayerResults(config, results, summary, len(positions))
+    return PlayerResults(config, results, summary, len(positions), metric_names=OFFLINE_METRICS)
 
 
 def _every_player(
     subject: Subject,
     config: EvalConfig,
-    progress: Progress,
+    context: EvalContext,
     label: str,
     count: int,
     solve: Callable[[Any, Callable[[int], None]], Any],
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(player, baselines, results by name): ``solve(player, progress_update)`` for the player and each baseline,
     each with its own progress bar, over an engine pool when one of them needs it."""
-    from chessgrpo.engine import EnginePool
-
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(EnginePool.from_config(config.engine)) if needs_pool(subject, config) else None
+        pool = stack.enter_context(_engine_pool(config, context, needed=needs_pool(subject, config)))
         player, baselines = players(subject, config, pool, stack)
         results = {}
         for name, each in [("player", player), *baselines.items()]:
-            with progress(count, f"{label} {each.name}") as bar:
+            with context.progress(count, f"{label} {each.name}") as bar:
                 results[name] = solve(each, bar.update)
     return player, baselines, results
 
 
-def run_puzzles(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerResults:
-    """First-move accuracy and solve rate on `config.puzzles`, by rating band and theme (`eval.puzzles`)."""
+PUZZLE_METRICS = ("first_move_accuracy", "solve_rate")
+
+
+def run_puzzles(config: EvalConfig, subject: Subject, context: EvalContext) -> PlayerResults:
+    """First-move accuracy and solve rate on `config.puzzles`, by rating band and theme (`eval.puzzles`): the
+    runner of the registry's ``puzzles``. The puzzles are ``context.items["puzzles"]`` (a `PuzzleSet`) when given,
+    else sampled from `config.puzzles` and kept there."""
     from chessgrpo.eval.puzzles import rating_bands, read_puzzles, solve_puzzles
 
     bands = rating_bands(config.rating_bands)
-    config = dataclasses.replace(config, puzzles=resolve_input(config.puzzles, "puzzle file"))
-    puzzle_set = read_puzzles(config.puzzles, config.max_puzzles, config.seed)
+    puzzle_set = context.items.get("puzzles")
+    if puzzle_set is None:
+        config = dataclasses.replace(config, puzzles=resolve_input(config.puzzles, "puzzle file"))
+        puzzle_set = context.items["puzzles"] = read_puzzles(config.puzzles, config.max_puzzles, config.seed)
     puzzles = puzzle_set.puzzles
     player, baselines, results = _every_player(
         subject,
         config,
-        progress,
+        context,
         "puzzles",
         len(puzzles),
         lambda each, update: solve_puzzles(
@@ -321,23 +341,34 @@ def run_puzzles(config: EvalConfig, subject: Subject, progress: Progress) -> Pla
     )
     source = {"puzzles": {"source": str(config.puzzles), "n": len(puzzles), "skipped": len(puzzle_set.skipped)}}
     summary = _summary(player, results, baselines, config, source)
-    write_output(config, {**summary, "records": _records(results)})
-    return PlayerResults(config, results, summary, len(puzzles), len(puzzle_set.skipped))
+    return PlayerResults(
+        config,
+        results,
+        summary,
+        len(puzzles),
+        len(puzzle_set.skipped),
+        metric_names=PUZZLE_METRICS,
+        metric_prefix="puzzle_",
+    )
 
 
-def run_epd(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerResults:
-    """The share of an EPD suite's positions solved by its bm/am operations (`eval.epd`)."""
+def run_epd(config: EvalConfig, subject: Subject, context: EvalContext) -> PlayerResults:
+    """The share of an EPD suite's positions solved by its bm/am operations (`eval.epd`): the runner of the
+    registry's ``epd`` (the suite: ``context.items["epd"]``, an `EpdSuite`, when given)."""
     from chessgrpo.eval.epd import read_epd, solve_epd
 
-    if not config.epd:
-        raise InputError("no EPD suite: pass --epd FILE or set epd=PATH")
-    config = dataclasses.replace(config, epd=resolve_input(config.epd, "EPD suite"))
-    suite = read_epd(config.epd)
+    suite = context.items.get("epd")
+    if suite is None:
+        if not config.epd:
+            raise InputError("no EPD suite: pass --epd FILE or set epd=PATH")
+        epd = resolve_input(config.epd, "EPD suite")
+        config = dataclasses.replace(config, epd=epd)
+        suite = context.items["epd"] = read_epd(epd)
     positions = suite.positions
     player, baselines, results = _every_player(
         subject,
         config,
-        progress,
+        context,
         "epd",
         len(positions),
         lambda each, update: solve_epd(
@@ -350,5 +381,6 @@ def run_epd(config: EvalConfig, subject: Subject, progress: Progress) -> PlayerR
     )
     source = {"epd": {"source": str(config.epd), "n": len(positions), "skipped": len(suite.skipped)}}
     summary = _summary(player, results, baselines, config, source)
-    write_output(config, {**summary, "records": _records(results)})
-    return PlayerResults(config, results, summary, len(positions), len(suite.skipped))
+    return PlayerResults(
+        config, results, summary, len(positions), len(suite.skipped), metric_names=("solved",), metric_prefix="epd_"
+    )

@@ -10,6 +10,8 @@ sees the held-out values). Reported, each with a bootstrap interval over positio
 - calibration: positions binned by predicted value (10 equal-width bins), the mean prediction
   and mean target per bin, and the expected calibration error (bin-weighted |mean prediction -
   mean target|; 0 is perfectly calibrated).
+
+`run_value` is the registry's runner (`eval.registry`); the positions come encoded from the caller (`ValueItems`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from chessgrpo.eval.running import EvalContext, Subject, interval_metrics
 from chessgrpo.stats import Interval, bootstrap_interval, paired_bootstrap_difference
 
 CALIBRATION_BINS = 10
@@ -97,3 +100,78 @@ def predict_values(model: Any, tokens: torch.Tensor, batch_size: int = 1024) -> 
         _, value_logits = model(tokens[start : start + batch_size].to(model.device), with_value=True)
         out.append(torch.sigmoid(value_logits.float()).cpu().numpy())
     return np.concatenate(out)
+
+
+@dataclasses.dataclass
+class ValueEvalConfig:
+    """`chessgrpo eval value`: the value head's quality on a dataset's test split (its flags set these)."""
+
+    data: str = "data/tiny"
+    """Dataset directory: its test split is scored, its train split gives the constant baseline."""
+    confidence: float = 0.95
+    """Interval level."""
+    output: str | None = None
+    """Also write the JSON summary here."""
+
+
+@dataclasses.dataclass
+class ValueItems:
+    """The held-out positions of a value evaluation, encoded as the model reads them (``train.dataset.load_split``
+    with its move facts: a layer above this one, so the caller loads them), and the constant baseline."""
+
+    tokens: torch.Tensor
+    targets: np.ndarray
+    """Each position's value label (the expected score after the engine's best move)."""
+    baseline: float
+    """The mean train target: the best constant predictor without a network."""
+
+
+def require_value_head(model: Any, name: str) -> None:
+    """An `InputError` naming the checkpoint when `model` has no value head."""
+    from chessgrpo.errors import InputError
+
+    if model.value_head is None:
+        raise InputError(f"checkpoint {name!r} has no value head (pretrain one with model.value_head: true)")
+
+
+@dataclasses.dataclass
+class ValueRun:
+    """One value evaluation: where the model came from, how many positions, and its `ValueQuality`."""
+
+    config: ValueEvalConfig
+    checkpoint: str
+    n: int
+    quality: ValueQuality
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "data": self.config.data, "n": self.n, **self.quality.to_json()}
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """``value_mae`` and ``value_mae_gain`` with their interval bounds."""
+        return interval_metrics({"value_mae": self.quality.mae, "value_mae_gain": self.quality.mae_gain}, prefix)
+
+
+def run_value(config: ValueEvalConfig, subject: Subject, context: EvalContext) -> ValueRun:
+    """The registry's runner of ``value``: the subject's value head (a policy checkpoint, or a policy in memory named
+    by its checkpoint) on ``context.items["value"]`` (`ValueItems`, which the caller loads: `chessgrpo eval value`)."""
+    from chessgrpo.errors import InputError
+
+    items = context.items.get("value")
+    if items is None:
+        raise InputError(
+            f"the value evaluation of {subject.label} needs its positions loaded by the caller "
+            "(context.items['value'], as `chessgrpo eval value` does)"
+        )
+    if subject.checkpoint is not None:
+        from chessgrpo.models.policy import load_policy, resolve_checkpoint
+
+        model, name = load_policy(subject.checkpoint), str(resolve_checkpoint(subject.checkpoint))
+    elif subject.model is not None:
+        model, name = subject.model, subject.label
+    else:
+        raise InputError(f"eval value scores a policy's value head, not the baseline {subject.policy!r}")
+    require_value_head(model, name)
+    quality = value_quality(
+        predict_values(model, items.tokens), items.targets, items.baseline, confidence=config.confidence
+    )
+    return ValueRun(config, name, len(items.targets), quality)

@@ -49,7 +49,7 @@ CHESS_TOKENIZER_NAME = "chessgrpo-chess-wordlevel-v1"
 """Recorded in ``tokenizer_config.json`` (``chess_tokenizer``) so `load_lm` can tell it apart."""
 
 ALPHABET = "\n +-./0123456789:ABEKMNPQRabcdefghknpqrw"
-"""Every character the tokenizer accepts (the same alphabet as `models.lm.CHAR_VOCAB`)."""
+"""Every character the tokenizer accepts (the same alphabet as `models.lm_tokenizers.CHAR_VOCAB`)."""
 MAX_SPACE_RUN = 96
 TAGS = ("P: ", "M: ", "E: ", "B: ", "A: ")
 
@@ -140,9 +140,9 @@ def is_chess_tokenizer_directory(directory: str | os.PathLike) -> bool:
 
 
 class ChessTokenizer:
-    """The chess word-level tokenizer behind the `models.lm.LMTokenizer` interface.
+    """The chess word-level tokenizer behind the `models.lm_tokenizers.LMTokenizer` interface.
 
-    Same behaviour as `models.lm.HFTokenizer` (no special tokens added, EOS = ``<|endoftext|>``)
+    Same behaviour as `models.lm_tokenizers.HFTokenizer` (no special tokens added, EOS = ``<|endoftext|>``)
     plus a strict `encode`: a character outside `ALPHABET` raises `ValueError` naming it and the
     text. `save` writes a standard ``tokenizer.json`` + ``tokenizer_config.json`` directory.
     """

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from chessgrpo.models.lm import LMTokenizer, left_pad, position_ids, tempered_log_probs
+from chessgrpo.models.lm import left_pad, position_ids, tempered_log_probs
+from chessgrpo.models.lm_tokenizers import LMTokenizer
 
 
 @dataclasses.dataclass

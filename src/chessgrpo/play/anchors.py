@@ -61,7 +61,7 @@ import chess
 import chess.engine
 
 from chessgrpo.engine.locate import EngineNotFoundError, find_engine
-from chessgrpo.engine.pool import RetryPolicy
+from chessgrpo.engine.pool_workers import RetryPolicy
 from chessgrpo.errors import InputError, quote
 
 CALIBRATION_NOTE = (

@@ -403,7 +403,7 @@ class _SprtWatch:
         self.pair_points.append(self.halves.pop(key) + result.player_points)
         state = sprt(
             pentanomial(self.pair_points), config.sprt_elo0, config.sprt_elo1, config.sprt_alpha, config.sprt_beta
-        )  # type: ignore[arg-type]
+        )
         self.result = state
         self.progress.set_postfix(llr=f"{state.llr:.2f}")
         return state.decision is not None
@@ -414,16 +414,23 @@ Progress = Callable[[int], contextlib.AbstractContextManager[Any]]
 
 
 def play_match(
-    config: GamesConfig, checkpoint_path: Path, *, progress: Progress, notify: Callable[[str], None] = print
+    config: GamesConfig,
+    checkpoint_path: Path,
+    *,
+    progress: Progress,
+    notify: Callable[[str], None] = print,
+    on_summary: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Play the match `config` describes for the checkpoint (or run directory) at `checkpoint_path`; the summary.
 
-    Writes the PGN (and ``output`` when set); `notify` receives the one-line note of a resumed match.
+    Writes the PGN (and ``output`` when set); `notify` receives the one-line note of a resumed match, and
+    `on_summary` the summary before the journal is removed (a result written there survives a crash after it).
     """
     from chessgrpo.engine import available_cores
     from chessgrpo.models.checkpoint_kind import LM, identify_checkpoint
     from chessgrpo.play.anchors import CALIBRATION_NOTE, anchor_rating
-    from chessgrpo.play.games import make_tasks, pair_records, run_games
+    from chessgrpo.play.game_runner import run_games
+    from chessgrpo.play.games import make_tasks, pair_records
     from chessgrpo.play.players import search_settings
 
     validate_games_config(config)
@@ -524,6 +531,8 @@ def play_match(
     )
     if config.output:
         _write_atomic(Path(config.output), json.dumps({"config": to_dict(config), **summary}, indent=1))
+    if on_summary is not None:
+        on_summary(summary)
     journal.remove()  # everything is in the PGN and the JSON now
     return summary
 

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import chess
 import chess.engine
 
+from chessgrpo.board.move_facts import PIECE_VALUES
 from chessgrpo.engine.locate import EngineError, find_stockfish
-from chessgrpo.engine.pool import RetryPolicy
+from chessgrpo.engine.pool_workers import RetryPolicy
 from chessgrpo.engine.uci import EngineTimeout, EngineUnsupported, UciOption, choose_settings
 from chessgrpo.errors import InputError
 from chessgrpo.play.anchor_runs import MoveSearch
@@ -45,8 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.search import SearchResult, SearchSettings
 
 logger = logging.getLogger(__name__)
-
-PIECE_VALUES = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9, chess.KING: 0}
 
 
 class Mover(Protocol):
@@ -332,8 +331,10 @@ def position_counts(board: chess.Board) -> dict[tuple, int]:
 def material_balance(board: chess.Board) -> int:
     """Material of the side to move minus the opponent's, in pawns (P1 N3 B3 R5 Q9)."""
     balance = 0
-    for piece_type, value in PIECE_VALUES.items():
-        balance += value * (len(board.pieces(piece_type, board.turn)) - len(board.pieces(piece_type, not board.turn)))
+    for piece_type in chess.PIECE_TYPES:
+        balance += PIECE_VALUES[piece_type] * (
+            len(board.pieces(piece_type, board.turn)) - len(board.pieces(piece_type, not board.turn))
+        )
     return balance
 
 

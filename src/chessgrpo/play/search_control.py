@@ -14,6 +14,8 @@ import time
 
 import chess
 
+SEARCH_CHOICES = ("puct", "alphabeta", "none")
+"""The UCI option ``Search`` (and ``chessgrpo uci --search``): PUCT, policy-pruned alpha-beta, or the policy's own move."""
 MAX_NODES = 100_000
 """The most nodes one ``go`` searches, also when only time limits it or ``infinite`` (bounds the tree's memory: ~4 kB a node)."""
 MOVE_OVERHEAD_MS = 50

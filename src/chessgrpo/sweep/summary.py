@@ -417,18 +417,20 @@ def remeasure(
     Positions: `positions` (any `eval offline` source), else the trials' own `eval.positions` (or
     `eval.offline_positions`) minus every position a trial saw; puzzles: `puzzles`, else the trials'
     `eval.puzzles`, minus every puzzle a trial saw. Each is skipped (with a note) when nothing
-    unseen is left. Needs the trials' run directories on this machine and an action policy.
+    unseen is left. Needs the trials' run directories on this machine and an action policy. Both run through the
+    evaluation registry (`eval.registry`) with the unseen items lent, and are written by its one writer.
     """
     import random
 
     from chessgrpo.config import EngineConfig, from_dict
     from chessgrpo.engine import EnginePool
     from chessgrpo.eval.compare import compare_records
-    from chessgrpo.eval.offline import evaluate_offline
     from chessgrpo.eval.positions import load_eval_positions
-    from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
+    from chessgrpo.eval.puzzles import PuzzleSet, read_puzzles
+    from chessgrpo.eval.registry import run_evaluation, write_result
+    from chessgrpo.eval.running import EvalContext, Subject
+    from chessgrpo.eval.standalone import EvalConfig
     from chessgrpo.files import write_json_atomic
-    from chessgrpo.play.players import PolicyPlayer
     from chessgrpo.tasks.kinds.move_group import MoveGroupEvalConfig
 
     best, default = summary.best, summary.default
@@ -470,6 +472,16 @@ def remeasure(
     label = "best trial" if trial is None else "trial"
     names = {"player_a": f"default trial {default.number}", "player_b": f"{label} {best.number}", "seed": seed}
 
+    def run_trials(name: str, settings: EvalConfig, context: EvalContext) -> dict[int, list[dict[str, Any]]]:
+        """Each trial's checkpoint evaluated by `name` through the registry, its file written beside the others
+        (REMEASURE_DIR/trial_NNNN_<name>.json); each trial's per-item records."""
+        records = {}
+        for number, checkpoint in checkpoints.items():
+            output = run_evaluation(name, settings, Subject(checkpoint=checkpoint), context)
+            write_result(name, output, path=directory / f"trial_{number:04d}_{name}.json")
+            records[number] = output.to_json()["records"]["player"]
+        return records
+
     # Held-out positions: the trials' own source minus every position a trial was evaluated on.
     source = positions or {
         "move_group": eval_config.get("positions"),
@@ -496,16 +508,8 @@ def remeasure(
                     f"positions: every position of {source} was seen by the objective; pass --remeasure-positions"
                 )
             else:
-                records = {}
-                for number, checkpoint in checkpoints.items():
-                    result = evaluate_offline(
-                        PolicyPlayer.from_checkpoint(checkpoint), candidates, pool, nodes=nodes, seed=seed
-                    )
-                    records[number] = [r.to_json() for r in result.records]
-                    write_json_atomic(
-                        directory / f"trial_{number:04d}_offline.json",
-                        {**result.to_json(), "records": {"player": records[number]}},
-                    )
+                offline = EvalConfig(engine=engine, positions=source, nodes=nodes, seed=seed, baselines=False)
+                records = run_trials("offline", offline, EvalContext(pool=pool, items={"offline": candidates}))
                 comparisons.append(compare_records("offline", records[default.number], records[best.number], **names))
                 notes.append(
                     f"positions: {len(candidates)} from {source} that no trial was evaluated on ({len(seen)} seen excluded)"
@@ -521,14 +525,8 @@ def remeasure(
         if not unseen:
             notes.append(f"puzzles: every puzzle of {puzzle_file} was seen by the objective; pass --remeasure-puzzles")
         else:
-            records = {}
-            for number, checkpoint in checkpoints.items():
-                result = solve_puzzles(PolicyPlayer.from_checkpoint(checkpoint), unseen)
-                records[number] = [r.to_json() for r in result.records]
-                write_json_atomic(
-                    directory / f"trial_{number:04d}_puzzles.json",
-                    {**result.to_json(), "records": {"player": records[number]}},
-                )
+            puzzle_config = EvalConfig(positions=None, puzzles=str(puzzle_file), seed=seed, baselines=False)
+            records = run_trials("puzzles", puzzle_config, EvalContext(items={"puzzles": PuzzleSet(tuple(unseen))}))
             comparisons.append(compare_records("puzzles", records[default.number], records[best.number], **names))
             notes.append(
                 f"puzzles: {len(unseen)} from {puzzle_file} that no trial was evaluated on ({len(seen_puzzles)} seen excluded)"

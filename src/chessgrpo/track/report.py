@@ -20,6 +20,10 @@ as base64. Panels whose every series is constant are left out and listed in one 
 A sweep's study directory (``chessgrpo sweep``) adds the optimisation history and the parameter
 importances (`track.plots.figure_study`) and stands for its default and best trials' runs.
 
+The sections are built by `track.report_sections` (verdict, diagnosis, games, evaluation) and
+`track.report_provenance` (runs, metadata, configuration); this module loads the runs, draws the figures and
+writes the file.
+
 Where things go: ``chessgrpo report RUN_DIR`` writes ``RUN_DIR/report.html`` and the PNGs in
 ``RUN_DIR/report/``; ``--out DIR/NAME.html`` writes the PNGs to ``DIR/NAME/``. The HTML needs
 none of the PNG files (everything is inline), so it can be mailed or archived alone.
@@ -30,26 +34,30 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import html
-import json
-import math
 import os
-import platform
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from chessgrpo.eval.registry import held_out_metrics, read_by_run_data
-from chessgrpo.run_info import cpu_model, package_version, source_commit
-from chessgrpo.track.diagnose import Finding, diagnose
-from chessgrpo.track.figures import DroppedPanel, ReportFigure, panel_height_px, plotly_available
+from chessgrpo.track.diagnose import diagnose
+from chessgrpo.track.diagnose.findings import Finding
+from chessgrpo.track.figure_panels import DroppedPanel
+from chessgrpo.track.figures import ReportFigure, plotly_available
+from chessgrpo.track.panel_drawing import panel_height_px
 from chessgrpo.track.plots import figure_study, plan_figures
-from chessgrpo.track.report_verdict import Verdict, pgn_href, run_verdict, verdict_html
-from chessgrpo.track.run_data import GamesEvaluation, HeldOut, RunData, effective_model_config, load_run
+from chessgrpo.track.report_provenance import config_section, metadata_section, runs_section
+from chessgrpo.track.report_sections import (
+    escape,
+    evaluation_section,
+    findings_section,
+    games_section,
+    relative_path,
+    verdict_section,
+    wrap_tables,
+)
+from chessgrpo.track.report_verdict import Verdict, run_verdict
+from chessgrpo.track.run_data import load_run
 
 STATIC_ENV = "CHESSGRPO_REPORT_STATIC"
 """Set to 1 (or true/yes) to force the static report (embedded PNGs) even with plotly installed."""
@@ -80,10 +88,6 @@ td code, td .note { overflow-wrap: anywhere; }
 div.verdict ul { margin: 0.3em 0; padding-left: 1.4em; font-size: 0.92em; } .verdict li { margin: 0.15em 0; }
 h2#verdict { margin-top: 0.8em; }
 """
-
-
-ABSENT = "(absent)"
-"""What `config_differences` reports for a key a run's config does not have."""
 
 
 @dataclasses.dataclass
@@ -186,25 +190,29 @@ def build_report(
         figure_parts.insert(
             0,
             '<p class=note id="dropped">Constant, not drawn: '
-            + "; ".join(_e(d.describe()) for d in plan.dropped)
+            + "; ".join(escape(d.describe()) for d in plan.dropped)
             + ".</p>",
         )
     # The verdict first (did it get stronger, against whom), then the warnings; where the run came from last.
     sections = [
-        ("verdict", "Verdict: did it get stronger?", _verdict_html(runs, verdicts, out.parent)),
-        ("findings", "Diagnosis", wrap_tables(_findings_html(runs, findings))),
-        ("games", "Game strength", _games_html(runs, rendered.get("games"), out.parent)),
-        ("evaluation", "Evaluation", wrap_tables(_evaluation_html(runs))),
+        ("verdict", "Verdict: did it get stronger?", verdict_section(runs, verdicts, out.parent)),
+        ("findings", "Diagnosis", wrap_tables(findings_section(runs, findings))),
+        ("games", "Game strength", games_section(runs, rendered.get("games"), out.parent)),
+        ("evaluation", "Evaluation", wrap_tables(evaluation_section(runs))),
         ("figures", "Figures", "\n".join(figure_parts) or "<p>No metrics to plot yet.</p>"),
-        ("runs", "Runs", wrap_tables(_runs_table(runs))),
-        ("metadata", "Run metadata", wrap_tables(_metadata_html(runs))),
-        ("config", "Configuration" if len(runs) == 1 else "Configuration differences", wrap_tables(_config_html(runs))),
+        ("runs", "Runs", wrap_tables(runs_section(runs))),
+        ("metadata", "Run metadata", wrap_tables(metadata_section(runs))),
+        (
+            "config",
+            "Configuration" if len(runs) == 1 else "Configuration differences",
+            wrap_tables(config_section(runs)),
+        ),
     ]
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     body = "\n".join(
-        f'<h2 id="{key}">{_e(name)}</h2>\n<div class="{key}">{content}</div>' for key, name, content in sections
+        f'<h2 id="{key}">{escape(name)}</h2>\n<div class="{key}">{content}</div>' for key, name, content in sections
     )
-    nav = " ".join(f'<a href="#{key}">{_e(name)}</a>' for key, name, _ in sections)
+    nav = " ".join(f'<a href="#{key}">{escape(name)}</a>' for key, name, _ in sections)
     script = ""
     mode = "figures are embedded PNGs (static report)"
     if interactive:
@@ -215,8 +223,8 @@ def build_report(
     overlay = "; the runs share the axes of every panel (colour = run)" if len(runs) > 1 else ""
     document = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(title)}</title><style>{_STYLE}</style>{script}</head><body>\n"
-        f"<h1>{_e(title)}</h1><p class=note>generated {_e(generated)} by <code>chessgrpo report</code>; {mode}{overlay}; "
+        f"<title>{escape(title)}</title><style>{_STYLE}</style>{script}</head><body>\n"
+        f"<h1>{escape(title)}</h1><p class=note>generated {escape(generated)} by <code>chessgrpo report</code>; {mode}{overlay}; "
         "intervals are 95%; long per-step series are drawn raw (pale) and as a centred moving average with the 95% "
         "band of the window mean.</p>\n"
         f"<nav>{nav}</nav>\n{body}\n</body></html>\n"
@@ -229,13 +237,13 @@ def build_report(
 
 def _figure_html(figure: ReportFigure, png: bytes, path: Path | None, out: Path, interactive: bool) -> str:
     """One figure: its plotly panels in a grid (interactive) or its embedded PNG (static)."""
-    where = f" <span class=note>(PNG: {_e(_relative(path, out.parent))})</span>" if path is not None else ""
+    where = f" <span class=note>(PNG: {escape(relative_path(path, out.parent))})</span>" if path is not None else ""
     if not interactive:
         encoded = base64.b64encode(png).decode("ascii")
         return (
-            f'<figure id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
-            f'<img src="data:image/png;base64,{encoded}" alt="{_e(figure.title)}">'
-            f"<figcaption>{_e(figure.caption)}{where}</figcaption></figure>"
+            f'<figure id="fig-{figure.name}"><h3>{escape(figure.title)}</h3>'
+            f'<img src="data:image/png;base64,{encoded}" alt="{escape(figure.title)}">'
+            f"<figcaption>{escape(figure.caption)}{where}</figcaption></figure>"
         )
     divs = []
     for index, (panel, chart) in enumerate(zip(figure.panels, figure.plotly())):
@@ -247,13 +255,13 @@ def _figure_html(figure: ReportFigure, png: bytes, path: Path | None, out: Path,
             default_height=f"{panel_height_px(panel)}px",
             config={"displaylogo": False, "responsive": True},
         )
-        note = f"<br><span class=note>{_e(panel.note)}</span>" if panel.note else ""
-        divs.append(f'<div class="panel"><div class="panel-title">{_e(panel.title)}{note}</div>{div}</div>')
+        note = f"<br><span class=note>{escape(panel.note)}</span>" if panel.note else ""
+        divs.append(f'<div class="panel"><div class="panel-title">{escape(panel.title)}{note}</div>{div}</div>')
     columns = max(1, min(figure.columns, len(divs), 3))
     return (
-        f'<section class="figure" id="fig-{figure.name}"><h3>{_e(figure.title)}</h3>'
+        f'<section class="figure" id="fig-{figure.name}"><h3>{escape(figure.title)}</h3>'
         f'<div class="panels cols-{columns}">{"".join(divs)}</div>'
-        f"<p class=note>{_e(figure.caption)}{where}</p></section>"
+        f"<p class=note>{escape(figure.caption)}{where}</p></section>"
     )
 
 
@@ -280,519 +288,3 @@ def _study_trials(paths: Sequence[Path]) -> tuple[list[Path], list[Any]]:
     if not runs:
         raise ValueError(f"study {paths[0]} has no trial run directory on this machine yet")
     return runs, studies
-
-
-# ------------------------------------------------------------------------------------------------
-# Sections
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _relative(path: Path, base: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(base.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def wrap_tables(fragment: str) -> str:
-    """Every <table> of an HTML fragment inside a ``table-wrap`` div: a table wider than its section scrolls there."""
-    return re.sub(r"<table\b", '<div class="table-wrap"><table', fragment).replace("</table>", "</table></div>")
-
-
-def _verdict_html(runs: Sequence[RunData], verdicts: dict[str, Verdict], base: Path) -> str:
-    parts = []
-    for run in runs:
-        if len(runs) > 1:
-            parts.append(f"<h3>{_e(run.name)}</h3>")
-        parts.append(verdict_html(verdicts[run.name], base))
-    parts.append(
-        "<p class=note>Decided by the games against the run's start (its <code>init_checkpoint</code>): stronger or "
-        "weaker when the 95% interval of the Elo difference excludes 0. The diagnosis below explains why; the "
-        "game strength section has every evaluation.</p>"
-    )
-    return wrap_tables("\n".join(parts))
-
-
-def _runs_table(runs: Sequence[RunData]) -> str:
-    header = (
-        "<table><tr><th>run</th><th>directory</th><th>kind</th><th>rows</th><th>steps logged</th><th>planned steps</th>"
-        "<th>last row written</th></tr>"
-    )
-    lines = [header]
-    for run in runs:
-        steps = [row["step"] for row in run.rows]
-        times = [row["time"] for row in run.rows if isinstance(row.get("time"), (int, float))]
-        last = datetime.datetime.fromtimestamp(max(times)).astimezone().strftime("%Y-%m-%d %H:%M:%S") if times else "-"
-        planned = run.setting("steps", "-")
-        span = f"{steps[0]}-{steps[-1]}" if steps else "none yet"
-        lines.append(
-            f"<tr><td>{_e(run.name)}</td><td><code>{_e(run.path)}</code></td><td>{_e(run.kind)}</td>"
-            f"<td class=num>{len(run.rows)}</td><td class=num>{_e(span)}</td><td class=num>{_e(planned)}</td>"
-            f"<td>{_e(last)}</td></tr>"
-        )
-    lines.append("</table>")
-    return "\n".join(lines)
-
-
-def _when(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def duration_text(seconds: float) -> str:
-    """1 h 02 min 03 s, 4 min 05 s, 6.2 s."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min {secs:02d} s" if hours else f"{minutes} min {secs:02d} s"
-
-
-def _info_value(run: RunData, *paths: str) -> Any:
-    """The first present value among dotted paths into the run's metadata file, then its config."""
-    for source in (run.info, run.config):
-        for dotted in paths:
-            node: Any = source
-            for part in dotted.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
-            if node not in (None, "", {}, []):
-                return node
-    return None
-
-
-def _started(run: RunData) -> float | None:
-    value = _info_value(run, "started", "start_time", "time")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return datetime.datetime.fromisoformat(value).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
-def run_metadata(run: RunData) -> dict[str, str | None]:
-    """What the run directory records about the run: field -> text, None where nothing is recorded."""
-    times = [row["time"] for row in run.rows if isinstance(row.get("time"), (int, float))]
-    steps = [row["step"] for row in run.rows]
-    config_kind = run.config.get("kind")
-    kind = f"{config_kind} ({run.kind})" if config_kind and config_kind != run.kind else run.kind
-    planned = run.setting("steps")
-    logged = f"{min(steps)}-{max(steps)}" if steps else "none yet"
-    meta: dict[str, str | None] = {
-        "kind": kind,
-        "steps": f"{logged} logged" + (f" of {planned} planned" if planned else ""),
-    }
-    started = _started(run)
-    if times:
-        first, last = min(times), max(times)
-        if started is not None and started <= first:
-            meta["wall time"] = f"{duration_text(last - started)} (run start to the last metrics row)"
-        else:
-            meta["wall time"] = (
-                f"{duration_text(last - first)} between the first and last metrics rows (steps "
-                f"{steps[0]}-{steps[-1]}; time before the first row not counted)"
-            )
-        meta["first / last metrics row"] = f"{_when(first)} / {_when(last)}"
-    else:
-        meta["wall time"] = None
-        meta["first / last metrics row"] = None
-    commit = _info_value(run, "git_commit", "git.commit", "commit", "run.git_commit", "meta.git_commit")
-    if commit is None:
-        commit = next(
-            (row[k] for row in run.rows for k in ("git_commit", "meta/git_commit") if isinstance(row.get(k), str)), None
-        )
-    dirty = _info_value(run, "git_dirty", "git.dirty")
-    meta["git commit"] = None if commit is None else f"{commit}{' (uncommitted changes)' if dirty is True else ''}"
-    versions = _info_value(run, "versions", "packages")
-    if isinstance(versions, dict):
-        wanted = ["chessgrpo", "torch", "chess", "python-chess"]
-        ordered = [k for k in wanted if k in versions] + sorted(k for k in versions if k not in wanted)
-        meta["package versions"] = ", ".join(f"{'python-chess' if k == 'chess' else k} {versions[k]}" for k in ordered)
-    else:
-        meta["package versions"] = None
-    python = _info_value(run, "python", "python_version")
-    meta["python"] = str(python).split()[0] if python else None
-    hardware = _info_value(run, "hardware")
-    parts = []
-    if isinstance(hardware, dict):
-        cpu = hardware.get("cpu_model") or hardware.get("cpu")
-        count = hardware.get("cpu_count")
-        if cpu or count:
-            parts.append(f"CPU {cpu or '?'}" + (f" x {count} cores" if count else ""))
-        gpu = hardware.get("gpu") or hardware.get("gpus")
-        if gpu:
-            parts.append(f"GPU {', '.join(map(str, gpu)) if isinstance(gpu, list) else gpu}")
-        if hardware.get("memory_gb"):
-            parts.append(f"{hardware['memory_gb']} GB memory")
-    host = _info_value(run, "hostname", "host")
-    if host:
-        parts.append(f"host {host}")
-    meta["hardware"] = "; ".join(parts) or None
-    device = run.setting("device")
-    settings = [f"device {device}"] if device else []
-    if run.setting("threads") is not None:
-        settings.append(
-            f"threads {run.setting('threads')}" + (" (0 = all cores)" if run.setting("threads") == 0 else "")
-        )
-    if run.setting("bf16") is not None:
-        settings.append(f"bf16 {str(run.setting('bf16')).lower()}")
-    if isinstance(run.setting("engine.processes"), int):
-        settings.append(f"engine processes {run.setting('engine.processes')}")
-    meta["device settings (config)"] = ", ".join(settings) or None
-    meta["metadata file"] = str(run.info_path.name) if run.info_path is not None else None
-    return meta
-
-
-_UNKNOWN = {
-    "git commit": "unknown (not recorded in the run directory)",
-    "package versions": "not recorded in the run directory",
-    "python": "not recorded",
-    "hardware": "not recorded in the run directory (see the device settings)",
-    "metadata file": "none (no run_info.json; the training loop does not write one yet)",
-    "wall time": "unknown (no timed metrics row yet)",
-    "first / last metrics row": "-",
-    "device settings (config)": "-",
-}
-
-
-def report_environment() -> dict[str, str]:
-    """The code and machine that generate the report (not necessarily the run's)."""
-    versions = ", ".join(
-        f"{label} {package_version(name)}"
-        for label, name in (
-            ("chessgrpo", "chessgrpo"),
-            ("torch", "torch"),
-            ("python-chess", "chess"),
-            ("plotly", "plotly"),
-            ("matplotlib", "matplotlib"),
-        )
-    )
-    return {
-        "chessgrpo source commit": source_commit(),
-        "package versions": versions,
-        "python": platform.python_version() + f" ({sys.implementation.name})",
-        "hardware": f"CPU {cpu_model()} x {os.cpu_count() or '?'} cores; {platform.system()} {platform.release()}",
-    }
-
-
-def _metadata_html(runs: Sequence[RunData]) -> str:
-    metas = [run_metadata(run) for run in runs]
-    header = "".join(f"<th>{_e(run.name)}</th>" for run in runs)
-    lines = [f"<table><tr><th>recorded for the run</th>{header}</tr>"]
-    for field in metas[0]:
-        cells = []
-        for meta in metas:
-            value = meta.get(field)
-            cells.append(
-                f"<td>{_e(value)}</td>"
-                if value is not None
-                else f"<td class=unknown>{_e(_UNKNOWN.get(field, 'unknown'))}</td>"
-            )
-        lines.append(f"<tr><td>{_e(field)}</td>{''.join(cells)}</tr>")
-    lines.append("</table>")
-    environment = report_environment()
-    lines.append(
-        "<table><tr><th>this report was generated with</th><th>(not necessarily the run's code or machine)</th></tr>"
-    )
-    lines += [f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in environment.items()]
-    lines.append(
-        "</table><p class=note>Git commit, versions and hardware of a run come from a metadata file in the run "
-        "directory (run_info.json; docs/report.md gives its fields) or its config; the wall time from the "
-        "metrics rows' timestamps.</p>"
-    )
-    return "\n".join(lines)
-
-
-def _interval_text(held: HeldOut) -> str:
-    if not math.isfinite(held.value):
-        return "n/a"
-    if held.has_interval:
-        return f"{held.value:.3f} [{held.low:.3f}, {held.high:.3f}]"
-    return f"{held.value:.3f}"
-
-
-def _games_table(evaluations: Sequence[GamesEvaluation], base: Path) -> str:
-    parts = [
-        "<table><tr><th>step</th><th>file</th><th>anchor</th><th>rating</th><th>W / D / L</th>"
-        "<th>score [95% Wilson]</th><th>Elo difference [95%]</th><th>ML Elo over rated anchors [95%]</th></tr>"
-    ]
-    for evaluation in evaluations:
-        span = len(evaluation.anchors)
-        step = "?" if evaluation.step is None else str(evaluation.step)
-        elo = evaluation.elo.text(signed=False) if evaluation.elo is not None else "n/a (no rated anchor)"
-        speed = f"; {evaluation.games_played} games" + (
-            f", {evaluation.games_per_minute:g}/min" if evaluation.games_per_minute else ""
-        )
-        for index, row in enumerate(evaluation.anchors):
-            pgn = (
-                f'<br><a class=pgn href="{_e(pgn_href(evaluation.pgn, base))}">{_e(evaluation.pgn.name)}</a>'
-                if evaluation.pgn is not None
-                else ""
-            )
-            first = (
-                (
-                    f'<td class=num rowspan={span} title="{_e(evaluation.step_source)}">{_e(step)}</td>'
-                    f"<td rowspan={span}><code>{_e(evaluation.path.name)}</code>{pgn}<br><span class=note>{_e(evaluation.player)}"
-                    f"{_e(speed)}</span></td>"
-                )
-                if index == 0
-                else ""
-            )
-            last = f"<td class=num rowspan={span}>{_e(elo)}</td>" if index == 0 else ""
-            rating = "unrated" if row.rating is None else f"{row.rating:g}"
-            parts.append(
-                f'<tr>{first}<td title="{_e(row.settings)}">{_e(row.anchor)}</td><td class=num title="{_e(row.rating_source)}">'
-                f"{_e(rating)}</td><td class=num>{row.wins} / {row.draws} / {row.losses}</td>"
-                f"<td class=num>{_e(_interval_text(row.score))}</td>"
-                f"<td class=num>{_e(row.elo.text() if row.elo else 'n/a')}</td>{last}</tr>"
-            )
-    parts.append("</table>")
-    return "\n".join(parts)
-
-
-def _games_html(runs: Sequence[RunData], figure: str | None, base: Path) -> str:
-    parts = []
-    for run in runs:
-        if len(runs) > 1:
-            parts.append(f"<h3>{_e(run.name)}</h3>")
-        if not run.games:
-            parts.append(
-                "<p>No game evaluation in this run directory. Play one with <code>chessgrpo eval games --checkpoint "
-                "RUN/checkpoints/step_NNNNNN output=RUN/eval/games_step_NNNNNN.json</code>.</p>"
-            )
-            continue
-        parts.append(wrap_tables(_games_table(run.games, base)))
-        steps = sorted({e.step_source for e in run.games})
-        parts.append("<p class=note>Step of each evaluation from: " + _e("; ".join(steps)) + ".</p>")
-    calibration = next((e.calibration for run in runs for e in run.games if e.calibration), "")
-    if calibration:
-        parts.append(f"<p class=note>Ratings: {_e(calibration)}</p>")
-    if figure:
-        parts.append(figure)
-    return "\n".join(parts)
-
-
-def _findings_html(runs: Sequence[RunData], findings: dict[str, list[Finding]]) -> str:
-    parts = []
-    for run in runs:
-        found = findings[run.name]
-        if len(runs) > 1:
-            parts.append(f"<h3>{_e(run.name)}</h3>")
-        if not found:
-            parts.append("<p>No findings: nothing in the metrics points to a problem.</p>")
-            continue
-        parts.append("<table><tr><th>severity</th><th>finding</th><th>what</th><th>advice</th></tr>")
-        for f in found:
-            evidence = json.dumps(f.to_json()["evidence"], indent=1)
-            parts.append(
-                f'<tr><td><span class="sev {f.severity}">{_e(f.severity)}</span></td><td><code>{_e(f.id)}</code></td>'
-                f"<td>{_e(f.message)}<details><summary>evidence</summary><pre>{_e(evidence)}</pre></details></td>"
-                f"<td>{_e(f.advice)}</td></tr>"
-            )
-        parts.append("</table>")
-    parts.append(
-        "<p class=note>The same findings: <code>chessgrpo diagnose RUN_DIR</code> (docs/diagnose.md lists them "
-        "with their thresholds).</p>"
-    )
-    return "\n".join(parts)
-
-
-def _interval(held: HeldOut | None) -> str:
-    if held is None or not math.isfinite(held.value):
-        return "-"
-    text = f"{held.value:.4f}"
-    if held.has_interval:
-        text += f" [{held.low:.4f}, {held.high:.4f}]"
-    return text
-
-
-def _evaluation_html(runs: Sequence[RunData]) -> str:
-    parts = []
-    held_out = held_out_metrics()
-    for run in runs:
-        metrics = [m for m in held_out if any(m in p.metrics for p in run.evals)]
-        if len(runs) > 1:
-            parts.append(f"<h3>{_e(run.name)}</h3>")
-        if metrics:
-            header = "".join(
-                f"<th>{_e(m)} ({'higher' if held_out[m][1].higher_is_better else 'lower'} is better)</th>"
-                for m in metrics
-            )
-            parts.append(f"<table><tr><th>step</th>{header}<th>n (positions / puzzles)</th></tr>")
-            for point in run.evals:
-                sizes = [
-                    next((held.n for name, held in point.metrics.items() if held_out[name][0] is kind and held.n), None)
-                    for kind in read_by_run_data()
-                ]  # the evaluations whose files hold n: offline, puzzles
-                sizes = [n for n in sizes if n]
-                cells = "".join(f"<td class=num>{_e(_interval(point.metrics.get(m)))}</td>" for m in metrics)
-                size = " / ".join(map(str, sizes)) or "-"
-                parts.append(f"<tr><td class=num>{point.step}</td>{cells}<td class=num>{_e(size)}</td></tr>")
-            parts.append(
-                "</table><p class=note>value [95% interval]: bootstrap for the offline metrics, Wilson for "
-                "puzzles. Paired differences: <code>chessgrpo eval compare A.json B.json</code>.</p>"
-            )
-        pretrain = [row for row in run.rows if any(k.startswith("eval/") for k in row)] if not metrics else []
-        if pretrain:
-            keys = sorted({k for row in pretrain for k in row if k.startswith("eval/")})
-            parts.append("<table><tr><th>step</th>" + "".join(f"<th>{_e(k)}</th>" for k in keys) + "</tr>")
-            for row in pretrain:
-                parts.append(
-                    f"<tr><td class=num>{row['step']}</td>"
-                    + "".join(f"<td class=num>{_e(_number(row.get(k)))}</td>" for k in keys)
-                    + "</tr>"
-                )
-            parts.append(
-                "</table><p class=note>Pretraining evaluation on the dataset's test split (point estimates).</p>"
-            )
-        for evaluation in run.standalone:
-            names = list(evaluation.player)
-            parts.append(
-                f"<p><code>{_e(evaluation.path.name)}</code> ({_e(evaluation.kind)}):</p><table><tr><th>player</th>"
-                + "".join(f"<th>{_e(n)}</th>" for n in names)
-                + "</tr>"
-            )
-            for player, values in [(run.name, evaluation.player), *evaluation.baselines.items()]:
-                cells = "".join(f"<td class=num>{_e(_interval(values.get(n)))}</td>" for n in names)
-                parts.append(f"<tr><td>{_e(player)}</td>{cells}</tr>")
-            parts.append("</table>")
-        if not metrics and not pretrain and not run.standalone:
-            parts.append("<p>No evaluation yet.</p>")
-    return "\n".join(parts)
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict):
-        return {prefix: data} if prefix else {}
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict):
-            flat.update(_flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
-
-
-def config_differences(runs: Sequence[RunData]) -> list[tuple[str, list[Any]]]:
-    """(dotted key, value per run) for every key whose value differs between the runs (`ABSENT` where a run lacks it)."""
-    flats = [_flatten(run.config) for run in runs]
-    keys = sorted(set().union(*flats))
-    rows = []
-    for key in keys:
-        values = [flat.get(key, ABSENT) for flat in flats]
-        if any(v != values[0] for v in values[1:]):
-            rows.append((key, values))
-    return rows
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSettings:
-    """The policy's shape as the run has it: config.yaml's model section beside the saved checkpoint's config."""
-
-    source: Path
-    """The model_config.json the effective values come from."""
-    configured: dict[str, Any]
-    """The run's config.yaml model section."""
-    effective: dict[str, Any]
-    """The checkpoint's saved policy config."""
-    ignored: bool
-    """Whether the model section is ignored (init_checkpoint is set: the run takes the checkpoint's shape)."""
-
-
-def model_settings(run: RunData) -> ModelSettings | None:
-    """What the run's model actually has (`run_data.effective_model_config`), or None for a run without a policy checkpoint."""
-    found = effective_model_config(run)
-    configured = run.config.get("model")
-    if found is None or not isinstance(configured, dict):
-        return None
-    effective, source = found
-    return ModelSettings(source, configured, effective, bool(run.setting("init_checkpoint")))
-
-
-def _model_table(model: ModelSettings) -> str:
-    why = (
-        "init_checkpoint is set, so the run takes the checkpoint's shape and ignores config.yaml's model section"
-        if model.ignored
-        else "config.yaml's model section as built (sizes resolved)"
-    )
-    rows = [
-        f"<p>The model as saved with its weights (<code>{_e(model.source)}</code>): {_e(why)}.</p>",
-        "<table class=model-table><tr><th>model key</th><th>the model has</th><th>config.yaml says</th><th></th></tr>",
-    ]
-    for key in dict.fromkeys([*model.effective, *model.configured]):
-        has, says = model.effective.get(key, ABSENT), model.configured.get(key, ABSENT)
-        if model.ignored:
-            mark = "ignored" + (" (differs)" if has != says and says is not None and says != ABSENT else "")
-        else:
-            mark = "" if has == says or says is None else "resolved"
-        rows.append(
-            f'<tr data-key="{_e(key)}"><td><code>{_e(key)}</code></td><td>{_e(_yaml_value(has))}</td>'
-            f"<td>{_e(_yaml_value(says))}</td><td>{_e(mark)}</td></tr>"
-        )
-    rows.append("</table>")
-    return "\n".join(rows)
-
-
-def _yaml_value(value: Any) -> str:
-    if value is ABSENT:
-        return ABSENT
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _mark_ignored(text: str, model: ModelSettings) -> str:
-    """The YAML dump with a comment on each model-section key that the run does not use (init_checkpoint is set)."""
-    if not model.ignored:
-        return text
-    lines, inside = [], False
-    for line in text.splitlines():
-        if not line.startswith(" "):
-            inside = line.startswith("model:")
-            if inside:
-                line += "  # ignored: init_checkpoint is set (the model is the checkpoint's, table above)"
-        elif inside and re.match(r"^  ([A-Za-z_]\w*):", line):
-            key = line.split(":", 1)[0].strip()
-            if key in model.effective:
-                line += f"  # ignored; the model has {_yaml_value(model.effective[key])}"
-        lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
-def _config_html(runs: Sequence[RunData]) -> str:
-    if len(runs) == 1:
-        run = runs[0]
-        if not run.config:
-            return "<p>No config.yaml in the run directory.</p>"
-        model = model_settings(run)
-        text = yaml.safe_dump(run.config, sort_keys=False)
-        if model is None:
-            return (
-                f"<details open><summary>resolved config (RUN_DIR/config.yaml)</summary><pre>{_e(text)}</pre></details>"
-            )
-        return (
-            _model_table(model) + "<details open><summary>resolved config (RUN_DIR/config.yaml; the model section's "
-            f"ignored keys are marked)</summary><pre>{_e(_mark_ignored(text, model))}</pre></details>"
-        )
-    differences = config_differences(runs)
-    if not differences:
-        return "<p>The runs' configs are identical.</p>"
-    header = "".join(f"<th>{_e(run.name)}</th>" for run in runs)
-    rows = "".join(
-        f"<tr><td><code>{_e(key)}</code></td>"
-        + "".join(f"<td>{_e('null' if v is None else v)}</td>" for v in values)
-        + "</tr>"
-        for key, values in differences
-    )
-    return (
-        f"<table><tr><th>key</th>{header}</tr>{rows}</table><p class=note>Only keys whose values differ are listed.</p>"
-    )

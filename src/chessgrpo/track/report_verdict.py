@@ -2,7 +2,7 @@
 
 `run_verdict` reads what the run directory already holds (`track.run_data.load_run`: the `eval games`
 summaries, the held-out evaluations, the metrics rows; `eval/value.json` for the value head) and decides
-one headline from the games against the run's start (`track.diagnose.games_against_start`):
+one headline from the games against the run's start (`track.diagnose.changes.games_against_start`):
 
 - "Stronger than its start" when the 95% interval of the Elo difference lies above 0,
 - "Weaker than its start" when it lies below 0,
@@ -27,12 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from chessgrpo.eval.registry import held_out_metrics
-from chessgrpo.track.diagnose import (
-    Thresholds,
-    games_against_start,
-    heldout_change,
-    linear_trend,
-)
+from chessgrpo.track.diagnose.changes import games_against_start, heldout_change, linear_trend
+from chessgrpo.track.diagnose.findings import Thresholds
 from chessgrpo.track.run_data import AnchorResult, EloValue, GamesEvaluation, RunData
 
 STRONGER, NO_CHANGE, WEAKER, UNMEASURED = "stronger", "no change", "weaker", "unmeasured"

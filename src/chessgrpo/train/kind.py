@@ -13,8 +13,10 @@ and raises `rl.NonFiniteError` on a non-finite loss or gradient, which the loop 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import Parallel, derived_seed, group_generators
 
 if TYPE_CHECKING:
@@ -65,7 +68,7 @@ class Kind:
     """
 
     name: ClassVar[str] = ""
-    config_class: ClassVar[type] = object
+    config_class: ClassVar[type[TrainConfig]] = TrainConfig
     model: torch.nn.Module
     _learner_model: torch.nn.Module | None = None
 
@@ -218,13 +221,20 @@ class SharedParts:
     """The Stockfish pool (`engine.EnginePool`), owned and closed by the mixture; None when no task needs one."""
 
 
-class GRPOKind(Kind):
+class GRPOKind(Kind, abc.ABC):
     """A GRPO kind: the task contract, a KL controller (part of its resumable state) and the step's seeded randomness.
 
-    The contract: a GRPO kind declares `rollout(step, groups) -> TaskRollout` (sample and reward the
-    groups this rank plays); its step is ``learn(rollout(step, step_groups(...)))``, written once here
-    for every GRPO kind. So any GRPO kind can also be one task of a ``kind: mixture``, which draws each
-    step's groups among its tasks, calls their `rollout` and learns once from the joined rows.
+    The contract (docs/architecture.md, "The GRPO task contract"; a worked example: docs/training.md, "Writing a new
+    GRPO kind"): a GRPO kind implements
+
+    - `rollout(step, groups, sampler=None) -> TaskRollout`: sample and reward the groups this rank plays, from
+      `sampler` when given (a pipelined step's snapshot of the weights), else from `model`;
+    - `group_count() -> int`: the step's number of groups over every rank, with `group_count_name`, the config key
+      it reads (error messages; a mixture refuses that key in a task's config);
+
+    and, to be a task of a ``kind: mixture``, a `family` and `shared_parts`. Its step is
+    ``learn(rollout(step, step_groups(group_count(), step)))``, written once here for every GRPO kind. A class that
+    leaves `rollout` or `group_count` out cannot be instantiated (`abc`).
 
     Nothing random carries over between steps: the step's groups are drawn by (seed, step) and
     split over the ranks (`shard_groups`), each group samples from its own generator seeded by
@@ -235,12 +245,20 @@ class GRPOKind(Kind):
 
     kl_controller: Any
     _pipeline: Any = None
-    supports_pipeline: ClassVar[bool] = False
-    """Whether `rollout` takes a `sampler` (the weights to sample from), which a pipelined step needs."""
-    group_count_key: ClassVar[str] = "task.positions_per_step"
-    """The config key of the number of groups per step (what the ranks split)."""
+    supports_pipeline: ClassVar[bool] = True
+    """Whether `rollout` can sample from a `sampler` other than `model`, which a pipelined step (``grpo.pipeline``)
+    needs. False only for a kind that cannot sample from a snapshot of the weights (``grpo.pipeline`` is then a
+    `ConfigError`); its `rollout` refuses a `sampler`."""
+    group_count_name: ClassVar[str] = ""
+    """The config key that `group_count` reads, as a user writes it (``task.positions_per_step``): what error
+    messages name, and the key a mixture refuses in its tasks' configs (it sets their counts)."""
     family: ClassVar[str] = ""
-    """The policy family (tasks of one mixture share one policy, so they must be of one family)."""
+    """The policy family (tasks of one mixture share one policy, so they must be of one family); "" = none."""
+
+    def __init__(self, config: Any, context: RunContext, shared: SharedParts | None = None) -> None:
+        super().__init__(config, context)
+        self.shared = shared
+        """The mixture's policy, reference and pool when this kind runs as one of its tasks (`shared_parts`), else None."""
 
     @classmethod
     def shared_parts(cls, configs: Sequence[Any], context: RunContext) -> SharedParts:
@@ -248,11 +266,26 @@ class GRPOKind(Kind):
         task's full config) shares; each task is then built as ``cls(config, context, shared)``."""
         raise NotImplementedError(f"kind {cls.name!r} cannot be a task of a mixture")
 
+    @classmethod
+    def can_be_task(cls) -> bool:
+        """Whether this kind can be a task of ``kind: mixture``: it is complete (not abstract), has a `family` and
+        implements `shared_parts`."""
+        parts_from = next(klass for klass in cls.__mro__ if "shared_parts" in vars(klass))
+        return bool(cls.family) and parts_from is not GRPOKind and not inspect.isabstract(cls)
+
+    @classmethod
+    def exclusive_evaluations(cls, config: Any) -> tuple[str, ...]:
+        """What a run with `config` evaluates that a mixture can hold only once (the same result files and metrics),
+        in words (e.g. "held-out positions"): a mixture refuses two tasks that name the same one."""
+        return ()
+
     def init_grpo_state(self, grpo_config: Any) -> None:
         from chessgrpo.rl import KLController
 
+        if not self.group_count_name:
+            raise TypeError(f"kind {type(self).__name__}: set group_count_name (the config key `group_count` reads)")
         self.kl_controller = KLController.from_config(grpo_config)
-        self.shard_groups(self.group_count(), self.group_count_key)  # an uneven split is an error before anything runs
+        self.shard_groups(self.group_count(), self.group_count_name)  # an uneven split is an error before anything runs
         if getattr(grpo_config, "pipeline", False):
             from chessgrpo.config import ConfigError
             from chessgrpo.train.pipeline import RolloutPipeline
@@ -274,22 +307,22 @@ class GRPOKind(Kind):
 
     def step_groups(self, count: int, step: int) -> StepGroups:
         """This rank's share of a step's `count` groups (a kind run on its own: contiguous shares)."""
-        mine = self.shard_groups(count, self.group_count_key)
+        mine = self.shard_groups(count, self.group_count_name)
         return StepGroups(count, mine, mine)
 
+    @abc.abstractmethod
     def group_count(self) -> int:
-        """The step's number of groups over every rank (the config value `group_count_key` names)."""
-        count: Any = self.config
-        for part in self.group_count_key.split("."):
-            count = getattr(count, part)
-        return int(count)
+        """The step's number of groups over every rank (the config value `group_count_name` names)."""
 
-    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
-        """Sample and reward the groups `groups.mine` of step `step` (each seeded by its `groups.seeds`
-        entry); the rows of group i come out together and `row_groups` says which group each row is.
-        A kind that `supports_pipeline` takes a third argument, `sampler`: the module to sample from
-        (None = `model`), and then returns the `TaskRollout.behaviour_forward` on it."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
+        """Sample and reward the groups `groups.mine` of step `step` (each seeded by its `groups.seeds` entry); the
+        rows of group i come out together and `row_groups` says which group each row is.
+
+        `sampler`: the module to sample from, a pipelined step's snapshot of the weights (`train.pipeline`); None =
+        `model`. With a sampler, the rollout also returns `TaskRollout.behaviour_forward`, the learner's forward on
+        it (the ratio check's weights). A kind that cannot sample from a snapshot sets ``supports_pipeline = False``
+        and raises on a sampler."""
 
     def rollout_state(self) -> dict[str, Any]:
         """The part of `state_dict` that a rollout changes (e.g. an adaptive curriculum): a pipelined step saves
@@ -313,7 +346,7 @@ class GRPOKind(Kind):
         tick = time.perf_counter()
 
         def rollout_of(at: int) -> Callable[[torch.nn.Module], TaskRollout]:
-            return lambda sampler: self.rollout(at, self.step_groups(self.group_count(), at), sampler)  # type: ignore[call-arg]
+            return lambda sampler: self.rollout(at, self.step_groups(self.group_count(), at), sampler)
 
         rollout, sampler, wait_s = self._pipeline.take(step, rollout_of(step))
         following = step + 1

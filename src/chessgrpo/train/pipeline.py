@@ -23,12 +23,14 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-Rollout = Callable[[torch.nn.Module], Any]
-"""Runs a step's rollout sampling from the given weights (a `TaskRollout`)."""
+T = TypeVar("T")
+Rollout = Callable[[torch.nn.Module], T]
+"""Runs a step's rollout sampling from the given weights: ``lambda sampler: kind.rollout(step, groups, sampler)``
+(`GRPOKind.rollout`, whose `sampler` parameter is this module), which returns a `TaskRollout`."""
 
 
 @dataclasses.dataclass
@@ -79,7 +81,7 @@ class RolloutPipeline:
 
     # -- the step -------------------------------------------------------------------------------------
 
-    def take(self, step: int, rollout: Rollout) -> tuple[Any, torch.nn.Module, float]:
+    def take(self, step: int, rollout: Rollout[T]) -> tuple[T, torch.nn.Module, float]:
         """Step `step`'s rollout, its sampler and the seconds spent waiting for it: the one started during the
         previous step, else run now (from the checkpoint's snapshot after a resume, else from the live weights)."""
         tick = time.perf_counter()
@@ -98,7 +100,7 @@ class RolloutPipeline:
         return rollout(sampler), sampler, time.perf_counter() - tick
 
     def start(
-        self, step: int, rollout: Rollout, rollout_state: dict[str, Any], *, busy: torch.nn.Module, launch: bool
+        self, step: int, rollout: Rollout[Any], rollout_state: dict[str, Any], *, busy: torch.nn.Module, launch: bool
     ) -> None:
         """Snapshot the live weights for step `step`'s rollout (what a checkpoint saves) and, with `launch`, start it
         in the background. `rollout_state`: the kind's state that rollouts change, as it is before this one."""

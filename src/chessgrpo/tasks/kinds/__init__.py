@@ -11,8 +11,12 @@ Modules are imported lazily, so `chessgrpo train` on an action policy never impo
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from chessgrpo.config import ConfigError
+
+if TYPE_CHECKING:
+    from chessgrpo.train.kind import Kind
 
 KINDS: dict[str, str] = {
     "pretrain": "chessgrpo.tasks.kinds.pretrain:PretrainKind",
@@ -25,7 +29,7 @@ KINDS: dict[str, str] = {
 """Config `kind` -> "module:class" of its plug-in."""
 
 
-def kind_class(name: str) -> type:
+def kind_class(name: str) -> type[Kind]:
     """The `Kind` subclass registered as `name` (a `ConfigError` naming the valid ones otherwise)."""
     if name not in KINDS:
         raise ConfigError(f"config key kind: unknown kind {name!r}; choose one of {', '.join(sorted(KINDS))}")

@@ -1,8 +1,9 @@
 """`kind: mixture`: one policy trained by GRPO on several tasks at once.
 
 The tasks are GRPO kinds of one policy family: the action policy's (move_group, trajectory) or the
-chess LM's (rookworld, e.g. a P:-only and an A:-only task with their own rewards). Any GRPO kind that
-follows the task contract (`train.kind.GRPOKind`: `rollout`, `shared_parts`) can be a task.
+chess LM's (rookworld, e.g. a P:-only and an A:-only task with their own rewards). Any registered GRPO kind
+that follows the task contract (`train.kind.GRPOKind`: `rollout`, `group_count_name`, a `family` and
+`shared_parts`; `GRPOKind.can_be_task`) can be a task: nothing here names a kind.
 
 Each step has `groups_per_step` groups. Every group draws its task from the weights (a seeded draw
 per step, `draw_task_groups`), so one-move groups with shaped engine rewards, trajectory groups
@@ -10,8 +11,8 @@ rewarded by the game's outcome and endgame groups against the tablebase can all 
 step and the same optimizer updates. The step:
 
 1. **draw**: the task of each of the step's groups, a function of (seed, step);
-2. **roll out**: each task samples and rewards its groups with its own code (`MoveGroupKind.rollout`,
-   `TrajectoryKind.rollout`), from the shared policy, and fills its groups' advantages with the
+2. **roll out** (`MixtureKind.rollout`): each task samples and rewards its groups with its own code (its `rollout`:
+   `MoveGroupKind.rollout`, `TrajectoryKind.rollout`, ...), from the shared policy, and fills its groups' advantages with the
    mixture's `grpo` estimator and the task's own supervision (`rl.compute_advantages`): a group is only
    ever compared with groups of its own task;
 3. **learn**: the tasks' rows are joined (`rl.combine.concat_rollouts`, shorter rows padded and
@@ -53,16 +54,46 @@ from chessgrpo.config import (
 )
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
-from chessgrpo.tasks.kinds import kind_class
+from chessgrpo.tasks.kinds import KINDS, kind_class
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import Parallel, derived_seed
 from chessgrpo.train.kind import GRPOKind, RunContext, StepGroups, TaskRollout, postfix
 
 logger = logging.getLogger(__name__)
 
-TASK_KINDS = ("move_group", "trajectory", "rookworld")
-"""The kinds a mixture's task can be (the tasks of one mixture must share a policy family); their classes
-come from the registry (`tasks.kinds.kind_class`) when used, so an action-policy mixture never imports transformers."""
+
+def task_kind_class(name: str, key: str) -> type[GRPOKind]:
+    """The kind registered as `name` when it can be a mixture's task (`GRPOKind.can_be_task`); otherwise a
+    `ConfigError` naming the config key `key` and the registered kinds that can. Only the task's own kind module is
+    imported (so an action-policy mixture never imports transformers), every registered one only for that error."""
+    cls = kind_class(name) if name in KINDS else None
+    if cls is None or not (issubclass(cls, GRPOKind) and cls.can_be_task()):
+        raise ConfigError(
+            f"config key {key} must be one of {task_kinds()} (the registered GRPO kinds with a policy family and "
+            f"shared_parts), got {name!r}"
+        )
+    return cls
+
+
+def task_kinds() -> list[str]:
+    """The registered kinds (`tasks.kinds.KINDS`) that can be a mixture's task, by name (imports each kind module)."""
+    names = []
+    for name in sorted(KINDS):
+        cls = kind_class(name)
+        if issubclass(cls, GRPOKind) and cls.can_be_task():
+            names.append(name)
+    return names
+
+
+def _sets_key(mapping: dict[str, Any], dotted: str) -> bool:
+    """Whether the raw config `mapping` sets the dotted key (``task.positions_per_step``)."""
+    *sections, leaf = dotted.split(".")
+    for section in sections:
+        inner = mapping.get(section)
+        if not isinstance(inner, dict):
+            return False
+        mapping = inner
+    return leaf in mapping
 
 
 @dataclasses.dataclass
@@ -74,7 +105,8 @@ class MixtureTask:
     weight: float = 1.0
     """Relative share of each step's groups drawn for this task (normalised over the tasks)."""
     kind: str = "move_group"
-    """move_group | trajectory (the action policy) | rookworld (the chess LM)."""
+    """A registered GRPO kind that can be a task (`task_kinds`): move_group | trajectory (the action policy),
+    rookworld (the chess LM), or one of your own (docs/training.md, "Writing a new GRPO kind")."""
     config: Any = None
     """The task's own keys of that kind's config (task, positions or position_mixture, rewards, eval, ...)."""
 
@@ -119,15 +151,12 @@ class MixtureTrainConfig(TrainConfig):
                 raise ConfigError(
                     f"config key tasks[{index}].name must be a non-empty word (letters, digits, _), got {task.name!r}"
                 )
-            if task.kind not in TASK_KINDS:
-                raise ConfigError(
-                    f"config key tasks[{index}].kind must be one of {sorted(TASK_KINDS)}, got {task.kind!r}"
-                )
+            task_kind_class(task.kind, f"tasks[{index}].kind")
             if not (math.isfinite(task.weight) and task.weight >= 0):
                 raise ConfigError(f"config key tasks[{index}].weight must be a finite number >= 0, got {task.weight}")
         if len(set(names)) != len(names):
             raise ConfigError(f"config key tasks: task names must differ, got {names}")
-        families = sorted({kind_class(task.kind).family for task in self.tasks})
+        families = sorted({task_kind_class(task.kind, "tasks").family for task in self.tasks})
         if len(families) > 1:
             raise ConfigError(
                 f"config key tasks: the tasks share one policy, so they must be of one policy family; got {families} "
@@ -139,15 +168,14 @@ class MixtureTrainConfig(TrainConfig):
             raise ConfigError(
                 "config key grpo.advantage_estimator: batch_std mixes every row of a step; a mixture centres each task on its own (grpo, dr_grpo or rloo)"
             )
-        configs = self.task_configs()
-        for what, evaluates in (
-            ("held-out positions", _offline_source),
-            ("the chess LM's held-out tasks", _lm_evaluation),
-        ):
-            evaluating = [task.name for task, config in zip(self.tasks, configs) if evaluates(config)]
-            if len(evaluating) > 1:
+        evaluating: dict[str, list[str]] = {}  # what a task evaluates that one mixture holds once -> its tasks
+        for task, config in zip(self.tasks, self.task_configs()):
+            for what in task_kind_class(task.kind, "tasks").exclusive_evaluations(config):
+                evaluating.setdefault(what, []).append(task.name)
+        for what, names in evaluating.items():
+            if len(names) > 1:
                 raise ConfigError(
-                    f"config key tasks: tasks {evaluating} both evaluate {what} (the same files and metrics); keep that evaluation in one task"
+                    f"config key tasks: tasks {names} both evaluate {what} (the same files and metrics); keep that evaluation in one task"
                 )
 
     def shared_keys(self) -> list[str]:
@@ -165,7 +193,7 @@ class MixtureTrainConfig(TrainConfig):
             raise ConfigError("config key tasks is empty: a mixture needs at least one task")
         shared = self.shared_keys()
         plain = to_dict(self)
-        configs = []
+        configs: list[Any] = []
         for index, task in enumerate(self.tasks):
             prefix = f"tasks[{index}].config"
             own = task.config if task.config is not None else {}
@@ -182,13 +210,12 @@ class MixtureTrainConfig(TrainConfig):
                 raise ConfigError(
                     f"config key {prefix}.model: set it on the mixture, not in a task (every task shares the policy)"
                 )
-            count_key = kind_class(task.kind).group_count_key
-            section, _, leaf = count_key.partition(".")
-            if leaf in (own.get(section) or {}):
+            cls = task_kind_class(task.kind, f"tasks[{index}].kind")
+            if _sets_key(own, cls.group_count_name):
                 raise ConfigError(
-                    f"config key {prefix}.{count_key}: a mixture's groups per task come from groups_per_step and the weights"
+                    f"config key {prefix}.{cls.group_count_name}: a mixture's groups per task come from groups_per_step and the weights"
                 )
-            config_class = kind_class(task.kind).config_class
+            config_class = cls.config_class
             configs.append(
                 from_dict(
                     config_class, {**{key: plain[key] for key in shared}, **own, "kind": task.kind}, prefix=prefix
@@ -213,20 +240,6 @@ def _endgame_materials(tasks: list[GRPOKind]) -> dict[int, str]:
     }
 
 
-def _offline_source(config: Any) -> str | None:
-    """The held-out positions a task's config evaluates on (move_group: eval.positions; trajectory: eval.offline_positions)."""
-    if config.kind == "move_group":
-        return getattr(config.eval, "positions", None)
-    return getattr(config.eval, "offline_positions", None)
-
-
-def _lm_evaluation(config: Any) -> bool:
-    """Whether a rookworld task's config evaluates the LM's held-out P:/A: prompts or puzzles (RUN_DIR/eval/step_*_lm.json)."""
-    return config.kind == "rookworld" and bool(
-        config.eval.policy_prompts or config.eval.environment_prompts or config.eval.puzzles
-    )
-
-
 def draw_task_groups(weights: Sequence[float], groups: int, seed: int, step: int) -> torch.Tensor:
     """The task index of each of step `step`'s `groups` groups: independent draws from the normalised
     `weights`, a function of (seed, step) only."""
@@ -235,7 +248,7 @@ def draw_task_groups(weights: Sequence[float], groups: int, seed: int, step: int
     return torch.multinomial(probabilities / probabilities.sum(), groups, replacement=True, generator=generator)
 
 
-def task_step_groups(tasks_of_groups: torch.Tensor, task: int, mine: range) -> StepGroups:
+def task_step_groups(tasks_of_groups: torch.Tensor, task: int, mine: Sequence[int]) -> StepGroups:
     """Task `task`'s groups of a step: their count, which of them fall in this rank's share `mine` of the
     step's groups, and the global group index that seeds each one's generator."""
     indices = (tasks_of_groups == task).nonzero().flatten().tolist()
@@ -248,13 +261,14 @@ class MixtureKind(GRPOKind):
 
     name = "mixture"
     config_class = MixtureTrainConfig
-    group_count_key = "groups_per_step"
+    group_count_name = "groups_per_step"
+    supports_pipeline = False  # its step joins several tasks' rollouts (MixtureTrainConfig refuses grpo.pipeline)
 
     def __init__(self, config: MixtureTrainConfig, context: RunContext):
         super().__init__(config, context)
         configs = config.task_configs()
         # The policy, its frozen reference and the engine pool, built once by the tasks' family.
-        shared = kind_class(config.tasks[0].kind).shared_parts(configs, context)
+        shared = task_kind_class(config.tasks[0].kind, "tasks[0].kind").shared_parts(configs, context)
         self.pool = shared.pool
         # The tasks roll out on this rank's groups only; the collectives (the learner's, the metrics')
         # are the mixture's, so a task never waits for a rank that has none of its groups this step.
@@ -270,7 +284,7 @@ class MixtureKind(GRPOKind):
                     raise ConfigError(
                         f"config key tasks ({task.name}): the adaptive curriculum widens on the whole step's mate rate; run it on its own in a data-parallel run"
                     )
-                self.tasks.append(kind_class(task.kind)(task_config, local, shared))
+                self.tasks.append(task_kind_class(task.kind, "tasks")(task_config, local, shared))
         except BaseException:
             self.close()
             raise
@@ -320,10 +334,18 @@ class MixtureKind(GRPOKind):
 
     # -- the step -----------------------------------------------------------------------------------
 
-    def train_step(self, step: int, learner: Any) -> dict[str, float]:
+    def group_count(self) -> int:
+        return self.config.groups_per_step
+
+    def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
+        """Draw the task of each of the step's `groups.count` groups, let each task roll out its groups of this rank's
+        share `groups.mine` (global indices), and join their rows in the order of their groups (module docstring).
+        A mixture samples from the shared `model` only: a `sampler` is refused (`supports_pipeline` is False)."""
+        if sampler is not None:
+            raise ValueError("kind mixture samples from its shared model only (supports_pipeline is False)")
         config = self.config
-        tasks_of_groups = draw_task_groups(self.weights, config.groups_per_step, config.run.seed, step)
-        mine = self.shard_groups(config.groups_per_step, self.group_count_key)
+        tasks_of_groups = draw_task_groups(self.weights, groups.count, config.run.seed, step)
+        mine = groups.mine
         parts: list[TaskRollout] = []
         names: list[str] = []
         row_seeds: list[Sequence[int]] = []
@@ -353,7 +375,7 @@ class MixtureKind(GRPOKind):
         batch = batch.select(torch.sort(group_of_row, stable=True).indices)
         forward = concat_forwards([part.batch for part in parts], [part.forward for part in parts])
         (samples,) = self.context.parallel.sum([int(batch.mask.sum())])
-        joined = TaskRollout(
+        return TaskRollout(
             batch,
             forward,
             self._task_metrics(names, parts, tasks_of_groups),
@@ -361,7 +383,6 @@ class MixtureKind(GRPOKind):
             rollout_s=sum(part.rollout_s for part in parts),
             minibatch_terms=self._minibatch_terms(step),
         )
-        return self.learn(step, learner, joined)
 
     def _minibatch_terms(self, step: int) -> Callable[[], torch.Tensor] | None:
         """Every task's minibatch-wide losses (e.g. value and bc on labelled positions), whether or not this rank

@@ -35,12 +35,11 @@ import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config
 from chessgrpo.data.start_positions import PositionSource, StartPositionMixture, StartPositions
-from chessgrpo.eval.registry import EVALUATIONS  # result file names
-from chessgrpo.files import write_json_atomic
+from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations  # result file names, eval.extra
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.paths import PUZZLES_DEFAULT
 from chessgrpo.rl import GRPOConfig
-from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, interval_metrics, policy_eval_line
+from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
 from chessgrpo.tasks.move_group import (
     MOVE_GROUP_REWARDS,
     MoveGroupConfig,
@@ -75,10 +74,15 @@ class MoveGroupEvalConfig:
     """Puzzles sampled (seeded) from `puzzles`."""
     resamples: int = 2000
     """Bootstrap resamples of the offline intervals."""
+    extra: Any = dataclasses.field(default_factory=dict)
+    """More evaluations of the registry (`eval.registry`) run at each held-out evaluation, each writing its
+    step_NNNNNN_<name>.json and logging its eval/ metrics: a list of names ([epd]), or a mapping name -> that
+    evaluation's config keys ({epd: {epd: suite.epd}}). docs/architecture.md, "Evaluations: one registry"."""
 
     def __post_init__(self) -> None:
         if self.max_positions < 1 or self.nodes < 1 or self.max_puzzles < 1 or self.resamples < 10:
             raise ValueError("need max_positions >= 1, nodes >= 1, max_puzzles >= 1, resamples >= 10")
+        extra_evaluations(self.extra)  # a ConfigError now names an unknown evaluation or a bad key of its config
 
 
 @dataclasses.dataclass
@@ -181,6 +185,11 @@ class MoveGroupTrainConfig(TrainConfig):
         """The dataset the bc term draws from: bc_positions, else value_positions."""
         return self.bc_positions or self.value_positions
 
+    @property
+    def needs_pool(self) -> bool:
+        """Always: the Stockfish pool values every sampled move (a mixture starts its shared pool for it)."""
+        return True
+
     def default_best_metric(self) -> tuple[str, str] | None:
         if self.eval.positions:
             return "eval/esl", "min"
@@ -192,7 +201,7 @@ class MoveGroupKind(PolicyGRPOKind):
 
     name = "move_group"
     config_class = MoveGroupTrainConfig
-    supports_pipeline = True  # grpo.pipeline: `rollout` samples from a given snapshot
+    group_count_name = "task.positions_per_step"
 
     def __init__(self, config: MoveGroupTrainConfig, context: RunContext, shared: SharedParts | None = None):
         super().__init__(config, context, shared)
@@ -246,7 +255,6 @@ class MoveGroupKind(PolicyGRPOKind):
             from chessgrpo.engine import Tablebase
 
             self.tablebase = Tablebase(config.engine.syzygy_path)
-        self._puzzles: list | None = None
 
     def _policy_games_source(self, item: PositionSource) -> StartPositions | None:
         """``policy_games:N``: positions from N games of the starting (reference) policy against a random mover."""
@@ -283,6 +291,13 @@ class MoveGroupKind(PolicyGRPOKind):
             self.tablebase.close()
 
     # -- the step -----------------------------------------------------------------------------------
+
+    def group_count(self) -> int:
+        return self.config.task.positions_per_step
+
+    @classmethod
+    def exclusive_evaluations(cls, config: MoveGroupTrainConfig) -> tuple[str, ...]:
+        return ("held-out positions",) if config.eval.positions else ()
 
     def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
         """Sample and reward step `step`'s one-move groups `groups`; the learner's batch and forward.
@@ -435,12 +450,12 @@ class MoveGroupKind(PolicyGRPOKind):
 
     @property
     def evaluates(self) -> bool:
-        return bool(self.config.eval.positions or self.config.eval.puzzles)
+        return bool(self.config.eval.positions or self.config.eval.puzzles or self.config.eval.extra)
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
-        """Held-out offline metrics and puzzle accuracy of the current policy (argmax), with intervals."""
-        from chessgrpo.eval.puzzles import read_puzzles, solve_puzzles
-        from chessgrpo.play.players import PolicyPlayer
+        """Held-out offline metrics and puzzle accuracy of the current policy (argmax), with intervals, and the
+        evaluations of ``eval.extra``: each through the registry (`PolicyGRPOKind.held_out_evaluation`)."""
+        from chessgrpo.eval.standalone import EvalConfig
 
         self.wait_for_rollout()  # a pipelined next rollout uses the pool: let it finish first
         config = self.config.eval
@@ -452,13 +467,15 @@ class MoveGroupKind(PolicyGRPOKind):
                 )
             )
         if config.puzzles:
-            if self._puzzles is None:
-                self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, self.context.seed).puzzles)
-            player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
-            result = solve_puzzles(player, self._puzzles)
-            metrics.update(interval_metrics(result, ("first_move_accuracy", "solve_rate"), prefix="eval/puzzle_"))
-            payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-            write_json_atomic(out_dir / EVALUATIONS["puzzles"].step_file(step), payload)
+            puzzles = EvalConfig(
+                positions=None,
+                puzzles=config.puzzles,
+                max_puzzles=config.max_puzzles,
+                seed=self.context.seed,
+                baselines=False,
+            )
+            metrics.update(self.held_out_evaluation("puzzles", puzzles, step, out_dir))
+        metrics.update(self.extra_evaluations(config.extra, step, out_dir, pool=self.pool))
         return metrics
 
     # -- presentation -------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 `PolicyGRPOKind` owns what those kinds have in common: the frozen reference and its trainable copy,
 the engine pool (or the mixture's, through `SharedParts`), checkpoints, head and frozen parameters,
-and the held-out offline evaluation of `chessgrpo eval offline`; `policy_eval_line` and
-`interval_metrics` turn evaluation results into the log line and the ``eval/`` metrics.
+and running the registry's evaluations on the policy at a held-out step (`held_out_evaluation`: the
+offline evaluation of `chessgrpo eval offline`, and those a run adds with ``eval.extra``);
+`policy_eval_line` turns their metrics into the log line.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any, ClassVar
 import torch
 
 from chessgrpo.config import EngineConfig
-from chessgrpo.eval.registry import EVALUATIONS  # result file names
-from chessgrpo.files import write_json_atomic
+from chessgrpo.eval.registry import extra_evaluations, run_at_step
+from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.policy import (
     ActionPolicy,
@@ -40,11 +41,10 @@ class PolicyGRPOKind(GRPOKind):
 
     family: ClassVar[str] = "action_policy"
     reference: ActionPolicy
-    _offline_positions: list | None = None
+    _eval_items: dict[str, Any] | None = None
 
     def __init__(self, config: Any, context: RunContext, shared: SharedParts | None = None):
-        super().__init__(config, context)
-        self.shared = shared
+        super().__init__(config, context, shared)
 
     def make_pool(self, engine_config: EngineConfig) -> Any:
         """The mixture's pool when shared, else a new `EnginePool` (which `close` stops)."""
@@ -65,12 +65,12 @@ class PolicyGRPOKind(GRPOKind):
     def shared_parts(cls, configs: Sequence[Any], context: RunContext) -> SharedParts:
         """What a mixture of these tasks shares: one policy pair built from the first task's config
         (init_checkpoint, model and reference_device are the mixture's, the same in every task), and one
-        Stockfish pool when any task needs one."""
+        Stockfish pool when any task needs one (its config's `needs_pool`: every action-policy task config has one)."""
         from chessgrpo.engine import EnginePool
 
         first = configs[0]
         model, reference = _policy_pair(first.init_checkpoint, first.model, context.device, first.reference_device)
-        needs_pool = any(config.kind == "move_group" or config.needs_pool for config in configs)
+        needs_pool = any(config.needs_pool for config in configs)
         return SharedParts(
             model=model, reference=reference, pool=EnginePool.from_config(first.engine) if needs_pool else None
         )
@@ -105,23 +105,48 @@ class PolicyGRPOKind(GRPOKind):
     def load_model(self, checkpoint: Path) -> None:
         self.model.load_state_dict(load_policy(checkpoint, device=self.context.device).state_dict())
 
+    @property
+    def eval_items(self) -> dict[str, Any]:
+        """The held-out items the registry's evaluations loaded, by evaluation name (positions labelled once,
+        puzzles read once): the same ones at every evaluation, so steps pair item by item."""
+        if self._eval_items is None:
+            self._eval_items = {}
+        return self._eval_items
+
+    def held_out_evaluation(
+        self, name: str, config: Any, step: int, out_dir: Path, pool: Any = None, tablebase: Any = None
+    ) -> dict[str, float]:
+        """Evaluation `name` of the registry (`eval.registry.run_at_step`) on the current policy at argmax, named
+        "RUN_DIR step N", with `pool` and `tablebase` lent; writes out_dir/step_NNNNNN_<name>.json, returns its metrics."""
+        subject = Subject(model=self.model, name=f"{self.context.run_dir} step {step}")
+        context = EvalContext(pool=pool, tablebase=tablebase, items=self.eval_items)
+        return run_at_step(name, config, subject, context, eval_dir=out_dir, step=step)
+
+    def extra_evaluations(self, extra: Any, step: int, out_dir: Path, pool: Any = None) -> dict[str, float]:
+        """The evaluations the run's ``eval.extra`` adds (`eval.registry.extra_evaluations`), each through the registry."""
+        metrics: dict[str, float] = {}
+        for name, config in extra_evaluations(extra).items():
+            metrics.update(self.held_out_evaluation(name, config, step, out_dir, pool=pool))
+        return metrics
+
     def offline_evaluation(
         self, step: int, out_dir: Path, pool: Any, source: str, max_positions: int, nodes: int, resamples: int
     ) -> dict[str, float]:
         """Held-out ESL, top-1 and blunder rate of the argmax policy (intervals) on the same seeded sample of
-        `source` every time; writes out_dir/step_NNNNNN_offline.json (what `chessgrpo eval compare` reads)."""
-        from chessgrpo.eval.offline import evaluate_offline
-        from chessgrpo.eval.positions import load_eval_positions
-        from chessgrpo.play.players import PolicyPlayer
+        `source` every time: the registry's ``offline`` (`chessgrpo eval offline` without baselines); writes
+        out_dir/step_NNNNNN_offline.json (what `chessgrpo eval compare` reads)."""
+        from chessgrpo.eval.standalone import EvalConfig
 
-        seed = self.context.seed
-        if self._offline_positions is None:
-            self._offline_positions = load_eval_positions(source, max_positions, seed, pool=pool, nodes=nodes)
-        player = PolicyPlayer(self.model, temperature=0.0, name=f"{self.context.run_dir} step {step}")
-        result = evaluate_offline(player, self._offline_positions, pool, nodes=nodes, resamples=resamples, seed=seed)
-        payload = {**result.to_json(), "step": step, "records": {"player": [r.to_json() for r in result.records]}}
-        write_json_atomic(out_dir / EVALUATIONS["offline"].step_file(step), payload)
-        return interval_metrics(result, ("top1", "esl", "blunder_rate"))
+        config = EvalConfig(
+            engine=self.config.engine,
+            positions=source,
+            max_positions=max_positions,
+            nodes=nodes,
+            resamples=resamples,
+            seed=self.context.seed,
+            baselines=False,
+        )
+        return self.held_out_evaluation("offline", config, step, out_dir, pool=pool)
 
 
 def _policy_pair(
@@ -150,13 +175,3 @@ def policy_eval_line(step: int, row: dict[str, Any]) -> str | None:
     if "eval/mate_rate" in row:
         parts.append(f"held-out mate rate {interval_text(row, 'eval/mate_rate')}")
     return f"step {step}: " + ", ".join(parts) if parts else None
-
-
-def interval_metrics(result: Any, names: tuple[str, ...], prefix: str = "eval/") -> dict[str, float]:
-    """``{prefix}{name}`` with ``_low``/``_high`` from the `Interval` attributes `names` of an evaluation result."""
-    metrics = {}
-    for name in names:
-        interval = getattr(result, name)
-        key = f"{prefix}{name}"
-        metrics.update({key: interval.value, f"{key}_low": interval.low, f"{key}_high": interval.high})
-    return metrics

@@ -54,7 +54,8 @@ import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig
-from chessgrpo.eval.registry import EVALUATIONS  # result file names
+from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations, run_at_step  # result files, running
+from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.lm import (
     ChessLM,
@@ -97,12 +98,16 @@ class RookWorldEvalConfig:
     """Prompts per greedy generation batch."""
     resamples: int = 2000
     """Bootstrap resamples of the intervals."""
+    extra: Any = dataclasses.field(default_factory=dict)
+    """More evaluations of the registry (`eval.registry`) run on the model at each held-out evaluation, each writing
+    its step_NNNNNN_<name>.json and logging its eval/ metrics: a list of names, or a mapping name -> its config keys."""
 
     def __post_init__(self) -> None:
         if self.policy_prompts < 0 or self.environment_prompts < 0 or self.max_puzzles < 1:
             raise ValueError("need policy_prompts, environment_prompts >= 0 and max_puzzles >= 1")
         if self.batch_size < 1 or self.resamples < 10:
             raise ValueError("need batch_size >= 1 and resamples >= 10")
+        extra_evaluations(self.extra)  # a ConfigError now names an unknown evaluation or a bad key of its config
 
 
 @dataclasses.dataclass
@@ -153,8 +158,11 @@ class RookWorldKind(GRPOKind):
 
     name = "rookworld"
     config_class = RookWorldTrainConfig
-    group_count_key = "task.prompts_per_step"
+    group_count_name = "task.prompts_per_step"
     family = "chess_lm"
+    # grpo.pipeline: the LM samples through its `ChessLM` (tokenizer, generation and KV cache around `lm.model`), which
+    # a snapshot of the weights alone does not give: its steps run serially.
+    supports_pipeline = False
 
     @classmethod
     def shared_parts(cls, configs: Sequence[Any], context: RunContext) -> SharedParts:
@@ -169,8 +177,7 @@ class RookWorldKind(GRPOKind):
         from chessgrpo.data.rookworld import read_rookworld
         from chessgrpo.engine import EnginePool
 
-        super().__init__(config, context)
-        self.shared = shared
+        super().__init__(config, context, shared)
         train = read_rookworld(config.data, "train")
         self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
         self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
@@ -216,7 +223,7 @@ class RookWorldKind(GRPOKind):
             eval_needs_pool = config.rewards.policy.truth == "engine" and bool(self.eval_policy_fens)
             needs_pool = "pool" in ROOKWORLD_REWARDS.needs_of(self.rewards, config) or eval_needs_pool
             self.pool = EnginePool.from_config(config.engine) if needs_pool else None
-        self._puzzles: list | None = None
+        self._eval_items: dict[str, Any] = {}  # the held-out items of the registry's evaluations, loaded once
         self.paired: dict[str, Any] | None = None
         """The paired last - first comparison once `after_run` made it (the content of PAIRED_FILE)."""
         self._paired_lines: list[str] = []
@@ -265,9 +272,20 @@ class RookWorldKind(GRPOKind):
 
         return autocast_forward
 
-    def rollout(self, step: int, groups: StepGroups) -> TaskRollout:
+    def group_count(self) -> int:
+        return self.config.task.prompts_per_step
+
+    @classmethod
+    def exclusive_evaluations(cls, config: RookWorldTrainConfig) -> tuple[str, ...]:
+        held_out = config.eval.policy_prompts or config.eval.environment_prompts or config.eval.puzzles
+        return ("the chess LM's held-out tasks",) if held_out else ()
+
+    def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
         """Sample G completions for each of this rank's prompts of the step and reward them (P: by the
-        engine, A: by python-chess); the learning is the GRPO step every kind shares (`GRPOKind.learn`)."""
+        engine, A: by python-chess); the learning is the GRPO step every kind shares (`GRPOKind.learn`).
+        Always from `model` (`supports_pipeline` is False): a `sampler` is refused."""
+        if sampler is not None:
+            raise ValueError("kind rookworld samples from its own model only (supports_pipeline is False)")
         config, task, context = self.config, self.config.task, self.context
         stats_before = dataclasses.replace(self.pool.stats) if self.pool is not None else None
 
@@ -365,32 +383,42 @@ class RookWorldKind(GRPOKind):
 
     @property
     def evaluates(self) -> bool:
+        return bool(self._lm_held_out or self.config.eval.extra)
+
+    @property
+    def _lm_held_out(self) -> bool:
+        """Whether the LM's own held-out evaluation has anything to answer (P:/A: prompts, puzzles)."""
         return bool(self.eval_policy_fens or self.eval_environment_prompts or self.config.eval.puzzles)
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
-        """Greedy held-out evaluation (flat ``eval/`` metrics); writes out_dir/step_NNNNNN_lm.json."""
-        from chessgrpo.eval.lm import evaluate_lm
+        """Greedy held-out evaluation (flat ``eval/`` metrics) through the registry (`eval.lm.run_lm`), and the
+        evaluations of ``eval.extra``; writes out_dir/step_NNNNNN_lm.json (and one file per extra)."""
+        from chessgrpo.eval.lm import LMEvalConfig
 
         config, seed = self.config.eval, self.config.run.seed
-        if self._puzzles is None and config.puzzles:
-            from chessgrpo.eval.puzzles import read_puzzles
-
-            self._puzzles = list(read_puzzles(config.puzzles, config.max_puzzles, seed).puzzles)
-        result = evaluate_lm(
-            self.prompt_lm,
-            policy_fens=self.eval_policy_fens,
-            environment_prompts=self.eval_environment_prompts,
-            puzzles=self._puzzles or (),
-            pool=self.pool,
-            rewards=self.config.rewards,
-            batch_size=config.batch_size,
-            policy_max_new_tokens=self.config.task.max_new_tokens,
-            environment_max_new_tokens=self.config.task.max_new_tokens,
-            seed=seed,
-            resamples=config.resamples,
-        )
-        write_json_atomic(out_dir / EVALUATIONS["lm"].step_file(step), {**result.to_json(), "step": step})
-        return result.flat()
+        subject = Subject(model=self.prompt_lm, name=f"{self.context.run_dir} step {step}")
+        context = EvalContext(pool=self.pool, items=self._eval_items)
+        metrics: dict[str, float] = {}
+        if self._lm_held_out:
+            lm = LMEvalConfig(
+                data=self.config.data,
+                policy_prompts=config.policy_prompts,
+                environment_prompts=config.environment_prompts,
+                puzzles=config.puzzles,
+                max_puzzles=config.max_puzzles,
+                rewards=self.config.rewards,
+                engine=self.config.engine,
+                max_new_tokens=self.config.task.max_new_tokens,
+                batch_size=config.batch_size,
+                prompt_bos=self.config.task.prompt_bos,
+                seed=seed,
+                resamples=config.resamples,
+            )
+            # Its items (the first N prompts of the test split, the puzzles) are loaded once and kept in _eval_items.
+            metrics.update(run_at_step("lm", lm, subject, context, eval_dir=out_dir, step=step))
+        for name, extra in extra_evaluations(config.extra).items():
+            metrics.update(run_at_step(name, extra, subject, context, eval_dir=out_dir, step=step))
+        return metrics
 
     def after_run(self, out_dir: Path) -> None:
         """Paired last - first difference of this run directory's evaluations (also across resumes)."""

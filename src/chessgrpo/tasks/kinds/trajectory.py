@@ -29,7 +29,8 @@ Evaluation (every `eval_every` steps, at the start with `eval_at_start`, and at 
 - other runs: the held-out offline evaluation of ``chessgrpo eval offline`` (ESL, top-1, blunder
   rate with bootstrap intervals) on `eval.offline_positions`.
 
-Results go to RUN_DIR/eval/step_NNNNNN_{endgame,offline}.json.
+Both run through the evaluation registry (`eval.registry`), as do the evaluations ``eval.extra`` adds.
+Results go to RUN_DIR/eval/step_NNNNNN_{endgame,offline,<extra>}.json.
 """
 
 from __future__ import annotations
@@ -46,9 +47,8 @@ from chessgrpo.board.endgames import COLOURS, EndgameStarts
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused
 from chessgrpo.data.start_positions import StartPositions
 from chessgrpo.engine.tablebase import Tablebase
-from chessgrpo.eval.endgame import evaluate_endgame, policy_picker, random_picker
-from chessgrpo.eval.registry import EVALUATIONS  # result file names
-from chessgrpo.files import write_json_atomic
+from chessgrpo.eval.endgame import EndgameEvalConfig
+from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations  # result file names, eval.extra
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
@@ -100,10 +100,14 @@ class TrajectoryEvalConfig:
     """Other runs: Stockfish nodes for labelling and valuing moves."""
     resamples: int = 2000
     """Other runs: bootstrap resamples of the offline intervals."""
+    extra: Any = dataclasses.field(default_factory=dict)
+    """More evaluations of the registry (`eval.registry`) run at each held-out evaluation, each writing its
+    step_NNNNNN_<name>.json and logging its eval/ metrics: a list of names, or a mapping name -> its config keys."""
 
     def __post_init__(self) -> None:
         if self.positions < 1 or self.max_moves < 1 or self.max_offline_positions < 1 or self.nodes < 1:
             raise ValueError("need positions >= 1, max_moves >= 1, max_offline_positions >= 1, nodes >= 1")
+        extra_evaluations(self.extra)  # a ConfigError now names an unknown evaluation or a bad key of its config
         if self.resamples < 10:
             raise ValueError(f"resamples must be >= 10, got {self.resamples}")
         if self.max_dtz is not None and self.max_dtz < 1:
@@ -250,7 +254,7 @@ class TrajectoryKind(PolicyGRPOKind):
 
     name = "trajectory"
     config_class = TrajectoryTrainConfig
-    supports_pipeline = True  # grpo.pipeline: `rollout` samples from a given snapshot
+    group_count_name = "task.positions_per_step"
 
     def __init__(self, config: TrajectoryTrainConfig, context: RunContext, shared: SharedParts | None = None):
         super().__init__(config, context, shared)
@@ -372,6 +376,13 @@ class TrajectoryKind(PolicyGRPOKind):
             assert self.start_positions is not None
             starts = self.start_positions.draw(count, seed=seed, step=step)
         return starts if groups is None else [starts[i] for i in groups]
+
+    def group_count(self) -> int:
+        return self.config.task.positions_per_step
+
+    @classmethod
+    def exclusive_evaluations(cls, config: TrajectoryTrainConfig) -> tuple[str, ...]:
+        return ("held-out positions",) if config.eval.offline_positions else ()
 
     def rollout(self, step: int, groups: StepGroups, sampler: torch.nn.Module | None = None) -> TaskRollout:
         """Play and reward step `step`'s trajectory groups `groups`; the learner's batch and forward.
@@ -499,32 +510,28 @@ class TrajectoryKind(PolicyGRPOKind):
 
     @property
     def evaluates(self) -> bool:
-        return self._held_out is not None or bool(self.config.eval.offline_positions)
+        return self._held_out is not None or bool(self.config.eval.offline_positions or self.config.eval.extra)
 
     def evaluate(self, step: int, out_dir: Path) -> dict[str, float]:
-        """Held-out evaluation of the current policy at argmax (module docstring); writes out_dir/step_NNNNNN_*.json."""
+        """Held-out evaluation of the current policy at argmax (module docstring), and the evaluations of
+        ``eval.extra``, each through the registry; writes out_dir/step_NNNNNN_*.json."""
         config, seed = self.config.eval, self.config.run.seed
         self.wait_for_rollout()  # a pipelined next rollout uses the pool and the tables: let it finish first
         metrics: dict[str, float] = {}
         if self._held_out is not None:
             assert self.oracle is not None
-            result = evaluate_endgame(
-                policy_picker(self.model), self._held_out, self.oracle, max_moves=config.max_moves
+            endgame = EndgameEvalConfig(
+                material=self.config.positions[len(ENDGAME_PREFIX) :],
+                positions=config.positions,
+                seed=seed,
+                colours=self.config.endgame_colours,
+                max_moves=config.max_moves,
+                syzygy_path=self.config.engine.syzygy_path,  # an endgame run has its tables (the oracle's)
+                baselines=config.baselines and step == 0,  # the random mover, once: eval/random_*
+                baseline_players=["random"],
             )
-            metrics.update(result.metrics("eval/"))
-            payload: dict[str, Any] = {
-                "step": step,
-                "positions": self.config.positions,
-                "policy": result.to_json(),
-                "starts": [board.fen() for board in self._held_out],
-            }
-            if config.baselines and step == 0:
-                baseline = evaluate_endgame(
-                    random_picker(seed), self._held_out, self.oracle, max_moves=config.max_moves
-                )
-                metrics.update(baseline.metrics("eval/random_"))
-                payload["random"] = baseline.to_json()
-            write_json_atomic(out_dir / EVALUATIONS["endgame"].step_file(step), payload)
+            self.eval_items["endgame"] = self._held_out  # never drawn for training (`EndgameStarts.hold_out`)
+            metrics.update(self.held_out_evaluation("endgame", endgame, step, out_dir, tablebase=self.oracle))
         elif config.offline_positions:
             metrics.update(
                 self.offline_evaluation(
@@ -537,6 +544,7 @@ class TrajectoryKind(PolicyGRPOKind):
                     config.resamples,
                 )
             )
+        metrics.update(self.extra_evaluations(config.extra, step, out_dir, pool=self.pool))
         return metrics
 
     # -- presentation -------------------------------------------------------------------------------
