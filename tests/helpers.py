@@ -32,6 +32,27 @@ def data_file(name: str) -> Path:
 NO_LABELLED_LOSSES = ("value_loss_weight=0", "value_positions=null", "bc_loss_weight=0")
 
 
+TINY_MOVE_GROUP_RUN = (
+    "init_checkpoint=null",
+    "positions=random:32",
+    "task.group_size=4",
+    "task.positions_per_step=4",
+    "task.reward_nodes=50",
+    "grpo.num_iterations=1",
+    "grpo.minibatch_size=0",
+    "engine.processes=1",
+    "engine.cache=false",
+    "eval.positions=null",
+    "eval.puzzles=null",
+    "steps=2",
+    "warmup_steps=0",
+    "checkpoint_every=0",
+    "threads=1",
+)
+"""Overrides of a `kind: move_group` config for a run of seconds: a fresh tiny policy on random positions, 2 steps,
+one engine process at 50 nodes, no held-out evaluation and no checkpoints between steps (add yours after them)."""
+
+
 def random_playout_positions(count: int, seed: int = 0) -> list[chess.Board]:
     """Positions sampled from seeded random playouts (long games reach promotions, castling, en passant;
     a finished game's last position is among them)."""

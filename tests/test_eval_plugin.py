@@ -20,7 +20,7 @@ from chessgrpo.models.policy import ActionPolicy, PolicyConfig, save_policy
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-from helpers import importable_module
+from helpers import TINY_MOVE_GROUP_RUN, importable_module
 
 PLUGIN = '''
 """captures: how often the player's move captures, on random-playout positions (one record per position)."""
@@ -107,24 +107,7 @@ CAPTURES = Evaluation(
 )
 '''
 
-TRAINING = [
-    "init_checkpoint=null",
-    "positions=random:32",
-    "task.group_size=4",
-    "task.positions_per_step=4",
-    "task.reward_nodes=50",
-    "grpo.num_iterations=1",
-    "grpo.minibatch_size=0",
-    "engine.processes=1",
-    "engine.cache=false",
-    "eval.positions=null",
-    "eval.puzzles=null",
-    "steps=2",
-    "eval_every=1",
-    "warmup_steps=0",
-    "checkpoint_every=0",
-    "threads=1",
-]
+TRAINING = [*TINY_MOVE_GROUP_RUN, "eval_every=1"]
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources
 from chessgrpo.tasks.user_rewards import load_reward_function, user_rewards
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-from helpers import SYZYGY_DIR, importable_module, random_playout_positions
+from helpers import SYZYGY_DIR, TINY_MOVE_GROUP_RUN, importable_module, random_playout_positions
 
 REWARD_MODULE = '''
 import chess
@@ -32,23 +32,7 @@ def capture_bonus(board: chess.Board, move: chess.Move, win_probability: float) 
     return win_probability + (1.0 if board.is_capture(move) else 0.0)
 '''
 
-MOVE_GROUP = [
-    "init_checkpoint=null",
-    "positions=random:32",
-    "task.group_size=4",
-    "task.positions_per_step=4",
-    "task.reward_nodes=50",
-    "grpo.num_iterations=1",
-    "grpo.minibatch_size=0",
-    "engine.processes=1",
-    "engine.cache=false",
-    "eval.positions=null",
-    "eval.puzzles=null",
-    "steps=2",
-    "warmup_steps=0",
-    "checkpoint_every=0",
-    "threads=1",
-]
+MOVE_GROUP = [*TINY_MOVE_GROUP_RUN]
 
 
 @pytest.fixture

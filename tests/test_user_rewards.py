@@ -10,7 +10,7 @@ from chessgrpo.config import ConfigError, load_config
 from chessgrpo.tasks.kinds.move_group import MoveGroupTrainConfig
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-from helpers import importable_module
+from helpers import TINY_MOVE_GROUP_RUN, importable_module
 
 REWARD_MODULE = '''
 import chess
@@ -35,23 +35,7 @@ def two_arguments(board, move):
 NOT_A_FUNCTION = 3
 '''
 
-OVERRIDES = [
-    "init_checkpoint=null",
-    "positions=random:32",
-    "task.group_size=4",
-    "task.positions_per_step=4",
-    "task.reward_nodes=50",
-    "grpo.num_iterations=1",
-    "grpo.minibatch_size=0",
-    "engine.processes=1",
-    "engine.cache=false",
-    "eval.positions=null",
-    "eval.puzzles=null",
-    "steps=3",
-    "warmup_steps=0",
-    "checkpoint_every=0",
-    "threads=1",
-]
+OVERRIDES = [*TINY_MOVE_GROUP_RUN, "steps=3"]
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Policies: the action-policy transformer (and, later, the chess language model)."""
+"""The models: the action-policy transformer (`policy`), the chess language model (`lm`, its tokenizers and
+sampling), what a checkpoint holds (`checkpoint_kind`) and device placement (`placement`)."""
 
 from chessgrpo.models.policy import (
     MODEL_SIZES,
