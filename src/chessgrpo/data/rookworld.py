@@ -24,6 +24,9 @@ Output directory::
     DIR/train.txt, DIR/test.txt                 one RookWorld line per example
     DIR/train/shard-00000.parquet, DIR/test/... columns of `ROOKWORLD_SCHEMA`
 
+``layout=move_first`` writes the P: answers decision first (``B: <move>``, then M:/E:, or with ``move_only`` the
+move alone; `data.rookworld_format`); the manifest records the layout (``policy_layout``).
+
 The split is `data.schema.split_of` of the position, so both tasks of a position land in the same
 split, and the same settings give the same files.
 """
@@ -56,8 +59,12 @@ from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: th
 )
 from chessgrpo.data.rookworld_format import (
     MAX_LISTED_MOVES,
+    MOVE_FIRST_LAYOUT,
+    POLICY_LAYOUTS,
+    ROOKWORLD_LAYOUT,
     parse_environment_line,
     parse_policy_line,
+    policy_layout_of,
     split_environment_line,
     split_policy_line,
     upstream_best_defect,
@@ -127,6 +134,12 @@ class RookWorldDataConfig:
     """Import this RookWorld text file instead of generating (`--from-text`)."""
     keep_defective: bool = False
     """Import: keep P: lines whose B: is not their best listed move (flagged in column `defect`)."""
+    layout: str = ROOKWORLD_LAYOUT
+    """How P: answers are written (`data.rookworld_format.POLICY_LAYOUTS`): rookworld = M: E: B: (RookWorld's own);
+    move_first = ``B: <move>`` first, then M: and E: as auxiliary text (issue 66). A: lines are the same in both;
+    the manifest records it (``policy_layout``, `dataset_policy_layout`). Generation only: an import keeps its lines."""
+    move_only: bool = False
+    """layout move_first: write ``B: <move>`` alone, without the M:/E: text after it."""
     engine: DataEngineConfig = dataclasses.field(default_factory=lambda: DataEngineConfig(cache=True))
     """Stockfish pool (cache on: the same analyses serve the GRPO reward and evaluation)."""
 
@@ -145,6 +158,19 @@ class RookWorldDataConfig:
         )
         require(0.0 <= self.illegal_fraction < 1.0, "illegal_fraction", self.illegal_fraction, "must be in [0, 1)")
         require(self.engine.depth is None, "engine.depth", self.engine.depth, "analyses use node limits: set `nodes`")
+        require(self.layout in POLICY_LAYOUTS, "layout", self.layout, f"must be one of {', '.join(POLICY_LAYOUTS)}")
+        require(
+            not self.move_only or self.layout == MOVE_FIRST_LAYOUT,
+            "move_only",
+            self.move_only,
+            f"applies to layout={MOVE_FIRST_LAYOUT} only",
+        )
+        require(
+            not self.from_text or (self.layout == ROOKWORLD_LAYOUT and not self.move_only),
+            "layout",
+            self.layout,
+            "applies to generated data; an import (from_text) keeps its lines as written",
+        )
         if self.endgames:
             from chessgrpo.board.endgames import COLOURS, Material
 
@@ -202,7 +228,9 @@ def generate_examples(
             )
             if not truth.moves:
                 raise RuntimeError(f"the engine returned no line for {fen!r}")
-            examples.append(policy_example(truth, config.seed, config.nodes))
+            examples.append(
+                policy_example(truth, config.seed, config.nodes, layout=config.layout, move_only=config.move_only)
+            )
             move = environment_move(
                 board,
                 truth,
@@ -329,6 +357,25 @@ def read_rookworld(directory: str | os.PathLike, split: str, *, task: str | None
     return examples
 
 
+def written_policy_layout(examples: Iterable[RookWorldExample]) -> str | None:
+    """The layout the P: lines of `examples` are written in (`POLICY_LAYOUTS`), "mixed" when they differ,
+    None without P: lines."""
+    layouts = {policy_layout_of(e.completion) or "unknown" for e in examples if e.task == "policy"}
+    if not layouts:
+        return None
+    return layouts.pop() if len(layouts) == 1 else "mixed"
+
+
+def dataset_policy_layout(directory: str | os.PathLike) -> str | None:
+    """The P: layout a `data rookworld` directory records in its manifest (``policy_layout``): a dataset made
+    before the key existed is ``rookworld`` (the only layout then); None without a manifest or P: lines."""
+    directory = find_data_path(directory) or Path(directory)
+    manifest = schema.read_manifest(directory)
+    if manifest.get("command") != "rookworld":
+        return None
+    return manifest.get("policy_layout", ROOKWORLD_LAYOUT)
+
+
 def _existing_dataset(directory: Path, config: RookWorldDataConfig) -> RookWorldSummary | None:
     """The summary of a complete dataset in `directory` made with exactly `config`'s settings, else None.
 
@@ -338,7 +385,10 @@ def _existing_dataset(directory: Path, config: RookWorldDataConfig) -> RookWorld
         manifest = schema.read_manifest(directory)
     except ValueError:  # not JSON: not ours
         return None
-    if manifest.get("command") != "rookworld" or manifest.get("settings") != to_dict(config):
+    settings = manifest.get("settings")
+    if isinstance(settings, dict):  # a dataset made before `layout` existed was made with the defaults
+        settings = {"layout": ROOKWORLD_LAYOUT, "move_only": False, **settings}
+    if manifest.get("command") != "rookworld" or settings != to_dict(config):
         return None
     return RookWorldSummary(
         directory,
@@ -423,6 +473,7 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
                 "counts": counts,
                 "defects": defects,
                 "dropped_defective": dropped,
+                "policy_layout": written_policy_layout(examples),
                 "shard_sha256": schema.shard_checksums(partial),
             },
         )

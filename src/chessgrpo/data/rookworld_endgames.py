@@ -194,7 +194,9 @@ def generate_endgame_examples(
             split_boards, truths = symmetric_images(split_boards, truths, multipv=config.multipv)
         for board, truth in zip(split_boards, truths):
             source = f"endgame:{material_name(board)}:{split}"
-            examples.append(policy_example(truth, config.seed, 0, source=source))
+            examples.append(
+                policy_example(truth, config.seed, 0, source=source, layout=config.layout, move_only=config.move_only)
+            )
             move = environment_move(
                 board,
                 truth,

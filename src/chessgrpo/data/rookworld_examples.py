@@ -15,6 +15,8 @@ import chess
 
 from chessgrpo.data.rookworld_format import (
     HISTORY_MOVES,
+    MOVE_FIRST_LAYOUT,
+    ROOKWORLD_LAYOUT,
     EnvironmentQuery,
     environment_prompt,
     environment_step,
@@ -68,9 +70,22 @@ def environment_example(board: chess.Board, move: str, source: str = "random_pla
     )
 
 
-def policy_example(truth: PolicyTruth, seed: int, nodes: int, source: str = "random_playout") -> RookWorldExample:
-    """The P: example of an engine analysis (M shuffled with a per-position seed)."""
-    answer = truth.answer(seed=hash_seed(seed, truth.fen))
+def policy_example(
+    truth: PolicyTruth,
+    seed: int,
+    nodes: int,
+    source: str = "random_playout",
+    *,
+    layout: str = ROOKWORLD_LAYOUT,
+    move_only: bool = False,
+) -> RookWorldExample:
+    """The P: example of an engine analysis (M shuffled with a per-position seed), written in `layout`
+    (`data.rookworld_format.POLICY_LAYOUTS`); `move_only` (move_first only): B: alone, no M:/E: after it."""
+    answer = dataclasses.replace(truth.answer(seed=hash_seed(seed, truth.fen)), layout=layout)
+    if move_only:
+        if layout != MOVE_FIRST_LAYOUT:
+            raise ValueError(f"move_only needs the {MOVE_FIRST_LAYOUT} layout, got {layout!r}")
+        answer = dataclasses.replace(answer, moves=(), evals=())
     return RookWorldExample(
         "policy",
         policy_prompt(truth.fen),

@@ -15,6 +15,17 @@ shuffled order, E their evaluations in pawns from the side to move's point of vi
 order (mate = +/-1000.0, Python's shortest float repr of the value rounded to centipawns), B the
 best move. Prompt = ``"P: " + FEN``; completion = the rest of the line, padding included.
 
+**Policy layouts** (`POLICY_LAYOUTS`; `format_policy_line`'s ``layout``, a `PolicyAnswer`'s ``layout``):
+
+- ``rookworld`` (the default, above): M:, E:, then B: -- the decision is the last of ~23 answer tokens;
+- ``move_first`` (issue 66): the decision first, ``P: <FEN> B: <move>``, then optionally the same content
+  as auxiliary text, ``P: <FEN> B: <move> M: <moves> E: <evaluations>`` (single spaces, no padding). An
+  answer without M:/E: (``moves == ()``) is a whole answer, not a malformed one: the graders grade its
+  move and give the M:/E: components nothing (`data.rookworld_grading`). GRPO and the LM player stop
+  generating once the move is complete (`move_complete`, `MoveStop`), so what is scored is the move.
+
+`parse_policy_completion` reads both: the first marker (B: or M:) says which.
+
 **Environment task** (`format_environment_line`)::
 
     A: <FEN>+<uci>+<last <= 10 moves incl. this one>+<new FEN>+<reward>+<terminated>+<truncated>
@@ -40,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable, Sequence
 
 import chess
 
@@ -67,6 +79,12 @@ ENVIRONMENT_REWARDS = (REWARD_MATE, REWARD_DRAW, REWARD_MOVE, REWARD_ILLEGAL)
 _UCI = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 _NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
 _POLICY_COMPLETION = re.compile(r"^\s*M:(?P<moves>.*?)E:(?P<evals>.*?)B:(?P<best>.*)$", re.DOTALL)
+_MOVE_FIRST_COMPLETION = re.compile(r"^\s*B:(?P<best>.*?)(?:M:(?P<moves>.*?)E:(?P<evals>.*))?$", re.DOTALL)
+
+ROOKWORLD_LAYOUT = "rookworld"
+MOVE_FIRST_LAYOUT = "move_first"
+POLICY_LAYOUTS = (ROOKWORLD_LAYOUT, MOVE_FIRST_LAYOUT)
+"""The P: answer layouts (module docstring): RookWorld's M: E: B:, and the decision first, B: [M: E:]."""
 _ENVIRONMENT_PROMPT = re.compile(
     r"^\s*A:\s*(?P<fen>[^+]*?)\s*\+\s*(?P<move>[^+]*?)\s*\+(?P<history>[^+]*)\+$", re.DOTALL
 )
@@ -101,6 +119,13 @@ class PolicyAnswer:
     """E: evaluation of each move of M in pawns, side to move's view, same order."""
     best: str
     """B: the chosen move (UCI)."""
+    layout: str = ROOKWORLD_LAYOUT
+    """How the answer is (or was) written (`POLICY_LAYOUTS`); ``move_first`` allows no M:/E: (``moves == ()``)."""
+
+    @property
+    def listed(self) -> bool:
+        """Whether the answer lists M:/E: (always in the rookworld layout; optional after a move-first B:)."""
+        return bool(self.moves)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,22 +169,41 @@ def policy_prompt(fen: str) -> str:
     return "P: " + " ".join(fen.split())
 
 
+def check_policy_layout(layout: str, key: str = "layout") -> str:
+    """`layout` when it is one of `POLICY_LAYOUTS`, else `InputError` naming the config `key`."""
+    if layout not in POLICY_LAYOUTS:
+        raise InputError(f"config key {key} must be one of {', '.join(POLICY_LAYOUTS)}, got {layout!r}")
+    return layout
+
+
 def format_policy_line(fen: str, answer: PolicyAnswer) -> str:
-    """The whole P: line (prompt + completion), fields padded to 92/33/43 characters."""
-    if not 1 <= len(answer.moves) <= MAX_LISTED_MOVES or len(answer.evals) != len(answer.moves):
-        raise ValueError(f"a P: answer needs 1-{MAX_LISTED_MOVES} moves and one evaluation each, got {answer}")
+    """The whole P: line (prompt + completion) in ``answer.layout``: rookworld = fields padded to 92/33/43
+    characters; move_first = ``P: <FEN> B: <move>`` and, when the answer lists moves, `` M: ... E: ...``."""
+    move_first = check_policy_layout(answer.layout) == MOVE_FIRST_LAYOUT
+    low = 0 if move_first else 1
+    if not low <= len(answer.moves) <= MAX_LISTED_MOVES or len(answer.evals) != len(answer.moves):
+        raise ValueError(f"a P: answer needs {low}-{MAX_LISTED_MOVES} moves and one evaluation each, got {answer}")
     for move in (*answer.moves, answer.best):
         if not _UCI.match(move):
             raise ValueError(f"{move!r} is not a UCI move")
+    moves = "M: " + " ".join(answer.moves)
+    evals = "E: " + " ".join(format_pawns(v) for v in answer.evals)
+    if move_first:
+        return policy_prompt(fen) + " B: " + answer.best + (f" {moves} {evals}" if answer.moves else "")
     head = policy_prompt(fen).ljust(P_FIELD_WIDTH)
-    moves = ("M: " + " ".join(answer.moves)).ljust(M_FIELD_WIDTH)
-    evals = ("E: " + " ".join(format_pawns(v) for v in answer.evals)).ljust(E_FIELD_WIDTH)
-    return head + moves + evals + "B: " + answer.best
+    return head + moves.ljust(M_FIELD_WIDTH) + evals.ljust(E_FIELD_WIDTH) + "B: " + answer.best
 
 
 def format_policy_completion(fen: str, answer: PolicyAnswer) -> str:
     """The completion of `policy_prompt(fen)`: the rest of the line, padding included."""
     return format_policy_line(fen, answer)[len(policy_prompt(fen)) :]
+
+
+def policy_layout_of(completion: str) -> str | None:
+    """The layout a P: completion is written in, from its first marker (B: = move_first, M: = rookworld);
+    None when it starts with neither."""
+    head = completion.lstrip()[:2]
+    return MOVE_FIRST_LAYOUT if head == "B:" else ROOKWORLD_LAYOUT if head == "M:" else None
 
 
 def environment_prompt(query: EnvironmentQuery) -> str:
@@ -185,16 +229,39 @@ def format_environment_line(query: EnvironmentQuery, answer: EnvironmentAnswer) 
 
 
 def parse_policy_completion(text: str) -> PolicyAnswer | Malformed:
-    """The M/E/B content of a P: completion, or `Malformed` with the reason."""
+    """The M/E/B content of a P: completion in either layout, or `Malformed` with the reason.
+
+    The first marker decides the layout (`policy_layout_of`): ``B:`` = move_first (the move, then
+    optionally both M: and E:), anything else = rookworld (M:, E:, B:; its reasons are unchanged)."""
     if not isinstance(text, str):
         return Malformed(f"completion is {type(text).__name__}, not text")
+    if policy_layout_of(text) == MOVE_FIRST_LAYOUT:
+        return _parse_move_first(text)
     match = _POLICY_COMPLETION.match(text)
     if match is None:
         missing = [marker for marker in ("M:", "E:", "B:") if marker not in text]
         return Malformed(f"missing {', '.join(missing)}" if missing else "fields out of order (expected M: E: B:)")
-    moves = match.group("moves").split()
-    evals = match.group("evals").split()
-    best = match.group("best").split()
+    return _policy_answer(match.group("moves"), match.group("evals"), match.group("best"), ROOKWORLD_LAYOUT)
+
+
+def _parse_move_first(text: str) -> PolicyAnswer | Malformed:
+    """A completion whose first marker is B: (`parse_policy_completion`)."""
+    match = _MOVE_FIRST_COMPLETION.match(text)
+    if match is None or (match.group("moves") is None and ("M:" in text or "E:" in text)):
+        return Malformed("move-first answer: after B: <move> come both M: and E: (in that order) or neither")
+    if match.group("moves") is None:
+        best = match.group("best").split()
+        if len(best) != 1 or not _is_uci(best[0]):
+            return Malformed(f"B: {' '.join(best)[:20]!r} is not one UCI move")
+        return PolicyAnswer(moves=(), evals=(), best=best[0], layout=MOVE_FIRST_LAYOUT)
+    return _policy_answer(match.group("moves"), match.group("evals"), match.group("best"), MOVE_FIRST_LAYOUT)
+
+
+def _policy_answer(moves_text: str, evals_text: str, best_text: str, layout: str) -> PolicyAnswer | Malformed:
+    """The answer of the M:, E: and B: fields' texts, checked (module docstring: Parsers)."""
+    moves = moves_text.split()
+    evals = evals_text.split()
+    best = best_text.split()
     if not 1 <= len(moves) <= MAX_LISTED_MOVES:
         return Malformed(f"M: holds {len(moves)} moves, expected 1-{MAX_LISTED_MOVES}")
     for move in moves:
@@ -214,17 +281,72 @@ def parse_policy_completion(text: str) -> PolicyAnswer | Malformed:
         values.append(value)
     if len(best) != 1 or not _is_uci(best[0]):
         return Malformed(f"B: {' '.join(best)[:20]!r} is not one UCI move")
-    return PolicyAnswer(moves=tuple(moves), evals=tuple(values), best=best[0])
+    return PolicyAnswer(moves=tuple(moves), evals=tuple(values), best=best[0], layout=layout)
+
+
+def move_complete(text: str, last_piece: str = "") -> bool:
+    """Whether a completion being generated holds a whole move-first ``B: <move>`` (the first marker B:, then
+    a word that has ended): the word is followed by whitespace, or is 5 characters long (a promotion, the
+    longest UCI move), or `last_piece` (the text of the token just generated) is the whole 4-character move
+    -- a word-level tokenizer writes each move as one token (`models.chess_tokenizer`), so its move ends there;
+    a character tokenizer's ends at the next space or newline (kept in the completion) or at EOS.
+
+    A completion in the rookworld layout (first marker M:) is never complete here: its B: is the last field."""
+    stripped = text.lstrip()
+    if not stripped.startswith("B:"):
+        return False
+    rest = stripped[2:].lstrip()
+    word = rest.split(maxsplit=1)[0] if rest else ""
+    if not word:
+        return False
+    if len(rest) > len(word) or len(word) >= 5:
+        return True
+    return len(word) == 4 and last_piece.strip() == word
+
+
+class MoveStop:
+    """A generation stop rule (`models.lm_generation.generate`'s ``stop``): ends each row once `move_complete`
+    holds for its text so far, so a move-first answer is just ``B: <move>``; rows in the rookworld layout run on.
+
+    One instance per batch of rows: it keeps each row's decoded text (tokens decoded one at a time, cached by id).
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str]):
+        self.decode = decode
+        self.texts: list[str] = []
+        self._settled: list[bool] = []  # the row's first marker is known not to be B:, or the move ended
+        self._pieces: dict[int, str] = {}
+
+    def __call__(self, tokens: Sequence[int], live: Sequence[bool]) -> list[bool]:
+        """Rows that end after this step's `tokens` (`live`: the row was still generating)."""
+        if not self.texts:
+            self.texts, self._settled = [""] * len(tokens), [False] * len(tokens)
+        out = []
+        for row, (token, alive) in enumerate(zip(tokens, live)):
+            if not alive or self._settled[row]:
+                out.append(False)
+                continue
+            piece = self._pieces.get(token)
+            if piece is None:
+                piece = self._pieces[token] = self.decode([int(token)])
+            self.texts[row] += piece
+            head = self.texts[row].lstrip()[:2]
+            done = move_complete(self.texts[row], piece)
+            self._settled[row] = done or (len(head) == 2 and head != "B:") or (len(head) == 1 and head != "B")
+            out.append(done)
+        return out
 
 
 def split_policy_line(line: str) -> tuple[str, str]:
-    """(prompt ``"P: " + FEN``, completion) of a whole P: line; `ValueError` if it has no valid FEN."""
+    """(prompt ``"P: " + FEN``, completion) of a whole P: line in either layout (the completion starts at
+    its first M: or B:); `ValueError` if it has no valid FEN."""
     text = line.rstrip("\n")
     if not text.startswith("P:"):
         raise InputError(f"not a P: line: {text[:40]!r}")
-    cut = text.find("M:")
-    if cut < 0:
+    cuts = [cut for cut in (text.find("M:"), text.find("B:")) if cut >= 0]  # a FEN holds no ':'
+    if not cuts:
         raise InputError(f"P: line without M: {text[:60]!r}")
+    cut = min(cuts)
     fen = " ".join(text[2:cut].split())
     try:
         parse_board(fen)
@@ -344,8 +466,10 @@ def upstream_best_defect(answer: PolicyAnswer) -> bool:
     """True when B is not (one of) the best of the line's own listed evaluations.
 
     The upstream RookWorld generator took the last multipv entry for Black, so such lines teach
-    the worst listed move. A B outside M is flagged too.
+    the worst listed move. A B outside M is flagged too; a move-first answer without M:/E: never is.
     """
+    if not answer.listed:
+        return False
     if answer.best not in answer.moves:
         return True
     return answer.evals[answer.moves.index(answer.best)] < max(answer.evals)

@@ -39,6 +39,10 @@ truth is the engine's (`data.rookworld_truths`), the A: truth python-chess's
 - environment task (`EnvironmentRewardConfig`): ``format``, ``fen_exact`` (the whole new FEN),
   ``fen_fields`` (partial credit: the share of the six FEN fields that match), ``reward``,
   ``terminated``, ``truncated`` (each 1 when equal to the truth). Maximum 2.3 by default.
+- **a move-first answer without M:/E:** (``B: <move>`` alone, `data.rookworld_format` layout ``move_first``) is
+  well-formed: ``format`` 1, ``legal`` = B is legal, ``best`` as above, and ``top5``, ``eval`` and
+  ``top5_overlap`` 0 (nothing listed to grade), so its total is at most format + legal + best weights (1.4 by
+  default). A move-first answer that lists M:/E: after its move is graded exactly as the rookworld layout.
 """
 
 from __future__ import annotations
@@ -333,13 +337,21 @@ def exact_credit(value: ExactMoveValue, best: ExactMoveValue, config: PolicyRewa
     return 0.0
 
 
+def _legal_share(answer: PolicyAnswer, legal_moves: Sequence[str], truth: PolicyTruth) -> float:
+    """`legal`: the distinct legal moves of M over the moves of M; a move-first answer without M:/E: is graded on
+    its one move instead (B is legal), its M:/E: being absent, not wrong."""
+    if not answer.listed:
+        return float(answer.best in truth.legal)
+    return len(legal_moves) / len(answer.moves)
+
+
 def _score_policy_exact(answer: PolicyAnswer, truth: PolicyTruth, config: PolicyRewardConfig) -> Reward:
     """`score_policy` against an exact (tablebase) truth: every legal move has its value, none is searched."""
     exact = truth.exact
     assert exact is not None
     best_value = exact[truth.best]
     legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
-    legal = len(legal_moves) / len(answer.moves)
+    legal = _legal_share(answer, legal_moves, truth)
     optimal = truth.optimal
     best_exact = float(answer.best in optimal)
     extra: dict[str, float] = {}
@@ -396,7 +408,7 @@ def score_policy(
     if truth.exact is not None:
         return _score_policy_exact(answer, truth, config)
     legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
-    legal = len(legal_moves) / len(answer.moves)
+    legal = _legal_share(answer, legal_moves, truth)
     graded = "graded" in (config.best_mode, config.top5_mode)
     wins = _move_wins(truth, unlisted) if graded else {}
     extra: dict[str, float] = {}

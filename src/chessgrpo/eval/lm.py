@@ -13,6 +13,9 @@ in training and evaluation.
 - **Puzzles** via the P: prompt: the first move is B: of the completion; correct when it is the
   solution's first move or mates (as `eval.puzzles`).
 
+P: answers in either layout (RookWorld's M: E: B:, or ``move_first``) are read by the one parser
+(`data.rookworld_format.parse_policy_completion`); ``stop_after_move`` grades a move-first model on its move alone.
+
 Proportions carry Wilson intervals, means percentile-bootstrap intervals (`stats`). Every
 per-prompt record is kept, so two evaluations of the same prompts compare with paired bootstrap
 intervals (`compare_lm_results`).
@@ -32,6 +35,7 @@ import numpy as np
 from chessgrpo.config import EngineConfig
 from chessgrpo.data.rookworld_format import (
     Malformed,
+    MoveStop,
     PolicyAnswer,
     environment_step,
     parse_environment_prompt,
@@ -87,6 +91,11 @@ class LMEvalConfig:
     """Put the tokenizer's BOS (GPT-2: ``<|endoftext|>``) before every prompt, as the upstream RookWorld
     data did before every sample: set it for a downloaded RookWorld-LM-124M, or for a model trained
     with SFT ``prompt_bos`` / GRPO ``task.prompt_bos``, so it is evaluated in the layout it learned."""
+    stop_after_move: bool = False
+    """Stop each P: answer (and puzzle answer) once its move-first ``B: <move>`` is complete
+    (`data.rookworld_format.MoveStop`): a model of ``data rookworld layout=move_first`` is then graded on its move
+    alone, as GRPO's ``task.stop_after_move`` trains it; false grades whatever it writes after the move too.
+    Answers in the rookworld layout (M: first) are never cut. Either layout is parsed (`parse_policy_completion`)."""
     seed: int = 0
     confidence: float = 0.95
     resamples: int = 2000
@@ -207,16 +216,19 @@ def evaluate_lm(
     confidence: float = 0.95,
     resamples: int = 2000,
     progress: Callable[[int], None] | None = None,
+    stop_after_move: bool = False,
 ) -> LMEvalResult:
-    """Evaluate `lm` on P: positions, A: prompts and puzzles (see the module docstring)."""
+    """Evaluate `lm` on P: positions, A: prompts and puzzles (see the module docstring); `stop_after_move` ends
+    P: answers after a move-first move (`LMEvalConfig.stop_after_move`)."""
     rewards = rewards or RookWorldRewardConfig()
     metrics: dict[str, Interval] = {}
     records: dict[str, list[dict[str, Any]]] = {"policy": [], "environment": [], "puzzles": []}
     common = {"batch_size": batch_size, "temperature": temperature, "seed": seed, "progress": progress}
+    policy_stop = {"new_stop": (lambda: MoveStop(lm.tokenizer.decode)) if stop_after_move else None}
 
     if policy_fens:
         prompts = ["P: " + " ".join(fen.split()) for fen in policy_fens]
-        texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
+        texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common, **policy_stop)
         scored = score_completions(pool, prompts, texts, rewards)
         truths = policy_truths_for(pool, [p[3:] for p in prompts], rewards.policy)
         for prompt, text, reward, truth in zip(prompts, texts, scored, truths):
@@ -261,7 +273,7 @@ def evaluate_lm(
 
     if puzzles:
         prompts = ["P: " + p.board.fen() for p in puzzles]
-        texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common)
+        texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common, **policy_stop)
         for puzzle, prompt, text in zip(puzzles, prompts, texts):
             answer = parse_policy_completion(text)
             correct = False
@@ -483,6 +495,7 @@ def run_lm(config: LMEvalConfig, subject: Subject, context: EvalContext) -> LMEv
                 confidence=config.confidence,
                 resamples=config.resamples,
                 progress=bar.update,
+                stop_after_move=config.stop_after_move,
             )
     checkpoint = str(subject.checkpoint) if subject.checkpoint is not None else None
     return LMEvalRun(config, result, items, str(getattr(lm, "source", subject.label)), checkpoint)

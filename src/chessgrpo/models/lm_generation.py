@@ -20,6 +20,11 @@ from torch import Tensor
 from chessgrpo.models.lm import left_pad, position_ids, tempered_log_probs
 from chessgrpo.models.lm_tokenizers import LMTokenizer
 
+StopRule = Callable[[list[int], list[bool]], list[bool]]
+"""A row-stopping rule of `generate` (``stop``): called after each step with every row's token and whether the
+row was still generating; returns the rows that end after that token (kept, no EOS), e.g.
+`data.rookworld_format.MoveStop`. Stateful: one per `generate` call."""
+
 
 @dataclasses.dataclass
 class Generation:
@@ -34,7 +39,7 @@ class Generation:
     completion_mask: Tensor
     """[N, L] bool: True for every generated token up to and including EOS."""
     finished: Tensor
-    """[N] bool: the completion ended with EOS (False: cut at max_new_tokens)."""
+    """[N] bool: the completion ended with EOS or by `generate`'s ``stop`` rule (False: cut at max_new_tokens)."""
 
     def completion_tokens(self, row: int) -> list[int]:
         return self.completion_ids[row][self.completion_mask[row]].tolist()
@@ -66,6 +71,7 @@ def generate(
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     pad_token_id: int | None = None,
     row_groups: Sequence[int] | None = None,
+    stop: StopRule | None = None,
 ) -> Generation:
     """Sample completions for token-id prompts, batched with left padding and a KV cache.
 
@@ -73,7 +79,7 @@ def generate(
     `generator` may be one generator per group, `row_groups` then naming each row's group (see
     `models.policy.multinomial_by_group`: a group's completions do not depend on the other rows).
     A row stops at its EOS (kept in the completion and its mask); the batch stops when every row
-    has stopped or after `max_new_tokens`. The model must be in eval mode.
+    has stopped or after `max_new_tokens`. `stop` may end rows earlier (`StopRule`). The model must be in eval mode.
     """
     if model.training:
         raise RuntimeError("generate needs the model in eval mode (no dropout while sampling)")
@@ -114,6 +120,9 @@ def generate(
         valid.append(~finished)
         tokens.append(token)
         finished = finished | (token == eos_token_id)
+        if stop is not None:
+            ended = stop(token.tolist(), valid[-1].tolist())
+            finished = finished | torch.tensor(ended, dtype=torch.bool, device=device)
         if bool(finished.all()) or step == max_new_tokens - 1:
             break
         # The token just chosen is attended to only when it is real (pads after EOS are not).
@@ -142,8 +151,10 @@ def generate_texts(
     temperature: float = 0.0,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    new_stop: Callable[[], StopRule] | None = None,
 ) -> list[str]:
-    """Completions (no EOS) of `prompts`, batched; greedy at temperature 0."""
+    """Completions (no EOS) of `prompts`, batched; greedy at temperature 0. `new_stop` makes each batch's
+    `generate` ``stop`` rule."""
     if lm.model.training:
         raise RuntimeError("evaluation needs the model in eval mode")
     generator = torch.Generator(device=lm.device).manual_seed(seed)
@@ -159,6 +170,7 @@ def generate_texts(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             generator=generator,
+            stop=new_stop() if new_stop is not None else None,
         )
         for i, text in zip(chunk, generation.texts(lm.tokenizer)):
             out[i] = text

@@ -13,6 +13,11 @@ it strength it did not show).
 Only ``B:`` is played; ``M:`` and ``E:`` must parse (the answer is read as a whole) but are not
 used. The LM sees the FEN only, not the game's history, so it cannot know about repetitions.
 
+**Either answer layout** (`data.rookworld_format.POLICY_LAYOUTS`), told by the first generated marker: an
+answer that starts with ``B:`` (a ``data rookworld layout=move_first`` model) stops generating as soon as its
+move is complete (`data.rookworld_format.MoveStop`: the player needs the move only, and a move-first model's
+M:/E: after it are not read); one that starts with ``M:`` (RookWorld's layout) is generated to its end as before.
+
 Counters (`LMPlayerStats`), as fractions of moves (`rates`):
 
 - ``ill_formed``: the greedy answer did not parse;
@@ -45,7 +50,7 @@ from typing import Any
 import chess
 
 from chessgrpo.config import ConfigError
-from chessgrpo.data.rookworld_format import PolicyAnswer, parse_policy_completion, policy_prompt
+from chessgrpo.data.rookworld_format import MoveStop, PolicyAnswer, parse_policy_completion, policy_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +291,7 @@ class LMPlayer:
             batch_size=self.config.batch_size,
             temperature=temperature,
             seed=seed,
+            new_stop=lambda: MoveStop(self.lm.tokenizer.decode),  # a move-first answer ends at its move
         )
 
     def choose(

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from chessgrpo.models.lm import ChessLM, completion_log_probs, completion_log_probs_and_kl
-from chessgrpo.models.lm_generation import Generation, generate
+from chessgrpo.models.lm_generation import Generation, StopRule, generate
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, eval_mode_forward
 from chessgrpo.rl.learner import Forward
 from chessgrpo.tasks.reward_registry import check_weights
@@ -53,6 +53,12 @@ class RookWorldTaskConfig:
     the upstream RookWorld data did before every sample; for models trained that way (e.g. a
     downloaded RookWorld-LM-124M). Off for models fine-tuned here without it (`kind: sft` key
     ``prompt_bos`` must match). Applies to sampling and evaluation alike."""
+    stop_after_move: bool = False
+    """Stop each P: completion once its move-first ``B: <move>`` is complete (`data.rookworld_format.MoveStop`),
+    so the completion the learner scores is the move alone (issue 66): for a model trained on
+    ``data rookworld layout=move_first`` lines (the dataset must record that layout). A completion that starts
+    otherwise (an A: answer, a rookworld-layout P: answer) runs to EOS as before; the held-out evaluation stops
+    the same way (`eval.lm.LMEvalConfig.stop_after_move`)."""
 
     def __post_init__(self) -> None:
         if self.logprob_chunk_rows < 0:
@@ -117,6 +123,7 @@ def sample_completion_groups(
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     reference: torch.nn.Module | None = None,
     chunk_rows: int = 0,
+    stop: StopRule | None = None,
 ) -> CompletionGroups:
     """Sample G completions per prompt, then record behaviour (and reference) log-probs and entropy.
 
@@ -124,16 +131,18 @@ def sample_completion_groups(
     the learner's own function, at the sampling temperature (see `models.lm`), `chunk_rows` rows
     per forward (0 = all). The completion tokens are the generated ids themselves, never the
     decoded text encoded again: a prompt/completion boundary inside what would be one BPE token
-    of the joint text cannot shift the tokens that log-probs are taken of.
+    of the joint text cannot shift the tokens that log-probs are taken of. `stop` (a fresh
+    `models.lm_generation.StopRule` for these rows) ends rows before EOS: they are finished, their last
+    token the one the rule stopped at.
     """
     with torch.no_grad():
         return _sample_completion_groups(
-            lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows
+            lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows, stop
         )
 
 
 def _sample_completion_groups(
-    lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows=0
+    lm, prompts, group_size, temperature, max_new_tokens, generator, reference, chunk_rows=0, stop=None
 ) -> CompletionGroups:
     model = lm.model
     if model.training or (reference is not None and reference.training):
@@ -148,6 +157,7 @@ def _sample_completion_groups(
         temperature=temperature,
         generator=generator,
         row_groups=[i // group_size for i in range(len(rows))],
+        stop=stop,
     )
     logp, entropy = completion_log_probs(
         model,

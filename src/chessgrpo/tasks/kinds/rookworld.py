@@ -22,6 +22,11 @@ One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.
    and the learner `grpo.micro_batch_size` rows per backward (gradient accumulation, the same
    gradient); with ``grpo.entropy_coef: 0`` the learner's entropy is a metric without gradient.
 
+``task.stop_after_move`` (issue 66) ends each P: completion once its move-first ``B: <move>`` is complete
+(`data.rookworld_format.MoveStop`), for a model trained on ``data rookworld layout=move_first`` lines (the
+dataset's manifest must say so): the completion the learner scores is then the move, and the held-out
+evaluation stops the same way.
+
 ``task.prompt_bos`` puts the tokenizer's BOS before every prompt (sampling and evaluation), as
 upstream RookWorld-LM was trained. The reference is the starting model, frozen; the policy is its copy. Both run with every dropout
 off and in eval mode (`models.lm.prepare_for_rl`), whatever the model config says
@@ -53,6 +58,7 @@ import numpy as np
 import torch
 
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
+from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT, MoveStop
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig
 from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations, run_at_step  # result files, running
 from chessgrpo.eval.running import EvalContext, Subject
@@ -174,10 +180,16 @@ class RookWorldKind(GRPOKind):
         return SharedParts(model=lm, reference=reference_model, pool=EnginePool.from_config(configs[0].engine))
 
     def __init__(self, config: RookWorldTrainConfig, context: RunContext, shared: SharedParts | None = None):
-        from chessgrpo.data.rookworld import read_rookworld
+        from chessgrpo.data.rookworld import dataset_policy_layout, read_rookworld
         from chessgrpo.engine import EnginePool
 
         super().__init__(config, context, shared)
+        if config.task.stop_after_move and dataset_policy_layout(config.data) not in (None, MOVE_FIRST_LAYOUT):
+            raise ConfigError(
+                f"config key task.stop_after_move stops answers after a move-first B:, but data {config.data!r} "
+                f"writes its P: answers in layout {dataset_policy_layout(config.data)!r}: make the data with "
+                f"layout={MOVE_FIRST_LAYOUT} or set task.stop_after_move: false"
+            )
         train = read_rookworld(config.data, "train")
         self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
         self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
@@ -302,6 +314,7 @@ class RookWorldKind(GRPOKind):
                 generator=self.group_generators(step, groups.seeds),
                 reference=self.reference_model,
                 chunk_rows=task.logprob_chunk_rows,
+                stop=MoveStop(self.prompt_lm.tokenizer.decode) if task.stop_after_move else None,
             )
         sample_s = time.perf_counter() - tick
 
@@ -411,6 +424,7 @@ class RookWorldKind(GRPOKind):
                 max_new_tokens=self.config.task.max_new_tokens,
                 batch_size=config.batch_size,
                 prompt_bos=self.config.task.prompt_bos,
+                stop_after_move=self.config.task.stop_after_move,
                 seed=seed,
                 resamples=config.resamples,
             )
