@@ -1,7 +1,7 @@
 """An evaluation added as one module and one registry entry runs everywhere evaluations run, with no other edit:
 `chessgrpo eval <name>` runs it and writes its result file through the one writer, a training run's held-out
-evaluation runs it when its config lists it in ``eval.extra``, a sweep objective pairs its change from the run's
-step files, and the readers (run data, diagnose, `eval compare`) report its metric.
+evaluation runs it when its config lists it in ``eval.extra``, `chessgrpo sweep` searches on it (its trials evaluate
+it, the objective is its paired change from the run's step files), and the readers (run data, diagnose, `eval compare`) report its metric.
 
 The evaluation is real: the share of random-playout positions where the player's move is a capture, with a Wilson
 interval and one record per position; the player is a tiny real policy (a checkpoint, or a training run's policy
@@ -204,6 +204,40 @@ def test_a_training_run_evaluates_it_from_eval_extra_and_the_readers_report_it(t
     code, _, _ = cli.main("eval", "captures", "--policy", "random", f"output={run / 'eval' / 'captures_random.json'}")
     (standalone,) = load_run(run).standalone
     assert code == 0 and standalone.kind == "captures" and standalone.player["capture_rate"].n == 24
+
+
+def test_a_sweep_searches_on_it_through_the_trials_eval_extra(tmp_path, cli, captures):
+    """`chessgrpo sweep` with the plugin's metric as its objective: each trial's run evaluates it (eval.extra) at
+    steps 0 and 2, and the objective is its paired change, as for a built-in evaluation."""
+    import yaml
+    from optuna.trial import TrialState
+
+    from chessgrpo.sweep.summary import load_study
+
+    # The training runs' overrides as typed YAML values (null, 4, 1e-3, false).
+    base = {key: yaml.safe_load(value) for key, value in (override.split("=", 1) for override in TRAINING)}
+    sweep = {
+        "base": {"kind": "move_group", "run": {"out_dir": str(tmp_path / "runs")}},
+        "overrides": {**base, "eval_every": 2, "eval_at_start": True, "eval.extra": {"captures": {"positions": 16}}},
+        "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "objective": {"metric": "eval/capture_rate", "measure": "change", "direction": "maximize"},
+        "budget": {"trials": 2},
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": {"name": "none"},
+        "study_name": "captures",
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    code, _, err = cli.main("sweep", "--config", str(path))
+    assert code == 0, err
+    study = load_study(tmp_path / "runs" / "captures")
+    assert [trial.state for trial in study.trials] == [TrialState.COMPLETE] * 2
+    for trial in study.trials:
+        run = tmp_path / "runs" / "captures" / f"trial_{trial.number:04d}"
+        first, last = (json.loads(path.read_text()) for path in captures.step_files(run / "eval"))
+        # The objective is the paired change of the plugin's metric between the trial's steps 0 and 2.
+        change = last["capture_rate"]["value"] - first["capture_rate"]["value"]
+        assert (first["step"], last["step"]) == (0, 2) and trial.value == pytest.approx(change)
 
 
 def test_eval_extra_names_registered_evaluations_only(captures):
