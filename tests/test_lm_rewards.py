@@ -146,7 +146,8 @@ def test_a_tiny_lm_run_logs_each_reward_and_trains_on_their_weighted_sum(rookwor
 def test_lm_reward_errors_name_the_key(rookworld_data):
     base = [f"data={rookworld_data / 'data'}", "init_checkpoint=null"]
     with pytest.raises(
-        ConfigError, match=r"task.rewards: unknown chess-LM reward 'legal'; known: \['policy', 'environment'\]"
+        ConfigError,
+        match=r"task.rewards: unknown chess-LM reward 'legal'; known: \['policy', 'environment', 'dtz_optimal'\]",
     ):
         load_config(
             RookWorldTrainConfig, "configs/rookworld_grpo_tiny.yaml", [*base, "task.rewards={policy: 1.0, legal: 1.0}"]

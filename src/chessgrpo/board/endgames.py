@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 
 import chess
 
@@ -171,6 +171,16 @@ class EndgameStarts:
         self.plies = plies
         self.colours = colours
         self.held_out: set[str] = set()
+        self.excluded: set[str] = set()
+        """EPDs of `exclude`d positions and all their images: never held out, never drawn (e.g. an SFT data set's)."""
+        self._never: set[str] = set()  # held_out | excluded, kept up to date rather than joined per draw
+
+    def exclude(self, boards: Iterable[chess.Board]) -> None:
+        """Never hold out nor draw any of `boards` or their rotations and mirror images (call before `hold_out`)."""
+        for board in boards:
+            images = symmetric_epds(board)
+            self.excluded.update(images)
+            self._never.update(images)
 
     @property
     def source(self) -> str:
@@ -185,16 +195,19 @@ class EndgameStarts:
             seed=[seed, 1_000_000_007 % (1 << 30)],
             colours=self.colours,
             accept=self._accept(max_plies),
+            exclude=self.excluded,
             distinct=True,
         )
         for board in boards:
-            self.held_out.update(symmetric_epds(board))
+            images = symmetric_epds(board)
+            self.held_out.update(images)
+            self._never.update(images)
         return boards
 
     def draw(
         self, count: int, *, seed: int, step: int, rank: int = 0, max_plies: int | None = None
     ) -> list[chess.Board]:
-        """`count` won positions for (seed, step, rank): reproducible, uniform, never held out.
+        """`count` won positions for (seed, step, rank): reproducible, uniform, never held out nor `exclude`d.
 
         `max_plies` keeps only positions whose distance (`plies`) is at most that many plies (a
         reverse curriculum: near-mate positions first); uniform among those.
@@ -205,7 +218,7 @@ class EndgameStarts:
             seed=[seed, step, rank],
             colours=self.colours,
             accept=self._accept(max_plies),
-            exclude=self.held_out,
+            exclude=self._never,
         )
 
     def _accept(self, max_plies: int | None) -> Callable[[chess.Board], bool]:

@@ -353,7 +353,7 @@ def _score_policy_exact(answer: PolicyAnswer, truth: PolicyTruth, config: Policy
     legal_moves = [m for m in dict.fromkeys(answer.moves) if m in truth.legal]
     legal = _legal_share(answer, legal_moves, truth)
     optimal = truth.optimal
-    best_exact = float(answer.best in optimal)
+    best_exact = float(is_dtz_optimal(answer, truth))
     extra: dict[str, float] = {}
     if config.best_mode == "graded":
         best = exact_credit(exact[answer.best], best_value, config) if answer.best in exact else 0.0
@@ -532,6 +532,28 @@ def score_policy_completions(
     for (fen, move), value in unlisted_move_values(pool, pairs, nodes=pc.nodes).items():
         by_fen.setdefault(fen, {})[move] = value
     return [score_policy(answer, truth, pc, by_fen.get(truth.fen)) for truth, answer in zip(truths, answers)]
+
+
+def is_dtz_optimal(answer: PolicyAnswer | Malformed, truth: PolicyTruth) -> bool:
+    """Whether a parsed P: answer's B: move is one of the exactly best moves of a tablebase truth (`PolicyTruth.optimal`:
+    the DTZ-optimal ones in a won position). The one definition behind ``best_exact`` (`_score_policy_exact`),
+    `eval lm`'s best-move accuracy under a tablebase truth and the binary ``dtz_optimal`` reward."""
+    return not isinstance(answer, Malformed) and answer.best in truth.optimal
+
+
+def dtz_optimal_rewards(prompts: Sequence[str], completions: Sequence[str], config: PolicyRewardConfig) -> list[Reward]:
+    """The binary reward of completions of P: prompts: 1.0 when B: is DTZ-optimal by the tables at
+    ``config.syzygy_path`` (`is_dtz_optimal`), 0.0 otherwise (a slower win, a draw, illegal, ill-formed). The
+    tables are the truth whatever ``config.truth`` says; component ``dtz_optimal`` is the same 0/1."""
+    tablebase_config = dataclasses.replace(config, truth="tablebase")
+    truths = policy_truths_for(None, [" ".join(prompt.strip()[2:].split()) for prompt in prompts], tablebase_config)
+    rewards = []
+    for truth, completion in zip(truths, completions):
+        answer = parse_policy_completion(completion)
+        value = float(is_dtz_optimal(answer, truth))
+        malformed = answer.reason if isinstance(answer, Malformed) else None
+        rewards.append(Reward(value, {"dtz_optimal": value}, malformed, None if malformed else answer))
+    return rewards
 
 
 def score_environment_completions(

@@ -7,7 +7,11 @@ that grade it (`task.rewards`; default ``{policy: 1, environment: 1}``: each pro
 
 - ``policy``: the P: grader (`data.rookworld_grading.score_policy_completions`); needs the pool for an engine truth
   when the step has P: prompts;
-- ``environment``: the A: grader (python-chess only).
+- ``environment``: the A: grader (python-chess only);
+- ``dtz_optimal`` (issue 66): the binary P: reward, 1.0 when the answer's B: move is DTZ-optimal by the Syzygy tables
+  (`data.rookworld_grading.is_dtz_optimal`, the definition `eval lm`'s best-move accuracy counts under a tablebase
+  truth), 0.0 for anything else: a slower win, a draw, an illegal move, an ill-formed answer. Needs the tables
+  (``rewards.policy.syzygy_path``), whatever ``rewards.policy.truth`` says.
 
 A user's function, ``module:function``, takes TRL's reward-function signature ``(prompts, completions, **kwargs) ->
 list[float]`` and grades every row (it gets the step's prompts and completions as keywords, as TRL passes them).
@@ -21,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chessgrpo.data.rookworld_format import task_of
-from chessgrpo.data.rookworld_grading import TASK_GRADERS, Reward, RookWorldRewardConfig
+from chessgrpo.data.rookworld_grading import TASK_GRADERS, Reward, RookWorldRewardConfig, dtz_optimal_rewards
 from chessgrpo.tasks.reward_registry import RegisteredReward, RewardRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,6 +54,20 @@ def text_task_reward(task: str) -> LMReward:
 
     reward.__doc__ = f"The {task} task's grader on its own prompts (None for the other rows)."
     return reward
+
+
+def dtz_optimal_reward(
+    pool: EnginePool | None, prompts: Sequence[str], completions: Sequence[str], config: RookWorldRewardConfig
+) -> list[Reward | None]:
+    """1.0 for a P: answer whose B: move is DTZ-optimal by the tables, else 0.0 (ill-formed included); None for the
+    rows of other tasks."""
+    rows = [i for i, prompt in enumerate(prompts) if task_of(prompt) == "policy"]
+    out: list[Reward | None] = [None] * len(prompts)
+    if rows:
+        graded = dtz_optimal_rewards([prompts[i] for i in rows], [completions[i] for i in rows], config.policy)
+        for row, reward in zip(rows, graded):
+            out[row] = reward
+    return out
 
 
 def policy_needs(config: Any) -> frozenset[str]:
@@ -91,9 +109,13 @@ def user_lm_reward(spec: str, key: str = "task.rewards") -> RegisteredReward[LMR
 ROOKWORLD_REWARDS: RewardRegistry[LMReward] = RewardRegistry(
     "chess-LM",
     "(pool, prompts, completions, config: RookWorldRewardConfig) -> list[Reward | None] (None: a row it does not grade)",
-    needs={"pool": "the Stockfish pool (engine.*), passed as the first argument"},
+    needs={
+        "pool": "the Stockfish pool (engine.*), passed as the first argument",
+        "tablebase": "the Syzygy tables (rewards.policy.syzygy_path), opened by the reward itself",
+    },
     user=user_lm_reward,
 )
 """`task.rewards` of a ``kind: rookworld`` run -> an LM reward."""
 ROOKWORLD_REWARDS.register("policy", text_task_reward("policy"), needs=policy_needs)
 ROOKWORLD_REWARDS.register("environment", text_task_reward("environment"))
+ROOKWORLD_REWARDS.register("dtz_optimal", dtz_optimal_reward, needs={"tablebase"})

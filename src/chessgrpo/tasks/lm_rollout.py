@@ -59,8 +59,25 @@ class RookWorldTaskConfig:
     ``data rookworld layout=move_first`` lines (the dataset must record that layout). A completion that starts
     otherwise (an A: answer, a rookworld-layout P: answer) runs to EOS as before; the held-out evaluation stops
     the same way (`eval.lm.LMEvalConfig.stop_after_move`)."""
+    fresh_endgames: str | None = None
+    """A material signature (e.g. ``KQvK``): each step's P: prompts are fresh positions of it won for the side to move
+    (`board.endgames.EndgameStarts`, one tablebase probe each, tables at ``rewards.policy.syzygy_path``), never a
+    position of the data's train or test split nor any rotation or mirror image of one, nor of the held-out set
+    (``eval.endgame_positions``). null = P: prompts from the data's train split (issue 66)."""
+    fresh_endgame_colours: str = "white"
+    """The strong side's colour in `fresh_endgames` draws: white, black or both."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop the groups whose rewards are all equal and draw more prompts, round after round,
+    until the step has `prompts_per_step` groups with spread or `max_resample_rounds` extra rounds were drawn (it then
+    learns from the groups it has). Single-process runs of the kind on its own only (issue 66)."""
+    max_resample_rounds: int = 4
+    """Extra draws at most per step with `dynamic_sampling`."""
 
     def __post_init__(self) -> None:
+        if self.max_resample_rounds < 0:
+            raise ValueError(f"max_resample_rounds must be >= 0, got {self.max_resample_rounds}")
+        if self.fresh_endgame_colours not in ("white", "black", "both"):
+            raise ValueError(f"fresh_endgame_colours must be white, black or both, got {self.fresh_endgame_colours!r}")
         if self.logprob_chunk_rows < 0:
             raise ValueError(f"logprob_chunk_rows must be >= 0 (0 = all rows at once), got {self.logprob_chunk_rows}")
         if self.group_size < 2:
@@ -189,6 +206,52 @@ def _sample_completion_groups(
         ref_logp=ref_logp,
         entropy=entropy,
         group_size=group_size,
+    )
+
+
+def _pad_to(value: torch.Tensor, length: int, *, left: bool) -> torch.Tensor:
+    """[n, L] -> [n, length] with zeros (False) added on the left or the right."""
+    if value.shape[1] == length:
+        return value
+    padding = torch.zeros(value.shape[0], length - value.shape[1], dtype=value.dtype, device=value.device)
+    return torch.cat([padding, value] if left else [value, padding], dim=1)
+
+
+def select_groups(parts: Sequence[CompletionGroups], keep: Sequence[tuple[int, int]]) -> CompletionGroups:
+    """The groups `keep` ((part index, group index in that part), in that order) of `parts` as one `CompletionGroups`:
+    prompts left-padded and completions right-padded to the longest (mask False), as `generate` lays them out."""
+    if not keep:
+        raise ValueError("select_groups needs at least one group")
+    size = parts[0].group_size
+    rows = [list(range(group * size, (group + 1) * size)) for _, group in keep]  # rows are prompt-major
+    prompt_length = max(parts[p].generation.prompt_ids.shape[1] for p, _ in keep)
+    completion_length = max(parts[p].generation.completion_ids.shape[1] for p, _ in keep)
+
+    def gather(field: str, part: int, index: list[int]) -> torch.Tensor:
+        return getattr(parts[part], field)[index]
+
+    def joined(values: list[torch.Tensor], length: int | None, left: bool = False) -> torch.Tensor:
+        return torch.cat([v if length is None else _pad_to(v, length, left=left) for v in values])
+
+    generations = [parts[p].generation for p, _ in keep]
+    generation = Generation(
+        prompt_ids=joined([g.prompt_ids[i] for g, i in zip(generations, rows)], prompt_length, left=True),
+        prompt_mask=joined([g.prompt_mask[i] for g, i in zip(generations, rows)], prompt_length, left=True),
+        completion_ids=joined([g.completion_ids[i] for g, i in zip(generations, rows)], completion_length),
+        completion_mask=joined([g.completion_mask[i] for g, i in zip(generations, rows)], completion_length),
+        finished=joined([g.finished[i] for g, i in zip(generations, rows)], None),
+    )
+    with_reference = all(parts[p].ref_logp is not None for p, _ in keep)
+    return CompletionGroups(
+        prompts=[parts[p].prompts[g] for p, g in keep],
+        generation=generation,
+        texts=[parts[p].texts[r] for (p, _), index in zip(keep, rows) for r in index],
+        behaviour_logp=joined([gather("behaviour_logp", p, i) for (p, _), i in zip(keep, rows)], completion_length),
+        ref_logp=joined([gather("ref_logp", p, i) for (p, _), i in zip(keep, rows)], completion_length)
+        if with_reference
+        else None,
+        entropy=joined([gather("entropy", p, i) for (p, _), i in zip(keep, rows)], completion_length),
+        group_size=size,
     )
 
 

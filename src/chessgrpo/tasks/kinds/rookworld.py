@@ -27,6 +27,14 @@ One step (`RookWorldKind.rollout`, then the step every GRPO kind shares, `train.
 dataset's manifest must say so): the completion the learner scores is then the move, and the held-out
 evaluation stops the same way.
 
+Issue 66's GRPO run (docs/rookworld_reward.md, "Binary reward, dynamic sampling, fresh prompts"):
+``task.rewards: {dtz_optimal: 1}`` pays 1 for a DTZ-optimal B: move and 0 for anything else;
+``task.dynamic_sampling`` drops the groups without reward spread and draws more (up to ``task.max_resample_rounds``
+extra rounds, each group seeded by its own index beyond the step's first ``prompts_per_step``);
+``task.fresh_endgames: KQvK`` draws the P: prompts as fresh won positions of that material, none in the data (nor an
+image of one); ``eval.endgame_positions: 2000`` then evaluates on that many held-out won positions of it, disjoint with
+all their images from every draw and from the data.
+
 ``task.prompt_bos`` puts the tokenizer's BOS before every prompt (sampling and evaluation), as
 upstream RookWorld-LM was trained. The reference is the starting model, frozen; the policy is its copy. Both run with every dropout
 off and in eval mode (`models.lm.prepare_for_rl`), whatever the model config says
@@ -54,12 +62,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import chess
 import numpy as np
 import torch
 
+from chessgrpo.board.endgames import EndgameStarts
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
 from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT, MoveStop
-from chessgrpo.data.rookworld_grading import RookWorldRewardConfig
+from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, shared_tablebase
+from chessgrpo.errors import InputError
 from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations, run_at_step  # result files, running
 from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.files import write_json_atomic
@@ -77,9 +88,17 @@ from chessgrpo.models.placement import place_reference
 from chessgrpo.models.prompt_bos import with_prompt_bos
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS, LMReward
-from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig, make_forward, sample_completion_groups, to_rollout_batch
+from chessgrpo.tasks.lm_rollout import (
+    CompletionGroups,
+    RookWorldTaskConfig,
+    make_forward,
+    sample_completion_groups,
+    select_groups,
+    to_rollout_batch,
+)
 from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
 from chessgrpo.train.config import TrainConfig
+from chessgrpo.train.distributed import group_generators
 from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, StepGroups, TaskRollout, interval_text, postfix
 
 logger = logging.getLogger(__name__)
@@ -107,8 +126,16 @@ class RookWorldEvalConfig:
     extra: Any = dataclasses.field(default_factory=dict)
     """More evaluations of the registry (`eval.registry`) run on the model at each held-out evaluation, each writing
     its step_NNNNNN_<name>.json and logging its eval/ metrics: a list of names, or a mapping name -> its config keys."""
+    endgame_positions: int = 0
+    """With ``task.fresh_endgames``: held-out P: positions of that material won for the side to move
+    (`EndgameStarts.hold_out`, seeded by `endgame_seed`), evaluated instead of the test split's P: positions; no
+    training draw and no position of the data is one of them or an image of one (issue 66: 2000). 0 = the test split."""
+    endgame_seed: int = 0
+    """Seed of the `endgame_positions` set: the same set for every run (and arm) of the same data and seed."""
 
     def __post_init__(self) -> None:
+        if self.endgame_positions < 0:
+            raise ValueError(f"endgame_positions must be >= 0, got {self.endgame_positions}")
         if self.policy_prompts < 0 or self.environment_prompts < 0 or self.max_puzzles < 1:
             raise ValueError("need policy_prompts, environment_prompts >= 0 and max_puzzles >= 1")
         if self.batch_size < 1 or self.resamples < 10:
@@ -142,6 +169,12 @@ class RookWorldTrainConfig(TrainConfig):
         if self.kind != "rookworld":
             raise ConfigError(f"config key kind must be rookworld for this config, got {self.kind!r}")
         engine_limits_unused(self.engine, "rewards.policy.nodes (P: rewards and evaluation)")
+        if self.eval.endgame_positions and not self.task.fresh_endgames:
+            raise ConfigError("config key eval.endgame_positions needs task.fresh_endgames (the material to hold out)")
+        if self.eval.endgame_positions and self.rewards.policy.truth != "tablebase":
+            raise ConfigError(
+                "config key eval.endgame_positions grades DTZ-optimal moves: set rewards.policy.truth: tablebase"
+            )
         try:
             self.weighted_rewards()
         except ValueError as error:
@@ -190,7 +223,15 @@ class RookWorldKind(GRPOKind):
                 f"writes its P: answers in layout {dataset_policy_layout(config.data)!r}: make the data with "
                 f"layout={MOVE_FIRST_LAYOUT} or set task.stop_after_move: false"
             )
+        if config.task.dynamic_sampling and (context.world_size > 1 or shared is not None):
+            raise ConfigError(
+                "config key task.dynamic_sampling: a data-parallel run or a task mixture cannot resample its groups "
+                "(every rank would need every rank's rewards): set it false or run one process on its own"
+            )
         train = read_rookworld(config.data, "train")
+        test = read_rookworld(config.data, "test")
+        self.endgames = _fresh_endgames(config, train, test) if config.task.fresh_endgames else None
+        """The fresh P: prompts' stream (`task.fresh_endgames`), None = P: prompts from the train split."""
         self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
         self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
         n_policy, n_environment = config.task.split()
@@ -198,12 +239,15 @@ class RookWorldKind(GRPOKind):
             ("P:", self.policy_prompts, n_policy),
             ("A:", self.environment_prompts, n_environment),
         ):
-            if wanted and not prompts:
+            if wanted and not prompts and not (label == "P:" and self.endgames is not None):
                 raise ConfigError(
                     f"config key data: {config.data!r} has no {label} train prompts but the task mix asks for {wanted} per step"
                 )
-        test = read_rookworld(config.data, "test")
         self.eval_policy_fens = [e.fen for e in test if e.task == "policy"][: config.eval.policy_prompts]
+        self.endgame_held_out = bool(config.eval.endgame_positions)
+        if self.endgames is not None and config.eval.endgame_positions:
+            held_out = self.endgames.hold_out(config.eval.endgame_positions, seed=config.eval.endgame_seed)
+            self.eval_policy_fens = [board.fen() for board in held_out]
         self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][
             : config.eval.environment_prompts
         ]
@@ -254,12 +298,19 @@ class RookWorldKind(GRPOKind):
 
     # -- the step -----------------------------------------------------------------------------------
 
-    def draw_prompts(self, step: int, count: int | None = None) -> list[str]:
+    def draw_prompts(self, step: int, count: int | None = None, resample_round: int = 0) -> list[str]:
         """The `count` prompts of `step` (default `task.prompts_per_step`; P: first, then A:, split by
-        `task.policy_fraction`), a function of (seed, step) (every rank draws all of them)."""
+        `task.policy_fraction`), a function of (seed, step) (every rank draws all of them); `resample_round` > 0:
+        dynamic sampling's extra draw of that round, a function of (seed, step, round). With
+        ``task.fresh_endgames`` the P: prompts are fresh won positions (`EndgameStarts.draw`, rank = the round)."""
         n_policy, n_environment = self.config.task.split(count)
-        rng = np.random.default_rng([self.config.run.seed, step])
+        seed = self.config.run.seed
+        rng = np.random.default_rng([seed, step] if resample_round == 0 else [seed, step, resample_round])
         prompts = []
+        if self.endgames is not None and n_policy:
+            boards = self.endgames.draw(n_policy, seed=seed, step=step, rank=resample_round)
+            prompts += ["P: " + board.fen() for board in boards]
+            n_policy = 0
         for pool, count in ((self.policy_prompts, n_policy), (self.environment_prompts, n_environment)):
             if count:
                 chosen = rng.choice(len(pool), count, replace=count > len(pool))
@@ -298,12 +349,42 @@ class RookWorldKind(GRPOKind):
         Always from `model` (`supports_pipeline` is False): a `sampler` is refused."""
         if sampler is not None:
             raise ValueError("kind rookworld samples from its own model only (supports_pipeline is False)")
-        config, task, context = self.config, self.config.task, self.context
+        task, context = self.config.task, self.context
         stats_before = dataclasses.replace(self.pool.stats) if self.pool is not None else None
 
+        if task.dynamic_sampling:
+            completions, graded, totals, sample_s, reward_s, extra = self._dynamic_rollout(step, groups.count)
+        else:
+            tick = time.perf_counter()
+            drawn = self.draw_prompts(step, groups.count)
+            prompts = [drawn[i] for i in groups.mine]
+            draw_s = time.perf_counter() - tick
+            completions, graded, totals, sample_s, reward_s = self._sample_and_grade(step, prompts, groups.seeds)
+            sample_s += draw_s  # perf/sample_s counted the draw before dynamic sampling existed
+            extra = {}
+        prompts = completions.prompts
+        rewards = torch.tensor(totals, dtype=torch.float32)
+        batch = to_rollout_batch(completions, rewards.to(context.device))
+        metrics = self._rollout_metrics(completions, graded, groups.count, stats_before)
+        metrics.update({"perf/sample_s": sample_s, "perf/reward_s": reward_s, **extra})
+        row_groups = torch.arange(len(prompts)).repeat_interleave(task.group_size)  # rows are prompt-major
+        # every rank's completions: the ranks step together
+        return TaskRollout(
+            batch,
+            self._learner_forward(task.temperature),
+            metrics,
+            samples=int(extra.get("rollout/groups_drawn", groups.count)) * task.group_size,
+            rollout_s=sample_s + reward_s,
+            row_groups=row_groups,
+        )
+
+    def _sample_and_grade(
+        self, step: int, prompts: list[str], seeds: Sequence[int] | range
+    ) -> tuple[CompletionGroups, dict[str, list], list[float], float, float]:
+        """G completions of each prompt (group i's sampling seeded by (seed, step, seeds[i])), each graded by the
+        run's rewards: (completions, grades by reward name, each row's weighted total, sample_s, reward_s)."""
+        config, task, context = self.config, self.config.task, self.context
         tick = time.perf_counter()
-        drawn = self.draw_prompts(step, groups.count)
-        prompts = [drawn[i] for i in groups.mine]
         with context.autocast():
             completions = sample_completion_groups(
                 self.prompt_lm,
@@ -311,7 +392,7 @@ class RookWorldKind(GRPOKind):
                 task.group_size,
                 temperature=task.temperature,
                 max_new_tokens=task.max_new_tokens,
-                generator=self.group_generators(step, groups.seeds),
+                generator=group_generators(context.seed, step, seeds, context.device),
                 reference=self.reference_model,
                 chunk_rows=task.logprob_chunk_rows,
                 stop=MoveStop(self.prompt_lm.tokenizer.decode) if task.stop_after_move else None,
@@ -327,32 +408,63 @@ class RookWorldKind(GRPOKind):
         }
         totals = []
         for row, prompt in enumerate(row_prompts):
-            parts = [
-                (item.weight, graded[item.name][row].total)
-                for item in self.rewards
-                if graded[item.name][row] is not None
-            ]
+            grades = [(item.weight, graded[item.name][row]) for item in self.rewards]
+            parts = [(weight, grade.total) for weight, grade in grades if grade is not None]
             if not parts:
                 raise ValueError(
                     f"no reward of task.rewards {list(config.task.weights)} grades the prompt {prompt[:40]!r}"
                 )
             totals.append(combine(parts))
-        rewards = torch.tensor(totals, dtype=torch.float32)
-        reward_s = time.perf_counter() - tick
+        return completions, graded, totals, sample_s, time.perf_counter() - tick
 
-        batch = to_rollout_batch(completions, rewards.to(context.device))
-        metrics = self._rollout_metrics(completions, graded, groups.count, stats_before)
-        metrics.update({"perf/sample_s": sample_s, "perf/reward_s": reward_s})
-        row_groups = torch.arange(len(prompts)).repeat_interleave(task.group_size)  # rows are prompt-major
-        # every rank's completions: the ranks step together
-        return TaskRollout(
-            batch,
-            self._learner_forward(task.temperature),
-            metrics,
-            samples=groups.count * task.group_size,
-            rollout_s=sample_s + reward_s,
-            row_groups=row_groups,
-        )
+    def _dynamic_rollout(
+        self, step: int, count: int
+    ) -> tuple[CompletionGroups, dict[str, list], list[float], float, float, dict[str, float]]:
+        """DAPO dynamic sampling (``task.dynamic_sampling``): round 0 is the step's `count` groups; each later round
+        draws as many new prompts as groups with reward spread are still missing (`draw_prompts` of that round, group
+        j of round r seeded by the global index r * count + j, so a resumed run reproduces it), until `count` groups
+        have spread or ``task.max_resample_rounds`` extra rounds were drawn. The groups kept are the first ones with
+        spread in draw order (all of round 0 when none has any). Returns `_sample_and_grade`'s values over the kept
+        groups and the metrics: ``rollout/frac_reward_zero_std`` over every group drawn (before dropping),
+        ``rollout/groups_drawn``, ``rollout/groups_kept``, ``rollout/resample_rounds``, ``rollout/resample_short``
+        (1 when the cap left the step short)."""
+        size = self.config.task.group_size
+        parts: list[tuple[CompletionGroups, dict[str, list], list[float]]] = []
+        keep: list[tuple[int, int]] = []
+        sample_s = reward_s = 0.0
+        drawn = flat = 0
+        for resample_round in range(self.config.task.max_resample_rounds + 1):
+            missing = count - len(keep)
+            if missing == 0:
+                break
+            prompts = self.draw_prompts(step, missing, resample_round)
+            seeds = range(resample_round * count, resample_round * count + missing)
+            completions, graded, totals, sampled, rewarded = self._sample_and_grade(step, prompts, seeds)
+            sample_s, reward_s = sample_s + sampled, reward_s + rewarded
+            parts.append((completions, graded, totals))
+            for group in range(missing):
+                values = totals[group * size : (group + 1) * size]
+                if max(values) > min(values):
+                    keep.append((len(parts) - 1, group))
+                else:
+                    flat += 1
+            drawn += missing
+        kept, short = len(keep), len(keep) < count
+        if short:
+            logger.info("step %d: dynamic sampling found %d of %d groups with reward spread", step, len(keep), count)
+        if not keep:  # nothing to learn from but the KL term: the step's own groups, as without dynamic sampling
+            keep = [(0, group) for group in range(count)]
+        metrics = {
+            "rollout/frac_reward_zero_std": flat / drawn,
+            "rollout/groups_drawn": float(drawn),
+            "rollout/groups_kept": float(kept),
+            "rollout/resample_rounds": float(len(parts) - 1),
+            "rollout/resample_short": float(short),
+        }
+        rows = [(part, group * size + i) for part, group in keep for i in range(size)]
+        graded = {name: [parts[part][1][name][row] for part, row in rows] for name in parts[0][1]}
+        totals = [parts[part][2][row] for part, row in rows]
+        return select_groups([p[0] for p in parts], keep), graded, totals, sample_s, reward_s, metrics
 
     def _rollout_metrics(self, groups: Any, graded: dict[str, list], count: int, stats_before: Any) -> dict[str, float]:
         """The rollout's metrics: completion lengths, malformed rate, each reward by name over the rows it graded (its
@@ -428,6 +540,15 @@ class RookWorldKind(GRPOKind):
                 seed=seed,
                 resamples=config.resamples,
             )
+            if self.endgame_held_out:
+                lm.policy_prompts = len(self.eval_policy_fens)
+            if self.endgame_held_out and "lm" not in self._eval_items:
+                from chessgrpo.eval.lm import load_lm_items
+
+                # eval.endgame_positions: the held-out won positions instead of the test split's P: positions.
+                items = load_lm_items(dataclasses.replace(lm, policy_prompts=0))
+                items.policy_fens = list(self.eval_policy_fens)
+                self._eval_items["lm"] = items
             # Its items (the first N prompts of the test split, the puzzles) are loaded once and kept in _eval_items.
             metrics.update(run_at_step("lm", lm, subject, context, eval_dir=out_dir, step=step))
         for name, extra in extra_evaluations(config.extra).items():
@@ -502,6 +623,11 @@ class RookWorldKind(GRPOKind):
             f"model: {self.lm.source} ({self.lm.num_parameters():,} parameters); data: {self.config.data} "
             f"({len(self.policy_prompts)} P: / {len(self.environment_prompts)} A: train prompts)"
         ]
+        if self.endgames is not None:
+            lines.append(
+                f"P: prompts: fresh won {self.endgames.material.name} positions (none of the data's, nor an image); "
+                f"held-out: {len(self.eval_policy_fens)} P: positions"
+            )
         return lines + self._paired_lines
 
 
@@ -520,3 +646,21 @@ def _lm_pair(config: RookWorldTrainConfig, device: torch.device) -> tuple[ChessL
     prepare_for_rl(lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
     # The frozen reference may sit on its own device (reference_device), called from the policy's.
     return lm, place_reference(reference.model, device, config.reference_device)
+
+
+def _fresh_endgames(config: RookWorldTrainConfig, *splits: Sequence[Any]) -> EndgameStarts:
+    """The stream of `task.fresh_endgames` positions: won for the side to move by the tables at
+    ``rewards.policy.syzygy_path``, never a P: position of `splits` (the data's train and test examples) nor any
+    rotation or mirror image of one (`EndgameStarts.exclude`: whether the data was written with symmetries or not)."""
+    material = config.task.fresh_endgames
+    assert material is not None
+    try:
+        tablebase = shared_tablebase(config.rewards.policy.syzygy_path)
+        starts = EndgameStarts(
+            material, tablebase.is_won, tables=tablebase.names, colours=config.task.fresh_endgame_colours
+        )
+    except (InputError, FileNotFoundError) as error:
+        raise ConfigError(f"config key task.fresh_endgames={material!r}: {error}") from None
+    for examples in splits:
+        starts.exclude(chess.Board(example.fen) for example in examples if example.task == "policy")
+    return starts
