@@ -79,3 +79,36 @@ def importable_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: st
     sys.modules.pop(name, None)
     yield importlib.import_module(name)
     sys.modules.pop(name, None)
+
+
+def taught_kqk_move_first(root: Path, *, teach_steps: int = 60, positions: int = 6) -> tuple[Path, Path]:
+    """(data directory, LM directory): a KQvK dataset of the real command (move-first layout, 2 held-out starts) under
+    `root`/data and a one-layer chess LM taught its P: lines for `teach_steps` full-batch steps under `root`/taught.
+    Taught 60 steps it writes ``B: <some move>`` first and its moves vary, so sampled groups have reward spread."""
+    import torch
+
+    from chessgrpo.cli import main
+    from chessgrpo.data.rookworld import read_rookworld
+    from chessgrpo.models.lm import LMModelConfig, build_lm, completion_log_probs, left_pad, right_pad, save_lm
+
+    common = ["--positions", str(positions), "endgames=[KQvK]", "held_out=2", "multipv=2", "workers=1"]
+    command = ["data", "rookworld", "--out", str(root / "data"), *common, "layout=move_first"]
+    assert main([*command, f"syzygy_path={SYZYGY_DIR}"]) == 0
+    lm = build_lm(LMModelConfig(n_layer=1, n_embd=64, n_head=2, n_positions=256), seed=0)
+    tokenizer = lm.tokenizer
+    policy = [e for split in ("train", "test") for e in read_rookworld(root / "data", split, task="policy")]
+    prompt_ids, prompt_mask = left_pad([tokenizer.encode(e.prompt) for e in policy], tokenizer.eos_token_id)
+    completion_ids, completion_mask = right_pad(
+        [tokenizer.encode(e.completion) + [tokenizer.eos_token_id] for e in policy], tokenizer.eos_token_id
+    )
+    optimizer = torch.optim.Adam(lm.model.parameters(), lr=3e-3)
+    lm.model.eval()
+    for _ in range(teach_steps):
+        logp, _ = completion_log_probs(
+            lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0
+        )
+        loss = -logp.sum() / completion_mask.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return root / "data", save_lm(lm, root / "taught")

@@ -25,14 +25,13 @@ from chessgrpo.data.rookworld_grading import (
 )
 from chessgrpo.data.rookworld_truths import tablebase_truth
 from chessgrpo.engine.tablebase import Tablebase
-from chessgrpo.models.lm import LMModelConfig, build_lm, completion_log_probs, left_pad, right_pad, save_lm
 from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
 from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS
 from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig
 from chessgrpo.train.kind import StepGroups
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
-from helpers import SYZYGY_DIR
+from helpers import SYZYGY_DIR, taught_kqk_move_first
 
 FEN = "8/8/6K1/8/3k4/8/8/7Q w - - 0 1"  # KQvK, won for White
 TABLES = RookWorldRewardConfig(policy=PolicyRewardConfig(truth="tablebase", syzygy_path=str(SYZYGY_DIR)))
@@ -112,29 +111,9 @@ def test_excluded_positions_and_their_images_are_never_held_out_nor_drawn(tableb
 @pytest.fixture(scope="module")
 def kqk_data(tmp_path_factory):
     """A KQvK dataset of the real command (move-first layout) and a one-layer LM taught its P: lines."""
-    from chessgrpo.cli import main
-
     root = tmp_path_factory.mktemp("binary_fresh")
-    common = ["--positions", "6", "endgames=[KQvK]", "held_out=2", "multipv=2", "workers=1", "layout=move_first"]
-    assert main(["data", "rookworld", "--out", str(root / "data"), *common, f"syzygy_path={SYZYGY_DIR}"]) == 0
-    lm = build_lm(LMModelConfig(n_layer=1, n_embd=64, n_head=2, n_positions=256), seed=0)
-    tokenizer = lm.tokenizer
-    policy = [e for split in ("train", "test") for e in read_rookworld(root / "data", split, task="policy")]
-    prompt_ids, prompt_mask = left_pad([tokenizer.encode(e.prompt) for e in policy], tokenizer.eos_token_id)
-    completion_ids, completion_mask = right_pad(
-        [tokenizer.encode(e.completion) + [tokenizer.eos_token_id] for e in policy], tokenizer.eos_token_id
-    )
-    optimizer = torch.optim.Adam(lm.model.parameters(), lr=3e-3)
-    lm.model.eval()
-    for _ in range(60):  # it writes "B: <some move>" first: moves vary, so groups have reward spread
-        logp, _ = completion_log_probs(
-            lm.model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=1.0
-        )
-        loss = -logp.sum() / completion_mask.sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return root, save_lm(lm, root / "taught")
+    _, taught = taught_kqk_move_first(root)
+    return root, taught
 
 
 def _config(root, sft, name: str, *overrides: str) -> RookWorldTrainConfig:

@@ -32,7 +32,7 @@ from typing import Any
 import chess
 import numpy as np
 
-from chessgrpo.config import EngineConfig
+from chessgrpo.config import ConfigError, EngineConfig
 from chessgrpo.data.rookworld_format import (
     Malformed,
     MoveStop,
@@ -96,6 +96,17 @@ class LMEvalConfig:
     (`data.rookworld_format.MoveStop`): a model of ``data rookworld layout=move_first`` is then graded on its move
     alone, as GRPO's ``task.stop_after_move`` trains it; false grades whatever it writes after the move too.
     Answers in the rookworld layout (M: first) are never cut. Either layout is parsed (`parse_policy_completion`)."""
+    endgame_positions: int = 0
+    """With `endgame_material`: grade the P: task on this many held-out won positions of that material instead of
+    the split's P: positions: the set a GRPO run's ``eval.endgame_positions`` holds out for the same data, material,
+    colours and seed (`data.fresh_endgames`), so any checkpoint (a GRPO arm's, a control arm's, the SFT start) is
+    measured on the same positions, paired. Needs ``rewards.policy.truth=tablebase``. 0 = the split's positions."""
+    endgame_material: str | None = None
+    """The material of `endgame_positions` (e.g. KQvK): a GRPO run's ``task.fresh_endgames``."""
+    endgame_colours: str = "white"
+    """The strong side's colour in the `endgame_positions` set: a GRPO run's ``task.fresh_endgame_colours``."""
+    endgame_seed: int = 0
+    """The seed of the `endgame_positions` set: a GRPO run's ``eval.endgame_seed``."""
     seed: int = 0
     confidence: float = 0.95
     resamples: int = 2000
@@ -103,6 +114,16 @@ class LMEvalConfig:
     threads: int = 0
     output: str | None = None
     """Write the full result (metrics and per-prompt records) as JSON here (input of --compare)."""
+
+    def __post_init__(self) -> None:
+        if self.endgame_positions < 0:
+            raise ConfigError(f"config key endgame_positions must be >= 0, got {self.endgame_positions}")
+        if self.endgame_positions and not self.endgame_material:
+            raise ConfigError("config key endgame_positions needs endgame_material (e.g. KQvK): the material held out")
+        if self.endgame_positions and self.rewards.policy.truth != "tablebase":
+            raise ConfigError(
+                "config key endgame_positions grades DTZ-optimal moves: set rewards.policy.truth=tablebase"
+            )
 
 
 @dataclasses.dataclass
@@ -412,12 +433,20 @@ class LMEvalItems:
 
 
 def load_lm_items(config: LMEvalConfig) -> LMEvalItems:
-    """The held-out items `config` names: the first `policy_prompts` P: positions and `environment_prompts` A: prompts
-    of its data's `split`, and `max_puzzles` puzzles (seeded) of `puzzles`."""
+    """The held-out items `config` names: the first `policy_prompts` P: positions (or the `endgame_positions` set)
+    and `environment_prompts` A: prompts of its data's `split`, and `max_puzzles` puzzles (seeded) of `puzzles`."""
     from chessgrpo.data.rookworld import read_rookworld
 
     examples = read_rookworld(config.data, config.split)
     fens = [e.fen for e in examples if e.task == "policy"][: config.policy_prompts]
+    if config.endgame_positions:
+        from chessgrpo.data.fresh_endgames import fresh_endgame_starts, held_out_endgame_fens
+        from chessgrpo.data.rookworld_grading import shared_tablebase
+
+        assert config.endgame_material is not None  # checked by the config
+        tablebase = shared_tablebase(config.rewards.policy.syzygy_path)
+        starts = fresh_endgame_starts(config.data, config.endgame_material, tablebase, colours=config.endgame_colours)
+        fens = held_out_endgame_fens(starts, config.endgame_positions, seed=config.endgame_seed)
     prompts = [e.prompt for e in examples if e.task == "environment"][: config.environment_prompts]
     puzzles: list[Any] = []
     if config.puzzles:

@@ -87,6 +87,10 @@ class TrainConfig:
     """Optimizer steps of the run (the cosine ends here). A resume may extend it (the schedule then moves)."""
     stop_at: int | None = resumable(None)
     """Stop this invocation after this step (checkpointed); `--resume` continues to `steps`."""
+    time_limit_minutes: float | None = resumable(None)
+    """Stop this invocation (checkpointed) after the step that brings its summed step time to this many minutes
+    (evaluations and checkpoints not counted): two arms given the same limit on the same machine get equal
+    wall-clock. The learning-rate schedule still runs to `steps`. null = no limit."""
     lr: float = 1e-4
     """Peak AdamW learning rate."""
     head_lr: float | None = None
@@ -160,6 +164,10 @@ class TrainConfig:
             raise ConfigError(f"config key min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"config key betas must be two numbers in [0, 1), got {list(self.betas)}")
+        if self.time_limit_minutes is not None and not (
+            math.isfinite(self.time_limit_minutes) and self.time_limit_minutes > 0
+        ):
+            raise ConfigError(f"config key time_limit_minutes must be > 0 or null, got {self.time_limit_minutes}")
         if self.stop_at is not None and self.stop_at < 1:
             raise ConfigError(f"config key stop_at must be >= 1 or null, got {self.stop_at}")
         if self.early_stop.heldout_patience is not None and not (

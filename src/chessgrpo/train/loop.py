@@ -13,7 +13,7 @@ Read top to bottom, a run is:
    and the early-stop rules, log the mean of the window every `log_every` steps (metrics.jsonl and
    every tracking backend), evaluate every `eval_every` steps and at the last, checkpoint every
    `checkpoint_every` steps, when the held-out metric improves, and at the end.
-3. **stops**: `request_stop` (SIGINT/SIGTERM from the CLI), `stop_at`, an early-stop rule, or the
+3. **stops**: `request_stop` (SIGINT/SIGTERM from the CLI), `stop_at`, `time_limit_minutes` of step time, an early-stop rule, or the
    last step; every stop checkpoints first.
 
 Divergence policy (``divergence:``): a non-finite loss or gradient skips that optimizer update
@@ -83,7 +83,7 @@ class TrainResult:
     eval_metrics: dict[str, float] | None
     """The last held-out evaluation (None when the run has none)."""
     stop_reason: str | None = None
-    """Why the run stopped before `steps` (interrupt, stop_at, an early-stop rule)."""
+    """Why the run stopped before `steps` (interrupt, stop_at, time_limit_minutes, an early-stop rule)."""
     best_checkpoint: Path | None = None
     """The checkpoint `checkpoints/best` points to, when the run tracks a best metric."""
 
@@ -479,8 +479,13 @@ class Trainer:
                         progress(0, row)
                 self._checkpoint()  # the rollback target of a fresh run
             window: list[dict[str, float]] = []
+            step_seconds = 0.0  # this invocation's summed step time (time_limit_minutes)
             while self.step < end and self._stop_reason is None:
+                tick = time.perf_counter()
                 values = self.train_step()
+                step_seconds += time.perf_counter() - tick
+                if config.time_limit_minutes is not None and step_seconds >= 60 * config.time_limit_minutes:
+                    self.request_stop(f"time_limit_minutes={config.time_limit_minutes:g}")
                 self._sync_stop()
                 if "health/rollback" in values:
                     window = []

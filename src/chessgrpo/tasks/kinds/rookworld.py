@@ -62,12 +62,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import chess
 import numpy as np
 import torch
 
 from chessgrpo.board.endgames import EndgameStarts
 from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
+from chessgrpo.data.fresh_endgames import held_out_endgame_fens
 from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT, MoveStop
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, shared_tablebase
 from chessgrpo.errors import InputError
@@ -230,7 +230,7 @@ class RookWorldKind(GRPOKind):
             )
         train = read_rookworld(config.data, "train")
         test = read_rookworld(config.data, "test")
-        self.endgames = _fresh_endgames(config, train, test) if config.task.fresh_endgames else None
+        self.endgames = _fresh_endgames(config) if config.task.fresh_endgames else None
         """The fresh P: prompts' stream (`task.fresh_endgames`), None = P: prompts from the train split."""
         self.policy_prompts = [e.prompt for e in train if e.task == "policy"]
         self.environment_prompts = [e.prompt for e in train if e.task == "environment"]
@@ -246,8 +246,9 @@ class RookWorldKind(GRPOKind):
         self.eval_policy_fens = [e.fen for e in test if e.task == "policy"][: config.eval.policy_prompts]
         self.endgame_held_out = bool(config.eval.endgame_positions)
         if self.endgames is not None and config.eval.endgame_positions:
-            held_out = self.endgames.hold_out(config.eval.endgame_positions, seed=config.eval.endgame_seed)
-            self.eval_policy_fens = [board.fen() for board in held_out]
+            self.eval_policy_fens = held_out_endgame_fens(
+                self.endgames, config.eval.endgame_positions, seed=config.eval.endgame_seed
+            )
         self.eval_environment_prompts = [e.prompt for e in test if e.task == "environment"][
             : config.eval.environment_prompts
         ]
@@ -541,13 +542,18 @@ class RookWorldKind(GRPOKind):
                 resamples=config.resamples,
             )
             if self.endgame_held_out:
+                # eval.endgame_positions: the held-out won positions instead of the test split's P: positions, recorded
+                # in the step file's config as `chessgrpo eval lm` names the same set.
                 lm.policy_prompts = len(self.eval_policy_fens)
+                lm.endgame_positions = config.endgame_positions
+                lm.endgame_material = self.config.task.fresh_endgames
+                lm.endgame_colours = self.config.task.fresh_endgame_colours
+                lm.endgame_seed = config.endgame_seed
             if self.endgame_held_out and "lm" not in self._eval_items:
                 from chessgrpo.eval.lm import load_lm_items
 
-                # eval.endgame_positions: the held-out won positions instead of the test split's P: positions.
-                items = load_lm_items(dataclasses.replace(lm, policy_prompts=0))
-                items.policy_fens = list(self.eval_policy_fens)
+                items = load_lm_items(dataclasses.replace(lm, policy_prompts=0, endgame_positions=0))
+                items.policy_fens = list(self.eval_policy_fens)  # built once at start-up, the same set
                 self._eval_items["lm"] = items
             # Its items (the first N prompts of the test split, the puzzles) are loaded once and kept in _eval_items.
             metrics.update(run_at_step("lm", lm, subject, context, eval_dir=out_dir, step=step))
@@ -648,19 +654,15 @@ def _lm_pair(config: RookWorldTrainConfig, device: torch.device) -> tuple[ChessL
     return lm, place_reference(reference.model, device, config.reference_device)
 
 
-def _fresh_endgames(config: RookWorldTrainConfig, *splits: Sequence[Any]) -> EndgameStarts:
-    """The stream of `task.fresh_endgames` positions: won for the side to move by the tables at
-    ``rewards.policy.syzygy_path``, never a P: position of `splits` (the data's train and test examples) nor any
-    rotation or mirror image of one (`EndgameStarts.exclude`: whether the data was written with symmetries or not)."""
+def _fresh_endgames(config: RookWorldTrainConfig) -> EndgameStarts:
+    """The stream of `task.fresh_endgames` positions (`data.fresh_endgames.fresh_endgame_starts`): won for the side
+    to move by the tables at ``rewards.policy.syzygy_path``, never a P: position of the data nor an image of one."""
+    from chessgrpo.data.fresh_endgames import fresh_endgame_starts
+
     material = config.task.fresh_endgames
     assert material is not None
     try:
         tablebase = shared_tablebase(config.rewards.policy.syzygy_path)
-        starts = EndgameStarts(
-            material, tablebase.is_won, tables=tablebase.names, colours=config.task.fresh_endgame_colours
-        )
+        return fresh_endgame_starts(config.data, material, tablebase, colours=config.task.fresh_endgame_colours)
     except (InputError, FileNotFoundError) as error:
         raise ConfigError(f"config key task.fresh_endgames={material!r}: {error}") from None
-    for examples in splits:
-        starts.exclude(chess.Board(example.fen) for example in examples if example.task == "policy")
-    return starts

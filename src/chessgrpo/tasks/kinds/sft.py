@@ -44,6 +44,7 @@ from chessgrpo.data.rookworld_format import format_policy_completion
 from chessgrpo.errors import InputError
 from chessgrpo.models.lm import LMModelConfig, build_lm, lm_frozen_parameters, lm_head_parameters, load_lm, save_lm
 from chessgrpo.models.prompt_bos import with_prompt_bos
+from chessgrpo.paths import SYZYGY_DEFAULT
 from chessgrpo.tasks.sft import loss_tokens, policy_answers, sft_loss, tokenize_examples
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.kind import Kind, RunContext, interval_text
@@ -101,6 +102,22 @@ class SFTTrainConfig(TrainConfig):
     """Put the tokenizer's BOS (GPT-2: ``<|endoftext|>``) before every prompt, as the upstream RookWorld
     data did before every sample (for a downloaded RookWorld-LM-124M); GRPO's ``task.prompt_bos`` must
     then match. Off for fresh models."""
+    fresh_endgames: str | None = None
+    """A material (e.g. KQvK): every step trains on `batch_size` fresh won positions of it instead of the data's train
+    split, each labelled by the Syzygy tables at `syzygy_path` and written as the data writes its P: lines; never a
+    position of the data nor an image of one, nor one of the `endgame_positions` held out (`data.fresh_endgames`).
+    It is the continued-SFT control arm of a GRPO run with ``task.fresh_endgames``: the same stream of positions,
+    drawn by step, the labelling inside the arm's wall-clock. Needs ``tasks: [policy]``. null = the train split."""
+    fresh_endgame_colours: str = "white"
+    """The strong side's colour in `fresh_endgames` draws: white, black or both (a GRPO run's
+    ``task.fresh_endgame_colours``)."""
+    endgame_positions: int = 0
+    """With `fresh_endgames`: first hold out this many positions (seeded by `endgame_seed`), never drawn: a GRPO run's
+    ``eval.endgame_positions``, so the arm never trains on the positions both arms are evaluated on."""
+    endgame_seed: int = 0
+    """The seed of the `endgame_positions` set (a GRPO run's ``eval.endgame_seed``)."""
+    syzygy_path: str = SYZYGY_DEFAULT
+    """The Syzygy tables that label the `fresh_endgames` positions."""
     eval_examples: int = resumable(256)
     """Held-out examples for the held-out loss."""
     eval_prompts: int = resumable(100)
@@ -163,6 +180,20 @@ class SFTTrainConfig(TrainConfig):
                 f"config key first_tasks_steps is {self.first_tasks_steps} but first_tasks is null: name the first stage's tasks"
             )
 
+        if self.fresh_endgames is not None:
+            if tuple(self.tasks) != ("policy",):
+                raise ConfigError(
+                    f"config key fresh_endgames trains on P: examples only: set tasks: [policy], got {list(self.tasks)}"
+                )
+            if self.fresh_endgame_colours not in ("white", "black", "both"):
+                raise ConfigError(
+                    f"config key fresh_endgame_colours must be white, black or both, got {self.fresh_endgame_colours!r}"
+                )
+        if self.endgame_positions < 0:
+            raise ConfigError(f"config key endgame_positions must be >= 0, got {self.endgame_positions}")
+        if self.endgame_positions and self.fresh_endgames is None:
+            raise ConfigError("config key endgame_positions holds out fresh positions: it needs fresh_endgames")
+
     def default_best_metric(self) -> tuple[str, str] | None:
         return "eval/loss", "min"
 
@@ -223,6 +254,8 @@ class SFTKind(Kind):
             )
         self.first_epoch = 0
         self.first_position = 0
+        self.fresh = _fresh_stream(config) if config.fresh_endgames else None
+        """(the fresh positions' stream, the tables) of `fresh_endgames`; None = batches from the train split."""
         logger.info(
             "SFT of a %.2fM-parameter model on %d train examples", self.lm.num_parameters() / 1e6, len(self.train_data)
         )
@@ -315,17 +348,20 @@ class SFTKind(Kind):
 
     def train_step(self, step: int, learner: Any) -> dict[str, float]:
         tick = time.perf_counter()
-        indices = self._next_batch(step)  # the global batch; a data-parallel rank learns from its share
+        # The global batch; a data-parallel rank learns from its share.
+        all_prompts, completions = self._fresh_batch(step) if self.fresh is not None else self._train_batch(step)
         parallel = self.context.parallel
         self.model.train()  # dropout as configured (the loaded model's own by default)
         try:
-            completions = [self._completion(i, step) for i in indices]
-            mine = parallel.split(len(indices))
-            prompts = [self.train_data.prompts[i] for i in indices[mine.start : mine.stop]]
+            mine = parallel.split(len(all_prompts))
             weight = self.config.prompt_loss_weight
-            batch_tokens = sum(loss_tokens(self.train_data.prompts[i], c, weight) for i, c in zip(indices, completions))
+            batch_tokens = sum(loss_tokens(p, c, weight) for p, c in zip(all_prompts, completions))
             loss_value, grad_norm = self._learn(
-                prompts, completions[mine.start : mine.stop], len(indices), batch_tokens, learner
+                all_prompts[mine.start : mine.stop],
+                completions[mine.start : mine.stop],
+                len(all_prompts),
+                batch_tokens,
+                learner,
             )
         finally:
             self.model.eval()
@@ -337,6 +373,32 @@ class SFTKind(Kind):
             "perf/tokens_per_s": sum(len(c) for c in completions) / max(seconds, 1e-9),  # every rank's tokens
             "train/epoch": float(self.epoch),
         }
+
+    def _train_batch(self, step: int) -> tuple[list[list[int]], list[list[int]]]:
+        """(prompt ids, completion ids) of step `step`'s examples of the train split."""
+        indices = self._next_batch(step)
+        return [self.train_data.prompts[i] for i in indices], [self._completion(i, step) for i in indices]
+
+    def _fresh_batch(self, step: int) -> tuple[list[list[int]], list[list[int]]]:
+        """(prompt ids, completion ids) of step `step`'s `fresh_endgames` positions, labelled by the tables, their M:
+        moves in `move_order` as the train split's."""
+        from chessgrpo.data.fresh_endgames import labelled_fresh_examples
+
+        assert self.fresh is not None
+        starts, tablebase = self.fresh
+        config = self.config
+        examples = labelled_fresh_examples(
+            starts, tablebase, config.batch_size, data=config.data, seed=config.run.seed, step=step
+        )
+        tokens = tokenize_examples(self.lm, examples, prompt_bos=config.prompt_bos)
+        answers = policy_answers(examples)
+        if config.move_order in ("sorted", "best_first"):
+            self._encode_fixed_orders(tokens.completions, answers)
+        elif config.move_order == "shuffle":
+            for index, (fen, answer) in answers.items():
+                order = np.random.default_rng([config.run.seed, step, index]).permutation(len(answer.moves)).tolist()
+                tokens.completions[index] = self._encode_policy_answer(fen, answer, order)
+        return tokens.prompts, tokens.completions
 
     def _learn(
         self,
@@ -506,10 +568,16 @@ class SFTKind(Kind):
         return ", ".join(parts)
 
     def summary(self) -> list[str]:
-        return [
+        lines = [
             f"model: {self.lm.num_parameters() / 1e6:.2f}M parameters ({self.lm.source})",
             f"data: {len(self.train_data)} train examples of {', '.join(self.config.tasks)} from {self.config.data}",
         ]
+        if self.fresh is not None:
+            lines[-1] = (
+                f"data: fresh won {self.config.fresh_endgames} positions labelled by the tables (none of "
+                f"{self.config.data}'s, nor an image, nor the {self.config.endgame_positions} held out)"
+            )
+        return lines
 
 
 def set_dropout_modules(model: torch.nn.Module, p: float) -> None:
@@ -530,3 +598,20 @@ def _is_legal(fen: str, move: str) -> bool:
         return chess.Move.from_uci(move) in chess.Board(fen).legal_moves
     except ValueError:
         return False
+
+
+def _fresh_stream(config: SFTTrainConfig) -> tuple[Any, Any]:
+    """(`EndgameStarts` of `config.fresh_endgames` with its `endgame_positions` held out, the open tables)."""
+    from chessgrpo.data.fresh_endgames import fresh_endgame_starts, held_out_endgame_fens
+    from chessgrpo.data.rookworld_grading import shared_tablebase
+
+    material = config.fresh_endgames
+    assert material is not None
+    try:
+        tablebase = shared_tablebase(config.syzygy_path)
+        starts = fresh_endgame_starts(config.data, material, tablebase, colours=config.fresh_endgame_colours)
+        if config.endgame_positions:
+            held_out_endgame_fens(starts, config.endgame_positions, seed=config.endgame_seed)
+    except (InputError, FileNotFoundError) as error:
+        raise ConfigError(f"config key fresh_endgames={material!r}: {error}") from None
+    return starts, tablebase
