@@ -24,6 +24,7 @@ from chessgrpo.data.rookworld_grading import is_dtz_optimal
 from chessgrpo.data.rookworld_truths import tablebase_truth
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.models.lm import load_lm
+from chessgrpo.stats import wilson_interval
 from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
 from chessgrpo.tasks.kinds.sft import SFTTrainConfig
 from chessgrpo.train.loop import Trainer
@@ -187,3 +188,32 @@ def test_bad_control_settings_name_their_key(kqk):
         _control_config(root, data, taught, "bad", "time_limit_minutes=0")
     with pytest.raises(ConfigError, match="fresh_endgames='QvK'"):
         Trainer(_control_config(root, data, taught, "bad", "fresh_endgames=QvK", "endgame_positions=0"))
+
+
+def test_a_short_binary_grpo_run_raises_its_rollout_dtz_optimal_rate(kqk):
+    """The shipped GRPO arm's objective learns: on the data's 6 train positions, 30 steps of 8 groups of 8 move-only
+    answers take the sampled DTZ-optimal rate from ~0.17 to ~0.6 (seeded; ~25 s on one thread)."""
+    root, data, taught = kqk
+    config = _grpo_config(
+        root,
+        data,
+        taught,
+        "rise",
+        "task.fresh_endgames=null",  # the train split's positions: a tiny LM learns them in seconds
+        "task.dynamic_sampling=false",  # every sampled group counts in the rate
+        "task.prompts_per_step=8",
+        "task.group_size=8",
+        "grpo.minibatch_size=64",
+        "eval.endgame_positions=0",
+        "eval.policy_prompts=0",
+        "eval_every=0",
+        "log_every=1",
+        "lr=3e-3",
+        "steps=30",
+    )
+    with Trainer(config) as trainer:
+        trainer.train()
+    rates = [r["reward/dtz_optimal"] for r in read_metrics(root / "runs" / "rise" / "metrics.jsonl")]
+    assert len(rates) == 30
+    first, last = wilson_interval(round(sum(rates[:5]) * 64), 320), wilson_interval(round(sum(rates[-5:]) * 64), 320)
+    assert last.low > first.high and last.value - first.value > 0.2, (first, last)
