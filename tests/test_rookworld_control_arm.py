@@ -2,7 +2,8 @@
 the equal-time stop.
 
 eval/lm.py (``endgame_positions``), data/fresh_endgames.py (the stream, the held-out set, the labelled examples),
-tasks/kinds/sft.py (``fresh_endgames``), train/loop.py (``time_limit_minutes``), and the shipped configs of the two
+tasks/kinds/sft.py (``fresh_endgames``, ``fresh_target``), tasks/sft.py (`any_of_loss`), tasks/kinds/rookworld.py
+(``task.shuffle_rewards``), train/loop.py (``time_limit_minutes``), and the shipped configs of the two
 arms. Real KQvK tables, real files from the data command, a tiny real LM taught here, the real CLI.
 """
 
@@ -17,7 +18,12 @@ import torch
 from chessgrpo.board.endgames import symmetric_epds
 from chessgrpo.cli import main
 from chessgrpo.config import ConfigError, load_config
-from chessgrpo.data.fresh_endgames import fresh_endgame_starts, held_out_endgame_fens, labelled_fresh_examples
+from chessgrpo.data.fresh_endgames import (
+    fresh_endgame_starts,
+    fresh_truths,
+    held_out_endgame_fens,
+    labelled_fresh_examples,
+)
 from chessgrpo.data.rookworld import read_rookworld
 from chessgrpo.data.rookworld_format import parse_policy_completion
 from chessgrpo.data.rookworld_grading import is_dtz_optimal
@@ -27,6 +33,8 @@ from chessgrpo.models.lm import load_lm
 from chessgrpo.stats import wilson_interval
 from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
 from chessgrpo.tasks.kinds.sft import SFTTrainConfig
+from chessgrpo.tasks.sft import any_of_loss, sft_loss
+from chessgrpo.train.kind import StepGroups
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
 from helpers import SYZYGY_DIR, taught_kqk_move_first
@@ -217,3 +225,67 @@ def test_a_short_binary_grpo_run_raises_its_rollout_dtz_optimal_rate(kqk):
     assert len(rates) == 30
     first, last = wilson_interval(round(sum(rates[:5]) * 64), 320), wilson_interval(round(sum(rates[-5:]) * 64), 320)
     assert last.low > first.high and last.value - first.value > 0.2, (first, last)
+
+
+def test_the_placebo_arm_learns_from_the_steps_rewards_shuffled_and_logs_the_true_ones(kqk):
+    root, data, taught = kqk
+    rollouts = {}
+    for name, placebo in (("real", "false"), ("placebo", "true")):
+        config = _grpo_config(
+            root,
+            data,
+            taught,
+            name,
+            f"task.shuffle_rewards={placebo}",
+            "task.prompts_per_step=4",
+            "task.fresh_endgames=null",  # the train split: the tiny LM finds an optimal move there now and then
+            "task.max_resample_rounds=4",
+            "eval.endgame_positions=0",
+        )
+        with Trainer(config) as trainer:
+            rollouts[name] = trainer.kind.rollout(0, StepGroups(4, range(4), range(4)))
+    real, placebo = rollouts["real"], rollouts["placebo"]
+    assert torch.equal(real.batch.actions, placebo.batch.actions)  # the same completions...
+    assert torch.equal(real.batch.rewards.sort().values, placebo.batch.rewards.sort().values)  # ...the same rewards...
+    assert not torch.equal(real.batch.rewards, placebo.batch.rewards)  # ...on other rows
+    assert placebo.metrics["reward/dtz_optimal"] == real.metrics["reward/dtz_optimal"]  # logged: the true ones
+
+
+def test_the_any_optimal_arm_raises_the_probability_of_a_dtz_optimal_first_move(kqk):
+    """``fresh_target: any_optimal``: the loss is -log of the probability that the answer begins with any optimal move;
+    a few steps at a high rate raise that probability on the positions it trained on."""
+    root, data, taught = kqk
+    lm = load_lm(taught)
+    tokenizer = lm.tokenizer
+    tablebase = Tablebase(SYZYGY_DIR)
+    starts = fresh_endgame_starts(str(data), "KQvK", tablebase)
+    held_out_endgame_fens(starts, HELD_OUT, seed=0)
+    truths = fresh_truths(starts, tablebase, 8, seed=0, step=0)
+    examples = labelled_fresh_examples(starts, tablebase, 8, data=str(data), seed=0, step=0)
+    prompts = [tokenizer.encode(e.prompt) for e in examples]
+    candidates = [[tokenizer.encode(f" B: {m}") for m in sorted(t.optimal)] for t in truths]
+    for example, options, truth in zip(examples, candidates, truths):
+        label = parse_policy_completion(example.completion).best  # type: ignore[union-attr]
+        # A candidate is the head of the data's own completion for that move: the same tokens the model writes.
+        assert tokenizer.encode(example.completion)[: len(options[0])] in options
+        assert label in truth.optimal
+    with torch.no_grad():
+        single = any_of_loss(lm, prompts[:1], [candidates[0][:1]])
+        nll, tokens = sft_loss(lm, prompts[:1], [candidates[0][0]])
+        assert float(single) == pytest.approx(float(nll) * tokens, rel=1e-5)  # one candidate: its sequence NLL
+        before = float(any_of_loss(lm, prompts, candidates))
+
+    config = _control_config(
+        root, data, taught, "any", "fresh_target=any_optimal", "lr=3e-3", "steps=1", "batch_size=8"
+    )
+    with Trainer(config) as trainer:
+        trainer.train()
+        with torch.no_grad():
+            after = float(any_of_loss(trainer.kind.lm, prompts, candidates))
+    assert after < before  # step 0's positions: the one step trained on exactly these
+    rows = [r for r in read_metrics(root / "runs" / "any" / "metrics.jsonl") if "loss/train" in r]
+    assert rows[0]["loss/train"] == pytest.approx(before, rel=1e-4) and rows[0]["train/optimal_moves"] >= 1
+    with pytest.raises(ConfigError, match="fresh_target"):
+        _control_config(
+            root, data, taught, "bad", "fresh_target=any_optimal", "fresh_endgames=null", "endgame_positions=0"
+        )

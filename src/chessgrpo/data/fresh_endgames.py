@@ -22,6 +22,7 @@ from chessgrpo.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.data.rookworld_examples import RookWorldExample
+    from chessgrpo.data.rookworld_truths import PolicyTruth
     from chessgrpo.engine.tablebase import Tablebase
 
 
@@ -47,26 +48,32 @@ def held_out_endgame_fens(starts: EndgameStarts, count: int, *, seed: int) -> li
     return [board.fen() for board in starts.hold_out(count, seed=seed)]
 
 
+def fresh_truths(
+    starts: EndgameStarts, tablebase: Tablebase, count: int, *, seed: int, step: int, multipv: int = 5
+) -> list[PolicyTruth]:
+    """The exact truths (`tablebase_truth`: every legal move's value, the DTZ-optimal ones) of step `step`'s `count`
+    fresh positions: `EndgameStarts.draw` with ``rank=0``, the draw a GRPO run's first round makes at that step."""
+    from chessgrpo.data.rookworld_truths import tablebase_truth
+
+    return [tablebase_truth(tablebase, board, multipv=multipv) for board in starts.draw(count, seed=seed, step=step)]
+
+
 def labelled_fresh_examples(
     starts: EndgameStarts, tablebase: Tablebase, count: int, *, data: str, seed: int, step: int
 ) -> list[RookWorldExample]:
-    """The P: examples of step `step`'s `count` fresh positions (`EndgameStarts.draw` with ``rank=0``, the draw a GRPO
-    run's first round makes at that step), each labelled by the tables and written as dataset `data` writes its P:
-    lines (its manifest's layout, ``move_only`` and ``multipv``): the continued-SFT control arm's batch."""
+    """The P: examples of step `step`'s `count` fresh positions (`fresh_truths`), each labelled by the tables and
+    written as dataset `data` writes its P: lines (its manifest's layout, ``move_only`` and ``multipv``): the
+    continued-SFT control arm's batch."""
     from chessgrpo.data import schema
     from chessgrpo.data.rookworld_examples import policy_example
     from chessgrpo.data.rookworld_format import ROOKWORLD_LAYOUT
-    from chessgrpo.data.rookworld_truths import tablebase_truth
     from chessgrpo.paths import find_data_path
 
     settings = schema.read_manifest(find_data_path(data) or data).get("settings", {})
     layout = settings.get("layout", ROOKWORLD_LAYOUT)
     move_only, multipv = bool(settings.get("move_only", False)), int(settings.get("multipv", 5))
-    boards = starts.draw(count, seed=seed, step=step)
     source = f"endgame:{starts.material.name}:fresh"
     return [
-        policy_example(
-            tablebase_truth(tablebase, board, multipv=multipv), seed, 0, source, layout=layout, move_only=move_only
-        )
-        for board in boards
+        policy_example(truth, seed, 0, source, layout=layout, move_only=move_only)
+        for truth in fresh_truths(starts, tablebase, count, seed=seed, step=step, multipv=multipv)
     ]

@@ -72,6 +72,10 @@ class RookWorldTaskConfig:
     learns from the groups it has). Single-process runs of the kind on its own only (issue 66)."""
     max_resample_rounds: int = 4
     """Extra draws at most per step with `dynamic_sampling`."""
+    shuffle_rewards: bool = False
+    """The placebo arm (issue 66): the learner gets a seeded permutation of the step's rewards across all its rows
+    (groups mixed), so a reward says nothing about its own completion while their distribution, the sampling, the
+    clipping and the KL stay as in the real run. The logged reward/* metrics are the true rewards. Single-process."""
 
     def __post_init__(self) -> None:
         if self.max_resample_rounds < 0:

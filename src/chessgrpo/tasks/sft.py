@@ -7,6 +7,8 @@ Pure helpers of ``kind: sft`` (`chessgrpo.tasks.kinds.sft`); they own no optimiz
   `models.lm.completion_log_probs` at temperature 1: the same function and the same left-padded
   layout that sampling and GRPO use, so SFT trains exactly the distribution RL starts from.
   Prompt tokens carry no loss unless `prompt_weight` > 0 (then they count at that weight);
+- `any_of_loss`: the negative log of the probability that the completion starts with any one of several
+  candidates (issue 66's any-optimal SFT arm: the candidates are `` B: <move>`` for every DTZ-optimal move);
 - `policy_answers`: the P: examples whose M:/E: pairs can be listed in another order.
 """
 
@@ -119,6 +121,32 @@ def sft_loss(
         weights[row, scored_prompt : scored_prompt + len(completion)] = 1.0
     total = float(weights.sum())
     return -(logp * weights).sum() / max(total, 1e-9), total
+
+
+def any_of_loss(
+    lm: ChessLM, prompts: list[list[int]], candidates: list[list[list[int]]], model: torch.nn.Module | None = None
+) -> torch.Tensor:
+    """Mean over the prompts of -log sum_c p(c | prompt): the likelihood that the completion begins with any one of
+    the prompt's candidate token sequences (no EOS: what follows a candidate is left free). Every prompt needs one
+    candidate at least; candidates are scored by `completion_log_probs` at T = 1, as `sft_loss` scores completions."""
+    if len(prompts) != len(candidates) or not all(candidates):
+        raise ValueError("any_of_loss needs one non-empty candidate list per prompt")
+    owners = [i for i, options in enumerate(candidates) for _ in options]
+    pad = lm.tokenizer.eos_token_id
+    prompt_ids, prompt_mask = left_pad([prompts[i] for i in owners], pad, lm.device)
+    completion_ids, completion_mask = right_pad([c for options in candidates for c in options], pad, lm.device)
+    logp, _ = completion_log_probs(
+        model if model is not None else lm.model,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        temperature=1.0,
+    )
+    sequence = logp.sum(dim=1)  # masked positions are 0
+    owner = torch.tensor(owners, device=sequence.device)
+    per_prompt = torch.stack([torch.logsumexp(sequence[owner == i], dim=0) for i in range(len(prompts))])
+    return -per_prompt.mean()
 
 
 def loss_tokens(prompt: list[int], completion: list[int], prompt_weight: float = 0.0) -> float:

@@ -66,17 +66,16 @@ import numpy as np
 import torch
 
 from chessgrpo.board.endgames import EndgameStarts
-from chessgrpo.config import ConfigError, EngineConfig, RunConfig, engine_limits_unused, grpo_engine_config, resumable
+from chessgrpo.config import ConfigError
 from chessgrpo.data.fresh_endgames import held_out_endgame_fens
 from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT, MoveStop
-from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, shared_tablebase
+from chessgrpo.data.rookworld_grading import shared_tablebase
 from chessgrpo.errors import InputError
 from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations, run_at_step  # result files, running
 from chessgrpo.eval.running import EvalContext, Subject
 from chessgrpo.files import write_json_atomic
 from chessgrpo.models.lm import (
     ChessLM,
-    LMModelConfig,
     build_lm,
     lm_frozen_parameters,
     lm_head_parameters,
@@ -86,18 +85,16 @@ from chessgrpo.models.lm import (
 )
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.prompt_bos import with_prompt_bos
-from chessgrpo.rl import GRPOConfig
-from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS, LMReward
+from chessgrpo.tasks.kinds.rookworld_config import RookWorldTrainConfig
+from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS
 from chessgrpo.tasks.lm_rollout import (
     CompletionGroups,
-    RookWorldTaskConfig,
     make_forward,
     sample_completion_groups,
     select_groups,
     to_rollout_batch,
 )
-from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
-from chessgrpo.train.config import TrainConfig
+from chessgrpo.tasks.reward_registry import combine, reward_metrics
 from chessgrpo.train.distributed import group_generators
 from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, StepGroups, TaskRollout, interval_text, postfix
 
@@ -105,91 +102,6 @@ logger = logging.getLogger(__name__)
 
 PAIRED_FILE = "paired_first_last.json"
 """The paired last - first comparison `after_run` writes under RUN_DIR/eval/."""
-
-
-@dataclasses.dataclass
-class RookWorldEvalConfig:
-    """Held-out evaluation during GRPO (the code of `chessgrpo eval lm`); cadence: eval_every, eval_at_start."""
-
-    policy_prompts: int = 200
-    """Held-out P: positions (the first N of the test split: the same ones every time)."""
-    environment_prompts: int = 100
-    """Held-out A: prompts (the first N of the test split)."""
-    puzzles: str | None = None
-    """Lichess puzzle CSV, solved through the P: prompt; null = skip."""
-    max_puzzles: int = 200
-    """Puzzles sampled (seeded) from `puzzles`."""
-    batch_size: int = resumable(64)
-    """Prompts per greedy generation batch."""
-    resamples: int = 2000
-    """Bootstrap resamples of the intervals."""
-    extra: Any = dataclasses.field(default_factory=dict)
-    """More evaluations of the registry (`eval.registry`) run on the model at each held-out evaluation, each writing
-    its step_NNNNNN_<name>.json and logging its eval/ metrics: a list of names, or a mapping name -> its config keys."""
-    endgame_positions: int = 0
-    """With ``task.fresh_endgames``: held-out P: positions of that material won for the side to move
-    (`EndgameStarts.hold_out`, seeded by `endgame_seed`), evaluated instead of the test split's P: positions; no
-    training draw and no position of the data is one of them or an image of one (issue 66: 2000). 0 = the test split."""
-    endgame_seed: int = 0
-    """Seed of the `endgame_positions` set: the same set for every run (and arm) of the same data and seed."""
-
-    def __post_init__(self) -> None:
-        if self.endgame_positions < 0:
-            raise ValueError(f"endgame_positions must be >= 0, got {self.endgame_positions}")
-        if self.policy_prompts < 0 or self.environment_prompts < 0 or self.max_puzzles < 1:
-            raise ValueError("need policy_prompts, environment_prompts >= 0 and max_puzzles >= 1")
-        if self.batch_size < 1 or self.resamples < 10:
-            raise ValueError("need batch_size >= 1 and resamples >= 10")
-        extra_evaluations(self.extra)  # a ConfigError now names an unknown evaluation or a bad key of its config
-
-
-@dataclasses.dataclass
-class RookWorldTrainConfig(TrainConfig):
-    """`chessgrpo train` with ``kind: rookworld``: GRPO of a chess LM on the P:/A: text tasks."""
-
-    kind: str = "rookworld"
-    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(name="rookworld_grpo"))
-    init_checkpoint: str | None = "runs/rookworld_sft"
-    """Starting model, also the frozen KL reference: an SFT run or checkpoint, or any local
-    `save_pretrained` directory (e.g. RookWorld-LM-124M). null = a fresh `model` (for tests)."""
-    model: LMModelConfig = dataclasses.field(default_factory=LMModelConfig)
-    """Shape of a fresh model (only with init_checkpoint: null), or `model.path`: a local model directory
-    used like init_checkpoint when that is null. Its dropout is ignored: RL runs without."""
-    data: str = "data/rookworld_tiny"
-    """`chessgrpo data rookworld` directory: prompts from its train split, evaluation on its test split."""
-    task: RookWorldTaskConfig = dataclasses.field(default_factory=RookWorldTaskConfig)
-    rewards: RookWorldRewardConfig = dataclasses.field(default_factory=RookWorldRewardConfig)
-    grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
-    engine: EngineConfig = dataclasses.field(default_factory=grpo_engine_config)
-    """Stockfish pool for P: rewards and evaluation (rewards.policy.nodes is the limit); keep the cache on."""
-    eval: RookWorldEvalConfig = dataclasses.field(default_factory=RookWorldEvalConfig)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.kind != "rookworld":
-            raise ConfigError(f"config key kind must be rookworld for this config, got {self.kind!r}")
-        engine_limits_unused(self.engine, "rewards.policy.nodes (P: rewards and evaluation)")
-        if self.eval.endgame_positions and not self.task.fresh_endgames:
-            raise ConfigError("config key eval.endgame_positions needs task.fresh_endgames (the material to hold out)")
-        if self.eval.endgame_positions and self.rewards.policy.truth != "tablebase":
-            raise ConfigError(
-                "config key eval.endgame_positions grades DTZ-optimal moves: set rewards.policy.truth: tablebase"
-            )
-        try:
-            self.weighted_rewards()
-        except ValueError as error:
-            raise ConfigError(f"config key {error}") from None
-
-    def weighted_rewards(self) -> list[WeightedReward[LMReward]]:
-        """The run's rewards and weights (`task.rewards`; a `ValueError` naming the key for an unknown name)."""
-        return ROOKWORLD_REWARDS.weighted(self.task.weights, "task.rewards")
-
-    def default_best_metric(self) -> tuple[str, str] | None:
-        if self.eval.policy_prompts:
-            return "eval/p_reward", "max"
-        if self.eval.environment_prompts:
-            return "eval/a_reward", "max"
-        return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
 
 
 class RookWorldKind(GRPOKind):
@@ -222,6 +134,11 @@ class RookWorldKind(GRPOKind):
                 f"config key task.stop_after_move stops answers after a move-first B:, but data {config.data!r} "
                 f"writes its P: answers in layout {dataset_policy_layout(config.data)!r}: make the data with "
                 f"layout={MOVE_FIRST_LAYOUT} or set task.stop_after_move: false"
+            )
+        if config.task.shuffle_rewards and (context.world_size > 1 or shared is not None):
+            raise ConfigError(
+                "config key task.shuffle_rewards: the placebo permutes a whole step's rewards, which a data-parallel run "
+                "or a task mixture splits: set it false or run one process on its own"
             )
         if config.task.dynamic_sampling and (context.world_size > 1 or shared is not None):
             raise ConfigError(
@@ -365,6 +282,11 @@ class RookWorldKind(GRPOKind):
             extra = {}
         prompts = completions.prompts
         rewards = torch.tensor(totals, dtype=torch.float32)
+        if task.shuffle_rewards:  # the placebo: each row learns from another row's reward (seeded by the step)
+            order = torch.randperm(
+                len(rewards), generator=torch.Generator().manual_seed(context.seed * 1_000_003 + step)
+            )
+            rewards = rewards[order]
         batch = to_rollout_batch(completions, rewards.to(context.device))
         metrics = self._rollout_metrics(completions, graded, groups.count, stats_before)
         metrics.update({"perf/sample_s": sample_s, "perf/reward_s": reward_s, **extra})
