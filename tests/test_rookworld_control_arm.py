@@ -184,6 +184,8 @@ def test_time_limit_minutes_stops_both_arms_after_the_step_that_spends_it(kqk):
     with Trainer(config) as trainer:
         result = trainer.train()
     assert result.step == 1 and result.stop_reason == "time_limit_minutes=1e-06"
+    # Its last step is evaluated: the evaluation an equal-time comparison reports.
+    assert (root / "runs" / "timed_grpo" / "eval" / "step_000001_lm.json").is_file()
 
 
 def test_bad_control_settings_name_their_key(kqk):

@@ -13,8 +13,8 @@ Read top to bottom, a run is:
    and the early-stop rules, log the mean of the window every `log_every` steps (metrics.jsonl and
    every tracking backend), evaluate every `eval_every` steps and at the last, checkpoint every
    `checkpoint_every` steps, when the held-out metric improves, and at the end.
-3. **stops**: `request_stop` (SIGINT/SIGTERM from the CLI), `stop_at`, `time_limit_minutes` of step time, an early-stop rule, or the
-   last step; every stop checkpoints first.
+3. **stops**: `request_stop` (SIGINT/SIGTERM), `stop_at`, `time_limit_minutes` of step time (evaluated at that last
+   step), an early-stop rule, or the last step; every stop checkpoints first.
 
 Divergence policy (``divergence:``): a non-finite loss or gradient skips that optimizer update
 (`rl.NonFiniteError`); after `max_consecutive_skips` skipped steps in a row the run rolls back to
@@ -501,8 +501,9 @@ class Trainer:
                     row_values["lr"] = window[-1]["lr"]
                     window = []
                 best_now = False
+                timed_out = (self._stop_reason or "").startswith("time_limit_minutes")  # its last step is evaluated
                 if kind.evaluates and (
-                    (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps
+                    (config.eval_every and self.step % config.eval_every == 0) or self.step == config.steps or timed_out
                 ):
                     eval_metrics = self._evaluate()
                     best_now = self._track_best(eval_metrics)
