@@ -70,6 +70,18 @@ def cli(capsys: pytest.CaptureFixture[str]) -> CLI:
     return CLI(capsys)
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``), as the game
+    workers and `chessgrpo uci` run: on a busy 2-core machine torch's threads only slow tiny models down."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def rookworld_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 40-position RookWorld data set (P: and A: lines, train and test splits) and its evaluation cache:

@@ -42,13 +42,7 @@ TAUGHT = {
 MOVES = {START: ("e2e4", "d2d4"), AFTER_E4: ("e7e5", "d7d5"), BACK_RANK: ("a1a8", "g1f1")}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """As the game workers and `chessgrpo uci` do: on a busy 2-core machine torch's threads only slow tiny models down."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -45,12 +45,7 @@ def low_rank_reward(prompts, completions, **kwargs):
     return [float(completion.strip()[-1:] in "1234") for completion in completions]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

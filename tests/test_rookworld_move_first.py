@@ -56,13 +56,7 @@ ANSWER = PolicyAnswer(("h1d1", "h1h4", "g6f5"), (97.0, 95.0, 90.0), "h1d1")
 TABLES = RookWorldRewardConfig(policy=PolicyRewardConfig(truth="tablebase", syzygy_path=str(SYZYGY_DIR)))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models on a busy 2-core machine: torch's threads only slow them down."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def test_both_layouts_format_and_parse_back_through_the_one_parser():

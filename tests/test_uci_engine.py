@@ -50,13 +50,7 @@ def value_checkpoint(tmp_path_factory):
     return save_policy(policy, tmp_path_factory.mktemp("uci_value") / "ckpt")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """As `chessgrpo uci` does: on a busy 2-core machine, torch's threads only slow small batches down."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def command(checkpoint, *extra: str) -> list[str]:
