@@ -28,6 +28,7 @@ from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.tasks.kinds.rookworld import RookWorldTrainConfig
 from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS
 from chessgrpo.tasks.lm_rollout import RookWorldTaskConfig
+from chessgrpo.track.diagnose import diagnose_run
 from chessgrpo.train.kind import StepGroups
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
@@ -208,6 +209,13 @@ def test_dynamic_sampling_keeps_groups_with_spread_reproducibly_and_a_short_run_
             assert key in row
     records = json.loads((root / "runs" / "run" / "eval" / "step_000002_lm.json").read_text())["records"]["policy"]
     assert len(records) == 40 and all(chess.Board(r["prompt"][3:]).is_valid() for r in records)
+    # diagnose judges the signal by the groups dynamic sampling could fill (here: none, the tiny LM never finds a
+    # DTZ-optimal move on fresh positions), not by the share of flat groups drawn (which it drops and redraws).
+    (finding,) = [f for f in diagnose_run(root / "runs" / "run") if f.id == "signal.zero_reward_variance"]
+    assert (
+        finding.severity == "critical" and "dynamic sampling filled only 0% of the step's 4 groups" in finding.message
+    )
+    assert finding.evidence["median_groups_kept"] == 0
 
 
 def test_bad_settings_name_their_key(kqk_data):

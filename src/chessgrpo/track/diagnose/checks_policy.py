@@ -89,6 +89,8 @@ def check_signal(run: RunData, t: Thresholds) -> list[Finding]:
     _, zero = finite_series(*run.series("rollout/frac_reward_zero_std", run.train_rows))
     if not len(zero) or run.setting("task.supervision") == "critic":
         return []
+    if run.setting("task.dynamic_sampling"):
+        return _dynamic_sampling_signal(run, t, float(np.median(zero)))
     median = float(np.median(zero))
     if median <= t.zero_std_fraction:
         return []
@@ -114,6 +116,35 @@ def check_signal(run: RunData, t: Thresholds) -> list[Finding]:
             "Start from positions where moves differ in value (start_win_prob_range for datasets; decided positions score every "
             "move the same), raise task.group_size or task.temperature, raise task.reward_nodes if values are too coarse, or set "
             "grpo.drop_zero_std_groups=true (DAPO dynamic sampling) so these groups stop diluting the batch.",
+        )
+    ]
+
+
+def _dynamic_sampling_signal(run: RunData, t: Thresholds, drawn_flat: float) -> list[Finding]:
+    """Under ``task.dynamic_sampling`` the flat groups are dropped and more drawn, so what the learner misses is the
+    share of the step's groups it could not fill with groups that have spread (``rollout/groups_kept``)."""
+    _, kept = finite_series(*run.series("rollout/groups_kept", run.train_rows))
+    wanted = run.setting("task.prompts_per_step")
+    if not len(kept) or not wanted:
+        return []
+    missing = 1.0 - float(np.median(kept)) / float(wanted)
+    if missing <= t.zero_std_fraction:
+        return []
+    evidence = {
+        "median_groups_kept": rounded(float(np.median(kept))),
+        "task.prompts_per_step": wanted,
+        "median_frac_reward_zero_std_drawn": rounded(drawn_flat),
+        "task.max_resample_rounds": run.setting("task.max_resample_rounds"),
+    }
+    return [
+        Finding(
+            "signal.zero_reward_variance",
+            "critical" if missing >= t.zero_std_critical else "warning",
+            f"little signal: dynamic sampling filled only {pct(1.0 - missing)} of the step's {wanted} groups with groups "
+            f"whose rewards differ (in the median step {pct(drawn_flat)} of the groups drawn had none)",
+            evidence,
+            "The policy answers most prompts all right or all wrong: raise task.max_resample_rounds, task.group_size or "
+            "task.temperature, or draw harder (or easier) prompts.",
         )
     ]
 
