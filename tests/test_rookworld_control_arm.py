@@ -149,8 +149,13 @@ def test_the_control_arm_trains_on_the_grpo_stream_labelled_by_the_tables_never_
     with Trainer(_grpo_config(root, data, taught, "stream", "eval_at_start=false")) as grpo:
         for step in range(3):
             examples = labelled_fresh_examples(starts, tablebase, 8, data=str(data), seed=0, step=step)
-            # The same positions the GRPO arm draws at that step (its first round), in the data's layout.
+            # The same positions the GRPO arm draws at that step (its first round), in the data's layout, with the
+            # clocks of positions reached in play (as the data's train positions: placements alone were forgotten).
             assert [e.prompt for e in examples] == grpo.kind.draw_prompts(step, 8)
+            assert any(not e.fen.endswith(" 0 1") for e in examples)
+            placements = labelled_fresh_examples(starts, tablebase, 8, data=str(data), seed=0, step=step, clocks=False)
+            assert [chess.Board(e.fen).epd() for e in placements] == [chess.Board(e.fen).epd() for e in examples]
+            assert all(e.fen.endswith(" 0 1") for e in placements)
             for example in examples:
                 board = chess.Board(example.fen)
                 assert board.epd() not in held | data_images

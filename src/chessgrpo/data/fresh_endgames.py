@@ -13,6 +13,7 @@ Three places need the same positions, so they are built here once:
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 import chess
@@ -48,18 +49,43 @@ def held_out_endgame_fens(starts: EndgameStarts, count: int, *, seed: int) -> li
     return [board.fen() for board in starts.hold_out(count, seed=seed)]
 
 
+def fresh_draw(
+    starts: EndgameStarts, tablebase: Tablebase, count: int, *, seed: int, step: int, rank: int = 0, clocks: bool = True
+) -> list[chess.Board]:
+    """`count` fresh positions of (seed, step, rank) (`EndgameStarts.draw`). With `clocks` each gets the clocks of a
+    position reached in play (`data.rookworld_endgames.with_game_clocks`, seeded by (seed, step, rank)), as the data's
+    train positions have them: a model trained on placements alone (``0 1``) forgot how to read the FENs a game
+    produces (issue 66, first arms: P: well-formed 0.997 -> 0.60 on positions with clocks)."""
+    boards = starts.draw(count, seed=seed, step=step, rank=rank)
+    if not clocks:
+        return boards
+    from chessgrpo.data.rookworld_endgames import with_game_clocks
+    from chessgrpo.data.rookworld_examples import hash_seed
+
+    rng = random.Random(hash_seed(seed, f"fresh clocks:{step}:{rank}"))
+    return [with_game_clocks(board, tablebase.probe_dtz(board), rng) for board in boards]
+
+
 def fresh_truths(
-    starts: EndgameStarts, tablebase: Tablebase, count: int, *, seed: int, step: int, multipv: int = 5
+    starts: EndgameStarts,
+    tablebase: Tablebase,
+    count: int,
+    *,
+    seed: int,
+    step: int,
+    multipv: int = 5,
+    clocks: bool = True,
 ) -> list[PolicyTruth]:
     """The exact truths (`tablebase_truth`: every legal move's value, the DTZ-optimal ones) of step `step`'s `count`
-    fresh positions: `EndgameStarts.draw` with ``rank=0``, the draw a GRPO run's first round makes at that step."""
+    fresh positions: `fresh_draw` with ``rank=0``, the draw a GRPO run's first round makes at that step."""
     from chessgrpo.data.rookworld_truths import tablebase_truth
 
-    return [tablebase_truth(tablebase, board, multipv=multipv) for board in starts.draw(count, seed=seed, step=step)]
+    boards = fresh_draw(starts, tablebase, count, seed=seed, step=step, clocks=clocks)
+    return [tablebase_truth(tablebase, board, multipv=multipv) for board in boards]
 
 
 def labelled_fresh_examples(
-    starts: EndgameStarts, tablebase: Tablebase, count: int, *, data: str, seed: int, step: int
+    starts: EndgameStarts, tablebase: Tablebase, count: int, *, data: str, seed: int, step: int, clocks: bool = True
 ) -> list[RookWorldExample]:
     """The P: examples of step `step`'s `count` fresh positions (`fresh_truths`), each labelled by the tables and
     written as dataset `data` writes its P: lines (its manifest's layout, ``move_only`` and ``multipv``): the
@@ -75,5 +101,5 @@ def labelled_fresh_examples(
     source = f"endgame:{starts.material.name}:fresh"
     return [
         policy_example(truth, seed, 0, source, layout=layout, move_only=move_only)
-        for truth in fresh_truths(starts, tablebase, count, seed=seed, step=step, multipv=multipv)
+        for truth in fresh_truths(starts, tablebase, count, seed=seed, step=step, multipv=multipv, clocks=clocks)
     ]

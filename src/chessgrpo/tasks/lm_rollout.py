@@ -66,6 +66,9 @@ class RookWorldTaskConfig:
     (``eval.endgame_positions``). null = P: prompts from the data's train split (issue 66)."""
     fresh_endgame_colours: str = "white"
     """The strong side's colour in `fresh_endgames` draws: white, black or both."""
+    fresh_endgame_clocks: bool = True
+    """Give each `fresh_endgames` position the clocks of a position reached in play, as the data's train positions
+    (`data.fresh_endgames.fresh_draw`); false = placements (``0 1``), as issue 66's first arms drew them."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop the groups whose rewards are all equal and draw more prompts, round after round,
     until the step has `prompts_per_step` groups with spread or `max_resample_rounds` extra rounds were drawn (it then

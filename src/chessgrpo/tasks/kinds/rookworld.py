@@ -67,7 +67,7 @@ import torch
 
 from chessgrpo.board.endgames import EndgameStarts
 from chessgrpo.config import ConfigError
-from chessgrpo.data.fresh_endgames import held_out_endgame_fens
+from chessgrpo.data.fresh_endgames import fresh_draw, held_out_endgame_fens
 from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT, MoveStop
 from chessgrpo.data.rookworld_grading import shared_tablebase
 from chessgrpo.errors import InputError
@@ -220,13 +220,21 @@ class RookWorldKind(GRPOKind):
         """The `count` prompts of `step` (default `task.prompts_per_step`; P: first, then A:, split by
         `task.policy_fraction`), a function of (seed, step) (every rank draws all of them); `resample_round` > 0:
         dynamic sampling's extra draw of that round, a function of (seed, step, round). With
-        ``task.fresh_endgames`` the P: prompts are fresh won positions (`EndgameStarts.draw`, rank = the round)."""
+        ``task.fresh_endgames`` the P: prompts are fresh won positions (`data.fresh_endgames.fresh_draw`, rank = the round)."""
         n_policy, n_environment = self.config.task.split(count)
         seed = self.config.run.seed
         rng = np.random.default_rng([seed, step] if resample_round == 0 else [seed, step, resample_round])
         prompts = []
         if self.endgames is not None and n_policy:
-            boards = self.endgames.draw(n_policy, seed=seed, step=step, rank=resample_round)
+            boards = fresh_draw(
+                self.endgames,
+                shared_tablebase(self.config.rewards.policy.syzygy_path),
+                n_policy,
+                seed=seed,
+                step=step,
+                rank=resample_round,
+                clocks=self.config.task.fresh_endgame_clocks,
+            )
             prompts += ["P: " + board.fen() for board in boards]
             n_policy = 0
         for pool, count in ((self.policy_prompts, n_policy), (self.environment_prompts, n_environment)):

@@ -249,7 +249,9 @@ class SFTKind(Kind):
         tick = time.perf_counter()
         starts, tablebase = self.fresh
         config, tokenizer = self.config, self.lm.tokenizer
-        truths = fresh_truths(starts, tablebase, config.batch_size, seed=config.run.seed, step=step)
+        truths = fresh_truths(
+            starts, tablebase, config.batch_size, seed=config.run.seed, step=step, clocks=config.fresh_endgame_clocks
+        )
         prefix = [prompt_bos_id(tokenizer)] if config.prompt_bos else []
         prompts = [prefix + tokenizer.encode(policy_prompt(truth.fen)) for truth in truths]
         # The completion text of a move-first answer starts " B: <move>" (`format_policy_completion`).
@@ -282,7 +284,13 @@ class SFTKind(Kind):
         starts, tablebase = self.fresh
         config = self.config
         examples = labelled_fresh_examples(
-            starts, tablebase, config.batch_size, data=config.data, seed=config.run.seed, step=step
+            starts,
+            tablebase,
+            config.batch_size,
+            data=config.data,
+            seed=config.run.seed,
+            step=step,
+            clocks=config.fresh_endgame_clocks,
         )
         tokens = tokenize_examples(self.lm, examples, prompt_bos=config.prompt_bos)
         answers = policy_answers(examples)

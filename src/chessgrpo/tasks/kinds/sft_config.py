@@ -74,6 +74,9 @@ class SFTTrainConfig(TrainConfig):
     fresh_endgame_colours: str = "white"
     """The strong side's colour in `fresh_endgames` draws: white, black or both (a GRPO run's
     ``task.fresh_endgame_colours``)."""
+    fresh_endgame_clocks: bool = True
+    """Give each `fresh_endgames` position the clocks of a position reached in play, as the data's train positions
+    (a GRPO run's ``task.fresh_endgame_clocks``); false = placements (``0 1``), as issue 66's first arms drew them."""
     endgame_positions: int = 0
     """With `fresh_endgames`: first hold out this many positions (seeded by `endgame_seed`), never drawn: a GRPO run's
     ``eval.endgame_positions``, so the arm never trains on the positions both arms are evaluated on."""
