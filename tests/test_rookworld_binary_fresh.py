@@ -186,6 +186,9 @@ def test_dynamic_sampling_keeps_groups_with_spread_reproducibly_and_a_short_run_
     drawn = metrics["rollout/groups_drawn"]
     assert drawn > 4 and metrics["rollout/resample_rounds"] >= 1
     assert metrics["rollout/frac_reward_zero_std"] == (drawn - 4) / drawn
+    # The policy's rate over every group drawn, not only the kept ones (the dropped flat groups are all 0 or all 1).
+    assert 0 <= metrics["rollout/reward_mean_drawn"] <= 1
+    assert metrics["rollout/reward_mean_drawn"] != pytest.approx(float(first.batch.rewards.mean()))
     assert torch.equal(first.batch.rewards, second.batch.rewards) and torch.equal(
         first.batch.actions, second.batch.actions
     )

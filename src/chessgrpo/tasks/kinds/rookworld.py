@@ -391,6 +391,8 @@ class RookWorldKind(GRPOKind):
             "rollout/groups_kept": float(kept),
             "rollout/resample_rounds": float(len(parts) - 1),
             "rollout/resample_short": float(short),
+            # reward/* cover the kept groups, which exclude the all-right and all-wrong ones: this is the policy's rate.
+            "rollout/reward_mean_drawn": float(np.mean([total for part in parts for total in part[2]])),
         }
         rows = [(part, group * size + i) for part, group in keep for i in range(size)]
         graded = {name: [parts[part][1][name][row] for part, row in rows] for name in parts[0][1]}
