@@ -81,9 +81,12 @@ def importable_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: st
     sys.modules.pop(name, None)
 
 
-def taught_kqk_move_first(root: Path, *, teach_steps: int = 60, positions: int = 6) -> tuple[Path, Path]:
-    """(data directory, LM directory): a KQvK dataset of the real command (move-first layout, 2 held-out starts) under
-    `root`/data and a one-layer chess LM taught its P: lines for `teach_steps` full-batch steps under `root`/taught.
+def taught_kqk_move_first(
+    root: Path, *, teach_steps: int = 60, positions: int = 6, policy_prompt: str = "fen"
+) -> tuple[Path, Path]:
+    """(data directory, LM directory): a KQvK dataset of the real command (move-first layout, 2 held-out starts,
+    P: prompts in style `policy_prompt`) under `root`/data and a one-layer chess LM taught its P: lines for
+    `teach_steps` full-batch steps under `root`/taught (saved with that prompt style, as SFT saves it).
     Taught 60 steps it writes ``B: <some move>`` first and its moves vary, so sampled groups have reward spread."""
     import torch
 
@@ -93,8 +96,10 @@ def taught_kqk_move_first(root: Path, *, teach_steps: int = 60, positions: int =
 
     common = ["--positions", str(positions), "endgames=[KQvK]", "held_out=2", "multipv=2", "workers=1"]
     command = ["data", "rookworld", "--out", str(root / "data"), *common, "layout=move_first"]
+    command.append(f"policy_prompt={policy_prompt}")
     assert main([*command, f"syzygy_path={SYZYGY_DIR}"]) == 0
     lm = build_lm(LMModelConfig(n_layer=1, n_embd=64, n_head=2, n_positions=256), seed=0)
+    lm.policy_prompt = policy_prompt
     tokenizer = lm.tokenizer
     policy = [e for split in ("train", "test") for e in read_rookworld(root / "data", split, task="policy")]
     prompt_ids, prompt_mask = left_pad([tokenizer.encode(e.prompt) for e in policy], tokenizer.eos_token_id)

@@ -88,18 +88,19 @@ def labelled_fresh_examples(
     starts: EndgameStarts, tablebase: Tablebase, count: int, *, data: str, seed: int, step: int, clocks: bool = True
 ) -> list[RookWorldExample]:
     """The P: examples of step `step`'s `count` fresh positions (`fresh_truths`), each labelled by the tables and
-    written as dataset `data` writes its P: lines (its manifest's layout, ``move_only`` and ``multipv``): the
-    continued-SFT control arm's batch."""
+    written as dataset `data` writes its P: lines (its manifest's layout, ``move_only``, ``multipv`` and
+    ``policy_prompt``): the continued-SFT control arm's batch."""
     from chessgrpo.data import schema
     from chessgrpo.data.rookworld_examples import policy_example
-    from chessgrpo.data.rookworld_format import ROOKWORLD_LAYOUT
+    from chessgrpo.data.rookworld_format import FEN_PROMPT, ROOKWORLD_LAYOUT
     from chessgrpo.paths import find_data_path
 
     settings = schema.read_manifest(find_data_path(data) or data).get("settings", {})
     layout = settings.get("layout", ROOKWORLD_LAYOUT)
     move_only, multipv = bool(settings.get("move_only", False)), int(settings.get("multipv", 5))
+    prompt = str(settings.get("policy_prompt", FEN_PROMPT))
     source = f"endgame:{starts.material.name}:fresh"
     return [
-        policy_example(truth, seed, 0, source, layout=layout, move_only=move_only)
+        policy_example(truth, seed, 0, source, layout=layout, move_only=move_only, prompt=prompt)
         for truth in fresh_truths(starts, tablebase, count, seed=seed, step=step, multipv=multipv, clocks=clocks)
     ]

@@ -58,9 +58,11 @@ from chessgrpo.data.rookworld_examples import (  # noqa: F401 -- re-exported: th
     policy_example,
 )
 from chessgrpo.data.rookworld_format import (
+    FEN_PROMPT,
     MAX_LISTED_MOVES,
     MOVE_FIRST_LAYOUT,
     POLICY_LAYOUTS,
+    POLICY_PROMPTS,
     ROOKWORLD_LAYOUT,
     parse_environment_line,
     parse_policy_line,
@@ -140,6 +142,10 @@ class RookWorldDataConfig:
     the manifest records it (``policy_layout``, `dataset_policy_layout`). Generation only: an import keeps its lines."""
     move_only: bool = False
     """layout move_first: write ``B: <move>`` alone, without the M:/E: text after it."""
+    policy_prompt: str = FEN_PROMPT
+    """How P: prompts are written (`data.rookworld_format.POLICY_PROMPTS`): fen = ``P: <FEN>``; legal_moves = the
+    FEN and its sorted legal moves, ``P: <FEN>+<moves>+`` (issue 66's second lever; layout move_first only). The
+    manifest records it (``policy_prompt``, `dataset_policy_prompt`); SFT gives it to the model it trains."""
     engine: DataEngineConfig = dataclasses.field(default_factory=lambda: DataEngineConfig(cache=True))
     """Stockfish pool (cache on: the same analyses serve the GRPO reward and evaluation)."""
 
@@ -164,6 +170,18 @@ class RookWorldDataConfig:
             "move_only",
             self.move_only,
             f"applies to layout={MOVE_FIRST_LAYOUT} only",
+        )
+        require(
+            self.policy_prompt in POLICY_PROMPTS,
+            "policy_prompt",
+            self.policy_prompt,
+            f"must be one of {', '.join(POLICY_PROMPTS)}",
+        )
+        require(
+            self.policy_prompt == FEN_PROMPT or self.layout == MOVE_FIRST_LAYOUT,
+            "policy_prompt",
+            self.policy_prompt,
+            f"a prompt that lists the legal moves needs layout={MOVE_FIRST_LAYOUT}",
         )
         require(
             not self.from_text or (self.layout == ROOKWORLD_LAYOUT and not self.move_only),
@@ -229,7 +247,14 @@ def generate_examples(
             if not truth.moves:
                 raise RuntimeError(f"the engine returned no line for {fen!r}")
             examples.append(
-                policy_example(truth, config.seed, config.nodes, layout=config.layout, move_only=config.move_only)
+                policy_example(
+                    truth,
+                    config.seed,
+                    config.nodes,
+                    layout=config.layout,
+                    move_only=config.move_only,
+                    prompt=config.policy_prompt,
+                )
             )
             move = environment_move(
                 board,
@@ -366,6 +391,17 @@ def written_policy_layout(examples: Iterable[RookWorldExample]) -> str | None:
     return layouts.pop() if len(layouts) == 1 else "mixed"
 
 
+def dataset_policy_prompt(directory: str | os.PathLike) -> str | None:
+    """The P: prompt style a `data rookworld` directory records in its manifest (``policy_prompt``,
+    `data.rookworld_format.POLICY_PROMPTS`): a dataset made before the key existed is ``fen``; None without a
+    `data rookworld` manifest."""
+    directory = find_data_path(directory) or Path(directory)
+    manifest = schema.read_manifest(directory)
+    if manifest.get("command") != "rookworld":
+        return None
+    return str(manifest.get("policy_prompt", FEN_PROMPT))
+
+
 def dataset_policy_layout(directory: str | os.PathLike) -> str | None:
     """The P: layout a `data rookworld` directory records in its manifest (``policy_layout``): a dataset made
     before the key existed is ``rookworld`` (the only layout then); None without a manifest or P: lines."""
@@ -387,7 +423,7 @@ def _existing_dataset(directory: Path, config: RookWorldDataConfig) -> RookWorld
         return None
     settings = manifest.get("settings")
     if isinstance(settings, dict):  # a dataset made before `layout` existed was made with the defaults
-        settings = {"layout": ROOKWORLD_LAYOUT, "move_only": False, **settings}
+        settings = {"layout": ROOKWORLD_LAYOUT, "move_only": False, "policy_prompt": FEN_PROMPT, **settings}
     if manifest.get("command") != "rookworld" or settings != to_dict(config):
         return None
     return RookWorldSummary(
@@ -474,6 +510,7 @@ def run_rookworld_data(config: RookWorldDataConfig, progress: Callable[[int], No
                 "defects": defects,
                 "dropped_defective": dropped,
                 "policy_layout": written_policy_layout(examples),
+                "policy_prompt": config.policy_prompt,
                 "shard_sha256": schema.shard_checksums(partial),
             },
         )

@@ -195,7 +195,15 @@ def generate_endgame_examples(
         for board, truth in zip(split_boards, truths):
             source = f"endgame:{material_name(board)}:{split}"
             examples.append(
-                policy_example(truth, config.seed, 0, source=source, layout=config.layout, move_only=config.move_only)
+                policy_example(
+                    truth,
+                    config.seed,
+                    0,
+                    source=source,
+                    layout=config.layout,
+                    move_only=config.move_only,
+                    prompt=config.policy_prompt,
+                )
             )
             move = environment_move(
                 board,

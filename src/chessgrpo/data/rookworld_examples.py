@@ -14,6 +14,7 @@ from typing import Any
 import chess
 
 from chessgrpo.data.rookworld_format import (
+    FEN_PROMPT,
     HISTORY_MOVES,
     MOVE_FIRST_LAYOUT,
     ROOKWORLD_LAYOUT,
@@ -78,9 +79,11 @@ def policy_example(
     *,
     layout: str = ROOKWORLD_LAYOUT,
     move_only: bool = False,
+    prompt: str = FEN_PROMPT,
 ) -> RookWorldExample:
     """The P: example of an engine analysis (M shuffled with a per-position seed), written in `layout`
-    (`data.rookworld_format.POLICY_LAYOUTS`); `move_only` (move_first only): B: alone, no M:/E: after it."""
+    (`data.rookworld_format.POLICY_LAYOUTS`); `move_only` (move_first only): B: alone, no M:/E: after it;
+    `prompt`: the prompt's style (`data.rookworld_format.POLICY_PROMPTS`)."""
     answer = dataclasses.replace(truth.answer(seed=hash_seed(seed, truth.fen)), layout=layout)
     if move_only:
         if layout != MOVE_FIRST_LAYOUT:
@@ -88,8 +91,8 @@ def policy_example(
         answer = dataclasses.replace(answer, moves=(), evals=())
     return RookWorldExample(
         "policy",
-        policy_prompt(truth.fen),
-        format_policy_completion(truth.fen, answer),
+        policy_prompt(truth.fen, prompt),
+        format_policy_completion(truth.fen, answer, prompt),
         truth.fen,
         source,
         moves=truth.moves,

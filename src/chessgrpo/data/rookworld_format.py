@@ -26,6 +26,14 @@ best move. Prompt = ``"P: " + FEN``; completion = the rest of the line, padding 
 
 `parse_policy_completion` reads both: the first marker (B: or M:) says which.
 
+**Policy prompts** (`POLICY_PROMPTS`; `policy_prompt`'s ``style``, a model's `models.lm.ChessLM.policy_prompt`):
+
+- ``fen`` (the default): ``P: <FEN>``;
+- ``legal_moves`` (issue 66's second lever): the position's legal moves after it, sorted, between ``+``
+  separators as in A: prompts, ``P: <FEN>+<move> <move> ...+``, so that a legal answer is a copy and the
+  model can read the board from its moves. The prompt's FEN is everything before the first ``+``
+  (`policy_prompt_fen`); the list is derived from the FEN alone.
+
 **Environment task** (`format_environment_line`)::
 
     A: <FEN>+<uci>+<last <= 10 moves incl. this one>+<new FEN>+<reward>+<terminated>+<truncated>
@@ -85,6 +93,10 @@ ROOKWORLD_LAYOUT = "rookworld"
 MOVE_FIRST_LAYOUT = "move_first"
 POLICY_LAYOUTS = (ROOKWORLD_LAYOUT, MOVE_FIRST_LAYOUT)
 """The P: answer layouts (module docstring): RookWorld's M: E: B:, and the decision first, B: [M: E:]."""
+FEN_PROMPT = "fen"
+LEGAL_MOVES_PROMPT = "legal_moves"
+POLICY_PROMPTS = (FEN_PROMPT, LEGAL_MOVES_PROMPT)
+"""The P: prompt styles (module docstring): the FEN alone, or the FEN and its legal moves."""
 _ENVIRONMENT_PROMPT = re.compile(
     r"^\s*A:\s*(?P<fen>[^+]*?)\s*\+\s*(?P<move>[^+]*?)\s*\+(?P<history>[^+]*)\+$", re.DOTALL
 )
@@ -163,10 +175,35 @@ def format_reward(value: float) -> str:
     return repr(float(value))
 
 
-def policy_prompt(fen: str) -> str:
-    """``"P: " + FEN`` (the FEN is validated and written as given, whitespace-normalised)."""
-    parse_board(fen)
-    return "P: " + " ".join(fen.split())
+def policy_prompt(fen: str, style: str = FEN_PROMPT) -> str:
+    """The P: prompt of `fen` in `style` (`POLICY_PROMPTS`): ``"P: " + FEN`` (the FEN is validated and written as
+    given, whitespace-normalised), with ``legal_moves`` followed by ``+<its legal moves, sorted>+``."""
+    board = parse_board(fen)
+    prompt = "P: " + " ".join(fen.split())
+    if check_policy_prompt(style) == LEGAL_MOVES_PROMPT:
+        prompt += "+" + " ".join(sorted(move.uci() for move in board.legal_moves)) + "+"
+    return prompt
+
+
+def policy_prompt_fen(prompt: str) -> str:
+    """The FEN of a P: prompt in any style (`POLICY_PROMPTS`): the text after ``P:`` up to the first ``+``,
+    whitespace-normalised (not validated: the graders' truths reject a bad one by name)."""
+    text = prompt.strip()
+    if not text.startswith("P:"):
+        raise InputError(f"not a P: prompt: {text[:40]!r}")
+    return " ".join(text[2:].split("+", 1)[0].split())
+
+
+def policy_prompt_style(prompt: str) -> str:
+    """The style (`POLICY_PROMPTS`) a P: prompt is written in: ``legal_moves`` when it lists moves after ``+``."""
+    return LEGAL_MOVES_PROMPT if "+" in prompt else FEN_PROMPT
+
+
+def check_policy_prompt(style: str, key: str = "policy_prompt") -> str:
+    """`style` when it is one of `POLICY_PROMPTS`, else `InputError` naming the config `key`."""
+    if style not in POLICY_PROMPTS:
+        raise InputError(f"config key {key} must be one of {', '.join(POLICY_PROMPTS)}, got {style!r}")
+    return style
 
 
 def check_policy_layout(layout: str, key: str = "layout") -> str:
@@ -176,9 +213,10 @@ def check_policy_layout(layout: str, key: str = "layout") -> str:
     return layout
 
 
-def format_policy_line(fen: str, answer: PolicyAnswer) -> str:
+def format_policy_line(fen: str, answer: PolicyAnswer, prompt: str = FEN_PROMPT) -> str:
     """The whole P: line (prompt + completion) in ``answer.layout``: rookworld = fields padded to 92/33/43
-    characters; move_first = ``P: <FEN> B: <move>`` and, when the answer lists moves, `` M: ... E: ...``."""
+    characters; move_first = ``P: <FEN> B: <move>`` and, when the answer lists moves, `` M: ... E: ...``.
+    `prompt` is the prompt's style (`POLICY_PROMPTS`); ``legal_moves`` needs the move-first layout."""
     move_first = check_policy_layout(answer.layout) == MOVE_FIRST_LAYOUT
     low = 0 if move_first else 1
     if not low <= len(answer.moves) <= MAX_LISTED_MOVES or len(answer.evals) != len(answer.moves):
@@ -188,15 +226,17 @@ def format_policy_line(fen: str, answer: PolicyAnswer) -> str:
             raise ValueError(f"{move!r} is not a UCI move")
     moves = "M: " + " ".join(answer.moves)
     evals = "E: " + " ".join(format_pawns(v) for v in answer.evals)
+    if check_policy_prompt(prompt) != FEN_PROMPT and not move_first:
+        raise ValueError(f"a {prompt} prompt needs the {MOVE_FIRST_LAYOUT} layout, got {answer.layout!r}")
     if move_first:
-        return policy_prompt(fen) + " B: " + answer.best + (f" {moves} {evals}" if answer.moves else "")
+        return policy_prompt(fen, prompt) + " B: " + answer.best + (f" {moves} {evals}" if answer.moves else "")
     head = policy_prompt(fen).ljust(P_FIELD_WIDTH)
     return head + moves.ljust(M_FIELD_WIDTH) + evals.ljust(E_FIELD_WIDTH) + "B: " + answer.best
 
 
-def format_policy_completion(fen: str, answer: PolicyAnswer) -> str:
-    """The completion of `policy_prompt(fen)`: the rest of the line, padding included."""
-    return format_policy_line(fen, answer)[len(policy_prompt(fen)) :]
+def format_policy_completion(fen: str, answer: PolicyAnswer, prompt: str = FEN_PROMPT) -> str:
+    """The completion of `policy_prompt(fen, prompt)`: the rest of the line, padding included."""
+    return format_policy_line(fen, answer, prompt)[len(policy_prompt(fen, prompt)) :]
 
 
 def policy_layout_of(completion: str) -> str | None:
@@ -338,20 +378,24 @@ class MoveStop:
 
 
 def split_policy_line(line: str) -> tuple[str, str]:
-    """(prompt ``"P: " + FEN``, completion) of a whole P: line in either layout (the completion starts at
-    its first M: or B:); `ValueError` if it has no valid FEN."""
+    """(prompt, completion) of a whole P: line in either layout and prompt style (the completion starts at
+    its first M: or B:; the prompt is ``"P: " + FEN``, with its ``+<legal moves>+`` when it lists them);
+    `ValueError` if it has no valid FEN."""
     text = line.rstrip("\n")
     if not text.startswith("P:"):
         raise InputError(f"not a P: line: {text[:40]!r}")
-    cuts = [cut for cut in (text.find("M:"), text.find("B:")) if cut >= 0]  # a FEN holds no ':'
+    cuts = [cut for cut in (text.find("M:"), text.find("B:")) if cut >= 0]  # a FEN or move list holds no ':'
     if not cuts:
         raise InputError(f"P: line without M: {text[:60]!r}")
     cut = min(cuts)
-    fen = " ".join(text[2:cut].split())
+    fen = policy_prompt_fen(text[:cut])
     try:
         parse_board(fen)
     except ValueError as error:
         raise InputError(f"P: line: {error}") from None
+    if "+" in text[:cut]:  # a legal_moves prompt: written as the data wrote it, up to the completion
+        head = text[:cut].rstrip()
+        return head, text[len(head) :]
     prompt = "P: " + fen
     if text.startswith(prompt):
         return prompt, text[len(prompt) :]
@@ -365,7 +409,7 @@ def parse_policy_line(line: str) -> tuple[str, PolicyAnswer]:
     answer = parse_policy_completion(completion)
     if isinstance(answer, Malformed):
         raise InputError(f"P: line {line[:60]!r}: {answer.reason}")
-    return prompt[3:], answer
+    return policy_prompt_fen(prompt), answer
 
 
 def parse_environment_prompt(text: str) -> EnvironmentQuery:

@@ -62,6 +62,7 @@ from chessgrpo.data.rookworld_format import (
     parse_environment_completion,
     parse_environment_prompt,
     parse_policy_completion,
+    policy_prompt_fen,
     task_of,
 )
 from chessgrpo.data.rookworld_truths import (
@@ -522,7 +523,7 @@ def score_policy_completions(
     """Rewards of completions of P: prompts: each answer against the truth of its position (`policy_truths_for`;
     an engine truth also searches each move the answer lists outside the engine's top 5)."""
     pc = config.policy
-    fens = [" ".join(prompt.strip()[2:].split()) for prompt in prompts]
+    fens = [policy_prompt_fen(prompt) for prompt in prompts]
     truths = policy_truths_for(pool, fens, pc)
     if pc.truth == "tablebase":
         return [score_policy(parse_policy_completion(c), truth, pc) for truth, c in zip(truths, completions)]
@@ -546,7 +547,7 @@ def dtz_optimal_rewards(prompts: Sequence[str], completions: Sequence[str], conf
     ``config.syzygy_path`` (`is_dtz_optimal`), 0.0 otherwise (a slower win, a draw, illegal, ill-formed). The
     tables are the truth whatever ``config.truth`` says; component ``dtz_optimal`` is the same 0/1."""
     tablebase_config = dataclasses.replace(config, truth="tablebase")
-    truths = policy_truths_for(None, [" ".join(prompt.strip()[2:].split()) for prompt in prompts], tablebase_config)
+    truths = policy_truths_for(None, [policy_prompt_fen(prompt) for prompt in prompts], tablebase_config)
     rewards = []
     for truth, completion in zip(truths, completions):
         answer = parse_policy_completion(completion)

@@ -40,6 +40,8 @@ from chessgrpo.data.rookworld_format import (
     environment_step,
     parse_environment_prompt,
     parse_policy_completion,
+    policy_prompt,
+    policy_prompt_fen,
 )
 from chessgrpo.data.rookworld_grading import RookWorldRewardConfig, policy_truths_for, score_completions
 from chessgrpo.errors import InputError
@@ -248,10 +250,11 @@ def evaluate_lm(
     policy_stop = {"new_stop": (lambda: MoveStop(lm.tokenizer.decode)) if stop_after_move else None}
 
     if policy_fens:
-        prompts = ["P: " + " ".join(fen.split()) for fen in policy_fens]
+        # Written the way the model was taught (its policy_prompt: the FEN, or the FEN and its legal moves).
+        prompts = [policy_prompt(fen, lm.policy_prompt) for fen in policy_fens]
         texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common, **policy_stop)
         scored = score_completions(pool, prompts, texts, rewards)
-        truths = policy_truths_for(pool, [p[3:] for p in prompts], rewards.policy)
+        truths = policy_truths_for(pool, [policy_prompt_fen(p) for p in prompts], rewards.policy)
         for prompt, text, reward, truth in zip(prompts, texts, scored, truths):
             answer = reward.answer if isinstance(reward.answer, PolicyAnswer) else None
             records["policy"].append(
@@ -293,7 +296,7 @@ def evaluate_lm(
         metrics["a_reward"] = _mean([r["total"] for r in rows], confidence, resamples, seed)
 
     if puzzles:
-        prompts = ["P: " + p.board.fen() for p in puzzles]
+        prompts = [policy_prompt(p.board.fen(), lm.policy_prompt) for p in puzzles]
         texts = generate_texts(lm, prompts, max_new_tokens=policy_max_new_tokens, **common, **policy_stop)
         for puzzle, prompt, text in zip(puzzles, prompts, texts):
             answer = parse_policy_completion(text)

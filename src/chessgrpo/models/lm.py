@@ -112,6 +112,10 @@ class ChessLM:
     tokenizer: LMTokenizer
     source: str = "fresh"
     """Where it came from (a directory, or "fresh")."""
+    policy_prompt: str = "fen"
+    """How its P: prompts are written (`data.rookworld_format.POLICY_PROMPTS`): "fen" (``P: <FEN>``) or
+    "legal_moves" (the FEN and its legal moves). Set by SFT from its data, saved in ``model_config.json``
+    (a directory without the key, every model before issue 66's second lever, is "fen")."""
 
     @property
     def device(self) -> torch.device:
@@ -231,7 +235,21 @@ def load_lm(path: str | os.PathLike, *, device: str | torch.device = "cpu", drop
     model_vocab = model.get_input_embeddings().num_embeddings
     if tokenizer.vocab_size > model_vocab:
         raise InputError(f"{directory}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model_vocab}")
-    return ChessLM(model=model, tokenizer=tokenizer, source=str(directory))
+    return ChessLM(
+        model=model, tokenizer=tokenizer, source=str(directory), policy_prompt=saved_policy_prompt(directory)
+    )
+
+
+def saved_policy_prompt(directory: Path) -> str:
+    """The P: prompt style `save_lm` recorded in `directory`'s ``model_config.json`` ("fen" when absent)."""
+    try:
+        marker = json.loads((directory / LM_MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return "fen"
+    style = marker.get("policy_prompt", "fen") if isinstance(marker, dict) else "fen"
+    if style not in ("fen", "legal_moves"):
+        raise InputError(f"{directory / LM_MARKER_FILE}: policy_prompt must be fen or legal_moves, got {style!r}")
+    return str(style)
 
 
 def save_lm(lm: ChessLM, directory: str | os.PathLike) -> Path:
@@ -240,7 +258,12 @@ def save_lm(lm: ChessLM, directory: str | os.PathLike) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     lm.model.save_pretrained(str(directory), safe_serialization=True)
     lm.tokenizer.save(directory)
-    marker = {"kind": "causal_lm", "tokenizer": getattr(lm.tokenizer, "kind", "unknown"), "source": lm.source}
+    marker = {
+        "kind": "causal_lm",
+        "tokenizer": getattr(lm.tokenizer, "kind", "unknown"),
+        "source": lm.source,
+        "policy_prompt": lm.policy_prompt,
+    }
     (directory / LM_MARKER_FILE).write_text(json.dumps(marker, indent=1))
     if not (directory / LM_WEIGHTS_FILE).is_file():
         raise RuntimeError(f"save_pretrained did not write {LM_WEIGHTS_FILE} into {directory} (sharded?)")

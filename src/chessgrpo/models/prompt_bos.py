@@ -50,4 +50,4 @@ def with_prompt_bos(lm: ChessLM, enabled: bool) -> ChessLM:
         return lm
     from chessgrpo.models.lm import ChessLM
 
-    return ChessLM(lm.model, PromptBOSTokenizer(lm.tokenizer), lm.source)
+    return ChessLM(lm.model, PromptBOSTokenizer(lm.tokenizer), lm.source, lm.policy_prompt)

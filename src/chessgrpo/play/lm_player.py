@@ -259,7 +259,7 @@ class LMPlayer:
         clock's first guess of one generation (`uci.lm`); not counted, and the random streams stay as they were."""
         state = self._seed_rng.getstate()
         started = time.perf_counter()
-        self._generate([policy_prompt((board or chess.Board()).fen())], 0.0)
+        self._generate([policy_prompt((board or chess.Board()).fen(), self.lm.policy_prompt)], 0.0)
         seconds = time.perf_counter() - started
         self._seed_rng.setstate(state)  # a measurement must not shift the re-samples' seeds
         return seconds
@@ -315,7 +315,7 @@ class LMPlayer:
         for board, moves in zip(boards, legal):
             if not moves:
                 raise ValueError(f"position {board.fen()!r} has no legal (allowed) move; the LM cannot move there")
-        prompts = [policy_prompt(board.fen()) for board in boards]
+        prompts = [policy_prompt(board.fen(), self.lm.policy_prompt) for board in boards]
         chosen: list[chess.Move | None] = [None] * len(boards)
         answers: list[PolicyAnswer | None] = [None] * len(boards)
         outcomes = ["greedy"] * len(boards)

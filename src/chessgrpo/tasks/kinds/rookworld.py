@@ -68,7 +68,7 @@ import torch
 from chessgrpo.board.endgames import EndgameStarts
 from chessgrpo.config import ConfigError
 from chessgrpo.data.fresh_endgames import fresh_draw, held_out_endgame_fens
-from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT, MoveStop
+from chessgrpo.data.rookworld_format import MoveStop, policy_prompt
 from chessgrpo.data.rookworld_grading import shared_tablebase
 from chessgrpo.errors import InputError
 from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations, run_at_step  # result files, running
@@ -85,7 +85,7 @@ from chessgrpo.models.lm import (
 )
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.prompt_bos import with_prompt_bos
-from chessgrpo.tasks.kinds.rookworld_config import RookWorldTrainConfig
+from chessgrpo.tasks.kinds.rookworld_config import RookWorldTrainConfig, check_data_layout, check_data_prompts
 from chessgrpo.tasks.lm_rewards import ROOKWORLD_REWARDS
 from chessgrpo.tasks.lm_rollout import (
     CompletionGroups,
@@ -125,16 +125,11 @@ class RookWorldKind(GRPOKind):
         return SharedParts(model=lm, reference=reference_model, pool=EnginePool.from_config(configs[0].engine))
 
     def __init__(self, config: RookWorldTrainConfig, context: RunContext, shared: SharedParts | None = None):
-        from chessgrpo.data.rookworld import dataset_policy_layout, read_rookworld
+        from chessgrpo.data.rookworld import read_rookworld
         from chessgrpo.engine import EnginePool
 
         super().__init__(config, context, shared)
-        if config.task.stop_after_move and dataset_policy_layout(config.data) not in (None, MOVE_FIRST_LAYOUT):
-            raise ConfigError(
-                f"config key task.stop_after_move stops answers after a move-first B:, but data {config.data!r} "
-                f"writes its P: answers in layout {dataset_policy_layout(config.data)!r}: make the data with "
-                f"layout={MOVE_FIRST_LAYOUT} or set task.stop_after_move: false"
-            )
+        check_data_layout(config)
         if config.task.shuffle_rewards and (context.world_size > 1 or shared is not None):
             raise ConfigError(
                 "config key task.shuffle_rewards: the placebo permutes a whole step's rewards, which a data-parallel run "
@@ -174,6 +169,7 @@ class RookWorldKind(GRPOKind):
             self.lm, self.reference_model = shared.model, shared.reference
         else:
             self.lm, self.reference_model = _lm_pair(config, context.device)
+        check_data_prompts(config, self.lm.policy_prompt)
         self.model = self.lm.model
         # Sampling and evaluation encode prompts through this view (task.prompt_bos: BOS first).
         self.prompt_lm = with_prompt_bos(self.lm, config.task.prompt_bos)
@@ -235,7 +231,7 @@ class RookWorldKind(GRPOKind):
                 rank=resample_round,
                 clocks=self.config.task.fresh_endgame_clocks,
             )
-            prompts += ["P: " + board.fen() for board in boards]
+            prompts += [policy_prompt(board.fen(), self.lm.policy_prompt) for board in boards]
             n_policy = 0
         for pool, count in ((self.policy_prompts, n_policy), (self.environment_prompts, n_environment)):
             if count:
@@ -580,7 +576,7 @@ def _lm_pair(config: RookWorldTrainConfig, device: torch.device) -> tuple[ChessL
         reference = build_lm(config.model, seed=config.run.seed)
         reference.model.to(device)
     prepare_for_rl(reference.model).requires_grad_(False)
-    lm = ChessLM(copy.deepcopy(reference.model), reference.tokenizer, reference.source)
+    lm = ChessLM(copy.deepcopy(reference.model), reference.tokenizer, reference.source, reference.policy_prompt)
     prepare_for_rl(lm.model).requires_grad_(True)  # dropout off, eval mode (invariant 2)
     # The frozen reference may sit on its own device (reference_device), called from the policy's.
     return lm, place_reference(reference.model, device, config.reference_device)

@@ -102,3 +102,31 @@ class RookWorldTrainConfig(TrainConfig):
         if self.eval.environment_prompts:
             return "eval/a_reward", "max"
         return ("eval/puzzle_first_move_accuracy", "max") if self.eval.puzzles else None
+
+
+def check_data_layout(config: RookWorldTrainConfig) -> None:
+    """`ConfigError` when ``task.stop_after_move`` asks for move-first answers the data does not write."""
+    from chessgrpo.data.rookworld import dataset_policy_layout
+    from chessgrpo.data.rookworld_format import MOVE_FIRST_LAYOUT
+
+    layout = dataset_policy_layout(config.data)
+    if config.task.stop_after_move and layout not in (None, MOVE_FIRST_LAYOUT):
+        raise ConfigError(
+            f"config key task.stop_after_move stops answers after a move-first B:, but data {config.data!r} "
+            f"writes its P: answers in layout {layout!r}: make the data with "
+            f"layout={MOVE_FIRST_LAYOUT} or set task.stop_after_move: false"
+        )
+
+
+def check_data_prompts(config: RookWorldTrainConfig, model_prompt: str) -> None:
+    """`ConfigError` when the data's P: prompts are written in another style (``policy_prompt``) than the model
+    was taught: its answers to them would say nothing about what it learned."""
+    from chessgrpo.data.rookworld import dataset_policy_prompt
+
+    style = dataset_policy_prompt(config.data)
+    if style is not None and style != model_prompt:
+        raise ConfigError(
+            f"config key data: {config.data!r} writes {style} P: prompts but the model was taught {model_prompt} "
+            "prompts (its model_config.json's policy_prompt): train it on this data with SFT first, or use data made "
+            f"with policy_prompt={model_prompt}"
+        )

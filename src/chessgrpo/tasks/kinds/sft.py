@@ -73,6 +73,7 @@ class SFTKind(Kind):
             self.lm.model.to(device)
         self.lm.model.eval()
         self.model = self.lm.model
+        self._adopt_policy_prompt(config.data)
         # Evaluation encodes prompts through this view (prompt_bos: BOS first, as in training).
         self.prompt_lm = with_prompt_bos(self.lm, config.prompt_bos)
         train = [e for e in read_rookworld(config.data, "train") if e.task in config.tasks]
@@ -253,7 +254,7 @@ class SFTKind(Kind):
             starts, tablebase, config.batch_size, seed=config.run.seed, step=step, clocks=config.fresh_endgame_clocks
         )
         prefix = [prompt_bos_id(tokenizer)] if config.prompt_bos else []
-        prompts = [prefix + tokenizer.encode(policy_prompt(truth.fen)) for truth in truths]
+        prompts = [prefix + tokenizer.encode(policy_prompt(truth.fen, self.lm.policy_prompt)) for truth in truths]
         # The completion text of a move-first answer starts " B: <move>" (`format_policy_completion`).
         candidates = [[tokenizer.encode(f" B: {move}") for move in sorted(truth.optimal)] for truth in truths]
         self.model.train()
@@ -417,6 +418,23 @@ class SFTKind(Kind):
                 {"eval/format_rate": rate.value, "eval/format_rate_low": rate.low, "eval/format_rate_high": rate.high}
             )
         return metrics
+
+    def _adopt_policy_prompt(self, data: str) -> None:
+        """The model writes its P: prompts as its data does (the manifest's ``policy_prompt``); it is saved with
+        it, so GRPO, `eval lm` and the LM player prompt it the way it was taught."""
+        from chessgrpo.data.rookworld import dataset_policy_prompt
+
+        style = dataset_policy_prompt(data)
+        if style is not None and style != self.lm.policy_prompt:
+            if self.config.model.path:
+                logger.warning(
+                    "the model at %s was taught %s prompts; data %s writes %s prompts, which it learns from now on",
+                    self.config.model.path,
+                    self.lm.policy_prompt,
+                    data,
+                    style,
+                )
+            self.lm.policy_prompt = style
 
     # -- state --------------------------------------------------------------------------------------
 
