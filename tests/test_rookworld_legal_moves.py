@@ -166,6 +166,14 @@ def test_grpo_eval_lm_and_the_player_prompt_the_way_the_model_was_taught(taught,
     records = json.loads(output.read_text())["records"]["policy"]
     assert len(records) == 10
     assert all(r["prompt"] == policy_prompt(policy_prompt_fen(r["prompt"]), "legal_moves") for r in records)
+    # `eval lm --compare` pairs P: records by position, so a FEN-prompted model's file pairs with this one.
+    as_fen = json.loads(output.read_text())
+    for record in as_fen["records"]["policy"]:
+        record["prompt"] = policy_prompt(policy_prompt_fen(record["prompt"]))
+    (tmp_path / "as_fen.json").write_text(json.dumps(as_fen))
+    capsys.readouterr()
+    assert main(["eval", "lm", "--compare", str(tmp_path / "as_fen.json"), str(output)]) == 0
+    assert "p_best_accuracy " in capsys.readouterr().out
 
     # The player asks the taught model its own kind of prompt: on the positions it learned, it answers them.
     train = read_rookworld(data, "train", task="policy")

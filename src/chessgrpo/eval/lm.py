@@ -333,7 +333,8 @@ def evaluate_lm(
 def compare_lm_results(
     a: dict[str, Any], b: dict[str, Any], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
 ) -> dict[str, Interval]:
-    """Paired B - A differences over the prompts both evaluations hold (records of `LMEvalResult.to_json`).
+    """Paired B - A differences over the prompts both evaluations hold (records of `LMEvalResult.to_json`); P:
+    records pair by their position (`policy_prompt_fen`), so models prompted in different styles pair too.
 
     P: reward, best-move accuracy (B: earns full credit, as the metric counts it), the mean best-move credit (graded
     modes: partial credit too), top-5 hit, legal rate, format rate, the ratio of distinct greedy B: moves, and best-move accuracy and reward
@@ -352,8 +353,8 @@ def compare_lm_results(
         "environment": {"a_reward": "total", "a_exact_state_accuracy": "exact_state", "a_format_rate": None},
     }
     for task, names in specs.items():
-        first = {r["prompt"]: r for r in a.get("records", {}).get(task, [])}
-        second = {r["prompt"]: r for r in b.get("records", {}).get(task, [])}
+        first = {_pairing_key(r): r for r in a.get("records", {}).get(task, [])}
+        second = {_pairing_key(r): r for r in b.get("records", {}).get(task, [])}
         shared = [p for p in first if p in second]
         if not shared:
             continue
@@ -399,6 +400,12 @@ def compare_lm_results(
                         seed=seed,
                     )
     return out
+
+
+def _pairing_key(record: dict[str, Any]) -> str:
+    """What pairs a record across two evaluations: a P: prompt's position (either prompt style), else the prompt."""
+    prompt = str(record["prompt"])
+    return policy_prompt_fen(prompt) if prompt.lstrip().startswith("P:") else prompt
 
 
 def _paired_distinct_ratio(
