@@ -194,11 +194,6 @@ def policy_prompt_fen(prompt: str) -> str:
     return " ".join(text[2:].split("+", 1)[0].split())
 
 
-def policy_prompt_style(prompt: str) -> str:
-    """The style (`POLICY_PROMPTS`) a P: prompt is written in: ``legal_moves`` when it lists moves after ``+``."""
-    return LEGAL_MOVES_PROMPT if "+" in prompt else FEN_PROMPT
-
-
 def check_policy_prompt(style: str, key: str = "policy_prompt") -> str:
     """`style` when it is one of `POLICY_PROMPTS`, else `InputError` naming the config `key`."""
     if style not in POLICY_PROMPTS:
