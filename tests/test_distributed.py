@@ -27,7 +27,8 @@ import torch
 from safetensors.torch import load_file
 
 from chessgrpo.models.placement import OnDevice
-from chessgrpo.models.policy import ActionPolicy, PolicyConfig, multinomial_by_group
+from chessgrpo.models.policy import ActionPolicy, PolicyConfig
+from chessgrpo.models.sampling import multinomial_by_group
 from chessgrpo.tasks.move_group import sample_groups
 from chessgrpo.train.checkpoint import latest_checkpoint
 from chessgrpo.train.distributed import Parallel, group_generators

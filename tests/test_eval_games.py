@@ -608,7 +608,7 @@ def test_configs_games_yaml_matches_the_defaults():
 def test_position_counts_agree_with_python_chess_repetition():
     import random
 
-    from chessgrpo.play.movers import position_counts, position_key
+    from chessgrpo.board.repetitions import position_counts, position_key
 
     rng = random.Random(0)
     board = chess.Board("4k3/8/8/8/8/8/8/R3K2R w KQ - 0 1")  # few moves: repetitions are common

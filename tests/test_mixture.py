@@ -18,7 +18,7 @@ from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig
 from chessgrpo.rl import GRPOConfig, compute_advantages
 from chessgrpo.rl.combine import concat_forwards, concat_rollouts
-from chessgrpo.tasks import move_group, trajectory, trajectory_rewards
+from chessgrpo.tasks import move_group, trajectory, trajectory_learner, trajectory_rewards
 from chessgrpo.tasks.kinds.mixture import MixtureTrainConfig, draw_task_groups, task_step_groups
 from chessgrpo.train.loop import Trainer
 from chessgrpo.train.metrics import read_metrics
@@ -96,11 +96,11 @@ def two_rollouts():
             generator=torch.Generator().manual_seed(1),
         )
         rewards = trajectory_rewards.tablebase_step_rewards(games, oracle, shaping=0.1)
-    trajectories = trajectory.to_rollout_batch(games, rewards, "process")
+    trajectories = trajectory_learner.to_rollout_batch(games, rewards, "process")
     trajectories.advantages = compute_advantages(trajectories, grpo)
     forwards = [
         move_group.make_forward(model, groups, temperature=1.0),
-        trajectory.make_forward(model, games, temperature=1.0),
+        trajectory_learner.make_forward(model, games, temperature=1.0),
     ]
     return [one_move, trajectories], forwards
 

@@ -25,17 +25,16 @@ from chessgrpo.engine.tablebase_values import game_over
 from chessgrpo.models.policy import ActionPolicy, ModelConfig, PolicyConfig, log_probs
 from chessgrpo.rl import GRPOConfig, InvariantViolation, KLController, PolicyOutputs, compute_advantages, optimize
 from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
+from chessgrpo.tasks.engine_values import EngineValues
 from chessgrpo.tasks.kinds.trajectory import TrajectoryEvalConfig, TrajectoryKind, TrajectoryTrainConfig
 from chessgrpo.tasks.trajectory import (
-    EngineValues,
     StockfishOpponent,
     TablebaseOpponent,
     Trajectories,
     TrajectoryConfig,
-    make_forward,
     play_trajectories,
-    to_rollout_batch,
 )
+from chessgrpo.tasks.trajectory_learner import make_forward, to_rollout_batch
 from chessgrpo.tasks.trajectory_rewards import (
     engine_step_rewards,
     move_regret,

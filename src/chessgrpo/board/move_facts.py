@@ -14,7 +14,8 @@ Bits of an action's fact byte (0 for an illegal move and for a legal move with n
 static estimate, not a rule, of whether the moved piece can be taken at a loss (`en_prise_actions`), and
 `MATE_IN_TWO` (bit 6), exact: the move is a check after which every reply allows a mate in one
 (`mate_in_two_actions`), and `LEAVES_HANGING` (bit 7), a static estimate like en prise but over every
-piece of the mover: the opponent can then win material with one capture (`leaves_hanging_actions`).
+piece of the mover: the opponent can then win material with one capture (`leaves_hanging_actions`); and
+from the game's history (`board.repetitions`), `REPETITION` (bit 8) and `THREEFOLD` (bit 9).
 
 The two exchange facts run on a fast path (`_exchange_facts`) that flags exactly the moves of their plain
 python-chess definitions (`en_prise_reference`, `leaves_hanging_reference`; tests/test_move_facts.py). One
@@ -34,6 +35,7 @@ import numpy as np
 
 from chessgrpo.board.actions import ACTIONS, NUM_ACTIONS, move_to_action
 from chessgrpo.board.fast_moves import FACT_BITS, available, mate_in_two_fast, move_facts_fast
+from chessgrpo.board.repetitions import REPETITION, THREEFOLD, PositionKey, repetition_facts
 
 MOVE_FACTS = ("check", "checkmate", "stalemate", "insufficient_material", "fifty_moves")
 """Bit i of a fact byte is MOVE_FACTS[i]: the move gives check; mates; stalemates; leaves a dead
@@ -55,16 +57,27 @@ LEAVES_HANGING = 1 << (len(MOVE_FACTS) + 2)
 """Bit 7: a move that does not give check, after which the opponent can capture one of the mover's pieces
 (any of them, not only the moved one) and gain at least `HANGING_MIN_GAIN` points more than the move
 captured, in one exchange (`leaves_hanging_actions`). Only for policies built with ``leaves_hanging``.
-It is the last bit of the uint8 fact byte (`move_fact_array`, `train.dataset.SparseMoveFacts`): a ninth
-fact needs a wider dtype there."""
+It is the last bit of a uint8 fact byte; the history facts above it (`board.repetitions`) are never set in
+datasets of FENs (`train.dataset.SparseMoveFacts` keeps uint8), and `move_fact_array` widens to uint16 for them."""
 
 HANGING_MIN_GAIN = 2
 """Material (pawns) a `LEAVES_HANGING` move loses beyond what it took: a minor piece, the exchange or
 more. Pawn-sized losses are left out: in engine games they are as often gambits and trades as blunders."""
 
-EXTRA_FACTS = {"en_prise": EN_PRISE, "mate_in_two": MATE_IN_TWO, "leaves_hanging": LEAVES_HANGING}
+EXTRA_FACTS = {
+    "en_prise": EN_PRISE,
+    "mate_in_two": MATE_IN_TWO,
+    "leaves_hanging": LEAVES_HANGING,
+    "repetition": REPETITION,
+    "threefold": THREEFOLD,
+}
 """The optional facts by name, with their bits: a policy reads the rule facts (`MOVE_FACTS`) and those
-of these it was built with (`models.policy.PolicyConfig.extra_facts`)."""
+of these it was built with (`models.policy.PolicyConfig.extra_facts`). `REPETITION` and `THREEFOLD`
+(`board.repetitions`) come from the game's move stack, not the position: they need the fact arrays'
+uint16 (`move_fact_array`)."""
+
+HISTORY_FACTS = ("repetition", "threefold")
+"""The optional facts read from a game's history (`board.repetitions`): always 0 for a board without one."""
 
 
 def fact_bit_positions(names: Sequence[str]) -> tuple[int, ...]:
@@ -84,14 +97,21 @@ The king is 0 as a moved piece (it never moves into attack) and is never the che
 defended square (it cannot capture there)."""
 
 
-def move_facts(board: chess.Board, fen: str | None = None, *, extra: Collection[str] = ()) -> list[tuple[int, int]]:
-    """(action, fact byte) for each legal move of `board` with at least one fact set, sorted by action.
+def move_facts(
+    board: chess.Board,
+    fen: str | None = None,
+    *,
+    extra: Collection[str] = (),
+    counts: dict[PositionKey, int] | None = None,
+) -> list[tuple[int, int]]:
+    """(action, fact bits) for each legal move of `board` with at least one fact set, sorted by action.
 
     Computed by the fast backend (`board.fast_moves`, ~0.09 ms for a middlegame position) when it
     is installed, else by `move_facts_reference`; the two agree move for move (tests/test_fast_moves.py).
     `fen`: the board's FEN, when the caller has it. `extra`: names of `EXTRA_FACTS` to set as well
     (en_prise and leaves_hanging ~0.1 ms more together, ~0.03 ms en_prise alone; mate_in_two ~0.02 ms more with the fast
-    backend, ~0.16 ms without, growing with the number of checks).
+    backend, ~0.16 ms without, growing with the number of checks). The history facts (`HISTORY_FACTS`) read
+    `counts`, the game's `board.repetitions.position_counts` when the caller keeps them, else the move stack.
     """
     unknown = set(extra) - EXTRA_FACTS.keys()
     if unknown:
@@ -114,6 +134,11 @@ def move_facts(board: chess.Board, fen: str | None = None, *, extra: Collection[
             checks = {action for action, bits in facts if bits & CHECK and not bits & CHECKMATE}
             for action in mate_in_two_actions(board, checks, fen=fen):
                 merged[action] = merged.get(action, 0) | MATE_IN_TWO
+        if "repetition" in extra or "threefold" in extra:
+            keep = (REPETITION if "repetition" in extra else 0) | (THREEFOLD if "threefold" in extra else 0)
+            for action, bits in repetition_facts(board, counts):
+                if bits & keep:
+                    merged[action] = merged.get(action, 0) | (bits & keep)
         facts = list(merged.items())
     return sorted(facts)
 
@@ -527,7 +552,8 @@ def move_fact_array(
     *,
     extra: Collection[str] = (),
 ) -> np.ndarray:
-    """uint8 [B, 1968]: the fact byte of every action of every board (0 where nothing holds).
+    """uint8 [B, 1968]: the fact bits of every action of every board (0 where nothing holds); uint16 when
+    `extra` names a history fact (`HISTORY_FACTS`, above bit 7).
 
     `facts`: each board's `move_facts`, when the caller has them already (search computes them
     once per leaf for its mate-in-one test and the network's input; computed with the same
@@ -535,7 +561,8 @@ def move_fact_array(
     """
     if facts is not None and len(facts) != len(boards):
         raise ValueError(f"{len(facts)} fact lists for {len(boards)} boards")
-    out = np.zeros((len(boards), NUM_ACTIONS), dtype=np.uint8)
+    wide = any(name in HISTORY_FACTS for name in extra)
+    out = np.zeros((len(boards), NUM_ACTIONS), dtype=np.uint16 if wide else np.uint8)
     for row, board in enumerate(boards):
         known = facts[row] if facts is not None else move_facts(board, None if fens is None else fens[row], extra=extra)
         for action, bits in known:

@@ -87,7 +87,7 @@ def generate(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not math.isfinite(temperature):
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    from chessgrpo.models.policy import multinomial_by_group
+    from chessgrpo.models.sampling import multinomial_by_group
 
     device = next(model.parameters()).device
     pad = eos_token_id if pad_token_id is None else pad_token_id

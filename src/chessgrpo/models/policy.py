@@ -16,9 +16,9 @@ legal move), each row also carries one fact byte per action after its 77 tokens,
 `MoveFactsHead` adds a learned, position-dependent weight per fact to the moves' logits: rules a
 small transformer cannot derive from the board in one pass (docs/results.md, "Design choices").
 
-`log_probs` is the single function that turns logits into log-probabilities (temperature and
-legal-move mask applied); sampling, evaluation and every loss call it, so the behaviour policy
-and the learner can never disagree on the distribution (docs/architecture.md, invariant 1).
+`log_probs` (`models.sampling`) is the single function that turns logits into log-probabilities
+(temperature and legal-move mask applied); sampling, evaluation and every loss call it, so the behaviour
+policy and the learner can never disagree on the distribution (docs/architecture.md, invariant 1).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from chessgrpo.board.encoding import VOCABULARY
 from chessgrpo.board.move_facts import EXTRA_FACTS, MOVE_FACTS, fact_bit_positions, move_fact_array
 from chessgrpo.errors import InputError, one_line
 from chessgrpo.files import write_bytes_atomic, write_text_atomic
+from chessgrpo.models.sampling import log_probs as log_probs  # re-exported: callers know it as the policy's
+from chessgrpo.models.sampling import sample_actions
 
 MODEL_FILE = "model.safetensors"
 WHITE_TO_MOVE_TOKEN = VOCABULARY.index("w")
@@ -81,6 +83,12 @@ class PolicyConfig:
     """With `move_facts`: one more fact, `board.move_facts.LEAVES_HANGING` (after the move the opponent can
     win a piece's worth with one capture, a one-exchange static estimate over all the mover's pieces).
     False in every policy saved before it existed."""
+    repetition: bool = False
+    """With `move_facts`: one more fact, `board.repetitions.REPETITION` (the position after the move stood on the
+    board before in this game; from the move stack, so 0 on a board without one). False in older policies."""
+    threefold: bool = False
+    """With `move_facts`: one more fact, `board.repetitions.THREEFOLD` (the move draws by threefold repetition).
+    False in older policies."""
     value_head: bool = False
     """Also predict the side to move's expected score in [0, 1] (`ValueHead`, on the shared trunk):
     what search (`chessgrpo.search`) evaluates its leaves with."""
@@ -221,8 +229,9 @@ class MoveFactsHead(nn.Module):
         super().__init__()
         self.weights = nn.Linear(d_model, len(facts))  # one weight per named fact; other bits are ignored
         self.register_buffer("shifts", torch.tensor(fact_bit_positions(facts)), persistent=False)
-        # [256, F]: which named facts each possible fact byte sets.
-        self.register_buffer("byte_bits", (torch.arange(256).unsqueeze(-1) >> self.shifts) & 1, persistent=False)
+        # [V, F]: which named facts each possible fact value sets; V = 256, or 1024 with the history facts (bits 8-9).
+        values = 1 << max(8, max(fact_bit_positions(facts), default=0) + 1)
+        self.register_buffer("byte_bits", (torch.arange(values).unsqueeze(-1) >> self.shifts) & 1, persistent=False)
 
     def reset(self) -> None:
         nn.init.zeros_(self.weights.weight)
@@ -230,9 +239,9 @@ class MoveFactsHead(nn.Module):
 
     def forward(self, x: torch.Tensor, facts: torch.Tensor) -> torch.Tensor:
         weights = self.weights(x.mean(dim=1))  # [B, F]
-        # The bias of each of the 256 fact bytes, then looked up per action: the same sums as expanding
+        # The bias of each possible fact value, then looked up per action: the same sums as expanding
         # every action's bits ([B, 1968, F]), at a tenth of the cost in a training step.
-        per_byte = weights @ self.byte_bits.to(weights.dtype).T  # [B, 256]
+        per_byte = weights @ self.byte_bits.to(weights.dtype).T  # [B, V]
         return per_byte.gather(1, facts.long())
 
 
@@ -401,10 +410,6 @@ class ActionPolicy(nn.Module):
         return moves
 
 
-# ------------------------------------------------------------------------------------------------
-# The one way from logits to a distribution
-
-
 @dataclasses.dataclass
 class ModelConfig:
     """The policy's shape in a training config: a named size, optionally with some of its fields replaced."""
@@ -437,6 +442,11 @@ class ModelConfig:
     """With `move_facts`: also whether each move leaves one of the mover's pieces to be won by one capture
     (a static one-exchange estimate over every piece; `board.move_facts.leaves_hanging_actions`): the recipe
     policy's commonest one-capture blunder against Stockfish at Skill Level 0."""
+    repetition: bool = False
+    """With `move_facts`: also whether each move brings back a position of the game (from the game's move stack;
+    `board.repetitions`): without it a policy that enters a cycle once enters it again."""
+    threefold: bool = False
+    """With `move_facts`: also whether each move draws by threefold repetition (`board.repetitions`)."""
     value_head: bool = False
     """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
@@ -463,6 +473,8 @@ class ModelConfig:
                 "en_prise": self.en_prise,
                 "mate_in_two": self.mate_in_two,
                 "leaves_hanging": self.leaves_hanging,
+                "repetition": self.repetition,
+                "threefold": self.threefold,
                 "value_head": self.value_head,
             }
         )
@@ -479,6 +491,8 @@ class ModelConfig:
             + (["en prise"] if self.en_prise else [])
             + (["mate in two"] if self.mate_in_two else [])
             + (["leaves hanging"] if self.leaves_hanging else [])
+            + (["repetition"] if self.repetition else [])
+            + (["threefold"] if self.threefold else [])
             + (["value head"] if self.value_head else [])
         )
         return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *extras])
@@ -500,82 +514,6 @@ def value_head_parameters(model: ActionPolicy) -> list[nn.Parameter]:
     """The value head's parameters (none without one): GRPO kinds keep them frozen, since no
     policy-gradient loss trains them (and DDP requires every trainable parameter to get a gradient)."""
     return [] if model.value_head is None else list(model.value_head.parameters())
-
-
-def log_probs(logits: torch.Tensor, legal_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities of the masked, tempered policy: log_softmax(logits / T) over legal actions.
-
-    Illegal actions get -inf. Every sampler and every loss goes through this function.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for a distribution, got {temperature}")
-    if legal_mask.shape != logits.shape:
-        raise ValueError(f"mask shape {tuple(legal_mask.shape)} != logits shape {tuple(logits.shape)}")
-    if not bool(legal_mask.any(dim=-1).all()):
-        raise ValueError("a row of the legal mask has no legal action")
-    scaled = logits.float() / temperature
-    return scaled.masked_fill(~legal_mask, float("-inf")).log_softmax(dim=-1)
-
-
-def sample_actions(
-    logits: torch.Tensor,
-    legal_mask: torch.Tensor,
-    *,
-    temperature: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Sample one action per row from `log_probs` (no top-k/top-p truncation: it would bias ratios)."""
-    probs = log_probs(logits, legal_mask, temperature).exp()
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-Generators = torch.Generator | Sequence[torch.Generator] | None
-"""One generator for every row, one per group (index = the row's group), or None (torch's global one)."""
-
-
-def multinomial_by_group(
-    probs: torch.Tensor,
-    num_samples: int,
-    groups: Sequence[int] | torch.Tensor,
-    generator: Generators,
-    *,
-    replacement: bool = False,
-) -> torch.Tensor:
-    """`torch.multinomial` of rows [R, A] where row r draws from ``generator[groups[r]]``.
-
-    With one generator per group, a group's samples depend only on its own rows and its own seed
-    (data-parallel ranks and resumed runs draw the same moves); a single generator (or None) is
-    one plain call.
-    """
-    if generator is None or isinstance(generator, torch.Generator):
-        return torch.multinomial(probs, num_samples, replacement=replacement, generator=generator)
-    group_of_row = torch.as_tensor(groups, dtype=torch.long).cpu()
-    if group_of_row.shape != probs.shape[:1]:
-        raise ValueError(f"groups has {group_of_row.numel()} entries for {probs.shape[0]} rows")
-    runs = _contiguous_runs(group_of_row.tolist())
-    if runs is not None:  # each group's rows side by side (rollouts list games group by group): slices, no gathers
-        return torch.cat(
-            [
-                torch.multinomial(probs[start:end], num_samples, replacement=replacement, generator=generator[group])
-                for group, start, end in runs
-            ]
-        )
-    out = torch.empty(probs.shape[0], num_samples, dtype=torch.long, device=probs.device)
-    for group in torch.unique(group_of_row).tolist():
-        rows = (group_of_row == group).nonzero().flatten().to(probs.device)
-        out[rows] = torch.multinomial(probs[rows], num_samples, replacement=replacement, generator=generator[group])
-    return out
-
-
-def _contiguous_runs(groups: list[int]) -> list[tuple[int, int, int]] | None:
-    """(group, start, end) of each run of equal groups, if every group forms one run; else None."""
-    runs: list[tuple[int, int, int]] = []
-    for index, group in enumerate(groups):
-        if runs and runs[-1][0] == group:
-            runs[-1] = (group, runs[-1][1], index + 1)
-        else:
-            runs.append((group, index, index + 1))
-    return runs if len({group for group, _, _ in runs}) == len(runs) else None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import chess
 import chess.engine
 
 from chessgrpo.board.move_facts import PIECE_VALUES
+from chessgrpo.board.repetitions import position_counts, position_key
 from chessgrpo.engine.locate import EngineError, find_stockfish
 from chessgrpo.engine.pool_workers import RetryPolicy
 from chessgrpo.engine.uci import EngineTimeout, EngineUnsupported, UciOption, choose_settings
@@ -294,38 +295,6 @@ class EngineMover:
             except (chess.engine.EngineError, chess.engine.EngineTerminatedError, TimeoutError):
                 pass
             self._kill()
-
-
-def position_key(board: chess.Board) -> tuple:
-    """What makes two positions the same for repetition: pieces, side to move, castling rights and
-    a legal en-passant capture (as python-chess's own repetition check)."""
-    return (
-        board.pawns,
-        board.knights,
-        board.bishops,
-        board.rooks,
-        board.queens,
-        board.kings,
-        board.occupied_co[chess.WHITE],
-        board.occupied_co[chess.BLACK],
-        board.turn,
-        board.clean_castling_rights(),
-        board.ep_square if board.has_legal_en_passant() else None,
-    )
-
-
-def position_counts(board: chess.Board) -> dict[tuple, int]:
-    """How often each position since the last capture or pawn move has stood on the board."""
-    counts: dict[tuple, int] = {}
-    history = board.copy()
-    counts[position_key(history)] = 1
-    while history.move_stack:
-        move = history.pop()
-        key = position_key(history)
-        counts[key] = counts.get(key, 0) + 1
-        if history.is_zeroing(move):  # nothing before an irreversible move can recur
-            break
-    return counts
 
 
 def material_balance(board: chess.Board) -> int:

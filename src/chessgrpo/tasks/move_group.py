@@ -38,7 +38,8 @@ import torch.nn.functional as F
 
 from chessgrpo.board import ACTIONS
 from chessgrpo.data.start_positions import StartPositions  # noqa: F401  (re-exported: tasks draw from it)
-from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
+from chessgrpo.models.policy import ActionPolicy
+from chessgrpo.models.sampling import Generators, log_probs, multinomial_by_group
 from chessgrpo.rl import PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
 from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
 from chessgrpo.tasks.reward_registry import (

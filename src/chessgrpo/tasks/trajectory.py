@@ -70,17 +70,20 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import chess
 import torch
 
 from chessgrpo.board import ACTIONS
+from chessgrpo.board.move_facts import HISTORY_FACTS, move_facts
+from chessgrpo.board.repetitions import position_key, record, repetition_facts
 from chessgrpo.engine.tablebase import Tablebase
 from chessgrpo.engine.tablebase_values import game_over
-from chessgrpo.models.policy import ActionPolicy, Generators, log_probs, multinomial_by_group
-from chessgrpo.rl import SUPERVISIONS, PolicyOutputs, RolloutBatch, categorical_entropy, eval_mode_forward, exact_kl
-from chessgrpo.tasks.policy_forward import distinct_position_log_probs, exact_reference_kl
+from chessgrpo.models.policy import ActionPolicy
+from chessgrpo.models.sampling import Generators, log_probs, multinomial_by_group
+from chessgrpo.rl import SUPERVISIONS, categorical_entropy, exact_kl
+from chessgrpo.tasks.engine_values import EngineValues
 from chessgrpo.tasks.reward_registry import one_reward_weights
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -219,7 +222,10 @@ class PolicyOpponent:
         """One sampled move per board; with per-group generators `groups` names each board's group."""
         if self.model.training:
             raise RuntimeError("the policy opponent must be in eval mode (no dropout)")
-        unique, _, inverse = _distinct(boards)
+        if reads_history(self.model):  # the boards' move stacks are part of the input: no merging by FEN
+            unique, inverse = boards, torch.arange(len(boards))
+        else:
+            unique, _, inverse = _distinct(boards, [board.fen() for board in boards])
         tokens, legal = self.model.inputs(unique)
         logp_full = log_probs(self.model(tokens), legal, self.temperature)
         groups = range(len(boards)) if groups is None else groups
@@ -354,25 +360,36 @@ class Trajectories:
         return out
 
 
-def _distinct(
-    boards: Sequence[chess.Board], fens: Sequence[str] | None = None
-) -> tuple[list[chess.Board], list[str], torch.Tensor]:
-    """(copies of the distinct boards by FEN, their FENs, inverse [len(boards)] index into them).
+def _distinct(boards: Sequence[chess.Board], keys: Sequence[str]) -> tuple[list[chess.Board], list[int], torch.Tensor]:
+    """(copies of the distinct boards by key, the index of each one's first board, inverse [len(boards)] index
+    into them). A key is a board's FEN, with its repetition facts when the policy reads them (`input_keys`).
 
-    Copies, so that pushing a move on one of `boards` cannot change what another row sees.
-    `fens`: the boards' FENs, when the caller has them.
+    Copies without the move stack, so that pushing a move on one of `boards` cannot change what another row sees.
     """
     index: dict[str, int] = {}
     unique: list[chess.Board] = []
-    keys: list[str] = []
+    first: list[int] = []
     inverse = []
-    for board, key in zip(boards, fens if fens is not None else (board.fen() for board in boards)):
+    for i, (board, key) in enumerate(zip(boards, keys)):
         if key not in index:
             index[key] = len(unique)
             unique.append(board.copy(stack=False))
-            keys.append(key)
+            first.append(i)
         inverse.append(index[key])
-    return unique, keys, torch.tensor(inverse, dtype=torch.long)
+    return unique, first, torch.tensor(inverse, dtype=torch.long)
+
+
+def reads_history(model: ActionPolicy) -> bool:
+    """Whether the policy's input depends on the game's history (`board.move_facts.HISTORY_FACTS`), not the FEN alone."""
+    return any(name in HISTORY_FACTS for name in model.config.extra_facts)
+
+
+def input_keys(fens: Sequence[str], repetitions: Sequence[list[tuple[int, int]]] | None) -> list[str]:
+    """What makes two positions the same input to the policy: the FEN, and with the history facts the moves that
+    repeat a position of the game (`board.repetitions.repetition_facts`), since those change the input too."""
+    if repetitions is None:
+        return list(fens)
+    return [fen if not facts else f"{fen}|{facts}" for fen, facts in zip(fens, repetitions)]
 
 
 @torch.no_grad()
@@ -426,6 +443,17 @@ def play_trajectories(
             fen = fens[g] = boards[g].fen()
         return fen
 
+    # With a policy that reads the history facts: each game's `board.repetitions.position_counts`, kept as it goes.
+    counts = [{position_key(board): 1} for board in boards] if reads_history(model) else None
+
+    def push(g: int, move: chess.Move) -> None:
+        board = boards[g]
+        zeroing = counts is not None and board.is_zeroing(move)
+        board.push(move)
+        fens[g] = None
+        if counts is not None:
+            counts[g] = record(counts[g], board, zeroing)
+
     if prefetch is not None:
         prefetch.add(starts)  # every row's first point
     timings = {"policy_s": 0.0, "opponent_s": 0.0}
@@ -443,8 +471,18 @@ def play_trajectories(
         others = [g for g in active if boards[g].turn not in game_rows[g]]
         if learner:
             tick = time.perf_counter()
-            unique, keys, inverse = _distinct([boards[g] for g in learner], [fen_of(g) for g in learner])
-            tokens, legal = model.inputs(unique, fens=keys)
+            learner_fens = [fen_of(g) for g in learner]
+            repetitions = [repetition_facts(boards[g], counts[g]) for g in learner] if counts is not None else None
+            unique, first, inverse = _distinct([boards[g] for g in learner], input_keys(learner_fens, repetitions))
+            keys = [learner_fens[i] for i in first]  # the distinct positions' FENs
+            facts = None
+            if counts is not None:  # the history facts come from each game's counts (the copies have no move stack)
+                extra = model.config.extra_facts
+                facts = [
+                    move_facts(unique[u], keys[u], extra=extra, counts=counts[learner[i]]) for u, i in enumerate(first)
+                ]
+            tokens, legal = model.inputs(unique, facts=facts, fens=keys)
+            input_key = input_keys(keys, None if repetitions is None else [repetitions[i] for i in first])
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 logits = model(tokens)
             logp_full = log_probs(logits, legal, config.temperature)
@@ -478,13 +516,12 @@ def play_trajectories(
                     row.closed = True
                 if not row.closed:
                     u = inverse_list[j]
-                    key = keys[u]
-                    if key not in table:
-                        table[key] = len(table)
+                    if input_key[u] not in table:
+                        table[input_key[u]] = len(table)
                         tokens_list.append(tokens[u])
                         legal_list.append(legal[u])
-                    row.points.append(Point(board.copy(stack=False), None, key))
-                    row.positions.append(table[key])
+                    row.points.append(Point(board.copy(stack=False), None, keys[u]))
+                    row.positions.append(table[input_key[u]])
                     row.actions.append(actions_list[j])
                     row.logp.append(logp_list[j])
                     row.entropy.append(entropy_list[u])
@@ -494,8 +531,7 @@ def play_trajectories(
                     if ref_chosen is not None and kl is not None:
                         row.ref_logp.append(ref_chosen[j])
                         row.kl.append(kl[u])
-                board.push(chess.Move.from_uci(ACTIONS[actions_list[j]]))
-                fens[g] = None
+                push(g, chess.Move.from_uci(ACTIONS[actions_list[j]]))
             timings["policy_s"] += time.perf_counter() - tick
         if others:
             assert opponent is not None
@@ -505,8 +541,7 @@ def play_trajectories(
             for g, move in zip(others, replies):
                 if not boards[g].is_legal(move):
                     raise RuntimeError(f"opponent played illegal move {move.uci()} in {boards[g].fen()!r}")
-                boards[g].push(move)
-                fens[g] = None
+                push(g, move)
         for g in active:
             over[g] = game_over(boards[g])
         if prefetch is not None:
@@ -558,157 +593,3 @@ def play_trajectories(
         exact_kl=pad([row.kl for row in rows], torch.float32) if with_reference else None,
         timings=timings,
     )
-
-
-# ------------------------------------------------------------------------------------------------
-# Engine values searched while the rollout plays (what `tasks.trajectory_rewards` reads)
-
-
-class EngineValues:
-    """Engine values of a rollout's positions, searched while the rollout is still being played.
-
-    `add` hands positions to the pool as soon as they are reached (`EnginePool.submit` at background
-    priority, so an opponent's move, which the rollout waits for, is searched first); `values` waits
-    for what is left. The searches are exactly those `tasks.trajectory_rewards.engine_step_rewards` would make after the
-    rollout (the same positions at the same node limit, and the pool's results do not depend on
-    order or timing), so the rewards are identical; the engine just works while the policy does.
-    """
-
-    def __init__(self, pool: EnginePool, nodes: int):
-        self.pool, self.nodes = pool, nodes
-        self._index: dict[str, int] = {}
-        self._batches: list[Any] = []
-        self._values: list[float] = []
-
-    def add(self, boards: Sequence[chess.Board], keys: Sequence[str] | None = None) -> None:
-        """Start valuing those of `boards` not seen before (unfinished positions only: finished ones are
-        exact); `keys`: their FENs, when the caller has them."""
-        fresh, fresh_keys = [], []
-        for board, key in zip(boards, keys if keys is not None else (board.fen() for board in boards)):
-            if key not in self._index:
-                self._index[key] = len(self._index)
-                fresh.append(board)  # the pool validates a copy
-                fresh_keys.append(key)
-        if fresh:
-            from chessgrpo.engine.pool import BACKGROUND
-
-            self._batches.append(self.pool.submit(fresh, nodes=self.nodes, priority=BACKGROUND, fens=fresh_keys))
-
-    def value(self, key: str) -> float:
-        """The engine's win probability for the side to move at the position with FEN `key` (added
-        before); waits for the searches."""
-        while self._batches:  # in submission order: the index counts positions in that order
-            self._values.extend(e.win_probability for e in self._batches.pop(0).result())
-        return self._values[self._index[key]]
-
-
-# ------------------------------------------------------------------------------------------------
-# To the learner
-
-
-def to_rollout_batch(trajectories: Trajectories, step_rewards: torch.Tensor, supervision: str) -> RolloutBatch:
-    """Rows = trajectories (L = T, masked), named with their `supervision`; the learner computes the
-    advantages (`rl.compute_advantages`).
-
-    outcome: rewards [N] = row sums of the step rewards (one advantage per row); process, step and
-    critic: the step rewards [N, T], 0 at masked plies.
-    """
-    if step_rewards.shape != trajectories.mask.shape:
-        raise ValueError(
-            f"step rewards of shape {tuple(step_rewards.shape)} for trajectories {tuple(trajectories.mask.shape)}"
-        )
-    if supervision not in SUPERVISIONS:
-        raise ValueError(f"supervision must be one of {list(SUPERVISIONS)}, got {supervision!r}")
-    masked = torch.where(trajectories.mask, step_rewards.float(), torch.zeros_like(step_rewards, dtype=torch.float32))
-    rewards = masked.sum(dim=1) if supervision == "outcome" else masked
-    return RolloutBatch(
-        inputs={"position": trajectories.position},
-        actions=trajectories.actions,
-        behaviour_logp=trajectories.behaviour_logp,
-        mask=trajectories.mask,
-        rewards=rewards,
-        group_ids=trajectories.group_ids.clone(),
-        ref_logp=trajectories.ref_logp,
-        supervision=supervision,
-    )
-
-
-def make_forward(
-    model: ActionPolicy,
-    trajectories: Trajectories,
-    *,
-    temperature: float,
-    bf16: bool = False,
-    reference: ActionPolicy | None = None,
-):
-    """The learner's forward: log-probs and exact entropy [n, T] of every valid ply of a minibatch, and with
-    `reference` the exact KL(policy || reference) over all legal moves at each ply (`PolicyOutputs.kl`).
-
-    All valid plies of the minibatch go through the model in one call, once per distinct position.
-    Masked positions hold 0 (the loss ignores them). The model must be in eval mode; gradients flow.
-    """
-
-    def outputs(minibatch: RolloutBatch) -> PolicyOutputs:
-        valid = minibatch.mask
-        at = distinct_position_log_probs(
-            model, trajectories.tokens, trajectories.legal, minibatch.inputs["position"][valid], temperature, bf16=bf16
-        )
-        chosen = at.logp_full[at.inverse].gather(1, minibatch.actions[valid].unsqueeze(1)).squeeze(1)
-        entropy = categorical_entropy(at.logp_full)[at.inverse]
-        zeros = torch.zeros(valid.shape, dtype=chosen.dtype, device=chosen.device)
-        kl = None
-        if reference is not None:
-            per_position = exact_reference_kl(
-                reference, trajectories.tokens, trajectories.legal, at, temperature, bf16=bf16
-            )
-            kl = zeros.masked_scatter(valid, per_position[at.inverse])
-        return PolicyOutputs(
-            logp=zeros.masked_scatter(valid, chosen), entropy=zeros.masked_scatter(valid, entropy), kl=kl
-        )
-
-    return eval_mode_forward(model, outputs)
-
-
-# ------------------------------------------------------------------------------------------------
-# Metrics
-
-
-def outcome_metrics(
-    trajectories: Trajectories,
-    step_rewards: torch.Tensor,
-    reward: str,
-    *,
-    shaping: float = 0.0,
-    tablebase_opponent: bool = False,
-    regret: bool = False,
-) -> dict[str, float]:
-    """rollout/length, rollout/{mate,mated,draw,horizon}_rate, reward/outcome and, for tablebase rewards,
-    rollout/win_lost_rate and (against the tablebase) rollout/dtz_optimal_rate.
-
-    The tablebase outcome (+1 mate, -1 mated or drawn, 0 undecided) assumes the row's mover starts
-    winning, as in the endgame curriculum."""
-    outcomes = trajectories.outcomes()
-    n = max(len(outcomes), 1)
-    metrics = {
-        "rollout/length": float(trajectories.lengths.float().mean()),
-        "rollout/mate_rate": sum(o == "mate" for o in outcomes) / n,
-        "rollout/mated_rate": sum(o == "mated" for o in outcomes) / n,
-        "rollout/draw_rate": sum(o.startswith("draw:") for o in outcomes) / n,
-        "rollout/horizon_rate": sum(o == "horizon" for o in outcomes) / n,
-    }
-    if reward == "tablebase":
-        # Outcome of a row: +1 mate, -1 the mover's win given away / mated, 0 otherwise (undecided at the horizon).
-        scores = [1.0 if o == "mate" else -1.0 if (o == "mated" or o.startswith("draw:")) else 0.0 for o in outcomes]
-        metrics["reward/outcome"] = sum(scores) / n
-        metrics["rollout/win_lost_rate"] = sum(s < 0 for s in scores) / n
-        if shaping > 0 and tablebase_opponent:
-            # Against the perfect defender a ply earns >= shaping exactly when it mates or shortens DTZ by 2 plies.
-            valid = step_rewards[trajectories.mask]
-            threshold = -1e-6 if regret else shaping - 1e-6  # regret: an optimal ply scores 0
-            metrics["rollout/dtz_optimal_rate"] = float((valid >= threshold).float().mean())
-    else:
-        # The final expected score for the mover is the start value plus the summed step rewards.
-        metrics["reward/outcome"] = float(
-            torch.where(trajectories.mask, step_rewards, torch.zeros_like(step_rewards)).sum(1).mean()
-        )
-    return metrics

@@ -20,8 +20,9 @@ import torch
 from chessgrpo.board.actions import ACTIONS
 from chessgrpo.engine.tablebase_values import TablebaseState, terminal_after_move
 from chessgrpo.tasks.endgame_rewards import best_step_reward, step_reward
+from chessgrpo.tasks.engine_values import EngineValues
 from chessgrpo.tasks.reward_registry import RewardRegistry
-from chessgrpo.tasks.trajectory import EngineValues, Point, Trajectories, TrajectoryConfig
+from chessgrpo.tasks.trajectory import Point, Trajectories, TrajectoryConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from chessgrpo.engine import EnginePool

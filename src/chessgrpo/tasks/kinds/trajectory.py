@@ -51,21 +51,19 @@ from chessgrpo.eval.endgame import EndgameEvalConfig
 from chessgrpo.eval.registry import EVALUATIONS, extra_evaluations  # result file names, eval.extra
 from chessgrpo.models.policy import ModelConfig
 from chessgrpo.rl import GRPOConfig
+from chessgrpo.tasks.engine_values import EngineValues
 from chessgrpo.tasks.kinds.policy_base import PolicyGRPOKind, policy_eval_line
 from chessgrpo.tasks.reward_registry import WeightedReward, combine, reward_metrics
 from chessgrpo.tasks.trajectory import (
-    EngineValues,
     Opponent,
     PolicyOpponent,
     StockfishOpponent,
     TablebaseOpponent,
     Trajectories,
     TrajectoryConfig,
-    make_forward,
-    outcome_metrics,
     play_trajectories,
-    to_rollout_batch,
 )
+from chessgrpo.tasks.trajectory_learner import make_forward, outcome_metrics, to_rollout_batch
 from chessgrpo.tasks.trajectory_rewards import TRAJECTORY_REWARDS, RewardSources, TrajectoryReward, sibling_baselines
 from chessgrpo.train.config import TrainConfig
 from chessgrpo.train.distributed import group_generators

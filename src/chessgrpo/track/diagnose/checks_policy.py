@@ -241,6 +241,20 @@ _DRAW_REASONS = {
 }
 
 
+def _repetition_advice(run: RunData, reasons: dict[str, float]) -> str:
+    """What to do about repetition draws: a policy that cannot see the game's history repeats any cycle it enters."""
+    sees_history = bool(run.setting("model.repetition", False) or run.setting("model.threefold", False))
+    if reasons.get("threefold_repetition", 0.0) > 0 and not sees_history:
+        return (
+            "Repetition: the policy cannot see the game's history, so a cycle it enters once it enters again; give it "
+            "the repetition facts (model.move_facts, model.repetition and model.threefold: true), and reward DTZ progress "
+            "(task.shaping > 0). "
+        )
+    return (
+        "Repetition: the policy shuffles without progress (reward DTZ progress: task.shaping > 0, a longer horizon). "
+    )
+
+
 def check_endgame_play(run: RunData, t: Thresholds) -> list[Finding]:
     """Endgame runs (held-out play against the perfect defender, `eval/piece_share/*`): a piece type's moves
     vanishing as a class (the king-only optimum: a king cannot mate alone), and wins given away by repetition,
@@ -301,8 +315,8 @@ def check_endgame_play(run: RunData, t: Thresholds) -> list[Finding]:
                     "reasons": reasons,
                     "threshold": t.endgame_win_lost,
                 },
-                "Repetition: the policy shuffles without progress (reward DTZ progress: task.shaping > 0, a longer horizon). "
-                "Stalemate or a lost piece: a blunder the exact reward punishes only if such moves are sampled and "
+                _repetition_advice(run, reasons)
+                + "Stalemate or a lost piece: a blunder the exact reward punishes only if such moves are sampled and "
                 "compared at the same position (task.regret: true, larger groups) (docs/diagnose.md, endgame.win_given_away).",
             )
         )
