@@ -476,10 +476,10 @@ def play_trajectories(
             unique, first, inverse = _distinct([boards[g] for g in learner], input_keys(learner_fens, repetitions))
             keys = [learner_fens[i] for i in first]  # the distinct positions' FENs
             facts = None
-            if counts is not None:  # the history facts come from each game's counts (the copies have no move stack)
+            if repetitions is not None:  # the history facts, from each game's counts (the copies have no move stack)
                 extra = model.config.extra_facts
                 facts = [
-                    move_facts(unique[u], keys[u], extra=extra, counts=counts[learner[i]]) for u, i in enumerate(first)
+                    move_facts(unique[u], keys[u], extra=extra, repetitions=repetitions[i]) for u, i in enumerate(first)
                 ]
             tokens, legal = model.inputs(unique, facts=facts, fens=keys)
             input_key = input_keys(keys, None if repetitions is None else [repetitions[i] for i in first])
