@@ -13,7 +13,14 @@ import torch
 
 from chessgrpo.board import ACTIONS, move_to_action
 from chessgrpo.board.move_facts import move_fact_array, move_facts
-from chessgrpo.board.repetitions import REPETITION, THREEFOLD, position_key, record, repetition_facts
+from chessgrpo.board.repetitions import (
+    ALLOWS_THREEFOLD,
+    REPETITION,
+    THREEFOLD,
+    position_key,
+    record,
+    repetition_facts,
+)
 from chessgrpo.models.policy import ActionPolicy, PolicyConfig, load_policy, save_policy
 from chessgrpo.play.movers import PolicyMover
 from chessgrpo.tasks.trajectory import TrajectoryConfig, play_trajectories
@@ -27,11 +34,20 @@ START = "n6k/8/8/8/8/8/8/N6K w - - 0 1"
 CYCLE = ["h1g1", "h8g8", "g1h1", "g8h8"]
 
 
-def expected_bits(board: chess.Board, move: chess.Move) -> int:
-    """python-chess's own answer: what the position after `move` counts in the game."""
+def expected_bits(board: chess.Board, move: chess.Move, *, allows: bool = False) -> int:
+    """python-chess's own answer: what the position after `move` counts in the game, and with `allows` whether a
+    reply then makes a threefold repetition (every reply tried)."""
     board.push(move)
     try:
-        return (REPETITION if board.is_repetition(2) else 0) | (THREEFOLD if board.is_repetition(3) else 0)
+        bits = (REPETITION if board.is_repetition(2) else 0) | (THREEFOLD if board.is_repetition(3) else 0)
+        if allows:
+            for reply in list(board.legal_moves):
+                board.push(reply)
+                closes = board.is_repetition(3)
+                board.pop()
+                if closes:
+                    return bits | ALLOWS_THREEFOLD
+        return bits
     finally:
         board.pop()
 
@@ -40,7 +56,7 @@ def test_repetition_facts_agree_with_python_chess_and_kept_counts():
     """Over random games of few pieces (many repetitions), every legal move's bits equal python-chess's
     `is_repetition` after the move, whether the counts come from the move stack or are kept move by move."""
     rng = random.Random(0)
-    checked = repeats = threefolds = 0
+    checked = repeats = threefolds = allowed = 0
     for fen in (
         "n6k/8/8/8/8/8/8/N6K w - - 0 1",
         "4k3/8/8/8/8/8/4P3/R3K2R w KQ - 0 1",
@@ -50,14 +66,18 @@ def test_repetition_facts_agree_with_python_chess_and_kept_counts():
             board = chess.Board(fen)
             counts = {position_key(board): 1}
             for _ in range(40):
-                facts = dict(repetition_facts(board))
-                assert facts == dict(repetition_facts(board, counts))
+                facts = dict(repetition_facts(board, allows=True))
+                assert facts == dict(repetition_facts(board, counts, allows=True))
+                without = dict(repetition_facts(board, counts))
                 for move in board.legal_moves:
-                    bits = expected_bits(board, move)
-                    assert facts.get(move_to_action(move), 0) == bits, (board.fen(), move.uci())
+                    bits = expected_bits(board, move, allows=True)
+                    action = move_to_action(move)
+                    assert facts.get(action, 0) == bits, (board.fen(), move.uci())
+                    assert without.get(action, 0) == bits & ~ALLOWS_THREEFOLD
                     checked += 1
                     repeats += bool(bits & REPETITION)
                     threefolds += bool(bits & THREEFOLD)
+                    allowed += bool(bits & ALLOWS_THREEFOLD)
                 moves = list(board.legal_moves)
                 if not moves or board.is_insufficient_material():
                     break
@@ -71,7 +91,7 @@ def test_repetition_facts_agree_with_python_chess_and_kept_counts():
                 zeroing = board.is_zeroing(move)
                 board.push(move)
                 counts = record(counts, board, zeroing)
-    assert repeats > 100 and threefolds > 20, (checked, repeats, threefolds)
+    assert repeats > 100 and threefolds > 20 and allowed > 20, (checked, repeats, threefolds, allowed)
 
 
 def test_a_fen_has_no_history_and_old_policies_do_not_read_it():
@@ -94,7 +114,15 @@ def cycling_policy(aware: bool) -> ActionPolicy:
     repetition facts and a threefold costs it far more than the cycle's bias."""
     torch.manual_seed(0)
     policy = ActionPolicy(
-        PolicyConfig(n_layers=1, d_model=32, n_heads=2, move_facts=True, repetition=aware, threefold=aware)
+        PolicyConfig(
+            n_layers=1,
+            d_model=32,
+            n_heads=2,
+            move_facts=True,
+            repetition=aware,
+            threefold=aware,
+            allows_threefold=aware,
+        )
     )
     with torch.no_grad():
         for uci in CYCLE:

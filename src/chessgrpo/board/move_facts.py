@@ -15,7 +15,7 @@ static estimate, not a rule, of whether the moved piece can be taken at a loss (
 `MATE_IN_TWO` (bit 6), exact: the move is a check after which every reply allows a mate in one
 (`mate_in_two_actions`), and `LEAVES_HANGING` (bit 7), a static estimate like en prise but over every
 piece of the mover: the opponent can then win material with one capture (`leaves_hanging_actions`); and
-from the game's history (`board.repetitions`), `REPETITION` (bit 8) and `THREEFOLD` (bit 9).
+from the game's history (`board.repetitions`), `REPETITION` (bit 8), `THREEFOLD` (bit 9) and `ALLOWS_THREEFOLD` (bit 10).
 
 The two exchange facts run on a fast path (`_exchange_facts`) that flags exactly the moves of their plain
 python-chess definitions (`en_prise_reference`, `leaves_hanging_reference`; tests/test_move_facts.py). One
@@ -35,7 +35,7 @@ import numpy as np
 
 from chessgrpo.board.actions import ACTIONS, NUM_ACTIONS, move_to_action
 from chessgrpo.board.fast_moves import FACT_BITS, available, mate_in_two_fast, move_facts_fast
-from chessgrpo.board.repetitions import REPETITION, THREEFOLD, PositionKey, repetition_facts
+from chessgrpo.board.repetitions import ALLOWS_THREEFOLD, REPETITION, THREEFOLD, PositionKey, repetition_facts
 
 MOVE_FACTS = ("check", "checkmate", "stalemate", "insufficient_material", "fifty_moves")
 """Bit i of a fact byte is MOVE_FACTS[i]: the move gives check; mates; stalemates; leaves a dead
@@ -70,13 +70,14 @@ EXTRA_FACTS = {
     "leaves_hanging": LEAVES_HANGING,
     "repetition": REPETITION,
     "threefold": THREEFOLD,
+    "allows_threefold": ALLOWS_THREEFOLD,
 }
 """The optional facts by name, with their bits: a policy reads the rule facts (`MOVE_FACTS`) and those
 of these it was built with (`models.policy.PolicyConfig.extra_facts`). `REPETITION` and `THREEFOLD`
-(`board.repetitions`) come from the game's move stack, not the position: they need the fact arrays'
-uint16 (`move_fact_array`)."""
+and `ALLOWS_THREEFOLD` (`board.repetitions`) come from the game's move stack, not the position: they need the fact
+arrays' uint16 (`move_fact_array`)."""
 
-HISTORY_FACTS = ("repetition", "threefold")
+HISTORY_FACTS = ("repetition", "threefold", "allows_threefold")
 """The optional facts read from a game's history (`board.repetitions`): always 0 for a board without one."""
 
 
@@ -136,9 +137,10 @@ def move_facts(
             checks = {action for action, bits in facts if bits & CHECK and not bits & CHECKMATE}
             for action in mate_in_two_actions(board, checks, fen=fen):
                 merged[action] = merged.get(action, 0) | MATE_IN_TWO
-        if "repetition" in extra or "threefold" in extra:
-            keep = (REPETITION if "repetition" in extra else 0) | (THREEFOLD if "threefold" in extra else 0)
-            for action, bits in repetition_facts(board, counts) if repetitions is None else repetitions:
+        if any(name in HISTORY_FACTS for name in extra):
+            keep = sum(EXTRA_FACTS[name] for name in HISTORY_FACTS if name in extra)
+            allows = "allows_threefold" in extra
+            for action, bits in repetition_facts(board, counts, allows=allows) if repetitions is None else repetitions:
                 if bits & keep:
                     merged[action] = merged.get(action, 0) | (bits & keep)
         facts = list(merged.items())

@@ -9,6 +9,10 @@ move stack.
 - `REPETITION` (bit 8): the position after the move has stood on the board before in this game.
 - `THREEFOLD` (bit 9): it has stood there twice before: the move draws by threefold repetition
   (`engine.tablebase_values.game_over`).
+- `ALLOWS_THREEFOLD` (bit 10): the opponent has a reply that draws by threefold repetition. Without it a
+  policy that avoids its own third repetitions still walks into cycles the opponent closes: the KQvK policy
+  from a random network with the two facts above lost 25-35% of its held-out games to repetitions the perfect
+  defender completed (docs/results.md, "Endgames from a random network").
 
 A board without a move stack (a dataset's FEN, a search's copied leaf) has no history: neither bit
 is ever set there. Hot loops that push moves themselves keep the counts as they go (`record`) and
@@ -25,6 +29,9 @@ REPETITION = 1 << 8
 """Bit 8 of a move's facts: the position after the move stood on the board before in this game."""
 THREEFOLD = 1 << 9
 """Bit 9: the position after the move stood on the board twice before (the move draws by threefold repetition)."""
+
+ALLOWS_THREEFOLD = 1 << 10
+"""Bit 10: after the move the opponent has a reply that brings a position on the board for the third time."""
 
 PositionKey = tuple
 """`position_key` of a board."""
@@ -72,35 +79,60 @@ def record(counts: dict[PositionKey, int], board: chess.Board, zeroing: bool) ->
     return counts
 
 
-def repetition_facts(board: chess.Board, counts: dict[PositionKey, int] | None = None) -> list[tuple[int, int]]:
-    """(action, `REPETITION` | `THREEFOLD` bits) of each legal move of `board` that repeats a position of the
-    game, sorted by action; empty for a board with no history.
+def repetition_facts(
+    board: chess.Board, counts: dict[PositionKey, int] | None = None, *, allows: bool = False
+) -> list[tuple[int, int]]:
+    """(action, `REPETITION` | `THREEFOLD` bits, with `allows` also `ALLOWS_THREEFOLD`) of each legal move of
+    `board` with one of them, sorted by action; empty for a board with no history.
 
     `counts`: the game's `position_counts`, when the caller keeps them (then the move stack is not read).
-    Only a quiet move (no capture, pawn move or castling) can repeat a position, and only one whose
-    occupancy afterwards matches a position of the history with the opponent to move: the others are not
-    pushed at all (~0.03 ms for a position without repeats).
+    Only a quiet move (no capture, pawn move or castling) can repeat a position, and only one that moves a piece
+    between the squares where the position and a position of the history differ: the others are not pushed at
+    all (~0.03 ms for a position without repeats).
     """
     if counts is None:
         if not board.move_stack:
             return []
         counts = position_counts(board)
+    bits: dict[int, int] = {}
     # After our move the opponent is to move: only those positions of the history can come back.
     targets = {key: count for key, count in counts.items() if key[8] != board.turn}
-    if not targets:
-        return []
-    occupancies = {key[6] | key[7] for key in targets}
-    occupied = board.occupied
-    out: list[tuple[int, int]] = []
-    for move in list(board.generate_legal_moves()):
-        after = occupied ^ chess.BB_SQUARES[move.from_square] ^ chess.BB_SQUARES[move.to_square]
-        if after not in occupancies or board.is_zeroing(move) or board.is_castling(move):
-            continue
+    for move in _quiet_moves(board, {key[6] | key[7] for key in targets}) if targets else []:
         board.push(move)
         try:
             seen = targets.get(position_key(board), 0)
         finally:
             board.pop()
         if seen:
-            out.append((move_to_action(move), REPETITION | (THREEFOLD if seen >= 2 else 0)))
-    return sorted(out)
+            bits[move_to_action(move)] = REPETITION | (THREEFOLD if seen >= 2 else 0)
+    # Positions with us to move seen twice: a move and a reply that lead back to one draw the game.
+    twice = {key for key, count in counts.items() if count >= 2 and key[8] == board.turn} if allows else set()
+    ours = {key[6] if board.turn == chess.WHITE else key[7] for key in twice}
+    for move in _quiet_moves(board, ours, own=True) if twice else []:
+        board.push(move)
+        try:
+            for reply in _quiet_moves(board, {key[6] | key[7] for key in twice}):
+                board.push(reply)
+                closes = position_key(board) in twice
+                board.pop()
+                if closes:
+                    action = move_to_action(move)
+                    bits[action] = bits.get(action, 0) | ALLOWS_THREEFOLD
+                    break
+        finally:
+            board.pop()
+    return sorted(bits.items())
+
+
+def _quiet_moves(board: chess.Board, occupancies: set[int], *, own: bool = False) -> list[chess.Move]:
+    """The legal moves of `board` that are not captures, pawn moves or castling and after which the occupied squares
+    (with `own`: the mover's occupied squares) are one of `occupancies`: the only moves that can lead back to a
+    position with those squares."""
+    occupied = board.occupied_co[board.turn] if own else board.occupied
+    out = []
+    for move in board.generate_legal_moves():
+        if occupied ^ chess.BB_SQUARES[move.from_square] ^ chess.BB_SQUARES[move.to_square] not in occupancies:
+            continue
+        if not board.is_zeroing(move) and not board.is_castling(move):
+            out.append(move)
+    return out

@@ -89,6 +89,9 @@ class PolicyConfig:
     threefold: bool = False
     """With `move_facts`: one more fact, `board.repetitions.THREEFOLD` (the move draws by threefold repetition).
     False in older policies."""
+    allows_threefold: bool = False
+    """With `move_facts`: one more fact, `board.repetitions.ALLOWS_THREEFOLD` (the opponent can then draw by threefold
+    repetition at once). False in older policies."""
     value_head: bool = False
     """Also predict the side to move's expected score in [0, 1] (`ValueHead`, on the shared trunk):
     what search (`chessgrpo.search`) evaluates its leaves with."""
@@ -229,7 +232,7 @@ class MoveFactsHead(nn.Module):
         super().__init__()
         self.weights = nn.Linear(d_model, len(facts))  # one weight per named fact; other bits are ignored
         self.register_buffer("shifts", torch.tensor(fact_bit_positions(facts)), persistent=False)
-        # [V, F]: which named facts each possible fact value sets; V = 256, or 1024 with the history facts (bits 8-9).
+        # [V, F]: which named facts each possible fact value sets; V = 256, or up to 2048 with the history facts (bits 8-10).
         values = 1 << max(8, max(fact_bit_positions(facts), default=0) + 1)
         self.register_buffer("byte_bits", (torch.arange(values).unsqueeze(-1) >> self.shifts) & 1, persistent=False)
 
@@ -447,6 +450,9 @@ class ModelConfig:
     `board.repetitions`): without it a policy that enters a cycle once enters it again."""
     threefold: bool = False
     """With `move_facts`: also whether each move draws by threefold repetition (`board.repetitions`)."""
+    allows_threefold: bool = False
+    """With `move_facts`: also whether each move lets the opponent draw by threefold repetition with its reply
+    (`board.repetitions`): cycles the opponent closes."""
     value_head: bool = False
     """Also train a value head (the side to move's expected score) on the shared trunk: what search evaluates leaves with."""
 
@@ -475,6 +481,7 @@ class ModelConfig:
                 "leaves_hanging": self.leaves_hanging,
                 "repetition": self.repetition,
                 "threefold": self.threefold,
+                "allows_threefold": self.allows_threefold,
                 "value_head": self.value_head,
             }
         )
@@ -493,6 +500,7 @@ class ModelConfig:
             + (["leaves hanging"] if self.leaves_hanging else [])
             + (["repetition"] if self.repetition else [])
             + (["threefold"] if self.threefold else [])
+            + (["allows threefold"] if self.allows_threefold else [])
             + (["value head"] if self.value_head else [])
         )
         return ", ".join([self.size, *(f"{f}={v}" for f, v in self.overrides().items()), *extras])

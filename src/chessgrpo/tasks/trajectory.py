@@ -445,6 +445,7 @@ def play_trajectories(
 
     # With a policy that reads the history facts: each game's `board.repetitions.position_counts`, kept as it goes.
     counts = [{position_key(board): 1} for board in boards] if reads_history(model) else None
+    allows = "allows_threefold" in model.config.extra_facts
 
     def push(g: int, move: chess.Move) -> None:
         board = boards[g]
@@ -472,7 +473,9 @@ def play_trajectories(
         if learner:
             tick = time.perf_counter()
             learner_fens = [fen_of(g) for g in learner]
-            repetitions = [repetition_facts(boards[g], counts[g]) for g in learner] if counts is not None else None
+            repetitions = (
+                [repetition_facts(boards[g], counts[g], allows=allows) for g in learner] if counts is not None else None
+            )
             unique, first, inverse = _distinct([boards[g] for g in learner], input_keys(learner_fens, repetitions))
             keys = [learner_fens[i] for i in first]  # the distinct positions' FENs
             facts = None
