@@ -243,11 +243,11 @@ _DRAW_REASONS = {
 
 def _repetition_advice(run: RunData, reasons: dict[str, float]) -> str:
     """What to do about repetition draws: a policy that cannot see the game's history repeats any cycle it enters."""
-    sees_history = bool(run.setting("model.repetition", False) or run.setting("model.threefold", False))
+    sees_history = any(run.setting(f"model.{name}", False) for name in ("repetition", "threefold", "allows_threefold"))
     if reasons.get("threefold_repetition", 0.0) > 0 and not sees_history:
         return (
             "Repetition: the policy cannot see the game's history, so a cycle it enters once it enters again; give it "
-            "the repetition facts (model.move_facts, model.repetition and model.threefold: true), and reward DTZ progress "
+            "the repetition facts (model.move_facts, model.repetition, model.threefold and model.allows_threefold: true), and reward DTZ progress "
             "(task.shaping > 0). "
         )
     return (
