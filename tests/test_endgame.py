@@ -113,6 +113,22 @@ def test_perfect_defender_picks_the_longest_loss(tablebase, raw_tables):
     assert checked >= 5
 
 
+def test_the_cached_perfect_move_is_the_first_best_move_at_every_clock(tablebase):
+    """`tablebase_move` answers from its cache the second time, and the answer is `best_moves`' first, also when the
+    halfmove clock changes it: at 99 every quiet move of the defender draws by the fifty-move rule."""
+    changed = 0
+    for board in endgame_positions("KQvK", 30, seed=11, accept=tablebase.is_won):
+        board.push(tablebase.tablebase_move(board))  # now the defender moves
+        if board.is_game_over():
+            continue
+        late = board.copy()
+        late.halfmove_clock = 99
+        for position in (board, late, board, late):
+            assert tablebase.tablebase_move(position) == tablebase.best_moves(position)[0], position.fen()
+        changed += tablebase.tablebase_move(board) != tablebase.tablebase_move(late)
+    assert changed >= 2  # 3 of these 30 positions
+
+
 def test_perfect_defender_takes_a_hanging_queen(tablebase):
     board = chess.Board("8/8/8/8/8/2k5/2Q5/6K1 b - - 0 1")  # Qc2 is next to Black's king and unprotected
     assert tablebase.tablebase_move(board) == chess.Move.from_uci("c3c2")

@@ -100,6 +100,7 @@ class Tablebase:
             self._tablebase.add_directory(str(directory))
         self._wdl: dict[tuple, int] = {}
         self._dtz: dict[tuple, int] = {}
+        self._moves: dict[tuple, chess.Move] = {}  # `tablebase_move` by position
         self.probes = 0
         """Cached probes that went to the tables (cache misses, WDL and DTZ; `probe` is not counted)."""
         self.lookups = 0
@@ -238,8 +239,19 @@ class Tablebase:
         return [move for (move, _, _), value in zip(candidates, progress) if value == best]
 
     def tablebase_move(self, board: chess.Board) -> chess.Move:
-        """The perfect move for the side to move (the first of `best_moves` in UCI order)."""
-        moves = self.best_moves(board)
-        if not moves:
-            raise ValueError(f"no legal move in {board.fen()!r}")
-        return moves[0]
+        """The perfect move for the side to move (the first of `best_moves` in UCI order), cached.
+
+        The perfect defender answers every ply of every rollout, and the same positions come back step after step:
+        a cached answer is a dictionary lookup instead of `best_moves`' probes of every legal move. The cache key is
+        the probes' (pieces, side to move, en-passant square) and whether the halfmove clock is at 99 or more, the
+        only other thing `best_moves` reads (a quiet move then reaches the fifty-move rule)."""
+        key = (self._key(board), board.halfmove_clock >= 99)
+        move = self._moves.get(key)
+        if move is None:
+            moves = self.best_moves(board)
+            if not moves:
+                raise ValueError(f"no legal move in {board.fen()!r}")
+            if len(self._moves) >= _CACHE_LIMIT:
+                self._moves.clear()
+            move = self._moves[key] = moves[0]
+        return move
