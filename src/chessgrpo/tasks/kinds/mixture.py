@@ -122,7 +122,8 @@ class MixtureTrainConfig(TrainConfig):
     model: Any = None
     """The policy's shape when init_checkpoint is null: the keys of the tasks' own `model` section
     (`models.policy.ModelConfig` for move_group and trajectory, `models.lm.LMModelConfig` for rookworld,
-    checked there); null = that section's defaults."""
+    checked there); null = that section's defaults. With an action-policy init_checkpoint, move-fact keys set true
+    that the checkpoint lacks are added with zero weights (`models.add_facts`)."""
     groups_per_step: int = 32
     """Groups per step over all tasks; each draws its task from the weights."""
     tasks: list[MixtureTask] = dataclasses.field(default_factory=list)

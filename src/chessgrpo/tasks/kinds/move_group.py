@@ -94,7 +94,8 @@ class MoveGroupTrainConfig(TrainConfig):
     init_checkpoint: str | None = "runs/pretrain_tiny"
     """Starting policy (checkpoint or run directory); it is also the frozen reference. null = from scratch (`model`)."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    """The policy's shape when training from scratch (ignored with init_checkpoint)."""
+    """The policy's shape when training from scratch. With init_checkpoint only its move-fact keys count: each set
+    true that the checkpoint lacks is added with zero weights, the starting policy unchanged (`models.add_facts`)."""
     positions: str | None = "data/tiny"
     """Start positions: a dataset directory (its `positions_split`), .parquet, .epd/.fen/.txt, .pgn or random:N;
     null when `position_mixture` is given."""

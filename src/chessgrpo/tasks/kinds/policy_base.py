@@ -10,6 +10,7 @@ offline evaluation of `chessgrpo eval offline`, and those a run adds with ``eval
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ import torch
 from chessgrpo.config import EngineConfig
 from chessgrpo.eval.registry import extra_evaluations, run_at_step
 from chessgrpo.eval.running import EvalContext, Subject
+from chessgrpo.models.add_facts import missing_facts, requested_facts, with_move_facts
 from chessgrpo.models.placement import place_reference
 from chessgrpo.models.policy import (
     ActionPolicy,
@@ -30,6 +32,8 @@ from chessgrpo.models.policy import (
 )
 from chessgrpo.rl import GRPOConfig
 from chessgrpo.train.kind import GRPOKind, RunContext, SharedParts, interval_text
+
+logger = logging.getLogger(__name__)
 
 
 class PolicyGRPOKind(GRPOKind):
@@ -153,9 +157,16 @@ def _policy_pair(
     init_checkpoint: str | None, model_config: ModelConfig, device: torch.device, reference_device: str | None
 ) -> tuple[ActionPolicy, ActionPolicy]:
     """(trainable policy, frozen reference): the reference is the starting checkpoint (or a fresh
-    `model_config`), frozen; the policy is its trainable copy, in eval mode for every RL forward."""
+    `model_config`), frozen; the policy is its trainable copy, in eval mode for every RL forward. Move facts that
+    `model_config` sets and the checkpoint lacks are added to both with zero weights (`models.add_facts`)."""
     if init_checkpoint:
         reference = load_policy(init_checkpoint, device=device)
+        missing = missing_facts(reference, requested_facts(model_config))
+        if missing:  # the model section asks for facts the checkpoint lacks: added with zero weights (same policy)
+            logger.info(
+                "adding move facts %s to %s (zero weights: the starting policy is unchanged)", missing, init_checkpoint
+            )
+            reference = with_move_facts(reference, missing)
     else:
         reference = ActionPolicy(model_config.policy_config()).to(device)
     reference.eval().requires_grad_(False)

@@ -123,7 +123,8 @@ class TrajectoryTrainConfig(TrainConfig):
     init_checkpoint: str | None = None
     """Starting policy (checkpoint or run directory), also the frozen reference; null = randomly initialised `model`."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    """The policy's shape when init_checkpoint is null."""
+    """The policy's shape when init_checkpoint is null. With a checkpoint only its move-fact keys count: each set true
+    that the checkpoint lacks is added with zero weights, the starting policy unchanged (`models.add_facts`)."""
     positions: str = "endgame:KQvK"
     """Start positions: ``endgame:<material>`` (uniform won positions of e.g. KQvK, KRvK, KBBvK, KBNvK from the
     Syzygy tables in engine.syzygy_path) or any `data.start_positions.StartPositions` source (dataset dir, .parquet,
