@@ -307,12 +307,16 @@ def test_games_plot_draws_bounds_as_bounds_with_distinct_ticks(verdict_run, game
 def test_config_panel_shows_the_model_the_checkpoint_has(lab, tmp_path):
     """config.yaml says value_head: false, but the run starts from a checkpoint with a value head: the panel says what it has."""
     start = save_policy(
-        ActionPolicy(PolicyConfig(value_head=True, move_facts=True)), tmp_path / "start_with_value_head"
+        ActionPolicy(PolicyConfig(value_head=True, move_facts=True, repetition=True)),
+        tmp_path / "start_with_value_head",
     )
     run = _copy(lab.healthy, tmp_path)
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["value_head"] is False
     config["init_checkpoint"] = str(start)
+    config["model"]["repetition"] = (
+        True  # a move fact set true is not ignored: it is added when the checkpoint lacks it
+    )
     (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     model = model_settings(load_run(run))
     assert model.ignored and model.effective["value_head"] is True and model.source == start / "model_config.json"
@@ -321,6 +325,9 @@ def test_config_panel_shows_the_model_the_checkpoint_has(lab, tmp_path):
     row = re.search(r'<tr data-key="value_head">(.*?)</tr>', config_part).group(1)
     assert re.findall(r"<td>(.*?)</td>", row) == ["<code>value_head</code>", "true", "false", "ignored (differs)"]
     assert "value_head: false  # ignored; the model has true" in config_part
+    row = re.search(r'<tr data-key="repetition">(.*?)</tr>', config_part).group(1)
+    assert re.findall(r"<td>(.*?)</td>", row)[1:] == ["true", "true", "used: added when the checkpoint lacks it"]
+    assert re.search(r"^  repetition: true$", config_part, re.MULTILINE)  # no "ignored" comment on it
     # The run's own checkpoint wins once it has one (the model it trained): the healthy run has no value head.
     assert model_settings(load_run(lab.healthy)).effective["value_head"] is False
 

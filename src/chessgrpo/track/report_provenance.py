@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from chessgrpo.board.move_facts import EXTRA_FACTS
 from chessgrpo.run_info import cpu_model, package_version, source_commit
 from chessgrpo.track.report_sections import escape
 from chessgrpo.track.run_data import RunData, effective_model_config
@@ -267,7 +268,8 @@ def model_settings(run: RunData) -> ModelSettings | None:
 
 def _model_table(model: ModelSettings) -> str:
     why = (
-        "init_checkpoint is set, so the run takes the checkpoint's shape and ignores config.yaml's model section"
+        "init_checkpoint is set, so the run takes the checkpoint's shape and ignores config.yaml's model section, "
+        "except move facts set true (added to a checkpoint that lacks them)"
         if model.ignored
         else "config.yaml's model section as built (sizes resolved)"
     )
@@ -277,7 +279,9 @@ def _model_table(model: ModelSettings) -> str:
     ]
     for key in dict.fromkeys([*model.effective, *model.configured]):
         has, says = model.effective.get(key, ABSENT), model.configured.get(key, ABSENT)
-        if model.ignored:
+        if model.ignored and _adds_fact(key, says):
+            mark = "used: added when the checkpoint lacks it" if has is True else "ignored (differs)"
+        elif model.ignored:
             mark = "ignored" + (" (differs)" if has != says and says is not None and says != ABSENT else "")
         else:
             mark = "" if has == says or says is None else "resolved"
@@ -287,6 +291,12 @@ def _model_table(model: ModelSettings) -> str:
         )
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _adds_fact(key: str, says: Any) -> bool:
+    """Whether a model key set so counts beside an init_checkpoint: a move fact set true is added to a checkpoint
+    that lacks it (`models.add_facts`)."""
+    return (key == "move_facts" or key in EXTRA_FACTS) and says is True
 
 
 def _yaml_value(value: Any) -> str:
@@ -304,10 +314,14 @@ def _mark_ignored(text: str, model: ModelSettings) -> str:
         if not line.startswith(" "):
             inside = line.startswith("model:")
             if inside:
-                line += "  # ignored: init_checkpoint is set (the model is the checkpoint's, table above)"
+                line += (
+                    "  # ignored: init_checkpoint is set (the model is the checkpoint's, table above), "
+                    "but for move facts set true: those the checkpoint lacks are added"
+                )
         elif inside and re.match(r"^  ([A-Za-z_]\w*):", line):
             key = line.split(":", 1)[0].strip()
-            if key in model.effective:
+            says = line.split(":", 1)[1].strip()
+            if key in model.effective and not (_adds_fact(key, model.configured.get(key)) and says == "true"):
                 line += f"  # ignored; the model has {_yaml_value(model.effective[key])}"
         lines.append(line)
     return "\n".join(lines) + "\n"
