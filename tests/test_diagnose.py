@@ -697,6 +697,33 @@ def test_games_against_the_start_are_read_and_soften_a_missing_heldout_gain(tmp_
     assert "learning.games_against_start" not in _ids(diagnose(load_run(run_dir)))
 
 
+def test_a_mixture_that_loses_to_its_start_shows_how_far_each_task_moved(tmp_path):
+    """Synthetic: a mixture whose full-game task drifted (its exact KL to the start rose to ~1.5 while the quickstart's
+    own GRPO ends near 0.2) loses to its start in games: the warning lists each task's KL, largest first, and says how
+    the tasks share the update. A run of one task (one kl/exact) gets no such list."""
+    start = tmp_path / "start"
+    start.mkdir()
+    config = MoveGroupTrainConfig(run=RunConfig(name="mix", out_dir=str(tmp_path)), init_checkpoint=str(start))
+    rows = _synthetic_rows()
+    for index, row in enumerate(rows):
+        row["kl/one_move/exact"] = 0.02 + 1.5 * index / len(rows)
+        row["kl/kqvk/exact"] = 0.01 + 2.4 * index / len(rows)
+    run_dir = _write_run(tmp_path / "mix", rows + _healthy_evals(), config)
+    _games_against(run_dir, str(start), 193, 106, 701, (-195.0, -220.0, -170.0))
+    games = _by_id(diagnose(load_run(run_dir)), "learning.games_against_start")
+    assert games.severity == "warning"
+    drift = games.evidence["kl_to_start_by_task"]
+    assert list(drift) == ["kqvk", "one_move"] and 1.3 < drift["one_move"] < 1.6 and drift["kqvk"] > 2.0
+    assert "one_move" in games.advice and "share one update" in games.advice
+
+    for row in rows:
+        del row["kl/kqvk/exact"]
+    alone = _write_run(tmp_path / "alone", rows + _healthy_evals(), config)
+    _games_against(alone, str(start), 193, 106, 701, (-195.0, -220.0, -170.0))
+    games = _by_id(diagnose(load_run(alone)), "learning.games_against_start")
+    assert "kl_to_start_by_task" not in games.evidence and "share one update" not in games.advice
+
+
 def _lm_eval(directory: Path, step: int, moves: list[str]) -> dict[str, float]:
     """eval/step_NNNNNN_lm.json as `kind: rookworld` writes it (P: records with each greedy B: move), and its metrics row."""
     from chessgrpo.eval.lm import policy_metrics

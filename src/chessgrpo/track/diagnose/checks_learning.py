@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from chessgrpo.track.diagnose.changes import games_against_start, heldout_changes, linear_trend
 from chessgrpo.track.diagnose.findings import Finding, Thresholds, finite_series, learning_rows, pct, rounded
 from chessgrpo.track.run_data import AnchorResult, GamesEvaluation, RunData
@@ -119,7 +121,7 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
                         "`chessgrpo eval compare` on more positions (eval.max_positions) to resolve smaller differences.",
                     )
                 )
-    findings.extend(_games_against_start_finding(games))
+    findings.extend(_games_against_start_finding(games, run))
     if short:
         findings.append(
             Finding(
@@ -140,9 +142,27 @@ def check_learning(run: RunData, t: Thresholds) -> list[Finding]:
     return findings
 
 
-def _games_against_start_finding(found: tuple[GamesEvaluation, AnchorResult] | None) -> list[Finding]:
+def task_drift(run: RunData) -> dict[str, float]:
+    """A mixture's tasks by name with the median exact KL to the reference (`kl/<task>/exact`) over the last tenth of
+    the logged steps (at least one), largest first; empty for a run of one task."""
+    keys = sorted({key for row in run.rows for key in row if key.startswith("kl/") and key.endswith("/exact")})
+    drift: dict[str, float] = {}
+    for key in keys:
+        task = key[len("kl/") : -len("/exact")]
+        if not task or "/" in task:
+            continue
+        _, values = finite_series(*run.series(key, learning_rows(run)))
+        if len(values):
+            drift[task] = rounded(float(np.median(values[-max(1, len(values) // 10) :])))
+    return dict(sorted(drift.items(), key=lambda item: -item[1]))
+
+
+def _games_against_start_finding(
+    found: tuple[GamesEvaluation, AnchorResult] | None, run: RunData | None = None
+) -> list[Finding]:
     """Games are where a policy's change shows (`games_against_start`'s result): info when it beats its
-    start, a warning when it loses to it, nothing without such games."""
+    start, a warning when it loses to it (with each task's drift from the start in a mixture), nothing without such
+    games."""
     if found is None or found[1].elo is None or found[1].elo.value is None:
         return []
     evaluation, anchor = found
@@ -170,13 +190,25 @@ def _games_against_start_finding(found: tuple[GamesEvaluation, AnchorResult] | N
             )
         ]
     if elo.high is not None and elo.high < 0:
+        advice = "It plays worse than before training: keep the starting checkpoint, and look at the findings above."
+        drift = task_drift(run) if run is not None else {}
+        if len(drift) > 1:  # a mixture: say how far each task moved the shared policy from its start
+            evidence["kl_to_start_by_task"] = drift
+            listed = ", ".join(f"{task} {kl:.3g}" for task, kl in drift.items())
+            advice += (
+                f" In a mixture every task's rows share one update, so a task with few loss tokens (a one-move row is one "
+                f"token, a game one per ply) or small advantages (dr_grpo keeps the reward's scale, critic regrets are "
+                f"normalised) is moved by the others: exact KL to the start by task, last tenth of the run: {listed}. "
+                f"Hold the task that plays full games near its start (a larger weight, a lower lr, a larger "
+                f"grpo.kl_coef, or bc_loss_weight) and measure again in games."
+            )
         return [
             Finding(
                 "learning.games_against_start",
                 "warning",
                 f"the policy loses to its start in games: {described}",
                 evidence,
-                "It plays worse than before training: keep the starting checkpoint, and look at the findings above.",
+                advice,
             )
         ]
     return [
