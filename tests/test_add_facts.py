@@ -69,8 +69,8 @@ def test_unknown_fact_is_refused():
 
 def test_a_run_from_a_checkpoint_without_the_facts_trains_with_them(tmp_path):
     """A mixture (one-move groups and KQvK games) from a checkpoint saved without the history facts, its `model`
-    section asking for them: the run starts from the same policy (the first step's sampling ratios are exact), and its
-    checkpoints read the facts; the starting checkpoint is left as it was."""
+    section asking for them: the run trains (the first step's sampling ratios are exact), its checkpoints read the
+    facts, and the starting checkpoint is left as it was (that the added facts leave the policy unchanged: above)."""
     start = save_policy(trained_policy(move_facts=True, en_prise=True), tmp_path / "start")
     before = (start / "model.safetensors").read_bytes()
     model = {"size": "tiny", "move_facts": True, "en_prise": True, **{key: True for key in HISTORY}}
