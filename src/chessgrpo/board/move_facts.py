@@ -77,6 +77,9 @@ of these it was built with (`models.policy.PolicyConfig.extra_facts`). `REPETITI
 and `ALLOWS_THREEFOLD` (`board.repetitions`) come from the game's move stack, not the position: they need the fact
 arrays' uint16 (`move_fact_array`)."""
 
+FACT_CONFIG_KEYS = ("move_facts", *EXTRA_FACTS)
+"""The policy config keys that switch move facts on: the rule facts (`move_facts`), then each optional fact."""
+
 HISTORY_FACTS = ("repetition", "threefold", "allows_threefold")
 """The optional facts read from a game's history (`board.repetitions`): always 0 for a board without one."""
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 import torch
 
-from chessgrpo.board.move_facts import EXTRA_FACTS
+from chessgrpo.board.move_facts import EXTRA_FACTS, FACT_CONFIG_KEYS
 from chessgrpo.models.policy import ActionPolicy, ModelConfig
 
-FACT_KEYS = ("move_facts", *EXTRA_FACTS)
-"""The config keys that switch a move fact on: the rule facts (`move_facts`), then each optional fact."""
+FACT_KEYS = FACT_CONFIG_KEYS
+"""The config keys that switch a move fact on (`board.move_facts.FACT_CONFIG_KEYS`)."""
 
 
 def requested_facts(model_config: ModelConfig) -> tuple[str, ...]:

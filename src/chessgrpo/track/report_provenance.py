@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from chessgrpo.board.move_facts import EXTRA_FACTS
+from chessgrpo.board.move_facts import FACT_CONFIG_KEYS
 from chessgrpo.run_info import cpu_model, package_version, source_commit
 from chessgrpo.track.report_sections import escape
 from chessgrpo.track.run_data import RunData, effective_model_config
@@ -296,7 +296,7 @@ def _model_table(model: ModelSettings) -> str:
 def _adds_fact(key: str, says: Any) -> bool:
     """Whether a model key set so counts beside an init_checkpoint: a move fact set true is added to a checkpoint
     that lacks it (`models.add_facts`)."""
-    return (key == "move_facts" or key in EXTRA_FACTS) and says is True
+    return key in FACT_CONFIG_KEYS and says is True
 
 
 def _yaml_value(value: Any) -> str:
